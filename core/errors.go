@@ -1,0 +1,29 @@
+package core
+
+import "errors"
+
+// Sentinel errors. Test for them with errors.Is: the errors returned by the
+// Limiter wrap them with details.
+var (
+	// ErrInvalidKey is returned for an empty key.
+	ErrInvalidKey = errors.New("ratewindow: invalid key")
+	// ErrInvalidLimit is returned for a Limit that fails Validate, or for two
+	// limits of one call that would share storage (same algorithm and window).
+	ErrInvalidLimit = errors.New("ratewindow: invalid limit")
+	// ErrNoLimits is returned when a call names no limit.
+	ErrNoLimits = errors.New("ratewindow: no limits")
+	// ErrInvalidCost is returned when the number of units asked is <= 0.
+	ErrInvalidCost = errors.New("ratewindow: invalid cost")
+	// ErrUnexpectedReply is returned when Redis answers with something the
+	// scripts never send.
+	ErrUnexpectedReply = errors.New("ratewindow: unexpected reply from redis")
+	// ErrWaitExceedsDeadline is returned by Wait when the request cannot
+	// start before the context's deadline. Nothing was recorded.
+	ErrWaitExceedsDeadline = errors.New("ratewindow: wait would exceed the context deadline")
+	// ErrNeverFits is returned by Wait when the cost exceeds a limit's Count:
+	// the request can never pass.
+	ErrNeverFits = errors.New("ratewindow: cost exceeds the limit")
+	// ErrCircuitOpen is returned, alongside the failure mode's result, while
+	// the circuit breaker skips Redis after repeated failures.
+	ErrCircuitOpen = errors.New("ratewindow: redis unavailable, circuit open")
+)

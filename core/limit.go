@@ -1,0 +1,150 @@
+package core
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Algorithm selects how a Limit counts requests inside its sliding window.
+type Algorithm uint8
+
+const (
+	// SlidingLog keeps one sorted-set member per admitted unit. It is exact:
+	// no window of length Window ever holds more than Count units, and
+	// RetryAfter is the exact time until the request fits.
+	SlidingLog Algorithm = iota
+	// SlidingBuckets keeps one hash field per sub-window of length Precision.
+	// A unit counts from its bucket's start until the bucket's end plus
+	// Window, so it never over-admits; it may under-admit by at most one
+	// bucket's worth of time. Memory is at most Window/Precision+1 fields.
+	SlidingBuckets
+	// SlidingCounter keeps the counts of the previous and the current fixed
+	// window and weighs the previous one by its overlap with the sliding
+	// window. O(1) memory, approximate: see the package documentation for its
+	// worst case.
+	SlidingCounter
+)
+
+// String returns the algorithm's name, such as "sliding-log".
+func (a Algorithm) String() string {
+	switch a {
+	case SlidingLog:
+		return "sliding-log"
+	case SlidingBuckets:
+		return "sliding-buckets"
+	case SlidingCounter:
+		return "sliding-counter"
+	}
+	return "algorithm(" + strconv.Itoa(int(a)) + ")"
+}
+
+// letter is the algorithm's one-letter tag in storage keys.
+func (a Algorithm) letter() byte {
+	switch a {
+	case SlidingBuckets:
+		return 'b'
+	case SlidingCounter:
+		return 'c'
+	}
+	return 'l'
+}
+
+// Limit admits at most Count units in any sliding window of length Window.
+type Limit struct {
+	// Name identifies the limit in the RateLimit-Policy header. When empty,
+	// a name is derived from Count and Window, such as "100-per-1m".
+	Name string
+	// Count is the number of units admitted in any Window. It must be > 0.
+	Count int64
+	// Window is the length of the sliding window. It must be at least 1ms.
+	Window time.Duration
+	// Algorithm selects how units are counted. The zero value is SlidingLog.
+	Algorithm Algorithm
+	// Precision is the sub-window length of SlidingBuckets. Zero means
+	// Window/60, at least 1ms. It must be between 1ms and Window when set.
+	// Other algorithms ignore it.
+	Precision time.Duration
+}
+
+// MaxLogCount is the largest Count of a SlidingLog limit, which stores one
+// member per unit. Larger limits belong to SlidingBuckets.
+const MaxLogCount = 1 << 20
+
+// Per returns a SlidingLog limit of n units per window.
+func Per(n int64, window time.Duration) Limit { return Limit{Count: n, Window: window} }
+
+// PerSecond returns a SlidingLog limit of n units per second.
+func PerSecond(n int64) Limit { return Per(n, time.Second) }
+
+// PerMinute returns a SlidingLog limit of n units per minute.
+func PerMinute(n int64) Limit { return Per(n, time.Minute) }
+
+// PerHour returns a SlidingLog limit of n units per hour.
+func PerHour(n int64) Limit { return Per(n, time.Hour) }
+
+// With returns a copy of l that uses algorithm a.
+func (l Limit) With(a Algorithm) Limit { l.Algorithm = a; return l }
+
+// String describes the limit, such as "100 per 1m0s (sliding-log)".
+func (l Limit) String() string {
+	return strconv.FormatInt(l.Count, 10) + " per " + l.Window.String() + " (" + l.Algorithm.String() + ")"
+}
+
+// Validate reports whether the limit can be enforced. Errors wrap
+// ErrInvalidLimit.
+func (l Limit) Validate() error {
+	switch {
+	case l.Count <= 0:
+		return fmt.Errorf("%w: count %d must be > 0", ErrInvalidLimit, l.Count)
+	case l.Window < time.Millisecond:
+		return fmt.Errorf("%w: window %s must be at least 1ms", ErrInvalidLimit, l.Window)
+	case l.Algorithm > SlidingCounter:
+		return fmt.Errorf("%w: unknown %s", ErrInvalidLimit, l.Algorithm)
+	case l.Algorithm == SlidingLog && l.Count > MaxLogCount:
+		return fmt.Errorf("%w: count %d is above MaxLogCount %d for a sliding log; use SlidingBuckets", ErrInvalidLimit, l.Count, MaxLogCount)
+	case l.Precision != 0 && (l.Precision < time.Millisecond || l.Precision > l.Window):
+		return fmt.Errorf("%w: precision %s must be between 1ms and the window %s", ErrInvalidLimit, l.Precision, l.Window)
+	}
+	return nil
+}
+
+// PolicyName is the limit's name for the RateLimit-Policy header: Name, or
+// one derived from Count and Window ("100-per-1m", "5-per-1500ms").
+func (l Limit) PolicyName() string {
+	if l.Name != "" {
+		return l.Name
+	}
+	return strconv.FormatInt(l.Count, 10) + "-per-" + shortDuration(l.Window)
+}
+
+// shortDuration writes d in the largest whole unit: 1h, 15m, 30s, 250ms, 10us.
+func shortDuration(d time.Duration) string {
+	for _, u := range []struct {
+		d    time.Duration
+		name string
+	}{{time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}, {time.Millisecond, "ms"}, {time.Microsecond, "us"}} {
+		if d >= u.d && d%u.d == 0 {
+			return strconv.FormatInt(int64(d/u.d), 10) + u.name
+		}
+	}
+	return strconv.FormatInt(int64(d), 10) + "ns"
+}
+
+// precision returns the sub-window length used by SlidingBuckets.
+func (l Limit) precision() time.Duration {
+	if l.Precision != 0 {
+		return l.Precision
+	}
+	p := l.Window / 60
+	if p < time.Millisecond {
+		p = time.Millisecond
+	}
+	return p
+}
+
+// micros converts d to whole microseconds.
+func micros(d time.Duration) int64 { return int64(d / time.Microsecond) }
+
+// usec converts microseconds to a Duration.
+func usec(us int64) time.Duration { return time.Duration(us) * time.Microsecond }

@@ -1,0 +1,34 @@
+-- reserve.lua: the throttler. Finds the earliest time at or after now when
+-- n units fit under every sliding-log limit of one key, counting the
+-- reservations already made, and records the units at that time in the same
+-- call, unless that time is further away than the caller can wait.
+-- Runs after algorithms.lua.
+--
+-- KEYS[i]  sliding-log key of limit i; all keys share one hash tag
+-- ARGV[1]  n: units asked, > 0
+-- ARGV[2]  now in µs, or 0 to read the server's TIME
+-- ARGV[3]  longest acceptable wait in µs, or -1 for no bound
+-- ARGV[2i+2], ARGV[2i+3]  limit i: count, window µs
+--
+-- Returns {reserved (1 or 0), wait µs (-1: never fits), then, when reserved,
+-- the n members recorded in each key, key after key}.
+
+local n = tonumber(ARGV[1])
+local now = now_us(ARGV[2])
+local longest = tonumber(ARGV[3])
+
+local at, states = now, {}
+for i, key in ipairs(KEYS) do
+  local s = log_check(key, tonumber(ARGV[2 * i + 2]), tonumber(ARGV[2 * i + 3]), n, now)
+  if s.retry < 0 then return {0, -1} end
+  if now + s.retry > at then at = now + s.retry end
+  states[i] = s
+end
+if longest >= 0 and at - now > longest then return {0, at - now} end
+
+local out = {1, at - now}
+for i, key in ipairs(KEYS) do
+  local members = log_add(key, tonumber(ARGV[2 * i + 3]), n, at, now, states[i])
+  for _, m in ipairs(members) do out[#out + 1] = m end
+end
+return out

@@ -1,0 +1,390 @@
+package core
+
+import (
+	"context"
+	"hash/maphash"
+	"sort"
+	"sync"
+)
+
+// memoryStore runs the algorithms of the Lua scripts in Go, for one process.
+// It is safe for concurrent use: keys are spread over mutex-guarded shards.
+// Expired state is dropped when a key is touched, and a few keys of a shard
+// are checked on every sweepEvery-th call, so memory follows the live keys.
+type memoryStore struct {
+	seed   maphash.Seed
+	clock  func() int64 // µs since the epoch
+	shards [memShards]memShard
+}
+
+const (
+	memShards  = 64
+	sweepEvery = 64 // calls per shard between two sweeps
+	sweepKeys  = 16 // keys checked by one sweep
+)
+
+type memShard struct {
+	mu    sync.Mutex
+	keys  map[string]*memKey
+	calls uint32
+}
+
+// memKey holds the state of every limit used with one key.
+type memKey struct {
+	states  []*memState
+	expires int64 // µs; the latest expiry of its states
+}
+
+// memState is one limit's state: the fields of its algorithm are used.
+type memState struct {
+	alg          Algorithm
+	window, prec int64    // µs
+	log          []int64  // sliding log: unit times, ascending
+	buckets      []bucket // sliding buckets: ascending by index
+	w, prev, cur int64    // sliding counter
+	expires      int64    // µs; zero when empty
+}
+
+type bucket struct{ index, count int64 }
+
+func newMemoryStore(clock func() int64) *memoryStore {
+	s := &memoryStore{seed: maphash.MakeSeed(), clock: clock}
+	for i := range s.shards {
+		s.shards[i].keys = make(map[string]*memKey)
+	}
+	return s
+}
+
+func (s *memoryStore) shard(key string) *memShard {
+	return &s.shards[maphash.String(s.seed, key)%memShards]
+}
+
+// lock returns key's shard locked, and the time of the call.
+func (s *memoryStore) lock(q *query) (*memShard, int64) {
+	sh := s.shard(q.key)
+	sh.mu.Lock()
+	now := q.now
+	if now == 0 {
+		now = s.clock()
+	}
+	sh.calls++
+	if sh.calls%sweepEvery == 0 {
+		sh.sweep(now)
+	}
+	return sh, now
+}
+
+// sweep drops up to sweepKeys expired keys; map order is random, so every
+// key is reached in time.
+func (sh *memShard) sweep(now int64) {
+	n := 0
+	for k, mk := range sh.keys {
+		if mk.expires <= now {
+			delete(sh.keys, k)
+		}
+		if n++; n == sweepKeys {
+			return
+		}
+	}
+}
+
+// states returns the state of each limit of q, created when missing.
+func (sh *memShard) states(q *query, now int64, dst []*memState) []*memState {
+	mk := sh.keys[q.key]
+	if mk == nil {
+		mk = &memKey{}
+		sh.keys[q.key] = mk
+	}
+	for _, l := range q.limits {
+		var st *memState
+		prec := int64(0)
+		if l.Algorithm == SlidingBuckets {
+			prec = micros(l.precision())
+		}
+		for _, c := range mk.states {
+			if c.alg == l.Algorithm && c.window == micros(l.Window) && c.prec == prec {
+				st = c
+				break
+			}
+		}
+		if st == nil {
+			st = &memState{alg: l.Algorithm, window: micros(l.Window), prec: prec}
+			mk.states = append(mk.states, st)
+		}
+		if st.expires != 0 && st.expires <= now {
+			st.clear()
+		}
+		dst = append(dst, st)
+	}
+	return dst
+}
+
+// touch updates the key's expiry after its states changed, and forgets it
+// when every state is empty.
+func (sh *memShard) touch(key string) {
+	mk := sh.keys[key]
+	if mk == nil {
+		return
+	}
+	mk.expires = 0
+	for _, st := range mk.states {
+		mk.expires = max(mk.expires, st.expires)
+	}
+	if mk.expires == 0 {
+		delete(sh.keys, key)
+	}
+}
+
+func (st *memState) clear() {
+	st.log = st.log[:0]
+	st.buckets = st.buckets[:0]
+	st.w, st.prev, st.cur, st.expires = 0, 0, 0, 0
+}
+
+// check mirrors the *_check functions of algorithms.lua.
+func (st *memState) check(count, n, now int64) (free, retry, reset int64) {
+	switch st.alg {
+	case SlidingLog:
+		return st.logCheck(count, n, now)
+	case SlidingBuckets:
+		return st.bucketsCheck(count, n, now)
+	}
+	return st.counterCheck(count, n, now)
+}
+
+// add mirrors the *_add functions of algorithms.lua; it returns the reset.
+func (st *memState) add(n, t, now int64) int64 {
+	switch st.alg {
+	case SlidingLog:
+		i := sort.Search(len(st.log), func(i int) bool { return st.log[i] > t })
+		st.log = append(st.log, make([]int64, n)...)
+		copy(st.log[i+int(n):], st.log[i:])
+		for j := range n {
+			st.log[i+int(j)] = t
+		}
+		st.expires = st.log[len(st.log)-1] + st.window
+	case SlidingBuckets:
+		b := floorDiv(now, st.prec)
+		if k := len(st.buckets); k > 0 && st.buckets[k-1].index == b {
+			st.buckets[k-1].count += n
+		} else {
+			i := sort.Search(k, func(i int) bool { return st.buckets[i].index >= b })
+			if i < k && st.buckets[i].index == b {
+				st.buckets[i].count += n
+			} else {
+				st.buckets = append(st.buckets, bucket{})
+				copy(st.buckets[i+1:], st.buckets[i:])
+				st.buckets[i] = bucket{b, n}
+			}
+		}
+		st.expires = (st.buckets[len(st.buckets)-1].index+1)*st.prec + st.window
+	default:
+		c := st.roll(now)
+		st.w, st.cur = c, st.cur+n
+		st.expires = (c + 2) * st.window
+	}
+	return st.expires - now
+}
+
+func (st *memState) logCheck(count, n, now int64) (free, retry, reset int64) {
+	i := sort.Search(len(st.log), func(i int) bool { return st.log[i] > now-st.window })
+	if i > 0 {
+		st.log = st.log[:copy(st.log, st.log[i:])]
+	}
+	used := int64(len(st.log))
+	if used > 0 {
+		reset = st.log[used-1] + st.window - now
+	} else {
+		st.expires = 0
+	}
+	if k := count - n + 1; k <= 0 {
+		retry = -1
+	} else if used >= k {
+		retry = st.log[used-k] + st.window - now
+	}
+	return max(count-used, 0), retry, reset
+}
+
+func (st *memState) bucketsCheck(count, n, now int64) (free, retry, reset int64) {
+	oldest := floorDiv(now-st.window, st.prec)
+	i := sort.Search(len(st.buckets), func(i int) bool { return st.buckets[i].index >= oldest })
+	if i > 0 {
+		st.buckets = st.buckets[:copy(st.buckets, st.buckets[i:])]
+	}
+	var used int64
+	for _, b := range st.buckets {
+		used += b.count
+	}
+	if k := len(st.buckets); k > 0 {
+		reset = (st.buckets[k-1].index+1)*st.prec + st.window - now
+	} else {
+		st.expires = 0
+	}
+	if n > count {
+		retry = -1
+	} else if over := used + n - count; over > 0 {
+		for _, b := range st.buckets {
+			if over -= b.count; over <= 0 {
+				retry = (b.index+1)*st.prec + st.window - now
+				break
+			}
+		}
+	}
+	return max(count-used, 0), retry, reset
+}
+
+// roll moves the counter to the fixed window of now and returns its index.
+func (st *memState) roll(now int64) int64 {
+	c := floorDiv(now, st.window)
+	if st.w != c {
+		if st.w == c-1 {
+			st.prev, st.cur = st.cur, 0
+		} else {
+			st.prev, st.cur = 0, 0
+		}
+		st.w = c
+	}
+	return c
+}
+
+func (st *memState) counterCheck(count, n, now int64) (free, retry, reset int64) {
+	c := st.roll(now)
+	w, prev, cur := st.window, st.prev, st.cur
+	elapsed := now - c*w
+	weighted := float64(prev) * float64(w-elapsed)
+	free = max(int64((float64(count*w)-weighted-float64(cur*w))/float64(w)), 0)
+	if cur > 0 {
+		reset = (c+2)*w - now
+	} else if prev > 0 {
+		reset = (c+1)*w - now
+	} else {
+		st.expires = 0
+	}
+	switch {
+	case n > count:
+		retry = -1
+	case weighted+float64((cur+n)*w) <= float64(count*w):
+	case cur+n <= count:
+		e := w - int64(float64((count-n-cur)*w)/float64(prev))
+		retry = e - elapsed
+	default:
+		e := w - int64(float64((count-n)*w)/float64(cur))
+		retry = (c+1)*w - now + e
+	}
+	return free, retry, reset
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if (a%b != 0) && ((a < 0) != (b < 0)) {
+		q--
+	}
+	return q
+}
+
+func (s *memoryStore) allow(_ context.Context, q *query) (Result, error) {
+	sh, now := s.lock(q)
+	defer sh.mu.Unlock()
+	var buf [4]*memState
+	states := sh.states(q, now, buf[:0])
+	var (
+		free, retry, reset [4]int64
+		allowed            = true
+	)
+	fr, rt, rs := free[:0], retry[:0], reset[:0]
+	for i, st := range states {
+		f, r, z := st.check(q.limits[i].Count, q.n, now)
+		fr, rt, rs = append(fr, f), append(rt, r), append(rs, z)
+		if r != 0 {
+			allowed = false
+		}
+	}
+	var b binder
+	for i, st := range states {
+		if allowed && q.commit {
+			rs[i] = st.add(q.n, now, now)
+			fr[i] -= q.n
+		}
+		b.add(q.limits[i], allowed, fr[i], rt[i], rs[i])
+	}
+	sh.touch(q.key)
+	return b.result(allowed), nil
+}
+
+func (s *memoryStore) reserve(_ context.Context, q *query, longest int64) (reservation, error) {
+	sh, now := s.lock(q)
+	defer sh.mu.Unlock()
+	var buf [4]*memState
+	states := sh.states(q, now, buf[:0])
+	at := now
+	for i, st := range states {
+		_, retry, _ := st.check(q.limits[i].Count, q.n, now)
+		if retry < 0 {
+			sh.touch(q.key)
+			return reservation{wait: -1}, nil
+		}
+		at = max(at, now+retry)
+	}
+	if longest >= 0 && at-now > longest {
+		sh.touch(q.key)
+		return reservation{wait: at - now}, nil
+	}
+	for _, st := range states {
+		st.add(q.n, at, now)
+	}
+	sh.touch(q.key)
+	return reservation{ok: true, wait: at - now, at: at}, nil
+}
+
+func (s *memoryStore) release(_ context.Context, q *query, r reservation) error {
+	sh := s.shard(q.key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	mk := sh.keys[q.key]
+	if mk == nil {
+		return nil
+	}
+	for _, l := range q.limits {
+		for _, st := range mk.states {
+			if st.alg != SlidingLog || st.window != micros(l.Window) {
+				continue
+			}
+			i := sort.Search(len(st.log), func(i int) bool { return st.log[i] >= r.at })
+			j := i
+			for j < len(st.log) && j-i < int(q.n) && st.log[j] == r.at {
+				j++
+			}
+			st.log = append(st.log[:i], st.log[j:]...)
+			if len(st.log) == 0 {
+				st.expires = 0
+			} else {
+				st.expires = st.log[len(st.log)-1] + st.window
+			}
+		}
+	}
+	sh.touch(q.key)
+	return nil
+}
+
+func (s *memoryStore) reset(_ context.Context, q *query) error {
+	sh := s.shard(q.key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	mk := sh.keys[q.key]
+	if mk == nil {
+		return nil
+	}
+	for _, l := range q.limits {
+		prec := int64(0)
+		if l.Algorithm == SlidingBuckets {
+			prec = micros(l.precision())
+		}
+		for _, st := range mk.states {
+			if st.alg == l.Algorithm && st.window == micros(l.Window) && st.prec == prec {
+				st.clear()
+			}
+		}
+	}
+	sh.touch(q.key)
+	return nil
+}

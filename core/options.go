@@ -1,0 +1,108 @@
+package core
+
+import (
+	"fmt"
+	"time"
+)
+
+// Option configures a Limiter.
+type Option func(*config)
+
+type config struct {
+	prefix    string
+	clock     func() time.Time
+	timeout   time.Duration
+	mode      FailureMode
+	share     float64
+	cacheSize int
+	observer  Observer
+}
+
+func defaults() config {
+	return config{prefix: DefaultPrefix, timeout: DefaultTimeout, cacheSize: DefaultDenyCacheSize}
+}
+
+const (
+	// DefaultPrefix starts every storage key: "rw:{<key>}:l60000".
+	DefaultPrefix = "rw:"
+	// DefaultTimeout bounds each call to Redis.
+	DefaultTimeout = 100 * time.Millisecond
+	// DefaultDenyCacheSize is the number of denied keys a Limiter remembers.
+	DefaultDenyCacheSize = 10000
+)
+
+// WithPrefix sets the prefix of every storage key. Default DefaultPrefix.
+func WithPrefix(prefix string) Option { return func(c *config) { c.prefix = prefix } }
+
+// WithClock makes the Limiter read the time from now instead of the Redis
+// server's TIME (or the process clock for NewMemory). It is for tests with
+// a controlled clock, such as miniredis.SetTime; in production every replica
+// must use the server's time.
+func WithClock(now func() time.Time) Option { return func(c *config) { c.clock = now } }
+
+// WithTimeout bounds every call to Redis: a decision that takes longer is a
+// failure, answered by the failure mode. The caller's context deadline still
+// applies when it is earlier. Zero means no bound beyond the caller's
+// context. Default DefaultTimeout.
+func WithTimeout(d time.Duration) Option { return func(c *config) { c.timeout = d } }
+
+// FailureMode chooses what a Limiter answers when Redis fails or times out.
+// The error is returned alongside the result in every mode.
+type FailureMode uint8
+
+const (
+	// FailOpen allows the request. It is the default: a rate limiter should
+	// not take the service down with Redis.
+	FailOpen FailureMode = iota
+	// FailClosed denies the request. The HTTP middleware answers 503.
+	FailClosed
+	// FailLocal decides with an in-memory limiter in this process, with
+	// each limit's Count scaled by the share given to WithLocalShare: with
+	// N replicas, a share of 1/N keeps the total near the limit.
+	FailLocal
+)
+
+// String returns "fail-open", "fail-closed" or "fail-local".
+func (m FailureMode) String() string {
+	switch m {
+	case FailOpen:
+		return "fail-open"
+	case FailClosed:
+		return "fail-closed"
+	case FailLocal:
+		return "fail-local"
+	}
+	return fmt.Sprintf("failure-mode(%d)", uint8(m))
+}
+
+// WithFailureMode sets what the Limiter answers when Redis fails.
+// Default FailOpen. FailLocal needs WithLocalShare.
+func WithFailureMode(m FailureMode) Option { return func(c *config) { c.mode = m } }
+
+// WithLocalShare sets the share of each limit's Count that this instance
+// admits on its own under FailLocal, in (0, 1]: 1/N for N replicas.
+// The scaled Count is never below 1.
+func WithLocalShare(share float64) Option { return func(c *config) { c.share = share } }
+
+// WithDenyCache sets how many denied keys the Limiter remembers, answering
+// their repeat requests without a round trip until RetryAfter has passed.
+// Zero turns the cache off. Default DefaultDenyCacheSize.
+func WithDenyCache(size int) Option { return func(c *config) { c.cacheSize = size } }
+
+// WithObserver sets a function that receives every decision. It is called
+// synchronously: keep it fast.
+func WithObserver(o Observer) Option { return func(c *config) { c.observer = o } }
+
+func (c *config) validate() error {
+	switch {
+	case c.mode > FailLocal:
+		return fmt.Errorf("ratewindow: unknown %s", c.mode)
+	case c.mode == FailLocal && !(c.share > 0 && c.share <= 1):
+		return fmt.Errorf("ratewindow: fail-local needs WithLocalShare in (0, 1], got %v", c.share)
+	case c.timeout < 0:
+		return fmt.Errorf("ratewindow: negative timeout %s", c.timeout)
+	case c.cacheSize < 0:
+		return fmt.Errorf("ratewindow: negative deny cache size %d", c.cacheSize)
+	}
+	return nil
+}
