@@ -1,0 +1,45 @@
+// Package keyfuncs turns an HTTP request into a rate-limit key.
+//
+// A key function has the type [Func]. The ready ones build keys with a fixed
+// prefix, so keys of different kinds never collide:
+//
+//	IP       ip:203.0.113.5, ip:2001:db8:1:2::/64
+//	Header   h:x-api-key:<value>
+//	User     user:<id>
+//	Route    route:/users/{id}
+//	Method   method:GET
+//	Join     user:42|route:/login
+//
+// # Client address
+//
+// [IP] keys a request by the peer address in RemoteAddr. X-Forwarded-For is
+// read only when the peer is inside one of the trusted proxy prefixes; then
+// the list is walked from the right, past the trusted proxies, and the first
+// untrusted address is the client. A client can therefore add whatever it
+// likes to the left of the list without changing its key. Other headers
+// (X-Real-IP, True-Client-IP, Forwarded, CF-Connecting-IP) are never read.
+// IPv6 clients are grouped by /64 by default, so a client cannot rotate
+// addresses inside its own allocation to escape a limit. See [IP] for the
+// exact rules.
+//
+// # Route
+//
+// [Route] keys a request by its route pattern, never by its raw path, so one
+// limit covers /users/1 and /users/2 and a client cannot mint new keys by
+// changing the path. The pattern comes from the request context, where a
+// framework adapter puts it with [WithRoute], or else from
+// [http.Request.Pattern], which [http.ServeMux] sets on the request it hands
+// to the matched handler.
+//
+// # Errors
+//
+// A key function that cannot produce a key returns an error and an empty key;
+// it never panics on request input. Callers test errors with [errors.Is]:
+// [ErrNoHeader], [ErrNoUser] and [ErrNoRoute] also match [ErrNoKey] (the
+// request carries no key of that kind), while [ErrBadRemoteAddr] means the
+// server handed over a RemoteAddr that is not an IP address.
+//
+// Constructors panic on invalid configuration (a nil function, an empty
+// header name, an invalid prefix), so mistakes show at start-up, never at
+// request time.
+package keyfuncs

@@ -1,0 +1,131 @@
+package keyfuncs_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+
+	"github.com/ratewindow/ratewindow/keyfuncs"
+)
+
+func ExampleIP() {
+	key := keyfuncs.IP()
+
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.RemoteAddr = "203.0.113.5:4711"
+	r.Header.Set("X-Forwarded-For", "198.51.100.1") // not trusted: ignored
+	fmt.Println(key(r))
+
+	r.RemoteAddr = "[2001:db8:1:2::5]:4711" // IPv6 is grouped by /64
+	fmt.Println(key(r))
+	// Output:
+	// ip:203.0.113.5 <nil>
+	// ip:2001:db8:1:2::/64 <nil>
+}
+
+func ExampleIP_trustedProxy() {
+	// The load balancers live in 10.0.0.0/8.
+	key := keyfuncs.IP(netip.MustParsePrefix("10.0.0.0/8"))
+
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.RemoteAddr = "10.0.0.1:4711"
+	// The client sent "198.51.100.66"; the proxies appended what they saw.
+	r.Header.Set("X-Forwarded-For", "198.51.100.66, 203.0.113.5, 10.1.1.1")
+	fmt.Println(key(r))
+
+	// A list that does not parse is not trusted: the key is the proxy's.
+	r.Header.Set("X-Forwarded-For", "203.0.113.5, unknown")
+	fmt.Println(key(r))
+	// Output:
+	// ip:203.0.113.5 <nil>
+	// ip:10.0.0.1 <nil>
+}
+
+func ExampleIPWith() {
+	key := keyfuncs.IPWith(keyfuncs.IPOptions{IPv6Bits: 48})
+
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.RemoteAddr = "[2001:db8:1:2::5]:4711"
+	fmt.Println(key(r))
+	// Output:
+	// ip:2001:db8:1::/48 <nil>
+}
+
+func ExampleHeader() {
+	key := keyfuncs.Header("X-API-Key")
+
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.Header.Set("X-API-Key", "k-123")
+	fmt.Println(key(r))
+
+	r.Header.Del("X-API-Key")
+	_, err := key(r)
+	fmt.Println(errors.Is(err, keyfuncs.ErrNoHeader))
+	// Output:
+	// h:x-api-key:k-123 <nil>
+	// true
+}
+
+type accountKey struct{}
+
+func ExampleUser() {
+	key := keyfuncs.User(func(ctx context.Context) (string, bool) {
+		id, ok := ctx.Value(accountKey{}).(string)
+		return id, ok
+	})
+
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r = r.WithContext(context.WithValue(r.Context(), accountKey{}, "42"))
+	fmt.Println(key(r))
+	// Output:
+	// user:42 <nil>
+}
+
+func ExampleRoute() {
+	key := keyfuncs.Route()
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /users/{id}", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Println(key(r)) // the pattern, not the path
+	})
+	mux.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/users/1", nil))
+	mux.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/users/2", nil))
+
+	// Outside the mux there is no pattern, and the path is never used.
+	_, err := key(httptest.NewRequest(http.MethodGet, "/users/3", nil))
+	fmt.Println(err)
+	// Output:
+	// route:/users/{id} <nil>
+	// route:/users/{id} <nil>
+	// ratewindow: no route pattern
+}
+
+func ExampleWithRoute() {
+	// What a framework adapter does with the framework's pattern
+	// (gin's c.FullPath(), echo's c.Path(), chi's RoutePattern()).
+	r := httptest.NewRequest(http.MethodGet, "/users/1", nil)
+	r = r.WithContext(keyfuncs.WithRoute(r.Context(), "/users/:id"))
+
+	fmt.Println(keyfuncs.Route()(r))
+	// Output:
+	// route:/users/:id <nil>
+}
+
+func ExampleJoin() {
+	key := keyfuncs.Join(keyfuncs.IP(), keyfuncs.Method(), keyfuncs.Route())
+
+	r := httptest.NewRequest(http.MethodPost, "/login", nil)
+	r.RemoteAddr = "203.0.113.5:4711"
+	r.Pattern = "POST /login" // as set by http.ServeMux
+	fmt.Println(key(r))
+
+	r.Pattern = ""
+	_, err := key(r)
+	fmt.Println(errors.Is(err, keyfuncs.ErrNoRoute))
+	// Output:
+	// ip:203.0.113.5|method:POST|route:/login <nil>
+	// true
+}

@@ -1,0 +1,190 @@
+package keyfuncs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+)
+
+// Func extracts a rate-limit key from a request.
+//
+// It returns a non-empty key, or an empty key and an error. It must be safe
+// for concurrent use.
+type Func func(*http.Request) (string, error)
+
+var (
+	// ErrNoKey means that a key function produced no key. [ErrNoHeader],
+	// [ErrNoUser] and [ErrNoRoute] match it too; [Join] returns it when it
+	// has no key functions or one of them returned an empty key.
+	ErrNoKey = errors.New("ratewindow: no key")
+
+	// ErrNoHeader means that the header read by [Header] is missing or empty.
+	ErrNoHeader error = &noKeyError{"ratewindow: header missing or empty"}
+
+	// ErrNoUser means that the function given to [User] found no user.
+	ErrNoUser error = &noKeyError{"ratewindow: no user"}
+
+	// ErrNoRoute means that [Route] found no route pattern, neither in the
+	// request context ([WithRoute]) nor in [http.Request.Pattern].
+	ErrNoRoute error = &noKeyError{"ratewindow: no route pattern"}
+
+	// ErrBadRemoteAddr means that [http.Request.RemoteAddr] is not an IP
+	// address, with or without a port (for example on a Unix socket).
+	ErrBadRemoteAddr = errors.New("ratewindow: RemoteAddr is not an IP address")
+)
+
+// noKeyError is an error that also matches ErrNoKey.
+type noKeyError struct{ msg string }
+
+func (e *noKeyError) Error() string        { return e.msg }
+func (e *noKeyError) Is(target error) bool { return target == ErrNoKey }
+
+// Header keys a request by the first value of the named header:
+// "h:" + lower-case name + ":" + value, e.g. "h:x-api-key:abc".
+//
+// A missing or empty header is an error that matches [ErrNoHeader]. The
+// value is sent by the client: combine it with [IP] or validate it (e.g. an
+// API key) unless each value stands for a client you know.
+//
+// Header panics if name is empty.
+func Header(name string) Func {
+	if name == "" {
+		panic("ratewindow: keyfuncs.Header: empty header name")
+	}
+	canonical := http.CanonicalHeaderKey(name)
+	prefix := "h:" + strings.ToLower(canonical) + ":"
+	missing := fmt.Errorf("%w: %s", ErrNoHeader, canonical)
+	return func(r *http.Request) (string, error) {
+		vs := r.Header[canonical]
+		if len(vs) == 0 || vs[0] == "" {
+			return "", missing
+		}
+		return prefix + vs[0], nil
+	}
+}
+
+// User keys a request by the user that fn finds in the request context:
+// "user:" + id. If fn reports false or an empty id, the error is [ErrNoUser].
+//
+// User panics if fn is nil.
+func User(fn func(context.Context) (string, bool)) Func {
+	if fn == nil {
+		panic("ratewindow: keyfuncs.User: nil function")
+	}
+	return func(r *http.Request) (string, error) {
+		id, ok := fn(r.Context())
+		if !ok || id == "" {
+			return "", ErrNoUser
+		}
+		return "user:" + id, nil
+	}
+}
+
+// routeKey is the context key under which WithRoute stores a pattern.
+type routeKey struct{}
+
+// WithRoute returns a copy of ctx that carries the route pattern that
+// matched the request, for [Route]. Framework adapters call it with the
+// framework's pattern (chi's RoutePattern, gin's FullPath, echo's Path)
+// before the key function runs. The pattern is stored as given. An empty
+// pattern means no route and hides any pattern stored earlier.
+func WithRoute(ctx context.Context, pattern string) context.Context {
+	return context.WithValue(ctx, routeKey{}, pattern)
+}
+
+// RouteFrom returns the route pattern stored by [WithRoute], and whether
+// there is a non-empty one.
+func RouteFrom(ctx context.Context) (string, bool) {
+	p, _ := ctx.Value(routeKey{}).(string)
+	return p, p != ""
+}
+
+// Route keys a request by its route pattern, never by its raw path:
+// "route:" + pattern, e.g. "route:/users/{id}".
+//
+// The pattern stored in the request context by [WithRoute] comes first.
+// Otherwise Route uses [http.Request.Pattern], set by [http.ServeMux] on the
+// request it passes to the matched handler, without its method: the pattern
+// "GET /users/{id}" gives "route:/users/{id}" (a host stays:
+// "example.com/users/{id}"). With neither, the error is [ErrNoRoute].
+//
+// r.Pattern is empty in a middleware that wraps the whole mux, since the
+// mux has not routed the request yet: wrap the handlers registered on the
+// mux instead, or store the pattern found by [http.ServeMux.Handler] with
+// [WithRoute].
+func Route() Func {
+	return func(r *http.Request) (string, error) {
+		if p, ok := RouteFrom(r.Context()); ok {
+			return "route:" + p, nil
+		}
+		if p := stripMethod(r.Pattern); p != "" {
+			return "route:" + p, nil
+		}
+		return "", ErrNoRoute
+	}
+}
+
+// stripMethod removes the "METHOD " part of a ServeMux pattern. A valid
+// pattern that contains a space or a tab always starts with a method.
+func stripMethod(pattern string) string {
+	if i := strings.IndexAny(pattern, " \t"); i >= 0 {
+		return strings.TrimLeft(pattern[i:], " \t")
+	}
+	return pattern
+}
+
+// Method keys a request by its method: "method:" + r.Method, e.g.
+// "method:GET". An empty method is GET, as in net/http. Clients may send
+// methods of their own: combine Method with another key.
+func Method() Func {
+	return func(r *http.Request) (string, error) {
+		if r.Method == "" {
+			return "method:GET", nil
+		}
+		return "method:" + r.Method, nil
+	}
+}
+
+// errJoinEmpty is returned by the Func of a Join without key functions.
+var errJoinEmpty = fmt.Errorf("%w (Join without key functions)", ErrNoKey)
+
+// Join keys a request by several keys joined with "|" in order, e.g.
+// Join(User(fn), Route()) gives "user:42|route:/login".
+//
+// The first error wins and is returned wrapped (errors.Is sees through it);
+// the keys after it are not computed. A key function that returns an empty
+// key without an error is an error that matches [ErrNoKey]. Join with no
+// key functions returns a Func that always fails with [ErrNoKey].
+//
+// Join panics if one of fs is nil.
+func Join(fs ...Func) Func {
+	if len(fs) == 0 {
+		return func(*http.Request) (string, error) { return "", errJoinEmpty }
+	}
+	for i, f := range fs {
+		if f == nil {
+			panic(fmt.Sprintf("ratewindow: keyfuncs.Join: key function %d is nil", i+1))
+		}
+	}
+	fs = append([]Func(nil), fs...)
+	return func(r *http.Request) (string, error) {
+		var buf [128]byte
+		b := buf[:0]
+		for i, f := range fs {
+			k, err := f(r)
+			if err == nil && k == "" {
+				err = ErrNoKey
+			}
+			if err != nil {
+				return "", fmt.Errorf("%w (Join key %d of %d)", err, i+1, len(fs))
+			}
+			if i > 0 {
+				b = append(b, '|')
+			}
+			b = append(b, k...)
+		}
+		return string(b), nil
+	}
+}
