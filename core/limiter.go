@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -49,17 +50,15 @@ func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
 
 // NewMemory returns a Limiter that keeps its counts in this process's
 // memory, with the same algorithms as Redis. Limits then hold per process,
-// not across replicas. Options about Redis (prefix, timeout, failure mode)
-// have no effect.
+// not across replicas. Options about Redis (prefix, timeout, failure mode,
+// deny cache) have no effect.
 func NewMemory(opts ...Option) *Limiter {
 	c := defaults()
 	for _, o := range opts {
 		o(&c)
 	}
-	c.mode, c.timeout = FailOpen, 0
-	if c.cacheSize < 0 {
-		c.cacheSize = 0
-	}
+	// the deny cache saves round trips; the memory store has none to save
+	c.mode, c.timeout, c.cacheSize = FailOpen, 0, 0
 	l := newLimiter(c)
 	l.store = newMemoryStore(l.micros)
 	return l
@@ -168,8 +167,18 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 			return r, nil
 		}
 	}
-	q := query{key: key, n: n, limits: limits, commit: commit, now: l.queryTime()}
-	r, err := l.run(ctx, &q)
+	var (
+		r   Result
+		err error
+	)
+	if ms, ok := l.store.(*memoryStore); ok {
+		r = ms.decide(key, n, limits, commit, l.queryTime()) // no allocation
+	} else {
+		// the query crosses an interface: give it its own copy of limits
+		// so that the caller's variadic slice can stay on its stack
+		q := &query{key: key, n: n, limits: slices.Clone(limits), commit: commit, now: l.queryTime()}
+		r, err = l.run(ctx, q)
+	}
 	if err == nil && l.cache != nil && commit && !r.Allowed {
 		l.cache.put(key, n, limits, cachedAt, r)
 	}

@@ -5,6 +5,7 @@ import (
 	"hash/maphash"
 	"sort"
 	"sync"
+	"sync/atomic"
 )
 
 // memoryStore runs the algorithms of the Lua scripts in Go, for one process.
@@ -14,19 +15,20 @@ import (
 type memoryStore struct {
 	seed   maphash.Seed
 	clock  func() int64 // µs since the epoch
+	calls  atomic.Uint64
 	shards [memShards]memShard
 }
 
 const (
-	memShards  = 64
-	sweepEvery = 64 // calls per shard between two sweeps
-	sweepKeys  = 16 // keys checked by one sweep
+	memShards   = 64
+	sweepEvery  = 64 // calls per shard between two sweeps
+	sweepKeys   = 16 // keys checked by one sample
+	sweepRounds = 16 // samples in one sweep, at most
 )
 
 type memShard struct {
-	mu    sync.Mutex
-	keys  map[string]*memKey
-	calls uint32
+	mu   sync.Mutex
+	keys map[string]*memKey
 }
 
 // memKey holds the state of every limit used with one key.
@@ -59,43 +61,55 @@ func (s *memoryStore) shard(key string) *memShard {
 	return &s.shards[maphash.String(s.seed, key)%memShards]
 }
 
-// lock returns key's shard locked, and the time of the call.
-func (s *memoryStore) lock(q *query) (*memShard, int64) {
-	sh := s.shard(q.key)
-	sh.mu.Lock()
-	now := q.now
+// lock returns key's shard locked, and the time of the call. Every
+// sweepEvery-th call first sweeps the next shard in turn, so shards without
+// traffic are swept too.
+func (s *memoryStore) lock(q *query) (*memShard, int64) { return s.lockKey(q.key, q.now) }
+
+func (s *memoryStore) lockKey(key string, now int64) (*memShard, int64) {
 	if now == 0 {
 		now = s.clock()
 	}
-	sh.calls++
-	if sh.calls%sweepEvery == 0 {
-		sh.sweep(now)
+	if n := s.calls.Add(1); n%sweepEvery == 0 {
+		if sh := &s.shards[(n/sweepEvery)%memShards]; sh.mu.TryLock() {
+			sh.sweep(now)
+			sh.mu.Unlock()
+		}
 	}
+	sh := s.shard(key)
+	sh.mu.Lock()
 	return sh, now
 }
 
-// sweep drops up to sweepKeys expired keys; map order is random, so every
-// key is reached in time.
+// sweep drops expired keys the way Redis's active expiry does: it samples
+// sweepKeys keys (map order is random) and goes on while more than a
+// quarter of a sample had expired, for at most sweepRounds samples.
 func (sh *memShard) sweep(now int64) {
-	n := 0
-	for k, mk := range sh.keys {
-		if mk.expires <= now {
-			delete(sh.keys, k)
+	for round := 0; round < sweepRounds; round++ {
+		sampled, expired := 0, 0
+		for k, mk := range sh.keys {
+			if mk.expires <= now {
+				delete(sh.keys, k)
+				expired++
+			}
+			if sampled++; sampled == sweepKeys {
+				break
+			}
 		}
-		if n++; n == sweepKeys {
+		if expired*4 <= sampled {
 			return
 		}
 	}
 }
 
 // states returns the state of each limit of q, created when missing.
-func (sh *memShard) states(q *query, now int64, dst []*memState) []*memState {
-	mk := sh.keys[q.key]
+func (sh *memShard) states(key string, limits []Limit, now int64, dst []*memState) []*memState {
+	mk := sh.keys[key]
 	if mk == nil {
 		mk = &memKey{}
-		sh.keys[q.key] = mk
+		sh.keys[key] = mk
 	}
-	for _, l := range q.limits {
+	for _, l := range limits {
 		var st *memState
 		prec := int64(0)
 		if l.Algorithm == SlidingBuckets {
@@ -283,17 +297,23 @@ func floorDiv(a, b int64) int64 {
 }
 
 func (s *memoryStore) allow(_ context.Context, q *query) (Result, error) {
-	sh, now := s.lock(q)
+	return s.decide(q.key, q.n, q.limits, q.commit, q.now), nil
+}
+
+// decide is allow with the query's fields passed one by one, so that the
+// caller's limits slice does not escape (only the key is stored).
+func (s *memoryStore) decide(key string, n int64, limits []Limit, commit bool, now int64) Result {
+	sh, now := s.lockKey(key, now)
 	defer sh.mu.Unlock()
 	var buf [4]*memState
-	states := sh.states(q, now, buf[:0])
+	states := sh.states(key, limits, now, buf[:0])
 	var (
 		free, retry, reset [4]int64
 		allowed            = true
 	)
 	fr, rt, rs := free[:0], retry[:0], reset[:0]
 	for i, st := range states {
-		f, r, z := st.check(q.limits[i].Count, q.n, now)
+		f, r, z := st.check(limits[i].Count, n, now)
 		fr, rt, rs = append(fr, f), append(rt, r), append(rs, z)
 		if r != 0 {
 			allowed = false
@@ -301,21 +321,21 @@ func (s *memoryStore) allow(_ context.Context, q *query) (Result, error) {
 	}
 	var b binder
 	for i, st := range states {
-		if allowed && q.commit {
-			rs[i] = st.add(q.n, now, now)
-			fr[i] -= q.n
+		if allowed && commit {
+			rs[i] = st.add(n, now, now)
+			fr[i] -= n
 		}
-		b.add(q.limits[i], allowed, fr[i], rt[i], rs[i])
+		b.add(limits[i], allowed, fr[i], rt[i], rs[i])
 	}
-	sh.touch(q.key)
-	return b.result(allowed), nil
+	sh.touch(key)
+	return b.result(allowed)
 }
 
 func (s *memoryStore) reserve(_ context.Context, q *query, longest int64) (reservation, error) {
 	sh, now := s.lock(q)
 	defer sh.mu.Unlock()
 	var buf [4]*memState
-	states := sh.states(q, now, buf[:0])
+	states := sh.states(q.key, q.limits, now, buf[:0])
 	at := now
 	for i, st := range states {
 		_, retry, _ := st.check(q.limits[i].Count, q.n, now)

@@ -1,0 +1,54 @@
+// Package core decides whether a request may pass a set of sliding-window
+// rate limits, consistently across every replica of a service.
+//
+// A Limiter keeps its counts in Redis (New) or in the process's memory
+// (NewMemory). Each decision is one Lua script call (EVALSHA, with EVAL when
+// the script is not cached): every limit of the call is checked first, and
+// the units are recorded under all of them or under none, so a denied
+// request consumes nothing. The script reads the Redis server's TIME, so
+// replicas with skewed clocks agree.
+//
+// # Algorithms
+//
+// SlidingLog keeps one sorted-set member per admitted unit. It is exact: no
+// window of length Window ever holds more than Count units, RetryAfter is
+// the exact time until enough of the oldest units leave, and Wait reserves
+// a future slot in one round trip. Memory grows with Count.
+//
+// SlidingBuckets keeps a hash of counts per sub-window of Precision (default
+// Window/60, so about 61 fields, in Redis's compact encoding). A unit counts
+// from its bucket until the bucket's end plus Window, so it never admits
+// more than Count in any window; it may deny up to one Precision early.
+//
+// SlidingCounter keeps the counts of the previous and the current fixed
+// window and estimates the sliding count as
+//
+//	previous × (Window − elapsed)/Window + current
+//
+// It uses O(1) memory but is approximate. It assumes the previous window's
+// requests were spread evenly. Its worst case: when the previous window's
+// Count units all arrived at its very end, the estimate forgets them
+// linearly while they are all still inside the sliding window, so a sliding
+// window can hold up to nearly 2×Count units (Count at the end of one fixed
+// window, then up to Count·elapsed/Window more as the next one goes on).
+// When the previous window's units arrived early, it denies requests that an
+// exact log would admit. Use it where memory matters more than exactness.
+//
+// # Keys
+//
+// Each limit of a key is stored at "<prefix>{<key>}:<algorithm><window>",
+// such as "rw:{ip:203.0.113.9}:l60000": all limits of one key share the
+// Redis Cluster hash tag, so one script can touch them all. Keys longer than
+// 128 bytes, and keys with braces, are replaced by a fixed-length hash.
+// Every stored key carries a TTL of about one window (two for the counter),
+// so idle keys vanish.
+//
+// # Failures
+//
+// Every call to Redis is bounded by WithTimeout. When Redis fails, the
+// failure mode answers (FailOpen, FailClosed or FailLocal) and the error is
+// returned alongside the result. A small circuit breaker stops paying the
+// timeout on every call while Redis is down. Denials are remembered in a
+// local deny cache until their RetryAfter passes, answering repeat requests
+// without a round trip; this never changes a decision.
+package core

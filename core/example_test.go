@@ -1,0 +1,82 @@
+package core_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ratewindow/ratewindow/core"
+)
+
+func ExampleLimiter_Allow() {
+	ctx := context.Background()
+	// NewMemory keeps counts in this process; use core.New(redisClient) to
+	// share them across replicas.
+	l := core.NewMemory()
+	perSecond := core.PerSecond(2)
+	perHour := core.PerHour(100).With(core.SlidingCounter)
+
+	for i := 0; i < 3; i++ {
+		r, err := l.Allow(ctx, "user:42", perSecond, perHour)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println(r.Allowed, r.Remaining, r.Limit)
+	}
+	// Output:
+	// true 1 2 per 1s (sliding-log)
+	// true 0 2 per 1s (sliding-log)
+	// false 0 2 per 1s (sliding-log)
+}
+
+func ExampleLimiter_AllowN() {
+	ctx := context.Background()
+	l := core.NewMemory()
+	limit := core.PerMinute(10)
+
+	r, _ := l.AllowN(ctx, "export", 8, limit)
+	fmt.Println(r.Allowed, r.Remaining)
+	r, _ = l.AllowN(ctx, "export", 3, limit)
+	fmt.Println(r.Allowed, r.Remaining)
+	r, _ = l.AllowN(ctx, "export", 11, limit) // can never fit
+	fmt.Println(r.Allowed, r.Never())
+	// Output:
+	// true 2
+	// false 2
+	// false true
+}
+
+func ExampleLimiter_Peek() {
+	ctx := context.Background()
+	l := core.NewMemory()
+	limit := core.PerMinute(5)
+	l.Allow(ctx, "k", limit)
+	r, _ := l.Peek(ctx, "k", limit)
+	fmt.Println(r.Allowed, r.Remaining)
+	// Output: true 4
+}
+
+func ExampleLimiter_Wait() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	l := core.NewMemory()
+	limit := core.Per(2, 100*time.Millisecond)
+
+	start := time.Now()
+	for i := 0; i < 4; i++ {
+		if err := l.Wait(ctx, "third-party-api", limit); err != nil {
+			panic(err)
+		}
+	}
+	// two go at once, two wait for the window to slide
+	fmt.Println(time.Since(start) >= 100*time.Millisecond)
+	// Output: true
+}
+
+func ExampleLimit_String() {
+	fmt.Println(core.PerMinute(100))
+	fmt.Println(core.Limit{Count: 5, Window: time.Hour, Algorithm: core.SlidingBuckets, Precision: time.Minute}.PolicyName())
+	// Output:
+	// 100 per 1m0s (sliding-log)
+	// 5-per-1h
+}

@@ -1,0 +1,93 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// Expired state is dropped: after a flood of distinct keys and one window,
+// touching other keys sweeps the old ones away.
+func TestMemoryDropsExpiredKeys(t *testing.T) {
+	clock := newFakeClock()
+	l := NewMemory(WithClock(clock.Now), WithDenyCache(0))
+	ms := l.store.(*memoryStore)
+	ctx := context.Background()
+	for _, a := range algorithms {
+		lim := PerSecond(5).With(a)
+		for i := 0; i < 20000; i++ {
+			l.Allow(ctx, fmt.Sprint("flood-", a, i), lim)
+		}
+	}
+	if n := ms.len(); n != 60000 {
+		t.Fatalf("keys after the flood: %d", n)
+	}
+	clock.mu.Lock()
+	clock.t = clock.t.Add(3 * time.Second)
+	clock.mu.Unlock()
+	// steady traffic on a few keys sweeps the expired ones
+	for i := 0; i < 200000; i++ {
+		l.Allow(ctx, fmt.Sprint("live-", i%100), PerSecond(1000000))
+	}
+	if n := ms.len(); n > 100+1000 {
+		t.Fatalf("keys after the window: %d, want about 100", n)
+	}
+}
+
+func (s *memoryStore) len() int {
+	n := 0
+	for i := range s.shards {
+		s.shards[i].mu.Lock()
+		n += len(s.shards[i].keys)
+		s.shards[i].mu.Unlock()
+	}
+	return n
+}
+
+func TestLimitValidateAndString(t *testing.T) {
+	cases := []struct {
+		limit  Limit
+		valid  bool
+		str    string
+		policy string
+	}{
+		{PerSecond(10), true, "10 per 1s (sliding-log)", "10-per-1s"},
+		{PerMinute(100).With(SlidingBuckets), true, "100 per 1m0s (sliding-buckets)", "100-per-1m"},
+		{PerHour(5).With(SlidingCounter), true, "5 per 1h0m0s (sliding-counter)", "5-per-1h"},
+		{Per(3, 1500*time.Millisecond), true, "3 per 1.5s (sliding-log)", "3-per-1500ms"},
+		{Limit{Name: "burst", Count: 1, Window: time.Second}, true, "1 per 1s (sliding-log)", "burst"},
+		{Per(0, time.Second), false, "0 per 1s (sliding-log)", "0-per-1s"},
+		{Per(1, time.Microsecond), false, "1 per 1µs (sliding-log)", "1-per-1us"},
+	}
+	for _, c := range cases {
+		if err := c.limit.Validate(); (err == nil) != c.valid {
+			t.Errorf("%v: Validate = %v", c.limit, err)
+		}
+		if s := c.limit.String(); s != c.str {
+			t.Errorf("String = %q, want %q", s, c.str)
+		}
+		if s := c.limit.PolicyName(); s != c.policy {
+			t.Errorf("PolicyName = %q, want %q", s, c.policy)
+		}
+	}
+}
+
+func TestStorageKeys(t *testing.T) {
+	cases := []struct {
+		key   string
+		limit Limit
+		want  string
+	}{
+		{"ip:203.0.113.9", PerMinute(1), "rw:{ip:203.0.113.9}:l60000"},
+		{"u", PerSecond(1).With(SlidingBuckets), "rw:{u}:b1000"},
+		{"u", Limit{Count: 1, Window: time.Second, Algorithm: SlidingBuckets, Precision: 100 * time.Millisecond}, "rw:{u}:b1000/100"},
+		{"u", Per(1, 1500*time.Microsecond).With(SlidingCounter), "rw:{u}:c1500u"},
+		{"a{b}", PerSecond(1), "rw:{#uKS3Bgk7nHEuACsbKDwEhg}:l1000"},
+	}
+	for _, c := range cases {
+		if got := storageKey(keyTag(DefaultPrefix, c.key), c.limit); got != c.want {
+			t.Errorf("%q %v: got %q, want %q", c.key, c.limit, got, c.want)
+		}
+	}
+}
