@@ -1,0 +1,119 @@
+// Package chimw rate-limits chi routers with a ratewindow Limiter.
+//
+// Limit (or New, which returns the error of an invalid rule instead of
+// panicking) turns a core.Rule into chi middleware, for the whole router or
+// for some routes:
+//
+//	r := chi.NewRouter()
+//	r.Use(chimw.Limit(l, core.Rule{Name: "global", Limits: []core.Limit{core.PerMinute(600)}}))
+//	r.With(chimw.Limit(l, login)).Post("/login", handleLogin)
+//
+// The answers (header fields, 429, Retry-After, bodies) are those of every
+// ratewindow adapter, byte for byte: see core.Rule.
+//
+// # Route patterns
+//
+// keyfuncs.Route sees chi's route pattern ("/users/{id}", with the
+// prefixes of mounted sub-routers), also in middleware installed with Use,
+// which chi runs before it has routed the request: the middleware then
+// finds the pattern the router will match, with the router's Find. A
+// request that matches no route has no pattern. The middleware must run
+// inside a chi router (Use, With, Group or Route); wrapping a router from
+// outside gives no pattern.
+package chimw
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/ratewindow/ratewindow/core"
+)
+
+// New returns chi middleware that limits requests by rule on l, or an
+// error when the rule is invalid (see core.Rule.Validate).
+func New(l *core.Limiter, rule core.Rule) (func(http.Handler) http.Handler, error) {
+	e, err := core.NewEnforcer(l, rule)
+	if err != nil {
+		return nil, err
+	}
+	f := &finder{}
+	f.pool.New = func() any { return chi.NewRouteContext() }
+	return func(next http.Handler) http.Handler {
+		if next == nil {
+			panic(fmt.Sprintf("ratewindow: chimw: rule %q: nil next handler", rule.Name))
+		}
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r, ok := e.Handle(w, r, f.pattern(r)); ok {
+				next.ServeHTTP(w, r)
+			}
+		})
+	}, nil
+}
+
+// Limit is New for use at start-up: it panics with the error of an invalid
+// rule.
+func Limit(l *core.Limiter, rule core.Rule) func(http.Handler) http.Handler {
+	mw, err := New(l, rule)
+	if err != nil {
+		panic(fmt.Errorf("%w (chimw.Limit)", err))
+	}
+	return mw
+}
+
+// finder finds chi's route pattern of a request, also before routing.
+type finder struct {
+	pool sync.Pool // of *chi.Context for Find
+}
+
+// pattern returns the route pattern of r, as chi's RoutePattern gives it in
+// the handler, or "" when r matches no route or is not inside a chi router.
+func (f *finder) pattern(r *http.Request) string {
+	rctx := chi.RouteContext(r.Context())
+	if rctx == nil {
+		return ""
+	}
+	// Once chi has matched the endpoint, the last pattern is the endpoint's.
+	// Before routing there is none; inside a mounted sub-router's Use, the
+	// last one is the mount's, which ends in "*" (as does a catch-all
+	// endpoint, which Find gives back unchanged).
+	if n := len(rctx.RoutePatterns); n > 0 && !strings.HasSuffix(rctx.RoutePatterns[n-1], "*") {
+		return rctx.RoutePattern()
+	}
+	if rctx.Routes == nil {
+		return ""
+	}
+	method := rctx.RouteMethod
+	if method == "" {
+		method = r.Method
+	}
+	path := r.URL.RawPath
+	if path == "" {
+		path = r.URL.Path
+	}
+	if path == "" {
+		path = "/"
+	}
+	c := f.pool.Get().(*chi.Context)
+	c.Reset()
+	p := rctx.Routes.Find(c, method, path)
+	c.Reset()
+	f.pool.Put(c)
+	return normalize(p)
+}
+
+// normalize gives a pattern from Find the form of chi's RoutePattern:
+// "/*/" joints collapsed, no trailing slash but for "/".
+func normalize(p string) string {
+	for strings.Contains(p, "/*/") {
+		p = strings.ReplaceAll(p, "/*/", "/")
+	}
+	if p != "/" {
+		p = strings.TrimSuffix(p, "//")
+		p = strings.TrimSuffix(p, "/")
+	}
+	return p
+}

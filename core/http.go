@@ -1,0 +1,314 @@
+package core
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Header names, in the canonical form of http.Header's keys.
+const (
+	hdrXLimit      = "X-Ratelimit-Limit"
+	hdrXRemaining  = "X-Ratelimit-Remaining"
+	hdrXReset      = "X-Ratelimit-Reset"
+	hdrPolicy      = "Ratelimit-Policy"
+	hdrRateLimit   = "Ratelimit"
+	hdrRetryAfter  = "Retry-After"
+	hdrAccept      = "Accept"
+	hdrContentType = "Content-Type"
+	hdrContentLen  = "Content-Length"
+	hdrNoSniff     = "X-Content-Type-Options"
+)
+
+// ProblemQuotaExceeded is the problem type of a denial in an
+// application/problem+json body (draft-ietf-httpapi-ratelimit-headers-10,
+// section 5.1).
+const ProblemQuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+
+const (
+	problemTitle     = "Request cannot be satisfied as assigned quota has been exceeded"
+	problemType      = "application/problem+json"
+	textType         = "text/plain; charset=utf-8"
+	textTooMany      = "Too Many Requests\n"
+	textUnavailable  = "Service Unavailable\n"
+	jsonUnavailable  = `{"type":"about:blank","title":"Service Unavailable","status":503}`
+	maxSFInteger     = 999_999_999_999_999 // RFC 8941: at most 15 digits
+	unavailableRetry = "1"
+)
+
+// headerSet holds the header values of a rule's limits that never change,
+// computed once when the middleware is built.
+type headerSet struct {
+	policy string // RateLimit-Policy: every limit of the rule
+	limits []limitHeaders
+}
+
+// limitHeaders holds the precomputed values of one limit.
+type limitHeaders struct {
+	limit      Limit
+	count      string // X-RateLimit-Limit
+	item       string // the RateLimit item up to r's value: `"name";r=`
+	problem    []byte // the application/problem+json body of a denial
+	problemLen string
+}
+
+func newHeaderSet(limits []Limit) headerSet {
+	hs := headerSet{limits: make([]limitHeaders, len(limits))}
+	var policy []byte
+	for i, l := range limits {
+		hs.limits[i] = newLimitHeaders(l)
+		if i > 0 {
+			policy = append(policy, ", "...)
+		}
+		policy = appendPolicyItem(policy, l)
+	}
+	hs.policy = string(policy)
+	return hs
+}
+
+func newLimitHeaders(l Limit) limitHeaders {
+	name := l.PolicyName()
+	item := appendSFString(nil, name)
+	item = append(item, ";r="...)
+	body := append([]byte(nil), `{"type":"`+ProblemQuotaExceeded+`","title":"`+problemTitle+`","status":429,"violated-policies":[`...)
+	body = appendJSONString(body, name)
+	body = append(body, "]}"...)
+	return limitHeaders{
+		limit:      l,
+		count:      strconv.FormatInt(l.Count, 10),
+		item:       string(item),
+		problem:    body,
+		problemLen: strconv.Itoa(len(body)),
+	}
+}
+
+// lookup returns the precomputed values of the binding limit l, or computes
+// them when l is not one of the rule's (such as a limit scaled by
+// FailLocal).
+func (hs *headerSet) lookup(l Limit) *limitHeaders {
+	for i := range hs.limits {
+		if hs.limits[i].limit == l {
+			return &hs.limits[i]
+		}
+	}
+	lh := newLimitHeaders(l)
+	return &lh
+}
+
+// write sets the rate-limit fields of style for res.
+//
+// XRateLimit: X-RateLimit-Limit is the binding limit's Count,
+// X-RateLimit-Remaining the units it still admits, X-RateLimit-Reset the
+// seconds until it is full again, rounded up.
+//
+// IETF: RateLimit-Policy lists every limit of the rule with its quota q and
+// window w in seconds (rounded up, at least 1); RateLimit names the binding
+// limit with the remaining units r and t: when allowed, the seconds until
+// the limit is full again; when denied, the seconds until the request
+// would pass, which is also Retry-After; absent when it never can.
+// Integers above 15 digits are capped, as structured fields require.
+func (hs *headerSet) write(h http.Header, style HeaderStyle, res Result) {
+	if style == None || style > Both {
+		return
+	}
+	lh := hs.lookup(res.Limit)
+	remaining := max(res.Remaining, 0)
+	v := make([]string, 5)
+	if style != IETF {
+		v[0] = lh.count
+		v[1] = strconv.FormatInt(remaining, 10)
+		v[2] = strconv.FormatInt(ceilSeconds(res.ResetAfter), 10)
+		h[hdrXLimit] = v[0:1:1]
+		h[hdrXRemaining] = v[1:2:2]
+		h[hdrXReset] = v[2:3:3]
+	}
+	if style != XRateLimit {
+		var buf [96]byte
+		b := append(buf[:0], lh.item...)
+		b = strconv.AppendInt(b, min(remaining, maxSFInteger), 10)
+		switch {
+		case res.Allowed:
+			b = append(b, ";t="...)
+			b = strconv.AppendInt(b, min(ceilSeconds(res.ResetAfter), maxSFInteger), 10)
+		case !res.Never():
+			b = append(b, ";t="...)
+			b = strconv.AppendInt(b, min(retrySeconds(res.RetryAfter), maxSFInteger), 10)
+		}
+		v[3] = hs.policy
+		v[4] = string(b)
+		h[hdrPolicy] = v[3:4:4]
+		h[hdrRateLimit] = v[4:5:5]
+	}
+}
+
+// clearRateHeaders deletes every rate-limit field, before a rule writes
+// its own over another rule's.
+func clearRateHeaders(h http.Header) {
+	delete(h, hdrXLimit)
+	delete(h, hdrXRemaining)
+	delete(h, hdrXReset)
+	delete(h, hdrPolicy)
+	delete(h, hdrRateLimit)
+}
+
+// writeDenied writes the default answer to a denial: 429 with a short text
+// body, or the quota-exceeded problem when problem is set.
+func (hs *headerSet) writeDenied(w http.ResponseWriter, res Result, problem bool) {
+	h := w.Header()
+	if problem {
+		lh := hs.lookup(res.Limit)
+		h[hdrContentType] = []string{problemType}
+		h[hdrContentLen] = []string{lh.problemLen}
+		w.WriteHeader(http.StatusTooManyRequests)
+		_, _ = w.Write(lh.problem)
+		return
+	}
+	writeText(w, http.StatusTooManyRequests, textTooMany)
+}
+
+// writeUnavailable answers 503 Service Unavailable with Retry-After, for a
+// Limiter that fails closed.
+func writeUnavailable(w http.ResponseWriter, problem bool) {
+	h := w.Header()
+	h[hdrRetryAfter] = []string{unavailableRetry}
+	if problem {
+		h[hdrContentType] = []string{problemType}
+		h[hdrContentLen] = []string{strconv.Itoa(len(jsonUnavailable))}
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte(jsonUnavailable))
+		return
+	}
+	writeText(w, http.StatusServiceUnavailable, textUnavailable)
+}
+
+func writeText(w http.ResponseWriter, code int, body string) {
+	h := w.Header()
+	h[hdrContentType] = []string{textType}
+	h[hdrNoSniff] = []string{"nosniff"}
+	h[hdrContentLen] = []string{strconv.Itoa(len(body))}
+	w.WriteHeader(code)
+	_, _ = w.Write([]byte(body))
+}
+
+// ceilSeconds returns d in whole seconds, rounded up; 0 for d <= 0.
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	s := int64(d / time.Second)
+	if d%time.Second != 0 {
+		s++
+	}
+	return s
+}
+
+// retrySeconds is the Retry-After of a denial that passes after d: whole
+// seconds rounded up, at least 1.
+func retrySeconds(d time.Duration) int64 { return max(ceilSeconds(d), 1) }
+
+// appendPolicyItem appends the RateLimit-Policy item of l:
+// "name";q=Count;w=seconds.
+func appendPolicyItem(b []byte, l Limit) []byte {
+	b = appendSFString(b, l.PolicyName())
+	b = append(b, ";q="...)
+	b = strconv.AppendInt(b, min(max(l.Count, 0), maxSFInteger), 10)
+	b = append(b, ";w="...)
+	return strconv.AppendInt(b, min(max(ceilSeconds(l.Window), 1), maxSFInteger), 10)
+}
+
+// appendSFString appends s as a structured-field string (RFC 8941 section
+// 3.3.3): in quotes, with '"' and '\' escaped. Characters a string cannot
+// hold (outside %x20-7E) become '?'; Rule.Validate rejects policy names
+// with them.
+func appendSFString(b []byte, s string) []byte {
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+		case c < ' ' || c > '~':
+			b = append(b, '?')
+		default:
+			b = append(b, c)
+		}
+	}
+	return append(b, '"')
+}
+
+// appendJSONString appends s as a JSON string, with the same replacement
+// of non-printable characters as appendSFString.
+func appendJSONString(b []byte, s string) []byte {
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+		case c < ' ' || c > '~':
+			b = append(b, '?')
+		default:
+			b = append(b, c)
+		}
+	}
+	return append(b, '"')
+}
+
+// acceptsProblem reports whether the Accept field values list
+// application/problem+json with a non-zero weight.
+func acceptsProblem(accept []string) bool {
+	for _, v := range accept {
+		for len(v) > 0 {
+			rng := v
+			if i := strings.IndexByte(v, ','); i >= 0 {
+				rng, v = v[:i], v[i+1:]
+			} else {
+				v = ""
+			}
+			if problemRange(rng) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// problemRange reports whether one media range of Accept is
+// application/problem+json with a weight above zero.
+func problemRange(rng string) bool {
+	typ, params := rng, ""
+	if i := strings.IndexByte(rng, ';'); i >= 0 {
+		typ, params = rng[:i], rng[i+1:]
+	}
+	if !strings.EqualFold(trimOWS(typ), problemType) {
+		return false
+	}
+	for len(params) > 0 {
+		p := params
+		if i := strings.IndexByte(params, ';'); i >= 0 {
+			p, params = params[:i], params[i+1:]
+		} else {
+			params = ""
+		}
+		p = trimOWS(p)
+		if len(p) >= 2 && (p[0] == 'q' || p[0] == 'Q') && p[1] == '=' {
+			return !zeroWeight(trimOWS(p[2:]))
+		}
+	}
+	return true
+}
+
+// zeroWeight reports whether a qvalue is zero: "0", "0.", "0.000".
+func zeroWeight(q string) bool {
+	if q == "" || q[0] != '0' {
+		return false
+	}
+	for i := 1; i < len(q); i++ {
+		if q[i] != '.' && q[i] != '0' {
+			return false
+		}
+	}
+	return true
+}
+
+// trimOWS removes the optional white space of RFC 9110 around s.
+func trimOWS(s string) string { return strings.Trim(s, " \t") }

@@ -1,0 +1,427 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+
+	"github.com/ratewindow/ratewindow/keyfuncs"
+)
+
+// HeaderStyle selects the rate-limit header fields a Rule writes on allowed
+// and denied responses. Retry-After is written on every denial, whatever the
+// style.
+type HeaderStyle uint8
+
+const (
+	// XRateLimit writes X-RateLimit-Limit, X-RateLimit-Remaining and
+	// X-RateLimit-Reset (seconds until the binding limit is full again,
+	// rounded up). It is the default.
+	XRateLimit HeaderStyle = iota
+	// IETF writes the RateLimit-Policy and RateLimit fields of
+	// draft-ietf-httpapi-ratelimit-headers-10:
+	//
+	//	RateLimit-Policy: "100-per-1m";q=100;w=60, "5-per-1s";q=5;w=1
+	//	RateLimit: "100-per-1m";r=42;t=60
+	IETF
+	// Both writes the fields of XRateLimit and of IETF.
+	Both
+	// None writes no rate-limit fields.
+	None
+)
+
+// String returns "x-ratelimit", "ietf", "both" or "none".
+func (s HeaderStyle) String() string {
+	switch s {
+	case XRateLimit:
+		return "x-ratelimit"
+	case IETF:
+		return "ietf"
+	case Both:
+		return "both"
+	case None:
+		return "none"
+	}
+	return "header-style(" + strconv.Itoa(int(s)) + ")"
+}
+
+// ErrInvalidRule is wrapped by the errors of Rule.Validate and NewEnforcer.
+var ErrInvalidRule = errors.New("ratewindow: invalid rule")
+
+// Rule describes which HTTP requests to limit and how to answer: one
+// description shared by every adapter (nethttp, chimw, ginmw, echomw).
+//
+// A Rule is a value: build the middleware once, at start-up. The middleware
+// constructors validate it (see Validate) and report a bad rule then, never
+// at request time.
+type Rule struct {
+	// Name is the rule's namespace: the Limiter's key of a request is
+	// Name + ":" + the key function's result, so two rules never share
+	// counters. Observers receive it as Event.Rule. Required: printable
+	// ASCII without spaces, ':', '{' or '}', at most 64 bytes.
+	Name string
+	// Limits must all admit a request for it to pass (at least one).
+	// Their PolicyName appears in the IETF headers: it must be printable
+	// ASCII, and unique within the rule.
+	Limits []Limit
+	// Key returns the key a request is counted under. A key function that
+	// fails, or returns an empty key, is handled like a backend failure:
+	// OnError is called and the Limiter's failure mode decides.
+	// Default keyfuncs.IP(): the peer address, without trusting any proxy.
+	Key func(*http.Request) (string, error)
+	// Cost returns the number of units a request takes, such as 10 for an
+	// expensive search. A cost below 1 is handled like a key error.
+	// Default 1.
+	Cost func(*http.Request) int64
+	// Skip reports requests that pass without being counted and without
+	// touching the backend, such as health checks or an allow-list.
+	// Default: none.
+	Skip func(*http.Request) bool
+	// Headers selects the rate-limit header fields. Default XRateLimit.
+	Headers HeaderStyle
+	// OnDenied writes the response to a denied request. The rate-limit
+	// fields and Retry-After are already set in w.Header() when it is
+	// called: it writes the status (normally 429) and a body.
+	// Default: 429 with a short text/plain body, or the
+	// application/problem+json body of the quota-exceeded problem type when
+	// the client accepts it or ProblemJSON is set.
+	OnDenied func(http.ResponseWriter, *http.Request, Result)
+	// OnError is called with every key-function, cost or backend error,
+	// before the failure mode answers. It is the place to log. If it writes
+	// a response (calls WriteHeader or Write), the request stops there;
+	// otherwise the Limiter's failure mode decides: FailOpen passes the
+	// request without rate-limit fields, FailClosed answers 503 Service
+	// Unavailable with Retry-After, FailLocal answers the local decision
+	// (a key or cost error, which has no local decision, passes). The
+	// error's text never reaches the client. Default: nothing.
+	OnError func(http.ResponseWriter, *http.Request, error)
+	// DryRun decides and counts every request, sets the rate-limit fields
+	// and reports to the observer, but never denies: for rolling out a new
+	// limit safely. A request that would have been denied passes, and the
+	// observer sees an Event with Result.Allowed false.
+	DryRun bool
+	// ProblemJSON answers every denial with an application/problem+json
+	// body, whatever the client's Accept header.
+	ProblemJSON bool
+}
+
+// maxRuleName is the longest Rule.Name.
+const maxRuleName = 64
+
+// Validate reports whether the rule can be enforced. Its errors wrap
+// ErrInvalidRule, and ErrInvalidLimit or ErrNoLimits where they apply.
+func (r Rule) Validate() error {
+	switch {
+	case r.Name == "":
+		return fmt.Errorf("%w: empty Name", ErrInvalidRule)
+	case len(r.Name) > maxRuleName:
+		return fmt.Errorf("%w %q: Name is longer than %d bytes", ErrInvalidRule, r.Name, maxRuleName)
+	case r.Headers > None:
+		return fmt.Errorf("%w %q: unknown %s", ErrInvalidRule, r.Name, r.Headers)
+	case len(r.Limits) == 0:
+		return fmt.Errorf("%w %q: %w", ErrInvalidRule, r.Name, ErrNoLimits)
+	}
+	for i := 0; i < len(r.Name); i++ {
+		if c := r.Name[i]; c <= ' ' || c > '~' || c == ':' || c == '{' || c == '}' {
+			return fmt.Errorf("%w %q: Name may hold printable ASCII but no space, ':', '{' or '}'", ErrInvalidRule, r.Name)
+		}
+	}
+	for i, lim := range r.Limits {
+		if err := lim.Validate(); err != nil {
+			return fmt.Errorf("%w %q: limit %d: %w", ErrInvalidRule, r.Name, i, err)
+		}
+		name := lim.PolicyName()
+		if !printable(name) {
+			return fmt.Errorf("%w %q: limit %d: policy name %q is not printable ASCII", ErrInvalidRule, r.Name, i, name)
+		}
+		for j, prev := range r.Limits[:i] {
+			if prev.Algorithm == lim.Algorithm && prev.Window == lim.Window {
+				return fmt.Errorf("%w %q: limits %d and %d: %w: two %s limits with the window %s would share storage", ErrInvalidRule, r.Name, j, i, ErrInvalidLimit, lim.Algorithm, lim.Window)
+			}
+			if prev.PolicyName() == name {
+				return fmt.Errorf("%w %q: limits %d and %d have the policy name %q: set Limit.Name", ErrInvalidRule, r.Name, j, i, name)
+			}
+		}
+	}
+	return nil
+}
+
+// printable reports whether s is non-empty printable ASCII (%x20-7E), the
+// characters of a structured-field string.
+func printable(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < ' ' || s[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+// Enforcer applies one Rule with one Limiter to HTTP requests. It is the
+// single implementation behind every adapter: the adapters only translate
+// their framework's request and response to Handle. It is safe for
+// concurrent use.
+type Enforcer struct {
+	l        *Limiter
+	name     string
+	prefix   string // name + ":"
+	limits   []Limit
+	key      func(*http.Request) (string, error)
+	cost     func(*http.Request) int64
+	skip     func(*http.Request) bool
+	onDenied func(http.ResponseWriter, *http.Request, Result)
+	onError  func(http.ResponseWriter, *http.Request, error)
+	style    HeaderStyle
+	dryRun   bool
+	problem  bool
+	hdr      headerSet
+}
+
+// NewEnforcer validates rule and prepares what every request of it shares:
+// the default key function and the header values of its limits.
+func NewEnforcer(l *Limiter, rule Rule) (*Enforcer, error) {
+	if l == nil {
+		return nil, fmt.Errorf("%w %q: nil Limiter", ErrInvalidRule, rule.Name)
+	}
+	if err := rule.Validate(); err != nil {
+		return nil, err
+	}
+	e := &Enforcer{
+		l:        l,
+		name:     rule.Name,
+		prefix:   rule.Name + ":",
+		limits:   slices.Clone(rule.Limits),
+		key:      rule.Key,
+		cost:     rule.Cost,
+		skip:     rule.Skip,
+		onDenied: rule.OnDenied,
+		onError:  rule.OnError,
+		style:    rule.Headers,
+		dryRun:   rule.DryRun,
+		problem:  rule.ProblemJSON,
+	}
+	if e.key == nil {
+		e.key = keyfuncs.IP()
+	}
+	e.hdr = newHeaderSet(e.limits)
+	return e, nil
+}
+
+// Name returns the rule's name.
+func (e *Enforcer) Name() string { return e.name }
+
+// Limits returns a copy of the rule's limits.
+func (e *Enforcer) Limits() []Limit { return slices.Clone(e.limits) }
+
+// Key returns the Limiter key of r under the rule: the rule's Name, ":",
+// and the key function's result. An empty result is an error that matches
+// keyfuncs.ErrNoKey.
+func (e *Enforcer) Key(r *http.Request) (string, error) {
+	k, err := e.key(r)
+	if err != nil {
+		return "", err
+	}
+	if k == "" {
+		return "", errEmptyKey
+	}
+	return e.prefix + k, nil
+}
+
+// Cost returns the units r takes under the rule. A cost below 1 is an error
+// that matches ErrInvalidCost.
+func (e *Enforcer) Cost(r *http.Request) (int64, error) {
+	if e.cost == nil {
+		return 1, nil
+	}
+	n := e.cost(r)
+	if n < 1 {
+		return 0, fmt.Errorf("%w: the rule's Cost returned %d", ErrInvalidCost, n)
+	}
+	return n, nil
+}
+
+var errEmptyKey = fmt.Errorf("%w: the key function returned an empty key", keyfuncs.ErrNoKey)
+
+// Handle decides r under the rule and, when the request stops here, writes
+// the response to w: 429 for a denial, 503 when the backend failed and the
+// Limiter fails closed. route is the framework's route pattern of r
+// ("/users/{id}"), or "" when there is none; it is stored with
+// keyfuncs.WithRoute for the key function.
+//
+// Handle returns the request to pass on and true when the next handler
+// should run: that request carries the route and the rule's decision in its
+// context, so that a second rule on the same route shows the most
+// restrictive of the two. It returns nil and false when it has answered.
+func (e *Enforcer) Handle(w http.ResponseWriter, r *http.Request, route string) (*http.Request, bool) {
+	r, st := prepare(r, route)
+	if e.skip != nil && e.skip(r) {
+		return r, true
+	}
+	key, err := e.Key(r)
+	if err != nil {
+		return r, e.failed(w, r, st, err, Result{}, false)
+	}
+	n, err := e.Cost(r)
+	if err != nil {
+		return r, e.failed(w, r, st, err, Result{}, false)
+	}
+	res, err := e.l.decide(r.Context(), OpAllow, e.name, key, n, e.limits)
+	if err != nil {
+		return r, e.failed(w, r, st, err, res, true)
+	}
+	return r, e.apply(w, r, st, res)
+}
+
+// apply answers a decision: the rate-limit fields, and a denial unless the
+// rule is a dry run. It reports whether the request passes.
+func (e *Enforcer) apply(w http.ResponseWriter, r *http.Request, st *shown, res Result) bool {
+	h := w.Header()
+	if res.Allowed || e.dryRun {
+		if e.style != None {
+			earlier := st != nil && st.e != nil
+			if st.replace(e, res) {
+				if earlier {
+					clearRateHeaders(h)
+				}
+				e.hdr.write(h, e.style, res)
+			}
+		}
+		return true
+	}
+	clearRateHeaders(h)
+	e.hdr.write(h, e.style, res)
+	if !res.Never() {
+		h[hdrRetryAfter] = []string{strconv.FormatInt(retrySeconds(res.RetryAfter), 10)}
+	}
+	if e.onDenied != nil {
+		e.onDenied(w, r, res)
+	} else {
+		e.hdr.writeDenied(w, res, e.problem || acceptsProblem(r.Header[hdrAccept]))
+	}
+	return false
+}
+
+// failed handles an error of the key function, the cost function or the
+// backend: OnError first, then the failure mode. decided reports that res
+// is the failure mode's answer from the Limiter. It reports whether the
+// request passes.
+func (e *Enforcer) failed(w http.ResponseWriter, r *http.Request, st *shown, err error, res Result, decided bool) bool {
+	if e.onError != nil {
+		ew := &errorWriter{ResponseWriter: w}
+		e.onError(ew, r, err)
+		if ew.wrote {
+			return false
+		}
+	}
+	switch e.l.mode {
+	case FailClosed:
+		if e.dryRun {
+			return true
+		}
+		writeUnavailable(w, e.problem || acceptsProblem(r.Header[hdrAccept]))
+		return false
+	case FailLocal:
+		if decided {
+			return e.apply(w, r, st, res)
+		}
+	}
+	return true
+}
+
+// errorWriter records whether OnError wrote a response.
+type errorWriter struct {
+	http.ResponseWriter
+	wrote bool
+}
+
+func (w *errorWriter) WriteHeader(code int) { w.wrote = true; w.ResponseWriter.WriteHeader(code) }
+
+func (w *errorWriter) Write(b []byte) (int, error) {
+	w.wrote = true
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap returns the ResponseWriter, for http.ResponseController.
+func (w *errorWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// shownKey is the context key of a request's *shown.
+type shownKey struct{}
+
+// shown is the decision whose rate-limit fields a response carries, shared
+// by every rule on the request's way through the middleware: a rule
+// replaces the fields only with a more restrictive decision, so stacked
+// rules show the most restrictive one, in whatever order they run.
+type shown struct {
+	context.Context
+	e   *Enforcer
+	res Result
+}
+
+// Value returns the shown itself for shownKey, else the parent's value.
+func (s *shown) Value(key any) any {
+	if key == (shownKey{}) {
+		return s
+	}
+	return s.Context.Value(key)
+}
+
+// replace reports whether res of rule e is more restrictive than the shown
+// decision, and if so records it. A nil s always replaces.
+func (s *shown) replace(e *Enforcer, res Result) bool {
+	if s == nil {
+		return true
+	}
+	if s.e != nil && !moreRestrictive(e, res, s.e, s.res) {
+		return false
+	}
+	s.e, s.res = e, res
+	return true
+}
+
+// moreRestrictive orders allowed decisions: fewer remaining, then a later
+// reset, then a smaller limit, then the names, so that the outcome does not
+// depend on the order of the middleware.
+func moreRestrictive(e *Enforcer, r Result, e0 *Enforcer, r0 Result) bool {
+	switch {
+	case r.Allowed != r0.Allowed:
+		return !r.Allowed
+	case r.Remaining != r0.Remaining:
+		return r.Remaining < r0.Remaining
+	case ceilSeconds(r.ResetAfter) != ceilSeconds(r0.ResetAfter):
+		return r.ResetAfter > r0.ResetAfter
+	case r.Limit.Count != r0.Limit.Count:
+		return r.Limit.Count < r0.Limit.Count
+	case r.Limit.PolicyName() != r0.Limit.PolicyName():
+		return r.Limit.PolicyName() < r0.Limit.PolicyName()
+	}
+	return e.name < e0.name
+}
+
+// prepare returns r with the route pattern (when given) and a shown in its
+// context, reusing what an earlier rule stored, and the shown.
+func prepare(r *http.Request, route string) (*http.Request, *shown) {
+	ctx := r.Context()
+	st, _ := ctx.Value(shownKey{}).(*shown)
+	addRoute := false
+	if route != "" {
+		p, _ := keyfuncs.RouteFrom(ctx)
+		addRoute = p != route
+	}
+	if st != nil && !addRoute {
+		return r, st
+	}
+	if addRoute {
+		ctx = keyfuncs.WithRoute(ctx, route)
+	}
+	if st == nil {
+		st = &shown{Context: ctx}
+		ctx = st
+	}
+	return r.WithContext(ctx), st
+}

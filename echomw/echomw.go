@@ -1,0 +1,97 @@
+// Package echomw rate-limits echo servers with a ratewindow Limiter, in
+// echo's own style: a Config with a Skipper, LimitWithConfig and
+// Config.ToMiddleware.
+//
+//	e := echo.New()
+//	e.Use(echomw.Limit(l, core.Rule{Name: "global", Limits: []core.Limit{core.PerMinute(600)}}))
+//	e.POST("/login", handleLogin, echomw.LimitWithConfig(echomw.Config{
+//		Skipper: func(c echo.Context) bool { return c.RealIP() == "127.0.0.1" },
+//		Limiter: l,
+//		Rule:    login,
+//	}))
+//
+// A denied request is answered (429 with Retry-After and the rate-limit
+// header fields) and the next handler is not called; the middleware returns
+// nil, so the answer is the same, byte for byte, as in every ratewindow
+// adapter (see core.Rule), not one made by echo's HTTPErrorHandler.
+//
+// keyfuncs.Route sees echo's route pattern, c.Path() ("/users/:id"), in
+// middleware added with Use or on a route; middleware added with Pre runs
+// before routing and sees none.
+package echomw
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/ratewindow/ratewindow/core"
+)
+
+// Config configures the middleware of LimitWithConfig.
+type Config struct {
+	// Skipper reports requests the middleware passes without looking at
+	// them, as in echo's middleware.Skipper (whose values it accepts).
+	// Default: none. Rule.Skip does the same with the *http.Request.
+	Skipper func(c echo.Context) bool
+	// Limiter decides. Required.
+	Limiter *core.Limiter
+	// Rule describes the limits, the key and the answers. Required: see
+	// core.Rule.Validate.
+	Rule core.Rule
+}
+
+// ToMiddleware returns the middleware of c, or an error when c is invalid.
+func (c Config) ToMiddleware() (echo.MiddlewareFunc, error) {
+	if c.Limiter == nil {
+		return nil, errors.New("ratewindow: echomw: Config.Limiter is nil")
+	}
+	e, err := core.NewEnforcer(c.Limiter, c.Rule)
+	if err != nil {
+		return nil, err
+	}
+	skip := c.Skipper
+	if skip == nil {
+		skip = func(echo.Context) bool { return false }
+	}
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(ec echo.Context) error {
+			if skip(ec) {
+				return next(ec)
+			}
+			r, ok := e.Handle(ec.Response(), ec.Request(), ec.Path())
+			if !ok {
+				return nil
+			}
+			ec.SetRequest(r)
+			return next(ec)
+		}
+	}, nil
+}
+
+// LimitWithConfig returns the middleware of c. It panics when c is invalid,
+// at start-up, as echo's own WithConfig functions do.
+func LimitWithConfig(c Config) echo.MiddlewareFunc {
+	mw, err := c.ToMiddleware()
+	if err != nil {
+		panic(fmt.Errorf("%w (echomw.LimitWithConfig)", err))
+	}
+	return mw
+}
+
+// New returns middleware that limits requests by rule on l, or an error
+// when the rule is invalid.
+func New(l *core.Limiter, rule core.Rule) (echo.MiddlewareFunc, error) {
+	return Config{Limiter: l, Rule: rule}.ToMiddleware()
+}
+
+// Limit returns middleware that limits requests by rule on l. It panics
+// when the rule is invalid, at start-up.
+func Limit(l *core.Limiter, rule core.Rule) echo.MiddlewareFunc {
+	mw, err := New(l, rule)
+	if err != nil {
+		panic(fmt.Errorf("%w (echomw.Limit)", err))
+	}
+	return mw
+}

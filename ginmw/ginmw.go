@@ -1,0 +1,53 @@
+// Package ginmw rate-limits gin engines with a ratewindow Limiter.
+//
+// Limit (or New, which returns the error of an invalid rule instead of
+// panicking) turns a core.Rule into a gin.HandlerFunc, for the whole engine
+// or for a group or a route:
+//
+//	r := gin.New()
+//	r.Use(ginmw.Limit(l, core.Rule{Name: "global", Limits: []core.Limit{core.PerMinute(600)}}))
+//	r.POST("/login", ginmw.Limit(l, login), handleLogin)
+//
+// A denied request is answered (429 with Retry-After and the rate-limit
+// header fields) and the handler chain is aborted. The answers are those of
+// every ratewindow adapter, byte for byte: see core.Rule.
+//
+// keyfuncs.Route sees gin's route pattern, c.FullPath() ("/users/:id"). A
+// request that matches no route has none.
+package ginmw
+
+import (
+	"fmt"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/ratewindow/ratewindow/core"
+)
+
+// New returns a gin.HandlerFunc that limits requests by rule on l, or an
+// error when the rule is invalid (see core.Rule.Validate).
+func New(l *core.Limiter, rule core.Rule) (gin.HandlerFunc, error) {
+	e, err := core.NewEnforcer(l, rule)
+	if err != nil {
+		return nil, err
+	}
+	return func(c *gin.Context) {
+		r, ok := e.Handle(c.Writer, c.Request, c.FullPath())
+		if !ok {
+			c.Abort()
+			return
+		}
+		c.Request = r
+		c.Next()
+	}, nil
+}
+
+// Limit is New for use at start-up: it panics with the error of an invalid
+// rule.
+func Limit(l *core.Limiter, rule core.Rule) gin.HandlerFunc {
+	h, err := New(l, rule)
+	if err != nil {
+		panic(fmt.Errorf("%w (ginmw.Limit)", err))
+	}
+	return h
+}

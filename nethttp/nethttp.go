@@ -1,0 +1,118 @@
+package nethttp
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/ratewindow/ratewindow/core"
+)
+
+// Option configures the middleware of New and Limit.
+type Option func(*options)
+
+type options struct {
+	route func(*http.Request) string
+}
+
+// WithMux makes the middleware find the route pattern of a request with
+// mux.Handler when the request has none, so that keyfuncs.Route works in a
+// middleware that wraps the whole mux:
+//
+//	mux := http.NewServeMux()
+//	mux.HandleFunc("GET /users/{id}", user)
+//	handler := nethttp.Limit(l, rule, nethttp.WithMux(mux))(mux)
+//
+// The method of the pattern is dropped, as keyfuncs.Route does with
+// Request.Pattern: "GET /users/{id}" becomes "/users/{id}". A request that
+// matches no pattern has no route. The lookup matches the request a second
+// time, before the mux does.
+func WithMux(mux *http.ServeMux) Option {
+	return WithRouteFunc(func(r *http.Request) string {
+		_, pattern := mux.Handler(r)
+		return stripMethod(pattern)
+	})
+}
+
+// WithRouteFunc makes the middleware ask fn for the route pattern of a
+// request when the request has none (Request.Pattern is empty), for a
+// router other than http.ServeMux. fn returns "" when there is no route.
+func WithRouteFunc(fn func(*http.Request) string) Option {
+	return func(o *options) { o.route = fn }
+}
+
+// New returns middleware that limits requests by rule on l, or an error
+// when the rule is invalid (see core.Rule.Validate).
+//
+// Requests pass to the next handler, with the rate-limit header fields of
+// the rule, until a limit denies them: then the middleware answers 429 Too
+// Many Requests with Retry-After (see core.Rule for every choice). The
+// route pattern of a request is Request.Pattern, which http.ServeMux sets
+// on the request it passes to a handler registered on it: wrap those
+// handlers, or use WithMux when wrapping the mux itself.
+func New(l *core.Limiter, rule core.Rule, opts ...Option) (func(http.Handler) http.Handler, error) {
+	e, err := core.NewEnforcer(l, rule)
+	if err != nil {
+		return nil, err
+	}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return func(next http.Handler) http.Handler {
+		if next == nil {
+			panic(fmt.Sprintf("ratewindow: nethttp: rule %q: nil next handler", rule.Name))
+		}
+		if o.route != nil {
+			return routed{e: e, next: next, route: o.route}
+		}
+		return plain{e: e, next: next}
+	}, nil
+}
+
+// Limit is New for use at start-up: it panics with the error of an invalid
+// rule.
+func Limit(l *core.Limiter, rule core.Rule, opts ...Option) func(http.Handler) http.Handler {
+	mw, err := New(l, rule, opts...)
+	if err != nil {
+		panic(fmt.Errorf("%w (nethttp.Limit)", err))
+	}
+	return mw
+}
+
+// plain is the middleware with Request.Pattern as the route.
+type plain struct {
+	e    *core.Enforcer
+	next http.Handler
+}
+
+func (h plain) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r, ok := h.e.Handle(w, r, ""); ok {
+		h.next.ServeHTTP(w, r)
+	}
+}
+
+// routed is the middleware with a route function.
+type routed struct {
+	e     *core.Enforcer
+	next  http.Handler
+	route func(*http.Request) string
+}
+
+func (h routed) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	route := ""
+	if r.Pattern == "" {
+		route = h.route(r)
+	}
+	if r, ok := h.e.Handle(w, r, route); ok {
+		h.next.ServeHTTP(w, r)
+	}
+}
+
+// stripMethod removes the "METHOD " part of a ServeMux pattern.
+func stripMethod(pattern string) string {
+	if i := strings.IndexAny(pattern, " \t"); i >= 0 {
+		return strings.TrimLeft(pattern[i:], " \t")
+	}
+	return pattern
+}
