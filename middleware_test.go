@@ -1,0 +1,697 @@
+package ratewindow_test
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/go-chi/chi/v5"
+	"github.com/labstack/echo/v4"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratewindow/ratewindow/chimw"
+	"github.com/ratewindow/ratewindow/core"
+	"github.com/ratewindow/ratewindow/echomw"
+	"github.com/ratewindow/ratewindow/ginmw"
+	"github.com/ratewindow/ratewindow/internal/redistest"
+	"github.com/ratewindow/ratewindow/keyfuncs"
+	"github.com/ratewindow/ratewindow/nethttp"
+)
+
+func TestMain(m *testing.M) {
+	gin.SetMode(gin.ReleaseMode) // no debug output on stdout
+	redistest.Main(m)
+}
+
+// okHandler is the handler behind every route, the same in every framework.
+func okHandler(w http.ResponseWriter, _ *http.Request) {
+	h := w.Header()
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("Content-Length", "3")
+	w.WriteHeader(http.StatusOK)
+	_, _ = io.WriteString(w, "ok\n")
+}
+
+// route is a GET route with the rules installed on it, outermost first.
+// path is written in chi's syntax ("/users/{id}").
+type route struct {
+	path  string
+	rules []core.Rule
+}
+
+// app is what a scenario serves: rules installed router-wide (before
+// routing, outermost first) and routes.
+type app struct {
+	global []core.Rule
+	routes []route
+}
+
+// adapter builds app with one framework.
+type adapter struct {
+	name  string
+	build func(l *core.Limiter, a app) http.Handler
+}
+
+var paramRE = regexp.MustCompile(`\{(\w+)\}`)
+
+// colonPath turns "/users/{id}" into gin's and echo's "/users/:id".
+func colonPath(p string) string { return paramRE.ReplaceAllString(p, ":$1") }
+
+var adapters = []adapter{
+	{"nethttp", func(l *core.Limiter, a app) http.Handler {
+		mux := http.NewServeMux()
+		for _, rt := range a.routes {
+			var h http.Handler = http.HandlerFunc(okHandler)
+			for i := len(rt.rules) - 1; i >= 0; i-- {
+				h = nethttp.Limit(l, rt.rules[i])(h)
+			}
+			mux.Handle("GET "+rt.path, h)
+		}
+		var h http.Handler = mux
+		for i := len(a.global) - 1; i >= 0; i-- {
+			h = nethttp.Limit(l, a.global[i], nethttp.WithMux(mux))(h)
+		}
+		return h
+	}},
+	{"chi", func(l *core.Limiter, a app) http.Handler {
+		r := chi.NewRouter()
+		for _, rule := range a.global {
+			r.Use(chimw.Limit(l, rule))
+		}
+		for _, rt := range a.routes {
+			var mws []func(http.Handler) http.Handler
+			for _, rule := range rt.rules {
+				mws = append(mws, chimw.Limit(l, rule))
+			}
+			r.With(mws...).Get(rt.path, okHandler)
+		}
+		return r
+	}},
+	{"gin", func(l *core.Limiter, a app) http.Handler {
+		e := gin.New()
+		for _, rule := range a.global {
+			e.Use(ginmw.Limit(l, rule))
+		}
+		for _, rt := range a.routes {
+			var hs []gin.HandlerFunc
+			for _, rule := range rt.rules {
+				hs = append(hs, ginmw.Limit(l, rule))
+			}
+			e.GET(colonPath(rt.path), append(hs, gin.WrapF(okHandler))...)
+		}
+		return e
+	}},
+	{"echo", func(l *core.Limiter, a app) http.Handler {
+		e := echo.New()
+		for _, rule := range a.global {
+			e.Use(echomw.Limit(l, rule))
+		}
+		for _, rt := range a.routes {
+			var mws []echo.MiddlewareFunc
+			for _, rule := range rt.rules {
+				mws = append(mws, echomw.Limit(l, rule))
+			}
+			e.GET(colonPath(rt.path), echo.WrapHandler(http.HandlerFunc(okHandler)), mws...)
+		}
+		return e
+	}},
+}
+
+// step is one request and the exact response expected.
+type step struct {
+	path   string      // default "/users/1"
+	remote string      // RemoteAddr; default "192.0.2.1:4711"
+	header http.Header // request header fields
+	status int
+	want   map[string]string // every response header field, values joined by "\n"
+	body   string
+}
+
+// backend selects the scenario's Redis.
+type backend uint8
+
+const (
+	realRedis backend = iota
+	silentRedis
+)
+
+type scenario struct {
+	name    string
+	backend backend
+	opts    []core.Option
+	app     app
+	steps   []step
+	// wantKeys, when set, are the keys the observer saw, in order.
+	wantKeys []string
+	// wantErrors is the number of OnError calls.
+	wantErrors int
+	// wantDenied, when set, lists Result.Allowed == false per observed event.
+	wantAllowed []bool
+}
+
+// Expected responses.
+
+func fields(kv ...string) map[string]string {
+	m := make(map[string]string, len(kv)/2)
+	for i := 0; i < len(kv); i += 2 {
+		m[http.CanonicalHeaderKey(kv[i])] = kv[i+1]
+	}
+	return m
+}
+
+func merge(ms ...map[string]string) map[string]string {
+	out := map[string]string{}
+	for _, m := range ms {
+		maps.Copy(out, m)
+	}
+	return out
+}
+
+// xrl returns the X-RateLimit fields.
+func xrl(limit, remaining, reset int) map[string]string {
+	return fields("X-RateLimit-Limit", strconv.Itoa(limit), "X-RateLimit-Remaining", strconv.Itoa(remaining), "X-RateLimit-Reset", strconv.Itoa(reset))
+}
+
+// ietf returns the IETF fields.
+func ietf(policy, rateLimit string) map[string]string {
+	return fields("RateLimit-Policy", policy, "RateLimit", rateLimit)
+}
+
+// ok is a passed request.
+func ok(rate map[string]string) step {
+	return step{status: 200, body: "ok\n", want: merge(fields("Content-Type", "text/plain; charset=utf-8", "Content-Length", "3"), rate)}
+}
+
+// tooMany is a denial with the text body; retry 0 means no Retry-After.
+func tooMany(retry int, rate map[string]string) step {
+	s := step{status: 429, body: "Too Many Requests\n", want: merge(fields(
+		"Content-Type", "text/plain; charset=utf-8",
+		"Content-Length", "18",
+		"X-Content-Type-Options", "nosniff",
+	), rate)}
+	if retry > 0 {
+		s.want["Retry-After"] = strconv.Itoa(retry)
+	}
+	return s
+}
+
+// problem is a denial with the application/problem+json body.
+func problem(retry int, policy string, rate map[string]string) step {
+	body := `{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Request cannot be satisfied as assigned quota has been exceeded","status":429,"violated-policies":["` + policy + `"]}`
+	return step{status: 429, body: body, want: merge(fields(
+		"Content-Type", "application/problem+json",
+		"Content-Length", strconv.Itoa(len(body)),
+		"Retry-After", strconv.Itoa(retry),
+	), rate)}
+}
+
+// unavailable is the 503 of a Limiter that fails closed.
+func unavailable() step {
+	return step{status: 503, body: "Service Unavailable\n", want: fields(
+		"Content-Type", "text/plain; charset=utf-8",
+		"Content-Length", "20",
+		"X-Content-Type-Options", "nosniff",
+		"Retry-After", "1",
+	)}
+}
+
+// Request modifiers.
+
+func (s step) at(path string) step     { s.path = path; return s }
+func (s step) from(remote string) step { s.remote = remote; return s }
+func (s step) with(kv ...string) step {
+	h := http.Header{}
+	for k, vs := range s.header {
+		h[k] = slices.Clone(vs)
+	}
+	for i := 0; i < len(kv); i += 2 {
+		h.Add(kv[i], kv[i+1])
+	}
+	s.header = h
+	return s
+}
+
+// repeat returns n copies of s.
+func repeat(n int, s step) []step {
+	out := make([]step, n)
+	for i := range out {
+		out[i] = s
+	}
+	return out
+}
+
+func steps(groups ...any) []step {
+	var out []step
+	for _, g := range groups {
+		switch g := g.(type) {
+		case step:
+			out = append(out, g)
+		case []step:
+			out = append(out, g...)
+		}
+	}
+	return out
+}
+
+// on installs rules on the route /users/{id}.
+func on(rules ...core.Rule) app {
+	return app{routes: []route{{path: "/users/{id}", rules: rules}}}
+}
+
+func perMinute(name string, n int64) core.Rule {
+	return core.Rule{Name: name, Limits: []core.Limit{core.PerMinute(n)}}
+}
+
+func with(r core.Rule, f func(*core.Rule)) core.Rule { f(&r); return r }
+
+var (
+	trustedProxies = keyfuncs.IP(netip.MustParsePrefix("10.0.0.0/8"))
+	errNoTenant    = errors.New("no tenant")
+)
+
+func scenarios() []scenario {
+	const (
+		policy3 = `"3-per-1m";q=3;w=60`
+	)
+	trusted := func(name string) core.Rule {
+		return with(perMinute(name, 1), func(r *core.Rule) { r.Key = trustedProxies })
+	}
+	return []scenario{
+		{
+			name: "headers count down, then 429",
+			app:  on(perMinute("countdown", 3)),
+			steps: steps(
+				ok(xrl(3, 2, 60)), ok(xrl(3, 1, 60)), ok(xrl(3, 0, 60)),
+				tooMany(60, xrl(3, 0, 60)), tooMany(60, xrl(3, 0, 60)),
+			),
+			wantKeys:    repeatString(5, "countdown:ip:192.0.2.1"),
+			wantAllowed: []bool{true, true, true, false, false},
+		},
+		{
+			name: "spoofed forwarding headers from an untrusted peer do not change the key",
+			app:  on(perMinute("spoof", 2)),
+			steps: steps(
+				ok(xrl(2, 1, 60)).with("X-Forwarded-For", "198.51.100.1", "X-Real-IP", "198.51.100.2", "True-Client-IP", "198.51.100.3"),
+				ok(xrl(2, 0, 60)).with("X-Forwarded-For", "198.51.100.4, 198.51.100.5", "X-Real-IP", "198.51.100.6", "True-Client-IP", "198.51.100.7"),
+				tooMany(60, xrl(2, 0, 60)).with("X-Forwarded-For", "198.51.100.8", "X-Real-IP", "198.51.100.9", "True-Client-IP", "198.51.100.10"),
+			),
+			wantKeys: repeatString(3, "spoof:ip:192.0.2.1"),
+		},
+		{
+			name: "trusted proxy: the rightmost untrusted address of X-Forwarded-For",
+			app:  on(trusted("proxy")),
+			steps: steps(
+				ok(xrl(1, 0, 60)).from("10.0.0.1:4711").with("X-Forwarded-For", "198.51.100.66, 203.0.113.5"),
+				tooMany(60, xrl(1, 0, 60)).from("203.0.113.5:4711"),
+			),
+			wantKeys: repeatString(2, "proxy:ip:203.0.113.5"),
+		},
+		{
+			name: "trusted proxy: two X-Forwarded-For lines are merged",
+			app:  on(trusted("lines")),
+			steps: steps(
+				ok(xrl(1, 0, 60)).from("10.0.0.1:4711").with("X-Forwarded-For", "198.51.100.66", "X-Forwarded-For", "203.0.113.5, 10.0.0.2"),
+				tooMany(60, xrl(1, 0, 60)).from("10.9.9.9:4711").with("X-Forwarded-For", "203.0.113.5"),
+			),
+			wantKeys: repeatString(2, "lines:ip:203.0.113.5"),
+		},
+		{
+			name: "trusted proxy: a malformed X-Forwarded-For falls back to the peer",
+			app:  on(trusted("malformed")),
+			steps: steps(
+				ok(xrl(1, 0, 60)).from("10.0.0.1:4711").with("X-Forwarded-For", "203.0.113.5, unknown"),
+				tooMany(60, xrl(1, 0, 60)).from("10.0.0.1:4711").with("X-Forwarded-For", "not-an-ip"),
+				ok(xrl(1, 0, 60)).from("203.0.113.5:4711"),
+			),
+			wantKeys: []string{"malformed:ip:10.0.0.1", "malformed:ip:10.0.0.1", "malformed:ip:203.0.113.5"},
+		},
+		{
+			name: "IPv6 clients are grouped by /64",
+			app:  on(perMinute("v6", 1)),
+			steps: steps(
+				ok(xrl(1, 0, 60)).from("[2001:db8:1:2::5]:4711"),
+				tooMany(60, xrl(1, 0, 60)).from("[2001:db8:1:2:ffff:ffff:ffff:ffff]:4711"),
+				ok(xrl(1, 0, 60)).from("[2001:db8:1:3::5]:4711"),
+			),
+			wantKeys: []string{"v6:ip:2001:db8:1:2::/64", "v6:ip:2001:db8:1:2::/64", "v6:ip:2001:db8:1:3::/64"},
+		},
+		{
+			name: "an IPv4-mapped IPv6 peer is its IPv4 address",
+			app:  on(perMinute("mapped", 1)),
+			steps: steps(
+				ok(xrl(1, 0, 60)).from("[::ffff:192.0.2.7]:4711"),
+				tooMany(60, xrl(1, 0, 60)).from("192.0.2.7:4711"),
+			),
+			wantKeys: repeatString(2, "mapped:ip:192.0.2.7"),
+		},
+		{
+			name: "route pattern keys are shared across /users/1 and /users/2",
+			app:  on(with(perMinute("route", 1), func(r *core.Rule) { r.Key = keyfuncs.Route() })),
+			steps: steps(
+				ok(xrl(1, 0, 60)).at("/users/1"),
+				tooMany(60, xrl(1, 0, 60)).at("/users/2").from("198.51.100.9:1"),
+			),
+		},
+		{
+			name: "route pattern keys in router-wide middleware, installed before routing",
+			app: app{
+				global: []core.Rule{with(perMinute("route-global", 1), func(r *core.Rule) { r.Key = keyfuncs.Route() })},
+				routes: []route{{path: "/users/{id}"}, {path: "/teams/{team}/members/{id}"}},
+			},
+			steps: steps(
+				ok(xrl(1, 0, 60)).at("/users/1"),
+				tooMany(60, xrl(1, 0, 60)).at("/users/2"),
+				ok(xrl(1, 0, 60)).at("/teams/a/members/1"),
+				tooMany(60, xrl(1, 0, 60)).at("/teams/b/members/2"),
+			),
+			wantAllowed: []bool{true, false, true, false},
+		},
+		{
+			name: "Skip passes without counting",
+			app: app{routes: []route{
+				{path: "/health", rules: []core.Rule{with(perMinute("skip", 1), func(r *core.Rule) {
+					r.Skip = func(r *http.Request) bool { return r.URL.Path == "/health" }
+				})}},
+				{path: "/users/{id}", rules: []core.Rule{with(perMinute("skip", 1), func(r *core.Rule) {
+					r.Skip = func(r *http.Request) bool { return r.URL.Path == "/health" }
+				})}},
+			}},
+			steps: steps(
+				repeat(3, ok(nil).at("/health")),
+				ok(xrl(1, 0, 60)),
+				tooMany(60, xrl(1, 0, 60)),
+			),
+			wantKeys: repeatString(2, "skip:ip:192.0.2.1"),
+		},
+		{
+			name: "Cost takes several units; a cost above the limit never passes",
+			app: on(with(perMinute("cost", 5), func(r *core.Rule) {
+				r.Cost = func(r *http.Request) int64 {
+					n, err := strconv.ParseInt(r.Header.Get("X-Cost"), 10, 64)
+					if err != nil {
+						return 1
+					}
+					return n
+				}
+			})),
+			steps: steps(
+				ok(xrl(5, 3, 60)).with("X-Cost", "2"),
+				ok(xrl(5, 1, 60)).with("X-Cost", "2"),
+				tooMany(60, xrl(5, 1, 60)).with("X-Cost", "2"),
+				ok(xrl(5, 0, 60)),
+				tooMany(0, xrl(5, 0, 60)).with("X-Cost", "6"),
+			),
+			wantAllowed: []bool{true, true, false, true, false},
+		},
+		{
+			name: "a cost below 1 is an error: OnError, then the failure mode (open)",
+			app: on(with(perMinute("cost0", 5), func(r *core.Rule) {
+				r.Cost = func(*http.Request) int64 { return 0 }
+			})),
+			steps:      steps(ok(nil), ok(nil)),
+			wantKeys:   []string{},
+			wantErrors: 2,
+		},
+		{
+			name: "DryRun counts and sets headers but never denies",
+			app:  on(with(perMinute("dry", 1), func(r *core.Rule) { r.DryRun = true })),
+			steps: steps(
+				ok(xrl(1, 0, 60)),
+				ok(xrl(1, 0, 60)),
+			),
+			wantKeys:    repeatString(2, "dry:ip:192.0.2.1"),
+			wantAllowed: []bool{true, false},
+		},
+		{
+			name: "IETF header fields",
+			app:  on(with(perMinute("ietf", 3), func(r *core.Rule) { r.Headers = core.IETF })),
+			steps: steps(
+				ok(ietf(policy3, `"3-per-1m";r=2;t=60`)),
+				ok(ietf(policy3, `"3-per-1m";r=1;t=60`)),
+				ok(ietf(policy3, `"3-per-1m";r=0;t=60`)),
+				tooMany(60, ietf(policy3, `"3-per-1m";r=0;t=60`)),
+			),
+		},
+		{
+			name: "both header styles, two limits: the policy lists both, the binding one shows",
+			app: on(core.Rule{Name: "both", Headers: core.Both, Limits: []core.Limit{
+				{Name: `burst "b"`, Count: 10, Window: time.Second},
+				core.PerMinute(2),
+			}}),
+			steps: steps(
+				ok(merge(xrl(2, 1, 60), ietf(`"burst \"b\"";q=10;w=1, "2-per-1m";q=2;w=60`, `"2-per-1m";r=1;t=60`))),
+				ok(merge(xrl(2, 0, 60), ietf(`"burst \"b\"";q=10;w=1, "2-per-1m";q=2;w=60`, `"2-per-1m";r=0;t=60`))),
+				tooMany(60, merge(xrl(2, 0, 60), ietf(`"burst \"b\"";q=10;w=1, "2-per-1m";q=2;w=60`, `"2-per-1m";r=0;t=60`))),
+			),
+		},
+		{
+			name: "header style None: only Retry-After on a denial",
+			app:  on(with(perMinute("none", 1), func(r *core.Rule) { r.Headers = core.None })),
+			steps: steps(
+				ok(nil),
+				tooMany(60, nil),
+			),
+		},
+		{
+			name: "problem+json when the client accepts it",
+			app:  on(perMinute("problem", 1)),
+			steps: steps(
+				ok(xrl(1, 0, 60)),
+				problem(60, "1-per-1m", xrl(1, 0, 60)).with("Accept", "text/html, application/problem+json;q=0.9"),
+				tooMany(60, xrl(1, 0, 60)).with("Accept", "application/problem+json;q=0"),
+				tooMany(60, xrl(1, 0, 60)).with("Accept", "application/json"),
+			),
+		},
+		{
+			name: "problem+json always when the rule says so",
+			app:  on(with(perMinute("problem-rule", 1), func(r *core.Rule) { r.ProblemJSON = true; r.Headers = core.IETF })),
+			steps: steps(
+				ok(ietf(`"1-per-1m";q=1;w=60`, `"1-per-1m";r=0;t=60`)),
+				problem(60, "1-per-1m", ietf(`"1-per-1m";q=1;w=60`, `"1-per-1m";r=0;t=60`)),
+			),
+		},
+		{
+			name: "two rules with different names keep separate counters",
+			app: app{routes: []route{
+				{path: "/a", rules: []core.Rule{perMinute("rule-a", 1)}},
+				{path: "/b", rules: []core.Rule{perMinute("rule-b", 1)}},
+			}},
+			steps: steps(
+				ok(xrl(1, 0, 60)).at("/a"),
+				ok(xrl(1, 0, 60)).at("/b"),
+				tooMany(60, xrl(1, 0, 60)).at("/a"),
+				tooMany(60, xrl(1, 0, 60)).at("/b"),
+			),
+			wantKeys: []string{"rule-a:ip:192.0.2.1", "rule-b:ip:192.0.2.1", "rule-a:ip:192.0.2.1", "rule-b:ip:192.0.2.1"},
+		},
+		stacked("stacked rules show the most restrictive (loose outside)", false),
+		stacked("stacked rules show the most restrictive (strict outside)", true),
+		{
+			name: "a key function error: OnError, then fail open without headers",
+			app: on(with(perMinute("tenant", 1), func(r *core.Rule) {
+				r.Key = func(r *http.Request) (string, error) {
+					if t := r.Header.Get("X-Tenant"); t != "" {
+						return "tenant:" + t, nil
+					}
+					return "", errNoTenant
+				}
+			})),
+			steps: steps(
+				ok(nil),
+				ok(xrl(1, 0, 60)).with("X-Tenant", "acme"),
+				ok(nil),
+				tooMany(60, xrl(1, 0, 60)).with("X-Tenant", "acme"),
+			),
+			wantKeys:   repeatString(2, "tenant:tenant:acme"),
+			wantErrors: 2,
+		},
+		{
+			name: "a key function error fails closed with 503",
+			opts: []core.Option{core.WithFailureMode(core.FailClosed)},
+			app:  on(with(perMinute("closed-key", 1), func(r *core.Rule) { r.Key = keyfuncs.Header("X-Api-Key") })),
+			steps: steps(
+				unavailable(),
+				ok(xrl(1, 0, 60)).with("X-Api-Key", "k1"),
+			),
+			wantErrors: 1,
+		},
+		{
+			name:       "Redis does not answer: fail closed with 503",
+			backend:    silentRedis,
+			opts:       []core.Option{core.WithFailureMode(core.FailClosed)},
+			app:        on(perMinute("closed", 5)),
+			steps:      steps(unavailable(), unavailable()),
+			wantErrors: 2,
+		},
+		{
+			name:       "Redis does not answer: fail open without headers",
+			backend:    silentRedis,
+			app:        on(perMinute("open", 5)),
+			steps:      steps(ok(nil), ok(nil)),
+			wantErrors: 2,
+		},
+		{
+			name:       "Redis does not answer: fail local decides in memory",
+			backend:    silentRedis,
+			opts:       []core.Option{core.WithFailureMode(core.FailLocal), core.WithLocalShare(1)},
+			app:        on(perMinute("local", 1)),
+			steps:      steps(ok(xrl(1, 0, 60)), tooMany(60, xrl(1, 0, 60))),
+			wantErrors: 2,
+		},
+	}
+}
+
+// stacked installs a loose rule (5 per minute, IETF fields) and a strict one
+// (2 per minute, X-RateLimit fields) on one route, in either order: the
+// response must always show the strict one.
+func stacked(name string, strictOutside bool) scenario {
+	loose := with(perMinute("loose", 5), func(r *core.Rule) { r.Headers = core.IETF })
+	strict := perMinute("strict", 2)
+	rules := []core.Rule{loose, strict}
+	if strictOutside {
+		rules = []core.Rule{strict, loose}
+	}
+	return scenario{
+		name: name,
+		app:  on(rules...),
+		steps: steps(
+			ok(xrl(2, 1, 60)),
+			ok(xrl(2, 0, 60)),
+			tooMany(60, xrl(2, 0, 60)),
+		),
+	}
+}
+
+func repeatString(n int, s string) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = s
+	}
+	return out
+}
+
+// recorder collects the observer's events and the OnError calls.
+type recorder struct {
+	mu      sync.Mutex
+	keys    []string
+	allowed []bool
+	errs    []error
+}
+
+func (rec *recorder) observe(ev core.Event) {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	rec.keys = append(rec.keys, ev.Key)
+	rec.allowed = append(rec.allowed, ev.Result.Allowed)
+}
+
+func (rec *recorder) onError(_ http.ResponseWriter, _ *http.Request, err error) {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	rec.errs = append(rec.errs, err)
+}
+
+func TestAdapters(t *testing.T) {
+	srv := redistest.New(t)
+	rdb := srv.Client(t)
+	run := time.Now().UnixNano()
+	for i, sc := range scenarios() {
+		t.Run(sc.name, func(t *testing.T) {
+			for _, ad := range adapters {
+				t.Run(ad.name, func(t *testing.T) {
+					rec := &recorder{}
+					client := redis.Scripter(rdb)
+					opts := []core.Option{
+						core.WithPrefix(fmt.Sprintf("mwtest:%d:%d:%s:", run, i, ad.name)),
+						core.WithObserver(rec.observe),
+					}
+					if sc.backend == silentRedis {
+						c := redis.NewClient(&redis.Options{Addr: redistest.Silent(t), MaxRetries: -1})
+						t.Cleanup(func() { _ = c.Close() })
+						client = c
+						opts = append(opts, core.WithTimeout(20*time.Millisecond))
+					}
+					l, err := core.New(client, append(opts, sc.opts...)...)
+					if err != nil {
+						t.Fatal(err)
+					}
+					h := ad.build(l, withOnError(sc.app, rec.onError))
+					for j, st := range sc.steps {
+						checkStep(t, h, j, st)
+					}
+					rec.mu.Lock()
+					defer rec.mu.Unlock()
+					if sc.wantKeys != nil && !slices.Equal(rec.keys, sc.wantKeys) {
+						t.Errorf("observed keys %q, want %q", rec.keys, sc.wantKeys)
+					}
+					if sc.wantAllowed != nil && !slices.Equal(rec.allowed, sc.wantAllowed) {
+						t.Errorf("observed Allowed %v, want %v", rec.allowed, sc.wantAllowed)
+					}
+					if len(rec.errs) != sc.wantErrors {
+						t.Errorf("OnError called with %v, want %d calls", rec.errs, sc.wantErrors)
+					}
+				})
+			}
+		})
+	}
+}
+
+// withOnError returns a with OnError set on every rule that has none.
+func withOnError(a app, f func(http.ResponseWriter, *http.Request, error)) app {
+	set := func(rules []core.Rule) []core.Rule {
+		out := slices.Clone(rules)
+		for i := range out {
+			if out[i].OnError == nil {
+				out[i].OnError = f
+			}
+		}
+		return out
+	}
+	b := app{global: set(a.global)}
+	for _, rt := range a.routes {
+		b.routes = append(b.routes, route{path: rt.path, rules: set(rt.rules)})
+	}
+	return b
+}
+
+func checkStep(t *testing.T, h http.Handler, i int, st step) {
+	t.Helper()
+	path := st.path
+	if path == "" {
+		path = "/users/1"
+	}
+	req := httptest.NewRequest(http.MethodGet, path, nil)
+	req.RemoteAddr = "192.0.2.1:4711"
+	if st.remote != "" {
+		req.RemoteAddr = st.remote
+	}
+	for k, vs := range st.header {
+		req.Header[k] = vs
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	got := map[string]string{}
+	for k, vs := range rec.Header() {
+		got[k] = strings.Join(vs, "\n")
+	}
+	want := st.want
+	if want == nil {
+		want = map[string]string{}
+	}
+	if rec.Code != st.status || rec.Body.String() != st.body || !maps.Equal(got, want) {
+		t.Errorf("request %d (%s from %s, %v):\ngot  %d %q %v\nwant %d %q %v", i+1, path, req.RemoteAddr, st.header,
+			rec.Code, rec.Body.String(), got, st.status, st.body, want)
+	}
+}
