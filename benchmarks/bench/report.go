@@ -1,0 +1,307 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/xml"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"time"
+)
+
+// Command is the one command that regenerates the results.
+const Command = "cd benchmarks && go run ./cmd/rwbench"
+
+// setting is one cell of the throughput grid.
+type setting struct{ g, keys int }
+
+func (r *Report) settings() []setting {
+	var out []setting
+	for _, k := range r.Config.Keys {
+		for _, g := range r.Config.Goroutines {
+			out = append(out, setting{g, k})
+		}
+	}
+	return out
+}
+
+func (r *Report) peer(name string) bool {
+	for _, c := range r.Contenders {
+		if c.Name == name {
+			return c.Peer
+		}
+	}
+	return false
+}
+
+// row returns the throughput of contender name in setting s.
+func (r *Report) row(name string, s setting) (Throughput, bool) {
+	for _, t := range r.Throughput {
+		if t.Contender == name && t.Goroutines == s.g && t.Keys == s.keys {
+			return t, true
+		}
+	}
+	return Throughput{}, false
+}
+
+// Baseline returns the contender the ratios of setting (g, keys) refer to:
+// Config.Baseline, or the fastest peer there.
+func (r *Report) Baseline(g, keys int) (Throughput, bool) {
+	s := setting{g, keys}
+	if r.Config.Baseline != "" {
+		return r.row(r.Config.Baseline, s)
+	}
+	var best Throughput
+	found := false
+	for _, t := range r.Throughput {
+		if t.Goroutines == g && t.Keys == keys && r.peer(t.Contender) && (!found || t.PerSecond() > best.PerSecond()) {
+			best, found = t, true
+		}
+	}
+	return best, found
+}
+
+func keysLabel(n int) string {
+	if n == 1 {
+		return "1 hot key"
+	}
+	return thousands(int64(n)) + " keys"
+}
+
+func thousands(n int64) string {
+	s := fmt.Sprint(n)
+	if n < 0 {
+		return "-" + thousands(-n)
+	}
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+func ratio(v, base float64) string {
+	if base <= 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.2f×", v/base)
+}
+
+func dur(d time.Duration) string {
+	switch {
+	case d >= time.Millisecond:
+		return fmt.Sprintf("%.2f ms", float64(d)/1e6)
+	case d >= time.Microsecond:
+		return fmt.Sprintf("%.0f µs", float64(d)/1e3)
+	}
+	return fmt.Sprintf("%d ns", d)
+}
+
+// Markdown writes the report as Markdown tables.
+func (r *Report) Markdown(w io.Writer) error {
+	var b bytes.Buffer
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	cfg := r.Config
+	p("# ratewindow side by side\n\n")
+	p("Run %s on Redis %s, %s, %d CPUs; took %s. Regenerate: `%s`.\n\n",
+		r.Started.UTC().Format("2006-01-02 15:04 UTC"), r.Redis, r.Go, r.CPUs, r.Took.Round(time.Second), Command)
+	p("Every contender runs against the same Redis, in turn (%d round(s) of %s each per setting, the order rotating every round), with the same go-redis client (pool of %d connections). ",
+		cfg.Rounds, cfg.Slice, maxInt(cfg.Goroutines))
+	p("The throughput limit (%s per %s) admits every request. Ratios are to the baseline: %s.\n\n", thousands(int64(cfg.Count)), cfg.Window, baselineName(cfg))
+
+	p("## Decisions per second\n\n| contender |")
+	for _, s := range r.settings() {
+		p(" %d goroutine(s), %s |", s.g, keysLabel(s.keys))
+	}
+	p("\n|---|")
+	for range r.settings() {
+		p("---:|")
+	}
+	p("\n")
+	for _, c := range r.Contenders {
+		p("| %s |", c.Name)
+		for _, s := range r.settings() {
+			t, ok := r.row(c.Name, s)
+			base, bok := r.Baseline(s.g, s.keys)
+			switch {
+			case !ok:
+				p(" — |")
+			case bok:
+				p(" %s (%s) |", thousands(int64(t.PerSecond())), ratio(t.PerSecond(), base.PerSecond()))
+			default:
+				p(" %s |", thousands(int64(t.PerSecond())))
+			}
+		}
+		p("\n")
+	}
+	p("\n")
+
+	for _, s := range r.settings() {
+		base, _ := r.Baseline(s.g, s.keys)
+		p("### %d goroutine(s), %s (baseline: %s)\n\n", s.g, keysLabel(s.keys), base.Contender)
+		p("| contender | method | decisions/s | × baseline | p50 | p99 | allocs/decision | client CPU µs/decision | Redis CPU µs/decision | errors |\n")
+		p("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, c := range r.Contenders {
+			t, ok := r.row(c.Name, s)
+			if !ok {
+				continue
+			}
+			p("| %s | %s | %s | %s | %s | %s | %.1f | %.1f | %.1f | %d |\n", c.Name, c.Method, thousands(int64(t.PerSecond())),
+				ratio(t.PerSecond(), base.PerSecond()), dur(t.P50), dur(t.P99), t.AllocsPerDecision(), t.ClientMicros(), t.RedisMicros(), t.Errors)
+		}
+		p("\n")
+	}
+
+	if len(r.Deny) > 0 {
+		p("## Hot denied key: ratewindow's deny cache\n\n")
+		p("One key whose limit (1 per hour) is used up, so every request is denied: sliding log with the deny cache on (the default) and off (`core.WithDenyCache(0)`).\n\n")
+		p("| goroutines | cache on, decisions/s | cache off, decisions/s | on / off | allocs/decision on |\n|---:|---:|---:|---:|---:|\n")
+		for _, d := range r.Deny {
+			p("| %d | %s | %s | %s | %.1f |\n", d.Goroutines, thousands(int64(d.On.PerSecond())), thousands(int64(d.Off.PerSecond())),
+				ratio(d.On.PerSecond(), d.Off.PerSecond()), d.On.AllocsPerDecision())
+		}
+		p("\n")
+	}
+
+	p("## Worst count in one 1 s window (limit 100 per second)\n\n")
+	p("%d goroutines drive one key as hard as they can for %s. Each admitted request's call start and end are recorded; it was admitted somewhere in between. ", cfg.AdmitGoroutines, cfg.AdmitFor)
+	p("The figure counts the admitted requests whose whole call lies inside one window (t−1s, t], the worst over all t: a lower bound of the true worst window that the client's latency cannot inflate, so any figure above 100 is proven over-admission.\n\n")
+	p("| contender | method | worst 1 s window | admitted in all | errors |\n|---|---|---:|---:|---:|\n")
+	for _, a := range r.Admission {
+		p("| %s | %s | %d | %d in %s | %d |\n", a.Contender, r.method(a.Contender), a.Worst, a.Admitted, a.For, a.Errors)
+	}
+	p("\n")
+
+	p("## Redis memory per key\n\n")
+	if r.MemoryNote != "" {
+		p("%s.\n\n", r.MemoryNote)
+	} else {
+		small := r.smallestPeerMemory()
+		p("FLUSHALL, then %s keys (`user:0` …) with %d requests each under a limit of 100 per hour; the figure is the growth of INFO memory `used_memory` less `mem_clients_normal` (connection buffers), divided by the keys. Again with one request per key. ",
+			thousands(int64(cfg.MemKeys)), cfg.MemRequests)
+		p("Ratios are to the smallest peer at %d requests.\n\n", cfg.MemRequests)
+		p("| contender | bytes/key at %d requests | × smallest peer | bytes/key at 1 request |\n|---|---:|---:|---:|\n", cfg.MemRequests)
+		for _, m := range r.Memory {
+			p("| %s | %.1f | %s | %.1f |\n", m.Contender, m.PerKey, ratio(m.PerKey, small), m.PerKeyOne)
+		}
+		p("\n")
+	}
+	_, err := w.Write(b.Bytes())
+	return err
+}
+
+func (r *Report) method(name string) string {
+	for _, c := range r.Contenders {
+		if c.Name == name {
+			return c.Method
+		}
+	}
+	return ""
+}
+
+func (r *Report) smallestPeerMemory() float64 {
+	small := math.Inf(1)
+	for _, m := range r.Memory {
+		if r.peer(m.Contender) && m.PerKey < small {
+			small = m.PerKey
+		}
+	}
+	if math.IsInf(small, 1) {
+		return 0
+	}
+	return small
+}
+
+func baselineName(cfg Config) string {
+	if cfg.Baseline != "" {
+		return cfg.Baseline
+	}
+	return "the fastest peer of each setting"
+}
+
+func maxInt(xs []int) int {
+	m := 0
+	for _, x := range xs {
+		m = max(m, x)
+	}
+	return m
+}
+
+// SVG writes a chart: decisions per second at the most goroutines and keys,
+// and the worst count in one second for a limit of 100, per contender.
+func (r *Report) SVG(w io.Writer) error {
+	s := setting{maxInt(r.Config.Goroutines), maxInt(r.Config.Keys)}
+	type bar struct {
+		name  string
+		value float64
+		label string
+		ours  bool
+	}
+	var speed, admit []bar
+	for _, c := range r.Contenders {
+		ours := !c.Peer && strings.HasPrefix(c.Name, "ratewindow")
+		if t, ok := r.row(c.Name, s); ok {
+			speed = append(speed, bar{c.Name, t.PerSecond(), thousands(int64(t.PerSecond())) + "/s", ours})
+		}
+		for _, a := range r.Admission {
+			if a.Contender == c.Name {
+				admit = append(admit, bar{c.Name, float64(a.Worst), fmt.Sprint(a.Worst), ours})
+			}
+		}
+	}
+	const (
+		width  = 760
+		left   = 230
+		barW   = 420
+		rowH   = 22
+		titleH = 34
+		gap    = 24
+	)
+	height := titleH + len(speed)*rowH + gap + titleH + len(admit)*rowH + 30
+	var b bytes.Buffer
+	esc := func(s string) string {
+		var e bytes.Buffer
+		_ = xml.EscapeText(&e, []byte(s))
+		return e.String()
+	}
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", width, height, width, height)
+	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
+	panel := func(y int, title string, bars []bar, limit float64) int {
+		fmt.Fprintf(&b, `<text x="10" y="%d" font-size="14" font-weight="bold">%s</text>`+"\n", y+20, esc(title))
+		y += titleH
+		top := 0.0
+		for _, x := range bars {
+			top = max(top, x.value)
+		}
+		top = max(top, limit*1.25)
+		if top <= 0 {
+			top = 1
+		}
+		for i, x := range bars {
+			yy := y + i*rowH
+			fill := "#9aa5b1"
+			if x.ours {
+				fill = "#2b7bb9"
+			}
+			wpx := x.value / top * barW
+			fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="end">%s</text>`+"\n", left-8, yy+14, esc(x.name))
+			fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%.1f" height="%d" fill="%s"/>`+"\n", left, yy+3, wpx, rowH-6, fill)
+			fmt.Fprintf(&b, `<text x="%.1f" y="%d">%s</text>`+"\n", float64(left)+wpx+6, yy+14, esc(x.label))
+		}
+		if limit > 0 {
+			lx := float64(left) + limit/top*barW
+			fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#c0392b" stroke-dasharray="4 3"/>`+"\n", lx, y, lx, y+len(bars)*rowH)
+			fmt.Fprintf(&b, `<text x="%.1f" y="%d" fill="#c0392b" text-anchor="middle">limit %.0f</text>`+"\n", lx, y+len(bars)*rowH+14, limit)
+		}
+		return y + len(bars)*rowH
+	}
+	y := panel(0, fmt.Sprintf("Decisions per second, %d goroutines, %s (more is better)", s.g, keysLabel(s.keys)), speed, 0)
+	panel(y+gap, "Worst count in one 1 s window, limit 100 per second (at most 100 is exact)", admit, 100)
+	fmt.Fprintf(&b, "</svg>\n")
+	_, err := w.Write(b.Bytes())
+	return err
+}

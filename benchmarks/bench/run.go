@@ -1,0 +1,406 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratewindow/ratewindow/core"
+)
+
+// Config is what one run measures, and how long it takes.
+type Config struct {
+	// Goroutines and Keys are the throughput settings, run as a grid.
+	Goroutines []int
+	Keys       []int
+	// Rounds is how often every contender runs in each setting, in turn
+	// (A B C, A B C, ...), each time for Slice.
+	Rounds int
+	Slice  time.Duration
+	// Count per Window is the limit of the throughput runs: high enough
+	// that every request is admitted, so every decision does the full work.
+	Count  int
+	Window time.Duration
+	// MemKeys keys get MemRequests requests each (and then one each) for
+	// the Redis memory per key.
+	MemKeys, MemRequests int
+	// AdmitFor is how long AdmitGoroutines drive one hot key with a limit
+	// of 100 per second to find the worst count in a one-second window.
+	AdmitFor        time.Duration
+	AdmitGoroutines int
+	// DenyFor is how long each side of the deny-cache row runs.
+	DenyFor time.Duration
+	// Flush allows FLUSHALL before each memory measurement. Set it only for
+	// a server nobody else uses.
+	Flush bool
+	// Baseline names the contender the ratios refer to; empty: the fastest
+	// peer of each setting.
+	Baseline string
+	// Only keeps the contenders whose name matches, when set.
+	Only *regexp.Regexp
+	// Log receives progress lines; nil discards them.
+	Log io.Writer
+}
+
+// FullConfig is a normal run: a few minutes on 2 cores.
+func FullConfig() Config {
+	return Config{
+		Goroutines: []int{1, 16, 64}, Keys: []int{1, 100_000},
+		Rounds: 3, Slice: time.Second, Count: 1_000_000, Window: time.Second,
+		MemKeys: 100_000, MemRequests: 10,
+		AdmitFor: 3 * time.Second, AdmitGoroutines: 64, DenyFor: time.Second,
+	}
+}
+
+// QuickConfig is a smoke run of the same code paths in under a minute.
+func QuickConfig() Config {
+	c := FullConfig()
+	c.Rounds, c.Slice = 1, 150*time.Millisecond
+	c.MemKeys = 5_000
+	c.AdmitFor, c.DenyFor = 1200*time.Millisecond, 200*time.Millisecond
+	return c
+}
+
+// Throughput is one contender in one setting, summed over its rounds.
+type Throughput struct {
+	Contender        string
+	Goroutines, Keys int
+	Decisions        int64
+	Admitted, Errors int64
+	Elapsed          time.Duration
+	P50, P99         time.Duration
+	Mallocs          uint64
+	ClientCPU        time.Duration // this process, user + system
+	RedisCPU         time.Duration // the server's INFO cpu, user + system
+}
+
+// PerSecond is decisions per second.
+func (t Throughput) PerSecond() float64 {
+	if t.Elapsed <= 0 {
+		return 0
+	}
+	return float64(t.Decisions) / t.Elapsed.Seconds()
+}
+
+// AllocsPerDecision is runtime.MemStats.Mallocs per decision.
+func (t Throughput) AllocsPerDecision() float64 { return perDecision(float64(t.Mallocs), t.Decisions) }
+
+// ClientMicros is this process's CPU µs per decision.
+func (t Throughput) ClientMicros() float64 {
+	return perDecision(float64(t.ClientCPU)/1e3, t.Decisions)
+}
+
+// RedisMicros is the server's CPU µs per decision.
+func (t Throughput) RedisMicros() float64 {
+	return perDecision(float64(t.RedisCPU)/1e3, t.Decisions)
+}
+
+func perDecision(v float64, n int64) float64 {
+	if n == 0 {
+		return 0
+	}
+	return v / float64(n)
+}
+
+// Memory is a contender's Redis memory per key.
+type Memory struct {
+	Contender string
+	// PerKey is the used_memory delta per key after MemRequests requests on
+	// each key, PerKeyOne after one request on each.
+	PerKey, PerKeyOne float64
+	// Admitted counts the admitted requests of the MemRequests run.
+	Admitted int64
+}
+
+// Admission is the worst count admitted in any one-second window on one
+// hot key with a limit of 100 per second.
+type Admission struct {
+	Contender string
+	Worst     int
+	Admitted  int
+	Errors    int64
+	For       time.Duration
+}
+
+// Deny compares a hot denied key with ratewindow's deny cache on and off.
+type Deny struct {
+	Goroutines int
+	On, Off    Throughput
+}
+
+// Report is the outcome of a run.
+type Report struct {
+	Config     Config
+	Redis      string // version
+	Go         string
+	CPUs       int
+	Contenders []Contender
+	Throughput []Throughput
+	Memory     []Memory
+	MemoryNote string
+	Admission  []Admission
+	Deny       []Deny
+	Started    time.Time
+	Took       time.Duration
+}
+
+func (c *Config) logf(format string, args ...any) {
+	if c.Log != nil {
+		fmt.Fprintf(c.Log, format+"\n", args...)
+	}
+}
+
+// Run measures every contender on the Redis at srv.
+func Run(ctx context.Context, srv *Server, cfg Config) (*Report, error) {
+	maxG := slices.Max(append(slices.Clone(cfg.Goroutines), cfg.AdmitGoroutines, 1))
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: maxG})
+	defer rdb.Close()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		return nil, fmt.Errorf("bench: redis at %s: %w", srv.Addr, err)
+	}
+	rep := &Report{Config: cfg, Redis: redisVersion(ctx, rdb), Go: runtime.Version(), CPUs: runtime.NumCPU(), Started: time.Now()}
+	for _, c := range Contenders() {
+		if cfg.Only == nil || cfg.Only.MatchString(c.Name) {
+			rep.Contenders = append(rep.Contenders, c)
+		}
+	}
+	if len(rep.Contenders) == 0 {
+		return nil, errors.New("bench: no contender matches -only")
+	}
+	if err := runThroughput(ctx, rdb, &cfg, rep); err != nil {
+		return nil, err
+	}
+	if err := runDeny(ctx, rdb, &cfg, rep); err != nil {
+		return nil, err
+	}
+	if err := runAdmission(ctx, rdb, &cfg, rep); err != nil {
+		return nil, err
+	}
+	if cfg.Flush || srv.Own {
+		if err := runMemory(ctx, rdb, &cfg, rep); err != nil {
+			return nil, err
+		}
+	} else {
+		rep.MemoryNote = "not measured: REDIS_ADDR is not the program's own server and -flush was not given"
+	}
+	rep.Took = time.Since(rep.Started)
+	return rep, nil
+}
+
+// keyNames returns n distinct user keys.
+func keyNames(prefix string, n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = prefix + strconv.Itoa(i)
+	}
+	return keys
+}
+
+func runThroughput(ctx context.Context, rdb *redis.Client, cfg *Config, rep *Report) error {
+	makers := make([]func() Decide, len(rep.Contenders))
+	for i, c := range rep.Contenders {
+		m, err := c.New(rdb, cfg.Count, cfg.Window)
+		if err != nil {
+			return fmt.Errorf("bench: %s: %w", c.Name, err)
+		}
+		makers[i] = m
+	}
+	for _, nk := range cfg.Keys {
+		keys := keyNames("user:", nk)
+		for _, g := range cfg.Goroutines {
+			sums := make([]Throughput, len(makers))
+			hs := make([]hist, len(makers))
+			for r := 0; r < cfg.Rounds; r++ {
+				for j := range makers {
+					i := (j + r) % len(makers) // rotate the order each round
+					t, h, err := runSlice(ctx, rdb, makers[i], g, keys, cfg.Slice)
+					if err != nil {
+						return fmt.Errorf("bench: %s: %w", rep.Contenders[i].Name, err)
+					}
+					s := &sums[i]
+					s.Decisions += t.Decisions
+					s.Admitted += t.Admitted
+					s.Errors += t.Errors
+					s.Elapsed += t.Elapsed
+					s.Mallocs += t.Mallocs
+					s.ClientCPU += t.ClientCPU
+					s.RedisCPU += t.RedisCPU
+					hs[i].merge(h)
+				}
+			}
+			for i := range sums {
+				s := &sums[i]
+				s.Contender, s.Goroutines, s.Keys = rep.Contenders[i].Name, g, nk
+				s.P50, s.P99 = hs[i].quantile(0.50), hs[i].quantile(0.99)
+				cfg.logf("%-28s g=%-3d keys=%-6d %10.0f/s p50=%-9v p99=%-9v allocs=%.1f errors=%d",
+					s.Contender, g, nk, s.PerSecond(), s.P50, s.P99, s.AllocsPerDecision(), s.Errors)
+				rep.Throughput = append(rep.Throughput, *s)
+			}
+		}
+	}
+	return nil
+}
+
+// worker is one goroutine's share of a slice.
+type worker struct {
+	decide              Decide
+	rng                 rand.PCG
+	n, admitted, errors int64
+	h                   hist
+	err                 error
+}
+
+// runSlice runs g goroutines deciding on random keys for about d.
+func runSlice(ctx context.Context, rdb *redis.Client, mk func() Decide, g int, keys []string, d time.Duration) (Throughput, *hist, error) {
+	ws := make([]*worker, g)
+	for i := range ws {
+		ws[i] = &worker{decide: mk()}
+		ws[i].rng.Seed(rand.Uint64(), rand.Uint64())
+	}
+	cpu0, err := redisCPU(ctx, rdb)
+	if err != nil {
+		return Throughput{}, nil, err
+	}
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	var ms0, ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
+	ru0 := rusage()
+	start := time.Now()
+	for _, w := range ws {
+		wg.Go(func() {
+			nk := uint64(len(keys))
+			for !stop.Load() {
+				k := keys[0]
+				if nk > 1 {
+					k = keys[w.rng.Uint64()%nk]
+				}
+				t0 := time.Now()
+				ok, err := w.decide(ctx, k)
+				w.h.record(time.Since(t0))
+				w.n++
+				switch {
+				case err != nil:
+					w.errors++
+					if w.err == nil {
+						w.err = err
+					}
+				case ok:
+					w.admitted++
+				}
+			}
+		})
+	}
+	time.Sleep(d)
+	stop.Store(true)
+	wg.Wait()
+	elapsed := time.Since(start)
+	ru1 := rusage()
+	runtime.ReadMemStats(&ms1)
+	cpu1, err := redisCPU(ctx, rdb)
+	if err != nil {
+		return Throughput{}, nil, err
+	}
+	t := Throughput{Elapsed: elapsed, Mallocs: ms1.Mallocs - ms0.Mallocs, ClientCPU: ru1 - ru0, RedisCPU: cpu1 - cpu0}
+	h := new(hist)
+	for _, w := range ws {
+		t.Decisions += w.n
+		t.Admitted += w.admitted
+		t.Errors += w.errors
+		h.merge(&w.h)
+		if w.err != nil && w.errors == w.n {
+			return t, h, fmt.Errorf("every decision failed: %w", w.err)
+		}
+	}
+	return t, h, nil
+}
+
+// rusage is this process's CPU time, user plus system.
+func rusage() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// redisCPU is the server's CPU time from INFO cpu, user plus system.
+func redisCPU(ctx context.Context, rdb *redis.Client) (time.Duration, error) {
+	info, err := rdb.Info(ctx, "cpu").Result()
+	if err != nil {
+		return 0, err
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\n") {
+		name, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (name == "used_cpu_sys" || name == "used_cpu_user") {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return 0, fmt.Errorf("bench: INFO cpu %s: %w", name, err)
+			}
+			total += f
+		}
+	}
+	return time.Duration(total * 1e9), nil
+}
+
+// runDeny measures one denied hot key with the deny cache on and off.
+func runDeny(ctx context.Context, rdb *redis.Client, cfg *Config, rep *Report) error {
+	if cfg.Only != nil && !cfg.Only.MatchString("ratewindow sliding-log") {
+		return nil
+	}
+	on := ratewindow("deny cache on", core.SlidingLog)
+	off := ratewindow("deny cache off", core.SlidingLog, core.WithDenyCache(0))
+	// one unit per hour, used up: every later request is denied for an hour
+	key := []string{"denied:" + strconv.FormatInt(time.Now().UnixNano(), 36)}
+	var makers [2]func() Decide
+	for i, c := range []Contender{on, off} {
+		m, err := c.New(rdb, 1, time.Hour)
+		if err != nil {
+			return err
+		}
+		if _, err := m()(ctx, key[0]); err != nil {
+			return err
+		}
+		makers[i] = m
+	}
+	for _, g := range []int{1, 64} {
+		var d Deny
+		d.Goroutines = g
+		for r := 0; r < max(cfg.Rounds, 1); r++ {
+			for i, m := range makers {
+				t, _, err := runSlice(ctx, rdb, m, g, key, cfg.DenyFor)
+				if err != nil {
+					return fmt.Errorf("bench: deny cache: %w", err)
+				}
+				s := &d.On
+				if i == 1 {
+					s = &d.Off
+				}
+				s.Decisions += t.Decisions
+				s.Admitted += t.Admitted
+				s.Errors += t.Errors
+				s.Elapsed += t.Elapsed
+				s.Mallocs += t.Mallocs
+				s.ClientCPU += t.ClientCPU
+			}
+		}
+		cfg.logf("hot denied key g=%-3d cache on %10.0f/s, off %10.0f/s (%.0f×), admitted %d/%d",
+			g, d.On.PerSecond(), d.Off.PerSecond(), d.On.PerSecond()/d.Off.PerSecond(), d.On.Admitted, d.Off.Admitted)
+		rep.Deny = append(rep.Deny, d)
+	}
+	return nil
+}
