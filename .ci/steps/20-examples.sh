@@ -5,7 +5,8 @@
 # the embedded Redis (REDIS_URL unset), log in as one user until the login
 # limit answers 429 with Retry-After, check that an export costs 5 units,
 # and stop the server with SIGTERM. Run from the repository root.
-set -euo pipefail
+set -Eeuo pipefail
+trap 'echo "FAIL: $0 line $LINENO: $BASH_COMMAND" >&2' ERR
 
 cd "$(dirname "$0")/../.."
 
@@ -72,6 +73,7 @@ post_login() {
 
 smoke() {
 	local name=$1 out="$tmp/$1.out" url="" code="" n i retry rc
+	: >"$out" # exists before the server's shell opens it: sed below reads it at once
 	env -u REDIS_URL ADDR=127.0.0.1:0 "$tmp/$name" >"$out" 2>&1 &
 	pid=$!
 
@@ -104,7 +106,7 @@ smoke() {
 	done
 	[ "$codes" = "200 200 200 200 429 " ] || fail "$name" "5 exports answered $codes, want 200 200 200 200 429"
 
-	kill -TERM "$pid"
+	kill -TERM "$pid" 2>/dev/null || true # an exit before it is caught below
 	for ((i = 0; i < stop_timeout * 10; i++)); do
 		kill -0 "$pid" 2>/dev/null || break
 		sleep 0.1
