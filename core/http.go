@@ -76,7 +76,7 @@ func newLimitHeaders(l Limit) limitHeaders {
 	body = append(body, "]}"...)
 	return limitHeaders{
 		limit:      l,
-		count:      strconv.FormatInt(l.Count, 10),
+		count:      strconv.FormatInt(max(l.Count, 0), 10),
 		item:       string(item),
 		problem:    body,
 		problemLen: strconv.Itoa(len(body)),

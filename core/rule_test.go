@@ -1,0 +1,262 @@
+package core_test
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratewindow/ratewindow/core"
+	"github.com/ratewindow/ratewindow/keyfuncs"
+)
+
+func TestRuleValidate(t *testing.T) {
+	minute := core.PerMinute(10)
+	for _, tc := range []struct {
+		name string
+		rule core.Rule
+		want []error // nil: valid
+		msg  string
+	}{
+		{"valid", core.Rule{Name: "api/v1_login-2.x", Limits: []core.Limit{minute, core.PerSecond(2)}}, nil, ""},
+		{"valid different algorithms", core.Rule{Name: "a", Limits: []core.Limit{minute, {Name: "m2", Count: 10, Window: time.Minute, Algorithm: core.SlidingCounter}}}, nil, ""},
+		{"empty name", core.Rule{Limits: []core.Limit{minute}}, []error{core.ErrInvalidRule}, "empty Name"},
+		{"long name", core.Rule{Name: strings.Repeat("n", 65), Limits: []core.Limit{minute}}, []error{core.ErrInvalidRule}, "longer than 64"},
+		{"colon", core.Rule{Name: "a:b", Limits: []core.Limit{minute}}, []error{core.ErrInvalidRule}, "no space, ':'"},
+		{"brace", core.Rule{Name: "a{b}", Limits: []core.Limit{minute}}, []error{core.ErrInvalidRule}, "no space, ':'"},
+		{"space", core.Rule{Name: "a b", Limits: []core.Limit{minute}}, []error{core.ErrInvalidRule}, "no space, ':'"},
+		{"non-ASCII", core.Rule{Name: "café", Limits: []core.Limit{minute}}, []error{core.ErrInvalidRule}, "printable ASCII"},
+		{"no limits", core.Rule{Name: "a"}, []error{core.ErrInvalidRule, core.ErrNoLimits}, "no limits"},
+		{"bad limit", core.Rule{Name: "a", Limits: []core.Limit{minute, {Count: 0, Window: time.Second}}}, []error{core.ErrInvalidRule, core.ErrInvalidLimit}, "limit 1"},
+		{"shared storage", core.Rule{Name: "a", Limits: []core.Limit{minute, {Name: "other", Count: 5, Window: time.Minute}}}, []error{core.ErrInvalidRule, core.ErrInvalidLimit}, "share storage"},
+		{"same policy name", core.Rule{Name: "a", Limits: []core.Limit{{Name: "x", Count: 1, Window: time.Second}, {Name: "x", Count: 9, Window: time.Hour}}}, []error{core.ErrInvalidRule}, `policy name "x"`},
+		{"policy name not printable", core.Rule{Name: "a", Limits: []core.Limit{{Name: "bad\nname", Count: 1, Window: time.Second}}}, []error{core.ErrInvalidRule}, "not printable ASCII"},
+		{"unknown header style", core.Rule{Name: "a", Limits: []core.Limit{minute}, Headers: core.None + 1}, []error{core.ErrInvalidRule}, "header-style(4)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.rule.Validate()
+			if tc.want == nil {
+				if err != nil {
+					t.Fatalf("Validate() = %v, want nil", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("Validate() = nil, want an error")
+			}
+			for _, w := range tc.want {
+				if !errors.Is(err, w) {
+					t.Errorf("Validate() = %v, does not match %v", err, w)
+				}
+			}
+			if !strings.HasPrefix(err.Error(), "ratewindow: ") || !strings.Contains(err.Error(), tc.msg) {
+				t.Errorf("Validate() = %q, want it to start with \"ratewindow: \" and say %q", err, tc.msg)
+			}
+			if _, nerr := core.NewEnforcer(core.NewMemory(), tc.rule); nerr == nil || nerr.Error() != err.Error() {
+				t.Errorf("NewEnforcer() = %v, want %v", nerr, err)
+			}
+		})
+	}
+	if _, err := core.NewEnforcer(nil, core.Rule{Name: "a", Limits: []core.Limit{minute}}); !errors.Is(err, core.ErrInvalidRule) {
+		t.Errorf("NewEnforcer(nil, ...) = %v, want ErrInvalidRule", err)
+	}
+}
+
+func TestHeaderStyleString(t *testing.T) {
+	for s, want := range map[core.HeaderStyle]string{core.XRateLimit: "x-ratelimit", core.IETF: "ietf", core.Both: "both", core.None: "none", 9: "header-style(9)"} {
+		if got := s.String(); got != want {
+			t.Errorf("%d.String() = %q, want %q", s, got, want)
+		}
+	}
+}
+
+// serve runs the enforcers as middleware, outermost first, around a
+// handler that answers 200 "ok", and returns the response.
+func serve(req *http.Request, es ...*core.Enforcer) *httptest.ResponseRecorder {
+	var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") })
+	for i := len(es) - 1; i >= 0; i-- {
+		e, next := es[i], h
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r, ok := e.Handle(w, r, "/things/{id}"); ok {
+				next.ServeHTTP(w, r)
+			}
+		})
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+func mustEnforcer(t *testing.T, l *core.Limiter, rule core.Rule) *core.Enforcer {
+	t.Helper()
+	e, err := core.NewEnforcer(l, rule)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// closedLimiter fails closed; its Redis is never dialed by these tests.
+func closedLimiter(t *testing.T) *core.Limiter {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	t.Cleanup(func() { _ = rdb.Close() })
+	l, err := core.New(rdb, core.WithFailureMode(core.FailClosed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func TestHandleKeyErrors(t *testing.T) {
+	errKey := errors.New("no key here")
+	failing := func(*http.Request) (string, error) { return "", errKey }
+	empty := func(*http.Request) (string, error) { return "", nil }
+	limits := []core.Limit{core.PerMinute(1)}
+	for _, tc := range []struct {
+		name    string
+		l       *core.Limiter
+		rule    core.Rule
+		wantErr error
+		status  int
+		body    string
+	}{
+		{"open", core.NewMemory(), core.Rule{Key: failing}, errKey, 200, "ok"},
+		{"empty key", core.NewMemory(), core.Rule{Key: empty}, keyfuncs.ErrNoKey, 200, "ok"},
+		{"closed", closedLimiter(t), core.Rule{Key: failing}, errKey, 503, "Service Unavailable\n"},
+		{"closed dry run passes", closedLimiter(t), core.Rule{Key: failing, DryRun: true}, errKey, 200, "ok"},
+		{"closed problem", closedLimiter(t), core.Rule{Key: failing, ProblemJSON: true}, errKey, 503, `{"type":"about:blank","title":"Service Unavailable","status":503}`},
+		{"cost", core.NewMemory(), core.Rule{Cost: func(*http.Request) int64 { return -1 }}, core.ErrInvalidCost, 200, "ok"},
+		{"OnError answers", closedLimiter(t), core.Rule{Key: failing, OnError: func(w http.ResponseWriter, _ *http.Request, _ error) {
+			http.Error(w, "who are you?", http.StatusUnauthorized)
+		}}, errKey, 401, "who are you?\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []error
+			rule := tc.rule
+			rule.Name, rule.Limits = "k", limits
+			onError := rule.OnError
+			rule.OnError = func(w http.ResponseWriter, r *http.Request, err error) {
+				got = append(got, err)
+				if onError != nil {
+					onError(w, r, err)
+				}
+			}
+			rec := serve(httptest.NewRequest("GET", "/things/1", nil), mustEnforcer(t, tc.l, rule))
+			if rec.Code != tc.status || rec.Body.String() != tc.body {
+				t.Errorf("got %d %q, want %d %q", rec.Code, rec.Body, tc.status, tc.body)
+			}
+			if len(got) != 1 || !errors.Is(got[0], tc.wantErr) {
+				t.Errorf("OnError got %v, want %v", got, tc.wantErr)
+			}
+			if strings.Contains(rec.Body.String(), "no key here") {
+				t.Error("the error's text reached the client")
+			}
+		})
+	}
+}
+
+// TestStackedTies checks that stacked rules with equal counts show the same
+// rule in either order.
+func TestStackedTies(t *testing.T) {
+	l := core.NewMemory()
+	x := mustEnforcer(t, l, core.Rule{Name: "x", Headers: core.IETF, Limits: []core.Limit{{Name: "x", Count: 3, Window: time.Minute}}})
+	y := mustEnforcer(t, l, core.Rule{Name: "y", Headers: core.IETF, Limits: []core.Limit{{Name: "y", Count: 3, Window: time.Minute}}})
+	for i, order := range [][]*core.Enforcer{{x, y}, {y, x}} {
+		req := httptest.NewRequest("GET", "/things/1", nil)
+		req.RemoteAddr = fmt.Sprintf("192.0.2.%d:1", i+1)
+		rec := serve(req, order...)
+		if got := rec.Header().Get("RateLimit"); got != `"x";r=2;t=60` {
+			t.Errorf("order %d: RateLimit %q, want the rule x", i, got)
+		}
+		if got := rec.Header().Get("RateLimit-Policy"); got != `"x";q=3;w=60` {
+			t.Errorf("order %d: RateLimit-Policy %q, want the rule x", i, got)
+		}
+	}
+}
+
+func TestHandleContext(t *testing.T) {
+	l := core.NewMemory()
+	var skipSaw, keySaw string
+	e := mustEnforcer(t, l, core.Rule{
+		Name:   "ctx",
+		Limits: []core.Limit{core.PerMinute(5)},
+		Skip: func(r *http.Request) bool {
+			skipSaw, _ = keyfuncs.RouteFrom(r.Context())
+			return false
+		},
+		Key: func(r *http.Request) (string, error) {
+			keySaw, _ = keyfuncs.RouteFrom(r.Context())
+			return keyfuncs.Route()(r)
+		},
+	})
+	req := httptest.NewRequest("GET", "/things/1", nil)
+	r, ok := e.Handle(httptest.NewRecorder(), req, "/things/{id}")
+	if !ok || r == nil {
+		t.Fatalf("Handle() = %v, %v; want a request and true", r, ok)
+	}
+	if p, _ := keyfuncs.RouteFrom(r.Context()); p != "/things/{id}" || skipSaw != p || keySaw != p {
+		t.Errorf("route in the passed request %q, seen by Skip %q and Key %q; want /things/{id}", p, skipSaw, keySaw)
+	}
+	// A second rule on the same route reuses the request: nothing to add.
+	e2 := mustEnforcer(t, l, core.Rule{Name: "ctx2", Limits: []core.Limit{core.PerMinute(5)}})
+	if r2, ok := e2.Handle(httptest.NewRecorder(), r, "/things/{id}"); !ok || r2 != r {
+		t.Errorf("second Handle() returned a new request (%v)", ok)
+	}
+}
+
+func TestOnDeniedSeesHeaders(t *testing.T) {
+	var saw http.Header
+	var res core.Result
+	e := mustEnforcer(t, core.NewMemory(), core.Rule{
+		Name:   "custom",
+		Limits: []core.Limit{core.PerMinute(1)},
+		OnDenied: func(w http.ResponseWriter, _ *http.Request, r core.Result) {
+			saw, res = w.Header().Clone(), r
+			w.WriteHeader(http.StatusTeapot)
+		},
+	})
+	serve(httptest.NewRequest("GET", "/", nil), e)
+	rec := serve(httptest.NewRequest("GET", "/", nil), e)
+	if rec.Code != http.StatusTeapot || rec.Body.Len() != 0 {
+		t.Errorf("got %d %q, want OnDenied's 418", rec.Code, rec.Body)
+	}
+	if saw.Get("Retry-After") != "60" || saw.Get("X-RateLimit-Remaining") != "0" || res.Allowed || res.Limit.Count != 1 {
+		t.Errorf("OnDenied saw %v and %+v", saw, res)
+	}
+}
+
+// ExampleNewEnforcer shows the whole contract of an adapter: hand the
+// request and the framework's route pattern to Handle, and call the next
+// handler with the request it returns, unless it answered.
+func ExampleNewEnforcer() {
+	e, err := core.NewEnforcer(core.NewMemory(), core.Rule{
+		Name:    "search",
+		Limits:  []core.Limit{core.PerMinute(10)},
+		Key:     keyfuncs.Join(keyfuncs.IP(), keyfuncs.Route()),
+		Cost:    func(*http.Request) int64 { return 4 },
+		Headers: core.IETF,
+	})
+	if err != nil {
+		panic(err)
+	}
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "results") })
+	for i := 0; i < 3; i++ {
+		w := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodGet, "/search?q=go", nil)
+		if r, ok := e.Handle(w, req, "/search"); ok {
+			next.ServeHTTP(w, r)
+		}
+		fmt.Printf("%d %s retry-after=%q\n", w.Code, w.Header().Get("RateLimit"), w.Header().Get("Retry-After"))
+	}
+	// Output:
+	// 200 "10-per-1m";r=6;t=60 retry-after=""
+	// 200 "10-per-1m";r=2;t=60 retry-after=""
+	// 429 "10-per-1m";r=2;t=60 retry-after="60"
+}
