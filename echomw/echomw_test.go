@@ -1,0 +1,93 @@
+package echomw_test
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/ratewindow/ratewindow/core"
+	"github.com/ratewindow/ratewindow/echomw"
+	"github.com/ratewindow/ratewindow/keyfuncs"
+)
+
+func TestSkipperAndRoute(t *testing.T) {
+	var routes []string
+	e := echo.New()
+	e.Use(echomw.LimitWithConfig(echomw.Config{
+		Skipper: func(c echo.Context) bool { return c.Request().Header.Get("X-Internal") == "1" },
+		Limiter: core.NewMemory(),
+		Rule: core.Rule{
+			Name:   "echo",
+			Limits: []core.Limit{core.PerMinute(1)},
+			Key: func(r *http.Request) (string, error) {
+				p, _ := keyfuncs.RouteFrom(r.Context())
+				routes = append(routes, p)
+				return keyfuncs.Route()(r)
+			},
+		},
+	}))
+	handled := 0
+	e.GET("/users/:id", func(c echo.Context) error { handled++; return c.String(200, "ok") })
+
+	codes := []int{}
+	for _, internal := range []string{"", "1", "", "1"} {
+		req := httptest.NewRequest(http.MethodGet, "/users/1", nil)
+		req.Header.Set("X-Internal", internal)
+		rec := httptest.NewRecorder()
+		e.ServeHTTP(rec, req)
+		codes = append(codes, rec.Code)
+	}
+	if fmt.Sprint(codes) != "[200 200 429 200]" || handled != 3 || strings.Join(routes, ",") != "/users/:id,/users/:id" {
+		t.Errorf("codes %v, handled %d, routes %q; want [200 200 429 200], 3, /users/:id twice", codes, handled, routes)
+	}
+}
+
+func TestInvalidConfig(t *testing.T) {
+	if _, err := (echomw.Config{Rule: core.Rule{Name: "x", Limits: []core.Limit{core.PerMinute(1)}}}).ToMiddleware(); err == nil || !strings.HasPrefix(err.Error(), "ratewindow: ") {
+		t.Errorf("ToMiddleware without a Limiter = %v, want an error", err)
+	}
+	if _, err := echomw.New(core.NewMemory(), core.Rule{Name: "x"}); !errors.Is(err, core.ErrNoLimits) {
+		t.Errorf("New() = %v, want ErrNoLimits", err)
+	}
+	defer func() {
+		err, _ := recover().(error)
+		if !errors.Is(err, core.ErrInvalidRule) || !strings.Contains(err.Error(), "echomw.Limit") {
+			t.Errorf("Limit panicked with %v, want an ErrInvalidRule naming echomw.Limit", err)
+		}
+	}()
+	echomw.Limit(core.NewMemory(), core.Rule{Limits: []core.Limit{core.PerMinute(1)}})
+}
+
+func ExampleLimitWithConfig() {
+	l := core.NewMemory() // core.New(redisClient) shares the counts across replicas
+	e := echo.New()
+	e.GET("/search", func(c echo.Context) error {
+		return c.String(http.StatusOK, "results\n")
+	}, echomw.LimitWithConfig(echomw.Config{
+		// Requests from the office are not limited.
+		Skipper: func(c echo.Context) bool { return c.RealIP() == "198.51.100.10" },
+		Limiter: l,
+		Rule: core.Rule{
+			Name:    "search",
+			Limits:  []core.Limit{core.PerMinute(1)},
+			Headers: core.IETF,
+		},
+	}))
+
+	for _, ip := range []string{"203.0.113.5", "203.0.113.5", "198.51.100.10"} {
+		req := httptest.NewRequest(http.MethodGet, "/search", nil)
+		req.RemoteAddr = ip + ":4711"
+		rec := httptest.NewRecorder()
+		e.ServeHTTP(rec, req)
+		fmt.Printf("%s %d %q %q\n", ip, rec.Code, rec.Header().Get("RateLimit"), rec.Body.String())
+	}
+	// Output:
+	// 203.0.113.5 200 "\"1-per-1m\";r=0;t=60" "results\n"
+	// 203.0.113.5 429 "\"1-per-1m\";r=0;t=60" "Too Many Requests\n"
+	// 198.51.100.10 200 "" "results\n"
+}
