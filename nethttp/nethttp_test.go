@@ -89,7 +89,9 @@ func TestInvalidRule(t *testing.T) {
 		f    func()
 	}{
 		{"invalid rule", func() { nethttp.Limit(core.NewMemory(), core.Rule{Name: "x"}) }},
-		{"nil next", func() { nethttp.Limit(core.NewMemory(), core.Rule{Name: "x", Limits: []core.Limit{core.PerMinute(1)}})(nil) }},
+		{"nil next", func() {
+			nethttp.Limit(core.NewMemory(), core.Rule{Name: "x", Limits: []core.Limit{core.PerMinute(1)}})(nil)
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			defer func() {
