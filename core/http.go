@@ -114,18 +114,20 @@ func (hs *headerSet) write(h http.Header, style HeaderStyle, res Result) {
 	}
 	lh := hs.lookup(res.Limit)
 	remaining := max(res.Remaining, 0)
-	v := make([]string, 5)
-	if style != IETF {
-		v[0] = lh.count
-		v[1] = strconv.FormatInt(remaining, 10)
-		v[2] = strconv.FormatInt(ceilSeconds(res.ResetAfter), 10)
-		h[hdrXLimit] = v[0:1:1]
-		h[hdrXRemaining] = v[1:2:2]
-		h[hdrXReset] = v[2:3:3]
+	// The values that change are written into one buffer and turned into
+	// one string, sliced per field: two allocations for every style.
+	var buf [160]byte
+	b := buf[:0]
+	var ends [3]int
+	x := style != IETF
+	if x {
+		b = strconv.AppendInt(b, remaining, 10)
+		ends[0] = len(b)
+		b = strconv.AppendInt(b, ceilSeconds(res.ResetAfter), 10)
+		ends[1] = len(b)
 	}
 	if style != XRateLimit {
-		var buf [96]byte
-		b := append(buf[:0], lh.item...)
+		b = append(b, lh.item...)
 		b = strconv.AppendInt(b, min(remaining, maxSFInteger), 10)
 		switch {
 		case res.Allowed:
@@ -135,8 +137,17 @@ func (hs *headerSet) write(h http.Header, style HeaderStyle, res Result) {
 			b = append(b, ";t="...)
 			b = strconv.AppendInt(b, min(retrySeconds(res.RetryAfter), maxSFInteger), 10)
 		}
-		v[3] = hs.policy
-		v[4] = string(b)
+	}
+	str := string(b)
+	v := make([]string, 5)
+	if x {
+		v[0], v[1], v[2] = lh.count, str[:ends[0]], str[ends[0]:ends[1]]
+		h[hdrXLimit] = v[0:1:1]
+		h[hdrXRemaining] = v[1:2:2]
+		h[hdrXReset] = v[2:3:3]
+	}
+	if style != XRateLimit {
+		v[3], v[4] = hs.policy, str[ends[1]:]
 		h[hdrPolicy] = v[3:4:4]
 		h[hdrRateLimit] = v[4:5:5]
 	}
