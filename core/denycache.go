@@ -10,20 +10,27 @@ import (
 // denyCache remembers denials until their RetryAfter has passed. A denial
 // is final until then (denied requests add nothing and units leave on
 // schedule), so answering a repeat request from here never changes a
-// decision. Entries are keyed by key, limits and cost: a smaller cost goes
-// to the backend. The size is bounded: when a shard is full, an arbitrary
-// entry is evicted.
+// decision. Entries are keyed by key, limits and cost: a smaller cost, or
+// other limits, go to the backend.
+//
+// It holds at most size denials: the size is split over the shards, and a
+// full shard evicts a key, preferring one whose denials have all expired.
 type denyCache struct {
 	seed   maphash.Seed
-	perCap int
-	shards [denyShards]denyShard
+	shards []denyShard
 }
 
-const denyShards = 16
+const (
+	denyShards    = 16
+	denialsPerKey = 8 // costs or limit sets remembered for one key
+	evictProbes   = 4 // keys looked at for an expired one before evicting
+)
 
 type denyShard struct {
-	mu sync.Mutex
-	m  map[string][]denial
+	mu   sync.Mutex
+	m    map[string][]denial
+	n    int // denials held
+	size int // the most it may hold
 }
 
 type denial struct {
@@ -33,16 +40,22 @@ type denial struct {
 	result Result
 }
 
+// newDenyCache returns a cache of at most size (> 0) denials.
 func newDenyCache(size int) *denyCache {
-	c := &denyCache{seed: maphash.MakeSeed(), perCap: max(size/denyShards, 1)}
+	c := &denyCache{seed: maphash.MakeSeed(), shards: make([]denyShard, min(size, denyShards))}
 	for i := range c.shards {
-		c.shards[i].m = make(map[string][]denial)
+		sh := &c.shards[i]
+		sh.size = size / len(c.shards)
+		if i < size%len(c.shards) {
+			sh.size++
+		}
+		sh.m = make(map[string][]denial)
 	}
 	return c
 }
 
 func (c *denyCache) shard(key string) *denyShard {
-	return &c.shards[maphash.String(c.seed, key)%denyShards]
+	return &c.shards[maphash.String(c.seed, key)%uint64(len(c.shards))]
 }
 
 // get returns the cached denial of (key, n, limits) at now (ns), with its
@@ -52,25 +65,21 @@ func (c *denyCache) get(key string, n int64, limits []Limit, now int64) (Result,
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	ds := sh.m[key]
-	for i, d := range ds {
-		if d.n != n || !slices.Equal(d.limits, limits) {
-			continue
-		}
-		if now >= d.until {
-			sh.m[key] = slices.Delete(ds, i, i+1)
-			if len(sh.m[key]) == 0 {
-				delete(sh.m, key)
-			}
-			return Result{}, false
-		}
-		r := d.result
-		left := d.until - now
-		elapsed := int64(r.RetryAfter) - left
-		r.RetryAfter -= time.Duration(elapsed)
-		r.ResetAfter = max(r.ResetAfter-time.Duration(elapsed), r.RetryAfter)
-		return r, true
+	i := findDenial(ds, n, limits)
+	if i < 0 {
+		return Result{}, false
 	}
-	return Result{}, false
+	d := ds[i]
+	if now >= d.until {
+		sh.drop(key, ds, i)
+		return Result{}, false
+	}
+	r := d.result
+	left := time.Duration(d.until - now)
+	elapsed := r.RetryAfter - left
+	r.RetryAfter = left
+	r.ResetAfter = max(r.ResetAfter-elapsed, left)
+	return r, true
 }
 
 // put remembers a denial made at now (ns) until its RetryAfter has passed.
@@ -78,32 +87,100 @@ func (c *denyCache) put(key string, n int64, limits []Limit, now int64, r Result
 	if r.Allowed || r.RetryAfter <= 0 {
 		return
 	}
+	until := now + int64(r.RetryAfter)
 	sh := c.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	ds, ok := sh.m[key]
-	if !ok && len(sh.m) >= c.perCap {
-		for k := range sh.m { // map order is random: evict any one
-			delete(sh.m, k)
+	ds := sh.m[key]
+	if i := findDenial(ds, n, limits); i >= 0 {
+		ds[i].until, ds[i].result = until, r
+		return
+	}
+	switch {
+	case len(ds) >= denialsPerKey, len(ds) > 0 && sh.n >= sh.size && len(sh.m) == 1:
+		// make room in this key: drop its oldest denial
+		sh.drop(key, ds, 0)
+	case sh.n >= sh.size:
+		sh.evict(key, now)
+	}
+	ds = sh.m[key]
+	sh.m[key] = append(ds, denial{n: n, limits: slices.Clone(limits), until: until, result: r})
+	sh.n++
+}
+
+// evict drops the denials of one key other than keep: the first of a few
+// keys whose denials have all expired, else the first key seen. Map order
+// is random, so no key is favoured.
+func (sh *denyShard) evict(keep string, now int64) {
+	victim, probes := "", 0
+	for k, ds := range sh.m {
+		if k == keep {
+			continue
+		}
+		if victim == "" {
+			victim = k
+		}
+		if allExpired(ds, now) {
+			victim = k
+			break
+		}
+		if probes++; probes == evictProbes {
 			break
 		}
 	}
-	for i, d := range ds {
-		if d.n == n && slices.Equal(d.limits, limits) {
-			ds[i].until, ds[i].result = now+int64(r.RetryAfter), r
-			return
-		}
+	if ds, ok := sh.m[victim]; ok {
+		sh.n -= len(ds)
+		delete(sh.m, victim)
 	}
-	if len(ds) >= 8 { // many costs for one key: keep the newest
-		ds = ds[1:]
+}
+
+// drop removes the i-th denial of key, whose denials are ds.
+func (sh *denyShard) drop(key string, ds []denial, i int) {
+	sh.n--
+	if len(ds) == 1 {
+		delete(sh.m, key)
+		return
 	}
-	sh.m[key] = append(ds, denial{n: n, limits: slices.Clone(limits), until: now + int64(r.RetryAfter), result: r})
+	sh.m[key] = slices.Delete(ds, i, i+1)
 }
 
 // forget drops every denial of key.
 func (c *denyCache) forget(key string) {
 	sh := c.shard(key)
 	sh.mu.Lock()
+	sh.n -= len(sh.m[key])
 	delete(sh.m, key)
 	sh.mu.Unlock()
+}
+
+// len returns the number of denials held.
+func (c *denyCache) len() int {
+	total := 0
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		total += sh.n
+		sh.mu.Unlock()
+	}
+	return total
+}
+
+// findDenial returns the index of the denial of n units under limits in ds, or -1.
+func findDenial(ds []denial, n int64, limits []Limit) int {
+	for i, d := range ds {
+		if d.n == n && slices.Equal(d.limits, limits) {
+			return i
+		}
+	}
+	return -1
+}
+
+// allExpired reports whether every denial in ds has expired at now.
+func allExpired(ds []denial, now int64) bool {
+	for _, d := range ds {
+		if now < d.until {
+			return false
+		}
+	}
+	return true
 }

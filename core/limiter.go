@@ -24,6 +24,8 @@ type Limiter struct {
 	cache    *denyCache
 	observer Observer
 	breaker  breaker
+
+	boundsReads bool // the client ends its reads at the context's deadline
 }
 
 // New returns a Limiter that keeps its counts in Redis. rdb may be a
@@ -42,6 +44,7 @@ func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
 	}
 	l := newLimiter(c)
 	l.store, l.remote = newRedisStore(rdb, c.prefix), true
+	l.boundsReads = boundsReads(rdb)
 	if c.mode == FailLocal {
 		l.local = newMemoryStore(l.micros)
 	}
@@ -184,8 +187,8 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 	}
 	if l.observer != nil {
 		ev := Event{Op: op, Rule: rule, Key: key, Result: r, Err: err}
-		if err != nil {
-			ev.Fallback = l.mode
+		if err != nil { // run answered by the failure mode
+			ev.Failed, ev.Fallback = true, l.mode
 		}
 		l.observe(ev, start)
 	}
@@ -228,41 +231,57 @@ func (l *Limiter) guarded() store {
 // Redis, and marks Redis's errors as backendError.
 type guard struct{ l *Limiter }
 
-func (g guard) call(ctx context.Context, f func(context.Context) error) error {
-	b := &g.l.breaker
-	if !b.allow(time.Now().UnixNano()) {
-		return backendError{ErrCircuitOpen}
+// guardCall runs f on Redis behind the breaker, with a context bounded by
+// the timeout and the caller's. When the client does not bound its reads by
+// the context, f is detached, so the decision still ends at the deadline.
+func guardCall[T any](l *Limiter, ctx context.Context, f func(context.Context) (T, error)) (T, error) {
+	var zero T
+	b := &l.breaker
+	ok, probe := b.allow(time.Now().UnixNano())
+	if !ok {
+		return zero, backendError{ErrCircuitOpen}
 	}
-	cctx, cancel := g.l.withTimeout(ctx)
-	err := f(cctx)
+	cctx, cancel := l.withTimeout(ctx)
+	var (
+		v   T
+		err error
+	)
+	if l.boundsReads || cctx.Done() == nil {
+		v, err = f(cctx)
+	} else {
+		v, err = detach(cctx, f)
+	}
 	cancel()
 	switch {
 	case err == nil:
 		b.success()
-		return nil
+		return v, nil
 	case ctx.Err() != nil: // the caller gave up: not Redis's fault
-		return err
+		if probe {
+			b.abandon()
+		}
+		return zero, err
 	}
 	b.failure(time.Now().UnixNano())
-	return backendError{err}
+	return zero, backendError{err}
 }
 
-func (g guard) allow(ctx context.Context, q *query) (r Result, err error) {
-	err = g.call(ctx, func(ctx context.Context) (err error) { r, err = g.l.store.allow(ctx, q); return err })
-	return r, err
+func (g guard) allow(ctx context.Context, q *query) (Result, error) {
+	return guardCall(g.l, ctx, func(ctx context.Context) (Result, error) { return g.l.store.allow(ctx, q) })
 }
 
-func (g guard) reserve(ctx context.Context, q *query, longest int64) (r reservation, err error) {
-	err = g.call(ctx, func(ctx context.Context) (err error) { r, err = g.l.store.reserve(ctx, q, longest); return err })
-	return r, err
+func (g guard) reserve(ctx context.Context, q *query, longest int64) (reservation, error) {
+	return guardCall(g.l, ctx, func(ctx context.Context) (reservation, error) { return g.l.store.reserve(ctx, q, longest) })
 }
 
 func (g guard) release(ctx context.Context, q *query, r reservation) error {
-	return g.call(ctx, func(ctx context.Context) error { return g.l.store.release(ctx, q, r) })
+	_, err := guardCall(g.l, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, g.l.store.release(ctx, q, r) })
+	return err
 }
 
 func (g guard) reset(ctx context.Context, q *query) error {
-	return g.call(ctx, func(ctx context.Context) error { return g.l.store.reset(ctx, q) })
+	_, err := guardCall(g.l, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, g.l.store.reset(ctx, q) })
+	return err
 }
 
 // backendError is a failure of Redis: an error reply, a lost connection,
@@ -335,23 +354,23 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64, limits ...Limi
 	q := &query{key: key, n: n, limits: limits, now: l.queryTime()}
 	wait, err := l.waitOn(ctx, l.guarded(), q)
 	failed := err != nil && isBackendError(err)
+	final := err // what the caller gets: nil means proceed
+	if failed {
+		switch l.mode {
+		case FailOpen:
+			final = nil
+		case FailLocal:
+			wait, final = l.waitOn(ctx, l.local, &query{key: key, n: n, limits: scale(limits, l.share)})
+		}
+	}
 	if l.observer != nil {
-		ev := Event{Op: OpWait, Key: key, Result: Result{Allowed: err == nil, Limit: limits[0], RetryAfter: wait}, Err: err}
+		ev := Event{Op: OpWait, Key: key, Result: Result{Allowed: final == nil, Limit: limits[0], RetryAfter: wait}, Err: err, Failed: failed}
 		if failed {
 			ev.Fallback = l.mode
 		}
 		l.observe(ev, start)
 	}
-	if failed {
-		switch l.mode {
-		case FailOpen:
-			return nil
-		case FailLocal:
-			_, err := l.waitOn(ctx, l.local, &query{key: key, n: n, limits: scale(limits, l.share)})
-			return err
-		}
-	}
-	return err
+	return final
 }
 
 // waitOn runs the wait on s: one reservation for sliding logs, else polls.

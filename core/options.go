@@ -27,7 +27,7 @@ const (
 	DefaultPrefix = "rw:"
 	// DefaultTimeout bounds each call to Redis.
 	DefaultTimeout = 100 * time.Millisecond
-	// DefaultDenyCacheSize is the number of denied keys a Limiter remembers.
+	// DefaultDenyCacheSize is the number of denials a Limiter remembers.
 	DefaultDenyCacheSize = 10000
 )
 
@@ -41,9 +41,18 @@ func WithPrefix(prefix string) Option { return func(c *config) { c.prefix = pref
 func WithClock(now func() time.Time) Option { return func(c *config) { c.clock = now } }
 
 // WithTimeout bounds every call to Redis: a decision that takes longer is a
-// failure, answered by the failure mode. The caller's context deadline still
-// applies when it is earlier. Zero means no bound beyond the caller's
-// context. Default DefaultTimeout.
+// failure, answered by the failure mode with an error that wraps
+// context.DeadlineExceeded. The caller's context deadline still applies when
+// it is earlier. Zero means no bound beyond the caller's context. Default
+// DefaultTimeout.
+//
+// The bound holds whatever the client's options. A go-redis client created
+// with ContextTimeoutEnabled: true ends its own read at the deadline; any
+// other client (the go-redis default, or a wrapper) is called on a separate
+// goroutine that the decision stops waiting for at the deadline, and that
+// ends later by the client's ReadTimeout, holding a pool connection until
+// then. ContextTimeoutEnabled is therefore recommended. go-redis retries
+// (MaxRetries, and MaxRedirects on a cluster) happen within the bound.
 func WithTimeout(d time.Duration) Option { return func(c *config) { c.timeout = d } }
 
 // FailureMode chooses what a Limiter answers when Redis fails or times out.
@@ -75,8 +84,12 @@ func (m FailureMode) String() string {
 	return fmt.Sprintf("failure-mode(%d)", uint8(m))
 }
 
-// WithFailureMode sets what the Limiter answers when Redis fails.
-// Default FailOpen. FailLocal needs WithLocalShare.
+// WithFailureMode sets what the Limiter answers when Redis fails: returns
+// an error, does not answer within the timeout, or is skipped by the
+// circuit breaker. The breaker opens after 3 failures in a row and then
+// sends one probe to Redis every 250ms, so the Limiter goes back to Redis
+// by itself once it answers. Default FailOpen. FailLocal needs
+// WithLocalShare.
 func WithFailureMode(m FailureMode) Option { return func(c *config) { c.mode = m } }
 
 // WithLocalShare sets the share of each limit's Count that this instance
@@ -84,13 +97,22 @@ func WithFailureMode(m FailureMode) Option { return func(c *config) { c.mode = m
 // The scaled Count is never below 1.
 func WithLocalShare(share float64) Option { return func(c *config) { c.share = share } }
 
-// WithDenyCache sets how many denied keys the Limiter remembers, answering
-// their repeat requests without a round trip until RetryAfter has passed.
-// Zero turns the cache off. Default DefaultDenyCacheSize.
+// WithDenyCache sets how many denials the Limiter remembers, answering
+// repeat requests without a round trip until their RetryAfter has passed.
+// A denial is final until then, so the cache never changes a decision: it
+// is kept per key, limits and cost, and a request with a smaller cost or
+// other limits goes to Redis. Reset forgets the key's denials in this
+// Limiter (not in other replicas). When full, the cache evicts, preferring
+// expired denials; its memory is bounded by size. Zero turns the cache off.
+// Default DefaultDenyCacheSize. NewMemory has no deny cache: it has no
+// round trip to save.
 func WithDenyCache(size int) Option { return func(c *config) { c.cacheSize = size } }
 
-// WithObserver sets a function that receives every decision. It is called
-// synchronously: keep it fast.
+// WithObserver sets a function that receives an Event for every decision:
+// its outcome, latency, binding limit, deny-cache hits, backend errors and
+// the failure mode that answered them. It is called synchronously: keep it
+// fast. The prometheus module of this repository turns events into
+// metrics.
 func WithObserver(o Observer) Option { return func(c *config) { c.observer = o } }
 
 func (c *config) validate() error {

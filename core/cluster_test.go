@@ -1,0 +1,403 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratewindow/ratewindow/internal/redistest"
+)
+
+// The cluster tests share the test binary's three-master cluster. None of
+// them is parallel: two of them stall a master or move a slot, which must
+// not happen under another test.
+
+// settledCluster returns a client of the test binary's cluster once a
+// decision on keys of every master succeeds without redirects piling up
+// (right after the cluster is created, the nodes may still disagree for a
+// moment, which is not what these tests are about).
+func settledCluster(t *testing.T) (*redistest.Cluster, *redis.ClusterClient) {
+	t.Helper()
+	cl := redistest.NewCluster(t)
+	cc := cl.Client(t)
+	l, err := New(cc, WithPrefix(uniquePrefix(t)), WithTimeout(5*time.Second), WithDenyCache(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; i < 30; i++ {
+		_, err, d := faultAllow(ctx, l, fmt.Sprint("settle-", i), PerSecond(1))
+		if err != nil || d > 50*time.Millisecond {
+			if time.Now().After(deadline) {
+				t.Fatalf("the cluster does not settle: %v after %v", err, d)
+			}
+			i = -1 // again, from the first key
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return cl, cc
+}
+
+// keySlot is the Redis Cluster slot of a key: CRC16 (XMODEM) of its hash
+// tag, or of the whole key, mod 16384.
+func keySlot(key string) int {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for i := 0; i < len(key); i++ {
+		crc ^= uint16(key[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc) % 16384
+}
+
+// TestClusterBracesThreeLimits: keys with braces, long keys and plain keys
+// under three limits (one per algorithm) are one script call with no
+// CROSSSLOT error: every storage key of one call is in one slot.
+func TestClusterBracesThreeLimits(t *testing.T) {
+	_, cc := settledCluster(t)
+	prefix := uniquePrefix(t)
+	l, rec := faultLimiter(t, cc, FailClosed, 1, WithPrefix(prefix))
+	ctx := context.Background()
+	limits := []Limit{PerSecond(2), PerMinute(3).With(SlidingCounter), PerHour(4).With(SlidingBuckets)}
+	for _, key := range []string{"{user}:42", "}{", "a{b}c", "{}", "user:42", strings.Repeat("{x}", 100)} {
+		for i := int64(1); i <= 2; i++ {
+			r, err := l.Allow(ctx, key, limits...)
+			if err != nil || !r.Allowed || r.Remaining != 2-i {
+				t.Fatalf("key %.12q request %d: %+v %v", key, i, r, err)
+			}
+		}
+		if r, err := l.Allow(ctx, key, limits...); err != nil || r.Allowed || r.Limit != limits[0] {
+			t.Fatalf("key %.12q: third request %+v %v", key, r, err)
+		}
+		slots := map[int]bool{}
+		tag := keyTag(prefix, key)
+		for _, lim := range limits {
+			sk := storageKey(tag, lim)
+			got, err := cc.ClusterKeySlot(ctx, sk).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if int(got) != keySlot(sk) {
+				t.Fatalf("CLUSTER KEYSLOT %q = %d, keySlot says %d", sk, got, keySlot(sk))
+			}
+			if n, err := cc.Exists(ctx, sk).Result(); err != nil || n != 1 {
+				t.Fatalf("%q not stored: %d %v", sk, n, err)
+			}
+			slots[int(got)] = true
+		}
+		if len(slots) != 1 {
+			t.Fatalf("key %.12q: storage keys in slots %v", key, slots)
+		}
+	}
+	if c := tallyEvents(rec.take()); c.failed != 0 {
+		t.Fatalf("%d failures", c.failed)
+	}
+}
+
+// TestClusterSpread: the keys of 3,000 users spread over all three masters,
+// each master holding exactly the keys of the slots it serves.
+func TestClusterSpread(t *testing.T) {
+	_, cc := settledCluster(t)
+	prefix := uniquePrefix(t)
+	l, _ := faultLimiter(t, cc, FailClosed, 1, WithPrefix(prefix))
+	ctx := context.Background()
+	const users = 3000
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := w; i < users; i += 8 {
+				if _, err := l.Allow(ctx, fmt.Sprint("user:", i), PerMinute(5)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+
+	slots, err := cc.ClusterSlots(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{}
+	for i := range users {
+		s := keySlot(storageKey(keyTag(prefix, fmt.Sprint("user:", i)), PerMinute(5)))
+		for _, r := range slots {
+			if s >= r.Start && s <= r.End {
+				want[r.Nodes[0].Addr]++
+			}
+		}
+	}
+	var mu sync.Mutex
+	got := map[string]int{}
+	err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		n := 0
+		it := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		for it.Next(ctx) {
+			n++
+		}
+		mu.Lock()
+		got[c.Options().Addr] = n
+		mu.Unlock()
+		return it.Err()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 || len(want) != 3 {
+		t.Fatalf("masters: got %v, want %v", got, want)
+	}
+	for addr, n := range got {
+		if n != want[addr] || n < users/4 {
+			t.Fatalf("master %s holds %d keys, want %d (and at least a quarter of %d): %v", addr, n, want[addr], users, got)
+		}
+	}
+	t.Logf("3000 users over the masters: %v", got)
+}
+
+// TestClusterDenyCache: on a cluster, 1,000 repeats of a denied key make
+// no script call on the master that holds it.
+func TestClusterDenyCache(t *testing.T) {
+	_, cc := settledCluster(t)
+	prefix := uniquePrefix(t)
+	l, rec := faultLimiter(t, cc, FailOpen, 1, WithPrefix(prefix))
+	ctx := context.Background()
+	lim := PerMinute(1)
+	l.Allow(ctx, "k", lim)
+	if r, err := l.Allow(ctx, "k", lim); err != nil || r.Allowed {
+		t.Fatalf("second request: %+v %v", r, err)
+	}
+	master, err := cc.MasterForKey(ctx, storageKey(keyTag(prefix, "k"), lim))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := evalCalls(t, master)
+	for range 1000 {
+		if r, err := l.Allow(ctx, "k", lim); err != nil || r.Allowed {
+			t.Fatalf("repeat: %+v %v", r, err)
+		}
+	}
+	calls := evalCalls(t, master) - before
+	hits := tallyEvents(rec.take()).cacheHits
+	if calls != int64(1000-hits) || calls > 5 {
+		t.Fatalf("cluster: %d script calls, %d cache hits", calls, hits)
+	}
+}
+
+// TestClusterStalledMaster: one master stops answering writes for 400ms
+// (CLIENT PAUSE WRITE): decisions on its keys end within the timeout with
+// the failure mode, and go back to Redis by themselves after the pause.
+func TestClusterStalledMaster(t *testing.T) {
+	_, cc := settledCluster(t)
+	prefix := uniquePrefix(t)
+	l, rec := faultLimiter(t, cc, FailClosed, 1, WithPrefix(prefix))
+	ctx := context.Background()
+	lim := PerMinute(1000)
+	if _, err := l.Allow(ctx, "k", lim); err != nil {
+		t.Fatal(err)
+	}
+	master, err := cc.MasterForKey(ctx, storageKey(keyTag(prefix, "k"), lim))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const pause = 400 * time.Millisecond
+	if err := master.Do(ctx, "CLIENT", "PAUSE", pause.Milliseconds(), "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	paused := time.Now()
+	var slowest time.Duration
+	errs := 0
+	var back time.Duration
+	for {
+		r, err, d := faultAllow(ctx, l, "k", lim)
+		slowest = max(slowest, d)
+		if d > DefaultTimeout+150*time.Millisecond {
+			t.Errorf("a decision took %v during the stall", d)
+		}
+		if err == nil {
+			back = time.Since(paused)
+			if !r.Allowed {
+				t.Fatalf("after the stall: %+v", r)
+			}
+			break
+		}
+		errs++
+		if r.Allowed || !isBackendError(err) {
+			t.Fatalf("fail-closed during the stall: %+v %v", r, err)
+		}
+		if time.Since(paused) > pause+2*time.Second {
+			t.Fatalf("still failing %v after the pause began: %v", time.Since(paused), err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if errs == 0 || back < pause || back > pause+time.Second {
+		t.Fatalf("%d errors; back on redis %v after a %v stall", errs, back, pause)
+	}
+	if c := tallyEvents(rec.take()); c.failed != errs {
+		t.Fatalf("observer: %d failures, callers saw %d", c.failed, errs)
+	}
+	t.Logf("cluster master stalled %v: %d fail-closed answers, worst decision %v, back on redis %v after the stall began",
+		pause, errs, slowest.Round(time.Millisecond), back.Round(time.Millisecond))
+}
+
+// TestClusterResharding moves the slot of a key with three limits to
+// another master while the Limiter uses it: mid-migration (some keys moved)
+// Redis answers TRYAGAIN, which go-redis retries within the timeout before
+// the failure mode answers; with every key moved, ASK redirects; once the
+// slot is reassigned, MOVED. Counts survive the move.
+func TestClusterResharding(t *testing.T) {
+	cl, cc := settledCluster(t)
+	prefix := uniquePrefix(t)
+	l, rec := faultLimiter(t, cc, FailClosed, 1, WithPrefix(prefix))
+	ctx := context.Background()
+	limits := []Limit{PerMinute(100), PerHour(100).With(SlidingCounter), PerHour(200).With(SlidingBuckets)}
+	remaining := int64(100)
+	allow := func(step string) (Result, error) {
+		t.Helper()
+		r, err, d := faultAllow(ctx, l, "{mover}", limits...)
+		if d > DefaultTimeout+150*time.Millisecond {
+			t.Errorf("%s: the decision took %v", step, d)
+		}
+		if err == nil {
+			remaining--
+			if !r.Allowed || r.Remaining != remaining {
+				t.Fatalf("%s: %+v, want %d remaining", step, r, remaining)
+			}
+		}
+		return r, err
+	}
+	if _, err := allow("before"); err != nil {
+		t.Fatal(err)
+	}
+	tag := keyTag(prefix, "{mover}")
+	var keys []string
+	for _, lim := range limits {
+		keys = append(keys, storageKey(tag, lim))
+	}
+	slot := keySlot(keys[0])
+
+	// the nodes, by address, with their ids
+	type node struct {
+		c  *redis.Client
+		id string
+	}
+	nodes := map[string]node{}
+	for _, addr := range cl.Addrs {
+		c := redis.NewClient(&redis.Options{Addr: addr})
+		t.Cleanup(func() { c.Close() })
+		id, err := c.Do(ctx, "CLUSTER", "MYID").Text()
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes[addr] = node{c, id}
+	}
+	srcClient, err := cc.MasterForKey(ctx, keys[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := nodes[srcClient.Options().Addr]
+	var dst node
+	var dstAddr string
+	for addr, n := range nodes {
+		if n.id != src.id {
+			dst, dstAddr = n, addr
+			break
+		}
+	}
+	do := func(c *redis.Client, args ...any) {
+		t.Helper()
+		if err := c.Do(ctx, args...).Err(); err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+	}
+	migrate := func(from node, toAddr string, keys ...string) {
+		t.Helper()
+		host, port, _ := net.SplitHostPort(toAddr)
+		args := []any{"MIGRATE", host, port, "", 0, 5000, "KEYS"}
+		for _, k := range keys {
+			args = append(args, k)
+		}
+		do(from.c, args...)
+	}
+	// move the slot from a to b, with every key in it
+	move := func(a, b node, bAddr string, keysFirst []string) {
+		do(b.c, "CLUSTER", "SETSLOT", slot, "IMPORTING", a.id)
+		do(a.c, "CLUSTER", "SETSLOT", slot, "MIGRATING", b.id)
+		if keysFirst != nil {
+			migrate(a, bAddr, keysFirst...)
+		}
+		left, err := a.c.Do(ctx, "CLUSTER", "GETKEYSINSLOT", slot, 1000).StringSlice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(left) > 0 {
+			migrate(a, bAddr, left...)
+		}
+		for _, n := range nodes {
+			do(n.c, "CLUSTER", "SETSLOT", slot, "NODE", b.id)
+		}
+	}
+	// put the slot back for the other tests of the binary
+	reassigned := false
+	t.Cleanup(func() {
+		if reassigned {
+			move(dst, src, srcClient.Options().Addr, nil)
+			return
+		}
+		dst.c.Do(ctx, "CLUSTER", "SETSLOT", slot, "STABLE")
+		src.c.Do(ctx, "CLUSTER", "SETSLOT", slot, "STABLE")
+	})
+
+	do(dst.c, "CLUSTER", "SETSLOT", slot, "IMPORTING", src.id)
+	do(src.c, "CLUSTER", "SETSLOT", slot, "MIGRATING", dst.id)
+	// some keys moved: TRYAGAIN until the migration ends
+	migrate(src, dstAddr, keys[0])
+	start := time.Now()
+	r, err := allow("mid-migration")
+	if err == nil || !isBackendError(err) || r.Allowed {
+		t.Fatalf("mid-migration: %+v %v, want TRYAGAIN answered by fail-closed", r, err)
+	}
+	// go-redis retries TRYAGAIN (MaxRedirects, with backoff) until the
+	// deadline or its last attempt
+	t.Logf("mid-migration, after %v: %v", time.Since(start).Round(time.Millisecond), err)
+	// every key moved: ASK
+	migrate(src, dstAddr, keys[1:]...)
+	if _, err := allow("asked"); err != nil {
+		t.Fatalf("with ASK: %v", err)
+	}
+	// the slot reassigned: MOVED
+	for _, n := range nodes {
+		do(n.c, "CLUSTER", "SETSLOT", slot, "NODE", dst.id)
+	}
+	reassigned = true
+	if _, err := allow("moved"); err != nil {
+		t.Fatalf("with MOVED: %v", err)
+	}
+	if n, err := dst.c.Exists(ctx, keys...).Result(); err != nil || n != 3 {
+		t.Fatalf("the new owner holds %d of the 3 keys: %v", n, err)
+	}
+	ev := rec.take()
+	if c := tallyEvents(ev); c.failed != 1 {
+		t.Fatalf("observer: %d failures, want 1 (the TRYAGAIN)", c.failed)
+	}
+	if !ev[1].Failed || ev[1].Fallback != FailClosed || ev[1].Err == nil {
+		t.Fatalf("event %+v", ev[1])
+	}
+}

@@ -1,0 +1,291 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratewindow/ratewindow/internal/redistest"
+)
+
+// evalCalls returns the number of EVALSHA and EVAL calls the server has
+// run (INFO commandstats).
+func evalCalls(t *testing.T, c *redis.Client) int64 {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval") {
+			continue
+		}
+		calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
+		n, err := strconv.ParseInt(calls, 10, 64)
+		if err != nil {
+			t.Fatalf("commandstats %q: %v", line, err)
+		}
+		total += n
+	}
+	return total
+}
+
+// TestDenyCacheRoundTrips: after a key is denied, 1,000 more requests
+// within RetryAfter are answered from memory (INFO commandstats counts the
+// script calls on a dedicated server); after RetryAfter the key is
+// admitted again. With the cache off, every request is a script call.
+func TestDenyCacheRoundTrips(t *testing.T) {
+	t.Parallel()
+	for _, a := range algorithms {
+		t.Run(a.String(), func(t *testing.T) {
+			t.Parallel()
+			p := redistest.Start(t)
+			rdb := p.Client(t)
+			l, rec := faultLimiter(t, rdb, FailOpen, 1)
+			ctx := context.Background()
+			lim := Per(2, 400*time.Millisecond).With(a)
+			for i := range 2 {
+				if r, err := l.Allow(ctx, "k", lim); err != nil || !r.Allowed {
+					t.Fatalf("request %d: %+v %v", i, r, err)
+				}
+			}
+			denied, err := l.Allow(ctx, "k", lim)
+			deniedAt := time.Now()
+			if err != nil || denied.Allowed || denied.RetryAfter <= 0 {
+				t.Fatalf("third request: %+v %v", denied, err)
+			}
+			rec.take()
+			before := evalCalls(t, rdb)
+			for i := range 1000 {
+				r, err := l.Allow(ctx, "k", lim)
+				if err != nil || r.Allowed || r.RetryAfter <= 0 || r.RetryAfter > denied.RetryAfter {
+					t.Fatalf("repeat %d: %+v %v", i, r, err)
+				}
+			}
+			calls := evalCalls(t, rdb) - before
+			hits := tallyEvents(rec.take()).cacheHits
+			if calls != int64(1000-hits) || calls > 5 {
+				t.Fatalf("1000 repeats within RetryAfter: %d script calls, %d cache hits", calls, hits)
+			}
+			t.Logf("%s: 1000 repeats of a denied key: %d script calls, %d cache hits", a, calls, hits)
+
+			time.Sleep(time.Until(deniedAt.Add(denied.RetryAfter)))
+			if r, err := l.Allow(ctx, "k", lim); err != nil || !r.Allowed {
+				t.Fatalf("after RetryAfter: %+v %v", r, err)
+			}
+
+			// the cache off: every request goes to Redis
+			off, _ := faultLimiter(t, rdb, FailOpen, 1, WithDenyCache(0))
+			off.AllowN(ctx, "k", 2, lim)
+			before = evalCalls(t, rdb)
+			for range 10 {
+				if r, err := off.Allow(ctx, "k", lim); err != nil || r.Allowed {
+					t.Fatalf("cache off: %+v %v", r, err)
+				}
+			}
+			if calls := evalCalls(t, rdb) - before; calls != 10 {
+				t.Fatalf("cache off: %d script calls for 10 requests", calls)
+			}
+		})
+	}
+}
+
+// TestDenyCacheNeverChangesDecision: the cache answers only the cost and
+// limits it saw denied; a smaller cost, other limits, Peek and a request
+// after Reset all go to Redis.
+func TestDenyCacheNeverChangesDecision(t *testing.T) {
+	t.Parallel()
+	srv := redistest.New(t)
+	l, rec := faultLimiter(t, srv.Client(t), FailOpen, 1)
+	ctx := context.Background()
+	min5 := PerMinute(5)
+	steps := []struct {
+		name      string
+		call      func() (Result, error)
+		allowed   bool
+		remaining int64
+		cacheHit  bool
+	}{
+		{"3 of 5", func() (Result, error) { return l.AllowN(ctx, "k", 3, min5) }, true, 2, false},
+		{"3 more: denied", func() (Result, error) { return l.AllowN(ctx, "k", 3, min5) }, false, 2, false},
+		{"3 again: cached", func() (Result, error) { return l.AllowN(ctx, "k", 3, min5) }, false, 2, true},
+		{"2 fit: redis", func() (Result, error) { return l.AllowN(ctx, "k", 2, min5) }, true, 0, false},
+		// the denial as it was made: Remaining is then 2, now 0
+		{"3 again: still cached", func() (Result, error) { return l.AllowN(ctx, "k", 3, min5) }, false, 2, true},
+		{"1: redis, denied", func() (Result, error) { return l.AllowN(ctx, "k", 1, min5) }, false, 0, false},
+		{"1 again: cached", func() (Result, error) { return l.AllowN(ctx, "k", 1, min5) }, false, 0, true},
+		{"other limits: redis", func() (Result, error) { return l.Allow(ctx, "k", PerMinute(6)) }, true, 0, false},
+		{"peek: redis", func() (Result, error) { return l.Peek(ctx, "k", min5) }, false, 0, false},
+		{"other key: redis", func() (Result, error) { return l.Allow(ctx, "k2", min5) }, true, 4, false},
+		{"reset", func() (Result, error) { return Result{Allowed: true, Remaining: 5}, l.Reset(ctx, "k", min5) }, true, 5, false},
+		{"after reset: redis", func() (Result, error) { return l.Allow(ctx, "k", min5) }, true, 4, false},
+	}
+	for _, s := range steps {
+		r, err := s.call()
+		if err != nil || r.Allowed != s.allowed || r.Remaining != s.remaining {
+			t.Fatalf("%s: %+v %v, want allowed %v remaining %d", s.name, r, err, s.allowed, s.remaining)
+		}
+		ev := rec.take()
+		if s.name == "reset" {
+			continue
+		}
+		if len(ev) != 1 || ev[0].CacheHit != s.cacheHit || ev[0].Result != r {
+			t.Fatalf("%s: events %+v, want one with cache hit %v", s.name, ev, s.cacheHit)
+		}
+	}
+}
+
+// TestDenyCacheFloodThroughLimiter: distinct denied keys through a real
+// Redis never grow the cache past its size.
+func TestDenyCacheFloodThroughLimiter(t *testing.T) {
+	t.Parallel()
+	srv := redistest.New(t)
+	const size = 100
+	l, rec := faultLimiter(t, srv.Client(t), FailOpen, 1, WithDenyCache(size))
+	ctx := context.Background()
+	lim := PerMinute(1)
+	for i := range 1000 {
+		key := "flood-" + strconv.Itoa(i)
+		l.Allow(ctx, key, lim)
+		if r, err := l.Allow(ctx, key, lim); err != nil || r.Allowed {
+			t.Fatalf("%s: %+v %v", key, r, err)
+		}
+		if n := l.cache.len(); n > size {
+			t.Fatalf("after %d denied keys the cache holds %d > %d", i+1, n, size)
+		}
+	}
+	if n := l.cache.len(); n != size {
+		t.Fatalf("cache holds %d, want it full at %d", n, size)
+	}
+	// the latest denial is cached
+	if r, _ := l.Allow(ctx, "flood-999", lim); r.Allowed {
+		t.Fatal("flood-999 allowed")
+	}
+	if ev := rec.take(); !ev[len(ev)-1].CacheHit {
+		t.Fatal("the latest denial is not cached")
+	}
+}
+
+// TestDenyCacheBounded: 200,000 distinct denied keys into a small cache:
+// the entry count never exceeds the size and the heap stays flat (an
+// unbounded cache would grow by some 50MB). Not parallel: the heap is the
+// process's.
+func TestDenyCacheBounded(t *testing.T) {
+	denial := Result{Limit: PerMinute(1), RetryAfter: time.Minute, ResetAfter: time.Minute}
+	limits := []Limit{PerMinute(1), PerHour(10).With(SlidingCounter)}
+	for _, size := range []int{1, 5, 100} {
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			c := newDenyCache(size)
+			var heap10k uint64
+			for i := range 200_000 {
+				c.put("ip:"+strconv.Itoa(i), 1, limits, int64(i), denial)
+				if i%997 == 0 {
+					if n := c.len(); n > size {
+						t.Fatalf("after %d keys: %d entries > %d", i+1, n, size)
+					}
+				}
+				if i == 10_000 {
+					heap10k = heapInUseAfterGC()
+				}
+			}
+			if n := c.len(); n != size {
+				t.Fatalf("%d entries, want a full cache of %d", n, size)
+			}
+			held := 0
+			for i := range c.shards {
+				for _, ds := range c.shards[i].m {
+					held += len(ds)
+				}
+			}
+			if held != size {
+				t.Fatalf("maps hold %d denials, count says %d", held, size)
+			}
+			if grown := int64(heapInUseAfterGC()) - int64(heap10k); grown > 4<<20 {
+				t.Fatalf("heap grew %d bytes between 10k and 200k keys", grown)
+			}
+			runtime.KeepAlive(c)
+		})
+	}
+}
+
+func heapInUseAfterGC() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapInuse
+}
+
+// TestDenyCacheEntries: the unit behaviour of one shard.
+func TestDenyCacheEntries(t *testing.T) {
+	lim := []Limit{PerMinute(1)}
+	r := Result{Limit: lim[0], RetryAfter: 10 * time.Second, ResetAfter: 50 * time.Second}
+	c := newDenyCache(4) // 4 shards of 1
+
+	c.put("a", 1, lim, 0, r)
+	got, ok := c.get("a", 1, lim, int64(4*time.Second))
+	if want := (Result{Limit: lim[0], RetryAfter: 6 * time.Second, ResetAfter: 46 * time.Second}); !ok || got != want {
+		t.Fatalf("counted down: %+v %v, want %+v", got, ok, want)
+	}
+	for _, miss := range []struct {
+		n      int64
+		limits []Limit
+	}{{2, lim}, {1, []Limit{PerMinute(2)}}, {1, []Limit{lim[0], PerHour(5)}}} {
+		if _, ok := c.get("a", miss.n, miss.limits, 0); ok {
+			t.Fatalf("hit for n=%d limits %v", miss.n, miss.limits)
+		}
+	}
+	if _, ok := c.get("a", 1, lim, int64(10*time.Second)); ok || c.len() != 0 {
+		t.Fatalf("hit at RetryAfter, or the entry stayed: %d", c.len())
+	}
+	c.put("a", 1, lim, 0, Result{Allowed: true})
+	c.put("a", 1, lim, 0, Result{RetryAfter: -1})
+	if c.len() != 0 {
+		t.Fatal("cached an allowed or a never-fits result")
+	}
+
+	// one key: at most denialsPerKey costs, the oldest goes
+	c = newDenyCache(1000)
+	for n := int64(1); n <= denialsPerKey+2; n++ {
+		c.put("k", n, lim, 0, r)
+	}
+	if c.len() != denialsPerKey {
+		t.Fatalf("one key holds %d denials", c.len())
+	}
+	for n := int64(1); n <= denialsPerKey+2; n++ {
+		if _, ok := c.get("k", n, lim, 1); ok != (n > 2) {
+			t.Fatalf("cost %d: hit %v", n, ok)
+		}
+	}
+	// an update does not add an entry
+	c.put("k", 5, lim, 0, r)
+	c.forget("k")
+	if c.len() != 0 {
+		t.Fatalf("forget left %d", c.len())
+	}
+
+	// a full shard evicts an expired key rather than a live one
+	c = newDenyCache(3 * denyShards) // shards of 3
+	var same []string
+	for i := 0; len(same) < 4; i++ {
+		if k := "x" + strconv.Itoa(i); c.shard(k) == c.shard("x0") {
+			same = append(same, k)
+		}
+	}
+	c.put(same[0], 1, lim, 0, r)
+	c.put(same[1], 1, lim, 0, Result{RetryAfter: time.Nanosecond})
+	c.put(same[2], 1, lim, 0, r)
+	c.put(same[3], 1, lim, 10, r)
+	for i, want := range []bool{true, false, true, true} {
+		if _, ok := c.get(same[i], 1, lim, 10); ok != want {
+			t.Fatalf("key %d cached %v, want %v", i, ok, want)
+		}
+	}
+}

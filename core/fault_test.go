@@ -1,0 +1,472 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratewindow/ratewindow/internal/redistest"
+)
+
+// The fault tests start real servers, break them, and check what every
+// failure mode answers, that the observer hears of it, and how long the
+// slowest decision took during the fault (logged for the README).
+
+// obsRecorder is an Observer that keeps every event.
+type obsRecorder struct {
+	mu     sync.Mutex
+	events []Event
+}
+
+func (r *obsRecorder) observe(e Event) {
+	r.mu.Lock()
+	r.events = append(r.events, e)
+	r.mu.Unlock()
+}
+
+// take returns the events so far and forgets them.
+func (r *obsRecorder) take() []Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ev := r.events
+	r.events = nil
+	return ev
+}
+
+// eventTally counts events.
+type eventTally struct{ total, failed, cacheHits, allowed int }
+
+func tallyEvents(events []Event) eventTally {
+	var c eventTally
+	for _, e := range events {
+		c.total++
+		if e.Failed {
+			c.failed++
+		}
+		if e.CacheHit {
+			c.cacheHits++
+		}
+		if e.Result.Allowed {
+			c.allowed++
+		}
+	}
+	return c
+}
+
+// slowest keeps the longest duration it is given.
+type slowest struct{ ns atomic.Int64 }
+
+func (w *slowest) add(d time.Duration) {
+	for {
+		cur := w.ns.Load()
+		if int64(d) <= cur || w.ns.CompareAndSwap(cur, int64(d)) {
+			return
+		}
+	}
+}
+
+func (w *slowest) get() time.Duration { return time.Duration(w.ns.Load()) }
+
+// faultAllow is Allow, timed.
+func faultAllow(ctx context.Context, l *Limiter, key string, limits ...Limit) (Result, error, time.Duration) {
+	start := time.Now()
+	r, err := l.Allow(ctx, key, limits...)
+	return r, err, time.Since(start)
+}
+
+// failureCase is a failure mode and what it answers the i-th request (from
+// 0) of one key under PerMinute(4) while Redis is down, with a local share
+// of 1/2 for FailLocal: 2 admitted.
+type failureCase struct {
+	mode   FailureMode
+	expect func(i int, r Result) bool
+}
+
+var failureCases = []failureCase{
+	{FailOpen, func(_ int, r Result) bool { return r.Allowed && r.Remaining == 3 && r.RetryAfter == 0 }},
+	{FailClosed, func(_ int, r Result) bool { return !r.Allowed && r.RetryAfter == time.Second }},
+	{FailLocal, func(i int, r Result) bool { return r.Allowed == (i < 2) && r.Limit.Count == 2 }},
+}
+
+func faultLimiter(t *testing.T, rdb redis.Scripter, mode FailureMode, share float64, opts ...Option) (*Limiter, *obsRecorder) {
+	t.Helper()
+	rec := &obsRecorder{}
+	opts = append([]Option{WithPrefix(uniquePrefix(t)), WithFailureMode(mode), WithLocalShare(share), WithObserver(rec.observe)}, opts...)
+	l, err := New(rdb, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, rec
+}
+
+// TestFaultSilentServer: a server that accepts connections and never
+// answers costs every decision at most the timeout, with every client type
+// and default client options; the failure mode answers, with an error, and
+// the observer hears of each.
+func TestFaultSilentServer(t *testing.T) {
+	t.Parallel()
+	addr := redistest.Silent(t)
+	clients := []struct {
+		name string
+		new  func() redis.UniversalClient
+	}{
+		{"client", func() redis.UniversalClient { return redis.NewClient(&redis.Options{Addr: addr}) }},
+		{"client/ContextTimeoutEnabled", func() redis.UniversalClient {
+			return redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+		}},
+		{"cluster", func() redis.UniversalClient {
+			return redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{addr}})
+		}},
+		{"failover", func() redis.UniversalClient {
+			return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "mymaster", SentinelAddrs: []string{addr}})
+		}},
+	}
+	const timeout = DefaultTimeout
+	const margin = 150 * time.Millisecond
+	for _, c := range clients {
+		for _, m := range failureCases {
+			t.Run(c.name+"/"+m.mode.String(), func(t *testing.T) {
+				t.Parallel()
+				rdb := c.new()
+				// detached calls may hold the client up to its own timeouts
+				// (5s for a failover client): close it without waiting
+				t.Cleanup(func() { go rdb.Close() })
+				l, rec := faultLimiter(t, rdb, m.mode, 0.5)
+				ctx := context.Background()
+				lim := PerMinute(4)
+				var slowest time.Duration
+				// 3 timeouts open the breaker; then answers are at once,
+				// until a probe after the pause times out again.
+				for i := range 8 {
+					if i == 5 {
+						time.Sleep(time.Duration(breakerPause) + 20*time.Millisecond)
+					}
+					r, err, d := faultAllow(ctx, l, "k", lim)
+					slowest = max(slowest, d)
+					if d > timeout+margin {
+						t.Errorf("request %d took %v, want < %v", i, d, timeout+margin)
+					}
+					if err == nil || !isBackendError(err) {
+						t.Fatalf("request %d: error %v, want a backend error", i, err)
+					}
+					if !m.expect(i, r) {
+						t.Errorf("request %d: %s answered %+v", i, m.mode, r)
+					}
+				}
+				ev := rec.take()
+				if got := tallyEvents(ev); got.total != 8 || got.failed != 8 {
+					t.Fatalf("observer: %+v, want 8 failed events", got)
+				}
+				timeouts := 0
+				for _, e := range ev {
+					if e.Fallback != m.mode || e.Err == nil || e.Op != OpAllow || e.Key != "k" || e.Latency <= 0 {
+						t.Fatalf("event %+v", e)
+					}
+					if errors.Is(e.Err, context.DeadlineExceeded) || isNetTimeout(e.Err) {
+						timeouts++
+					}
+				}
+				// requests 0-2 and the probe (5) waited for the timeout
+				if timeouts != 4 {
+					t.Errorf("%d timeouts, want 4 (the rest: circuit open)", timeouts)
+				}
+				t.Logf("silent server, %s, %s: slowest decision %v", c.name, m.mode, slowest.Round(time.Millisecond))
+			})
+		}
+	}
+}
+
+func isNetTimeout(err error) bool {
+	var te interface{ Timeout() bool }
+	return errors.As(err, &te) && te.Timeout()
+}
+
+// TestFaultCallerDeadline: the caller's earlier deadline wins over the
+// timeout, and a timeout of 0 leaves only the caller's.
+func TestFaultCallerDeadline(t *testing.T) {
+	t.Parallel()
+	addr := redistest.Silent(t)
+	for _, timeout := range []time.Duration{time.Minute, 0} {
+		t.Run(fmt.Sprint(timeout), func(t *testing.T) {
+			t.Parallel()
+			rdb := redis.NewClient(&redis.Options{Addr: addr})
+			t.Cleanup(func() { rdb.Close() })
+			l, rec := faultLimiter(t, rdb, FailClosed, 1, WithTimeout(timeout))
+			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			defer cancel()
+			r, err, d := faultAllow(ctx, l, "k", PerSecond(1))
+			if !errors.Is(err, context.DeadlineExceeded) || r.Allowed || d > 200*time.Millisecond {
+				t.Fatalf("got %+v %v after %v", r, err, d)
+			}
+			if ev := rec.take(); len(ev) != 1 || !ev[0].Failed {
+				t.Fatalf("events %+v", ev)
+			}
+			// the caller's own deadline says nothing about Redis: the
+			// breaker stays closed
+			if l.breaker.failures.Load() != 0 {
+				t.Fatalf("breaker counted the caller's deadline")
+			}
+		})
+	}
+}
+
+// bgLoad decides continuously on keys of its own from a few goroutines,
+// counting errors and the slowest latency, until stopped.
+type bgLoad struct {
+	stop    chan struct{}
+	once    sync.Once
+	wg      sync.WaitGroup
+	calls   atomic.Int64
+	errs    atomic.Int64
+	allowed atomic.Int64 // answers with an error that allowed
+	slowest slowest
+}
+
+func startBgLoad(l *Limiter, workers int) *bgLoad {
+	ld := &bgLoad{stop: make(chan struct{})}
+	lim := PerMinute(1 << 30).With(SlidingCounter)
+	for w := range workers {
+		ld.wg.Add(1)
+		go func() {
+			defer ld.wg.Done()
+			ctx := context.Background()
+			for i := 0; ; i++ {
+				select {
+				case <-ld.stop:
+					return
+				default:
+				}
+				r, err, d := faultAllow(ctx, l, fmt.Sprintf("load-%d-%d", w, i%50), lim)
+				ld.calls.Add(1)
+				ld.slowest.add(d)
+				if err != nil {
+					ld.errs.Add(1)
+					if r.Allowed {
+						ld.allowed.Add(1)
+					}
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}()
+	}
+	return ld
+}
+
+func (ld *bgLoad) halt() {
+	ld.once.Do(func() { close(ld.stop) })
+	ld.wg.Wait()
+}
+
+// TestFaultKilledServer: redis-server is killed under load. Every failure
+// mode answers as documented, the observer counts every error, and once
+// the server is back on the same port the same Limiter decides on Redis
+// again within a second.
+func TestFaultKilledServer(t *testing.T) {
+	t.Parallel()
+	for _, m := range []struct {
+		mode    FailureMode
+		allowed int // of 200 requests under PerMinute(100), share 1/4
+	}{{FailOpen, 200}, {FailClosed, 0}, {FailLocal, 25}} {
+		t.Run(m.mode.String(), func(t *testing.T) {
+			t.Parallel()
+			p := redistest.Start(t)
+			l, rec := faultLimiter(t, p.Client(t), m.mode, 0.25)
+			ctx := context.Background()
+			ld := startBgLoad(l, 4)
+			defer ld.halt()
+			time.Sleep(50 * time.Millisecond)
+			if n := ld.errs.Load(); n != 0 || ld.calls.Load() == 0 {
+				t.Fatalf("healthy: %d errors in %d calls", n, ld.calls.Load())
+			}
+			ld.slowest.ns.Store(0)
+
+			p.Kill(t)
+			lim := PerMinute(100)
+			var down slowest
+			allowed, errs := 0, 0
+			for range 200 {
+				r, err, d := faultAllow(ctx, l, "k", lim)
+				down.add(d)
+				if err != nil {
+					errs++
+					if !isBackendError(err) {
+						t.Fatalf("error %v is not a backend error", err)
+					}
+				}
+				if r.Allowed {
+					allowed++
+				}
+			}
+			if errs != 200 || allowed != m.allowed {
+				t.Fatalf("%s with redis down: %d of 200 allowed, %d errors; want %d allowed, 200 errors", m.mode, allowed, errs, m.allowed)
+			}
+
+			p.Restart(t)
+			restarted := time.Now()
+			var back time.Duration
+			for {
+				_, err, d := faultAllow(ctx, l, "probe", lim)
+				down.add(d)
+				if err == nil {
+					back = time.Since(restarted)
+					break
+				}
+				errs++
+				if time.Since(restarted) > 2*time.Second {
+					t.Fatalf("still failing 2s after the restart: %v", err)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			if back > time.Second {
+				t.Errorf("back on redis %v after the restart, want within 1s", back)
+			}
+			// decisions are Redis's again: exact counts from an empty server
+			for i := int64(1); i <= 3; i++ {
+				r, err := l.Allow(ctx, "after", PerMinute(3))
+				if err != nil || !r.Allowed || r.Remaining != 3-i {
+					t.Fatalf("after the restart, request %d: %+v %v", i, r, err)
+				}
+			}
+			if r, err := l.Allow(ctx, "after", PerMinute(3)); err != nil || r.Allowed {
+				t.Fatalf("after the restart, 4th request: %+v %v", r, err)
+			}
+			ld.halt()
+			loadErrs := ld.errs.Load()
+			if m.mode == FailOpen && ld.allowed.Load() != loadErrs {
+				t.Errorf("fail-open: %d of %d load errors allowed", ld.allowed.Load(), loadErrs)
+			}
+			if m.mode == FailClosed && ld.allowed.Load() != 0 {
+				t.Errorf("fail-closed allowed %d requests on error", ld.allowed.Load())
+			}
+			// every error returned reached the observer, and only those
+			if got := tallyEvents(rec.take()).failed; got != int(loadErrs)+errs {
+				t.Errorf("observer saw %d failures; callers got %d + %d errors", got, loadErrs, errs)
+			}
+			t.Logf("killed server, %s: slowest decision %v while down (load: %v over %d calls, %d errors); back on redis %v after the restart",
+				m.mode, down.get().Round(time.Microsecond), ld.slowest.get().Round(time.Microsecond), ld.calls.Load(), loadErrs, back.Round(time.Millisecond))
+		})
+	}
+}
+
+// TestFaultScriptFlushAndRestart: SCRIPT FLUSH, and a restart of the
+// server, between two calls: the next call succeeds with no error, with
+// default client options and with ContextTimeoutEnabled, even with a pool
+// full of connections to the dead server.
+func TestFaultScriptFlushAndRestart(t *testing.T) {
+	t.Parallel()
+	for _, cte := range []bool{false, true} {
+		t.Run(fmt.Sprint("ContextTimeoutEnabled=", cte), func(t *testing.T) {
+			t.Parallel()
+			p := redistest.Start(t)
+			rdb := redis.NewClient(&redis.Options{Addr: p.Addr, ContextTimeoutEnabled: cte})
+			t.Cleanup(func() { rdb.Close() })
+			l, rec := faultLimiter(t, rdb, FailClosed, 1)
+			ctx := context.Background()
+			lim := PerMinute(10)
+			// fill the pool with several connections
+			var wg sync.WaitGroup
+			for range 16 {
+				wg.Go(func() {
+					if _, err := l.Allow(ctx, "fill", lim); err != nil {
+						t.Error(err)
+					}
+				})
+			}
+			wg.Wait()
+			if r, err := l.Allow(ctx, "k", lim); err != nil || r.Remaining != 9 {
+				t.Fatalf("first call: %+v %v", r, err)
+			}
+			if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			r, err, d := faultAllow(ctx, l, "k", lim)
+			if err != nil || !r.Allowed || r.Remaining != 8 {
+				t.Fatalf("after SCRIPT FLUSH: %+v %v", r, err)
+			}
+			t.Logf("after SCRIPT FLUSH: %v (EVALSHA, NOSCRIPT, EVAL)", d.Round(time.Microsecond))
+			conns := rdb.PoolStats().TotalConns
+			p.Restart(t)
+			r, err, d = faultAllow(ctx, l, "k", lim)
+			if err != nil || !r.Allowed || r.Remaining != 9 { // the restart lost the data
+				t.Fatalf("after a restart, with %d pooled connections: %+v %v", conns, r, err)
+			}
+			t.Logf("after a restart with %d pooled connections: %v", conns, d.Round(time.Microsecond))
+			for _, e := range rec.take() {
+				if e.Failed {
+					t.Fatalf("a failure reached the observer: %+v", e)
+				}
+			}
+		})
+	}
+}
+
+// TestFaultBreakerAbandonedProbe: a probe whose caller gives up says
+// nothing about Redis; the next call probes instead of the breaker staying
+// open for good.
+func TestFaultBreakerAbandonedProbe(t *testing.T) {
+	var b breaker
+	now := int64(1e9)
+	for range breakerFailures {
+		b.failure(now)
+	}
+	if ok, _ := b.allow(now + 1); ok {
+		t.Fatal("open breaker allowed a call")
+	}
+	later := now + breakerPause
+	ok, probe := b.allow(later)
+	if !ok || !probe {
+		t.Fatalf("after the pause: allow %v probe %v", ok, probe)
+	}
+	if ok, _ := b.allow(later); ok {
+		t.Fatal("a second probe while one is running")
+	}
+	b.abandon()
+	if ok, probe := b.allow(later); !ok || !probe {
+		t.Fatal("no probe after an abandoned one")
+	}
+	b.failure(later)
+	if ok, _ := b.allow(later + 1); ok {
+		t.Fatal("a failed probe did not open the breaker again")
+	}
+	if ok, probe := b.allow(later + breakerPause); !ok || !probe {
+		t.Fatal("no probe after the second pause")
+	}
+	b.success()
+	for range 3 {
+		if ok, probe := b.allow(later + breakerPause); !ok || probe {
+			t.Fatal("closed breaker: want plain calls")
+		}
+	}
+}
+
+// TestFaultCallerCancelsProbe: through the Limiter, a probe cancelled by
+// its caller does not wedge the breaker.
+func TestFaultCallerCancelsProbe(t *testing.T) {
+	t.Parallel()
+	addr := redistest.Silent(t)
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { rdb.Close() })
+	l, _ := faultLimiter(t, rdb, FailOpen, 1, WithTimeout(20*time.Millisecond))
+	ctx := context.Background()
+	for range breakerFailures {
+		l.Allow(ctx, "k", PerSecond(1))
+	}
+	time.Sleep(time.Duration(breakerPause))
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Millisecond)
+	_, err := l.Allow(cctx, "k", PerSecond(1)) // the probe; its caller gives up
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("probe: %v", err)
+	}
+	// the next call probes (and times out on the silent server) instead
+	// of being told the circuit is open
+	if _, err := l.Allow(ctx, "k", PerSecond(1)); errors.Is(err, ErrCircuitOpen) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("after an abandoned probe: %v", err)
+	}
+}
