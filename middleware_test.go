@@ -618,7 +618,12 @@ func TestAdapters(t *testing.T) {
 						core.WithObserver(rec.observe),
 					}
 					if sc.backend == silentRedis {
-						c := redis.NewClient(&redis.Options{Addr: redistest.Silent(t), MaxRetries: -1})
+						c := redis.NewClient(&redis.Options{
+							Addr:                  redistest.Silent(t),
+							MaxRetries:            -1,
+							ContextTimeoutEnabled: true, // reads end at the Limiter's timeout
+							ReadTimeout:           time.Second,
+						})
 						t.Cleanup(func() { _ = c.Close() })
 						client = c
 						opts = append(opts, core.WithTimeout(20*time.Millisecond))
