@@ -1,0 +1,807 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratewindow/ratewindow/internal/redistest"
+)
+
+// logLen is the number of units in key's sliding log of lim, reservations
+// included, as stored: Redis's ZCARD or the memory store's log.
+func (e *env) logLen(key string, lim Limit) int64 {
+	e.t.Helper()
+	if e.rdb == nil {
+		ms := e.lim.store.(*memoryStore)
+		sh := ms.shard(key)
+		sh.mu.Lock()
+		defer sh.mu.Unlock()
+		if mk := sh.keys[key]; mk != nil {
+			for _, st := range mk.states {
+				if st.alg == SlidingLog && st.window == micros(lim.Window) {
+					return int64(len(st.log))
+				}
+			}
+		}
+		return 0
+	}
+	n, err := e.rdb.ZCard(context.Background(), storageKey(keyTag(e.prefix, key), lim)).Result()
+	if err != nil {
+		e.t.Fatalf("ZCARD: %v", err)
+	}
+	return n
+}
+
+// waits records the wait of every Wait call the env's Limiter makes, by key,
+// through its observer.
+type waits struct {
+	mu sync.Mutex
+	by map[string][]time.Duration
+}
+
+func (e *env) recordWaits() *waits {
+	w := &waits{by: map[string][]time.Duration{}}
+	e.lim.observer = func(ev Event) {
+		if ev.Op != OpWait {
+			return
+		}
+		w.mu.Lock()
+		w.by[ev.Key] = append(w.by[ev.Key], ev.Result.RetryAfter)
+		w.mu.Unlock()
+	}
+	return w
+}
+
+func (w *waits) get(key string) []time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.by[key])
+}
+
+// eventually polls cond every millisecond for up to 5s.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(5 * time.Second); !cond(); {
+		if time.Now().After(end) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestWaitReservations checks the reservation arithmetic on every backend
+// with a frozen clock, so every wait is exact. Sleeps are real: windows are
+// short.
+func TestWaitReservations(t *testing.T) {
+	ctx := context.Background()
+	ms := time.Millisecond
+	cases := []struct {
+		name string
+		run  func(t *testing.T, e *env)
+	}{
+		{"one slot per call, in order, and Allow and Peek count them", func(t *testing.T, e *env) {
+			w := e.recordWaits()
+			lim := Per(2, 100*ms)
+			// each call starts once the previous one has reserved: FIFO
+			var wg sync.WaitGroup
+			errs := make(chan error, 6)
+			for i := int64(1); i <= 6; i++ {
+				wg.Add(1)
+				go func() { defer wg.Done(); errs <- e.lim.Wait(ctx, "fifo", lim) }()
+				eventually(t, fmt.Sprint("reservation ", i), func() bool { return e.logLen("fifo", lim) == i })
+			}
+			// the clock is frozen: the log holds 2 units now and 4 reserved
+			r, err := e.lim.Peek(ctx, "fifo", lim)
+			e.expect("peek after 6 reservations", r, err, want{false, 0, 300 * ms, 300 * ms})
+			r, err = e.lim.Allow(ctx, "fifo", lim)
+			e.expect("allow after 6 reservations", r, err, want{false, 0, 300 * ms, 300 * ms})
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got, want := w.get("fifo"), []time.Duration{0, 0, 100 * ms, 100 * ms, 200 * ms, 200 * ms}; !slices.Equal(got, want) {
+				t.Fatalf("waits %v, want %v", got, want)
+			}
+			if n := e.logLen("fifo", lim); n != 6 {
+				t.Fatalf("log holds %d units, want 6", n)
+			}
+		}},
+		{"Allow counts a reservation that leaves a gap before it", func(t *testing.T, e *env) {
+			w := e.recordWaits()
+			lim := Per(2, 100*ms)
+			if r, err := e.lim.Allow(ctx, "gap", lim); err != nil || !r.Allowed {
+				t.Fatalf("first: %+v %v", r, err)
+			}
+			e.advance(50 * ms)
+			if r, err := e.lim.Allow(ctx, "gap", lim); err != nil || !r.Allowed {
+				t.Fatalf("second: %+v %v", r, err)
+			}
+			// 2 units fit once both have left: at 150ms, 100ms from now
+			done := make(chan error, 1)
+			go func() { done <- e.lim.WaitN(ctx, "gap", 2, lim) }()
+			eventually(t, "the reservation", func() bool { return e.logLen("gap", lim) == 4 })
+			// at 110ms the window (10ms, 110ms] holds one unit, but the two
+			// reserved at 150ms will share windows with anything added now
+			e.advance(60 * ms)
+			r, err := e.lim.Peek(ctx, "gap", lim)
+			e.expect("peek in the gap", r, err, want{false, 0, 140 * ms, 140 * ms})
+			r, err = e.lim.Allow(ctx, "gap", lim)
+			e.expect("allow in the gap", r, err, want{false, 0, 140 * ms, 140 * ms})
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if got := w.get("gap"); !slices.Equal(got, []time.Duration{100 * ms}) {
+				t.Fatalf("waits %v, want [100ms]", got)
+			}
+		}},
+		{"every limit is reserved at the latest of their times", func(t *testing.T, e *env) {
+			w := e.recordWaits()
+			short, long := Per(2, 50*ms), Per(3, 200*ms)
+			for i := int64(1); i <= 4; i++ {
+				if err := e.lim.Wait(ctx, "multi", short, long); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// third: the short limit says 50ms; fourth: the long one says 200ms
+			if got, want := w.get("multi"), []time.Duration{0, 0, 50 * ms, 200 * ms}; !slices.Equal(got, want) {
+				t.Fatalf("waits %v, want %v", got, want)
+			}
+			if a, b := e.logLen("multi", short), e.logLen("multi", long); a != 4 || b != 4 {
+				t.Fatalf("logs hold %d and %d units, want 4 and 4", a, b)
+			}
+		}},
+		{"WaitN reserves n units at once", func(t *testing.T, e *env) {
+			w := e.recordWaits()
+			lim := Per(5, 100*ms)
+			for _, n := range []int64{3, 3, 2, 5} {
+				if err := e.lim.WaitN(ctx, "n", n, lim); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// 3 now; 3 more once those have left (100ms); 2 fit beside
+			// them; 5 only once all 5 reserved at 100ms have left (200ms)
+			if got, want := w.get("n"), []time.Duration{0, 100 * ms, 100 * ms, 200 * ms}; !slices.Equal(got, want) {
+				t.Fatalf("waits %v, want %v", got, want)
+			}
+		}},
+		{"past the deadline nothing is recorded and Wait returns at once", func(t *testing.T, e *env) {
+			w := e.recordWaits()
+			sec, hour := Per(1, 10*time.Second), Per(5, time.Hour)
+			if r, err := e.lim.Allow(ctx, "dl", sec, hour); err != nil || !r.Allowed {
+				t.Fatalf("first: %+v %v", r, err)
+			}
+			before, err := e.lim.Peek(ctx, "dl", sec, hour)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			start := time.Now()
+			err = e.lim.Wait(dctx, "dl", sec, hour)
+			if elapsed := time.Since(start); elapsed > 50*ms {
+				t.Errorf("Wait took %s to give up; it must not sleep", elapsed)
+			}
+			if !errors.Is(err, ErrWaitExceedsDeadline) {
+				t.Fatalf("got %v, want ErrWaitExceedsDeadline", err)
+			}
+			if got := w.get("dl"); !slices.Equal(got, []time.Duration{10 * time.Second}) {
+				t.Fatalf("reported wait %v, want [10s]", got)
+			}
+			after, err := e.lim.Peek(ctx, "dl", sec, hour)
+			e.expect("peek after", after, err, want{before.Allowed, before.Remaining, before.RetryAfter, before.ResetAfter})
+			if a, b := e.logLen("dl", sec), e.logLen("dl", hour); a != 1 || b != 1 {
+				t.Fatalf("logs hold %d and %d units, want 1 and 1", a, b)
+			}
+			// a cost above Count never fits: an error at once, nothing recorded
+			if err := e.lim.WaitN(ctx, "dl", 6, hour); !errors.Is(err, ErrNeverFits) {
+				t.Fatalf("WaitN above Count: %v, want ErrNeverFits", err)
+			}
+			if n := e.logLen("dl", hour); n != 1 {
+				t.Fatalf("log holds %d units after ErrNeverFits, want 1", n)
+			}
+		}},
+		{"cancelling a sleeping Wait frees its slot", func(t *testing.T, e *env) {
+			w := e.recordWaits()
+			sec, min := Per(1, 10*time.Second), Per(5, time.Minute)
+			if r, err := e.lim.Allow(ctx, "cancel", sec, min); err != nil || !r.Allowed {
+				t.Fatalf("first: %+v %v", r, err)
+			}
+			before, err := e.lim.Peek(ctx, "cancel", sec, min)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cctx, cancel := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() { done <- e.lim.Wait(cctx, "cancel", sec, min) }()
+			eventually(t, "the reservation", func() bool { return e.logLen("cancel", sec) == 2 })
+			// while it sleeps, its unit is counted: the log is full until 20s
+			r, err := e.lim.Peek(ctx, "cancel", sec)
+			e.expect("peek while sleeping", r, err, want{false, 0, 20 * time.Second, 20 * time.Second})
+			cancel()
+			select {
+			case err := <-done:
+				if !errors.Is(err, context.Canceled) {
+					t.Fatalf("cancelled Wait: %v, want context.Canceled", err)
+				}
+			case <-time.After(time.Second):
+				t.Fatal("cancelled Wait did not return")
+			}
+			if a, b := e.logLen("cancel", sec), e.logLen("cancel", min); a != 1 || b != 1 {
+				t.Fatalf("logs hold %d and %d units after the cancel, want 1 and 1", a, b)
+			}
+			after, err := e.lim.Peek(ctx, "cancel", sec, min)
+			e.expect("peek after the cancel", after, err, want{before.Allowed, before.Remaining, before.RetryAfter, before.ResetAfter})
+			// the next caller gets the freed slot (10s), not the one after it (20s)
+			dctx, dcancel := context.WithTimeout(ctx, time.Second)
+			defer dcancel()
+			if err := e.lim.Wait(dctx, "cancel", sec, min); !errors.Is(err, ErrWaitExceedsDeadline) {
+				t.Fatalf("next Wait: %v", err)
+			}
+			if got, want := w.get("cancel"), []time.Duration{10 * time.Second, 10 * time.Second}; !slices.Equal(got, want) {
+				t.Fatalf("waits %v, want %v", got, want)
+			}
+			e.advance(10 * time.Second)
+			r, err = e.lim.Peek(ctx, "cancel", sec)
+			e.expect("peek 10s later", r, err, want{true, 1, 0, 0})
+		}},
+	}
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			for _, c := range cases {
+				t.Run(c.name, func(t *testing.T) {
+					c.run(t, b.new(t))
+				})
+			}
+		})
+	}
+}
+
+// maxInWindow returns the most of the sorted times ts (µs) that any
+// half-open interval [t, t+w) holds.
+func maxInWindow(ts []int64, w int64) int {
+	best, j := 0, 0
+	for i := range ts {
+		for ts[i]-ts[j] >= w {
+			j++
+		}
+		best = max(best, i-j+1)
+	}
+	return best
+}
+
+func TestMaxInWindow(t *testing.T) {
+	cases := []struct {
+		ts   []int64
+		w    int64
+		want int
+	}{
+		{nil, 10, 0},
+		{[]int64{5}, 10, 1},
+		{[]int64{0, 9, 10, 19, 20}, 10, 2},
+		{[]int64{0, 0, 0, 10}, 10, 3},
+		{[]int64{0, 1, 2, 3, 20, 21}, 10, 4},
+		{[]int64{0, 5, 10, 15}, 11, 3},
+	}
+	for _, c := range cases {
+		if got := maxInWindow(c.ts, c.w); got != c.want {
+			t.Errorf("maxInWindow(%v, %d) = %d, want %d", c.ts, c.w, got, c.want)
+		}
+	}
+}
+
+// scriptCounter counts a client's script calls that Redis answered
+// (EVALSHA or EVAL, alone or in a pipeline; a NOSCRIPT reply and its EVAL
+// retry count once).
+type scriptCounter struct{ n atomic.Int64 }
+
+// count counts cmd if it is a script call that ran. For a command on its
+// own, err is what the hook's next returned: go-redis reports NOSCRIPT
+// there, not in cmd.Err.
+func (h *scriptCounter) count(cmd redis.Cmder, err error) {
+	if name := cmd.Name(); err == nil && (name == "evalsha" || name == "eval") {
+		h.n.Add(1)
+	}
+}
+
+func (h *scriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		h.count(cmd, errors.Join(err, cmd.Err()))
+		return err
+	}
+}
+
+func (h *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			h.count(cmd, cmd.Err())
+		}
+		return err
+	}
+}
+
+// logRecorder collects every unit ever stored in one sorted-set log, with
+// its exact server time, by reading the whole set every 50ms. A unit stays
+// in the set from its reservation until at least one Window after its time,
+// so no unit is missed while Window > 50ms.
+type logRecorder struct {
+	rdb  *redis.Client
+	key  string
+	mu   sync.Mutex
+	seen map[string]int64
+	err  error
+	stop chan struct{}
+	done chan struct{}
+}
+
+func recordLog(t *testing.T, srv *redistest.Server, key string) *logRecorder {
+	r := &logRecorder{rdb: srv.Client(t), key: key, seen: map[string]int64{}, stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			r.read()
+			select {
+			case <-r.stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	t.Cleanup(func() { r.finish() })
+	return r
+}
+
+func (r *logRecorder) read() {
+	zs, err := r.rdb.ZRangeWithScores(context.Background(), r.key, 0, -1).Result()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err != nil {
+		r.err = err
+		return
+	}
+	for _, z := range zs {
+		us := int64(z.Score)
+		r.seen[fmt.Sprint(z.Member, "@", us)] = us
+	}
+}
+
+// finish stops reading and returns every unit's time, sorted.
+func (r *logRecorder) finish() []int64 {
+	select {
+	case <-r.stop:
+	default:
+		close(r.stop)
+	}
+	<-r.done
+	r.read()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ts := make([]int64, 0, len(r.seen))
+	for _, us := range r.seen {
+		ts = append(ts, us)
+	}
+	slices.Sort(ts)
+	return ts
+}
+
+// throttleRun is one run of the replica scenario: replicas Limiters on
+// their own clients, callers goroutines each, all calling Wait at once on
+// one sliding-log key.
+type throttleRun struct {
+	window   time.Duration
+	limit    int64
+	replicas int
+	callers  int
+
+	successes, failures int
+	firstErr            error
+	scriptCalls         int64
+	meanWait            time.Duration
+	wall                time.Duration // from the start to the last caller's start
+	starts              []int64       // callers' local start times, µs, sorted
+	reserved            []int64       // the log's server times, µs, sorted
+}
+
+// lateness is how long after its reserved time each caller started: the
+// i-th earliest start against the i-th earliest reserved time, sorted. If
+// every caller starts at or after its own reserved time, every value is
+// >= 0: the i earliest starts each follow a reserved time of their own.
+func (r *throttleRun) lateness() []time.Duration {
+	if len(r.starts) != len(r.reserved) {
+		return nil
+	}
+	late := make([]time.Duration, len(r.starts))
+	for i := range r.starts {
+		late[i] = usec(r.starts[i] - r.reserved[i])
+	}
+	slices.Sort(late)
+	return late
+}
+
+// runThrottle runs the scenario on real Redis. Every Limiter fails closed,
+// so that a Redis error is a failure here, never a silent admission.
+func runThrottle(t *testing.T, r throttleRun) throttleRun {
+	t.Helper()
+	srv := redistest.New(t)
+	prefix := uniquePrefix(t)
+	lim := Per(r.limit, r.window)
+	counter := &scriptCounter{}
+	limiters := make([]*Limiter, r.replicas)
+	for i := range limiters {
+		c := srv.Client(t)
+		c.AddHook(counter)
+		l, err := New(c, WithPrefix(prefix), WithFailureMode(FailClosed), WithTimeout(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		limiters[i] = l
+	}
+	rec := recordLog(t, srv, storageKey(keyTag(prefix, "api"), lim))
+	total := r.replicas * r.callers
+	var (
+		mu     sync.Mutex
+		starts = make([]int64, 0, total)
+		waited time.Duration
+		wg     sync.WaitGroup
+		ready  = make(chan struct{})
+	)
+	for _, l := range limiters {
+		for range r.callers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-ready
+				begin := time.Now()
+				err := l.Wait(context.Background(), "api", lim)
+				start := time.Now()
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					r.failures++
+					if r.firstErr == nil {
+						r.firstErr = err
+					}
+					return
+				}
+				r.successes++
+				starts = append(starts, start.UnixMicro())
+				waited += start.Sub(begin)
+			}()
+		}
+	}
+	t0 := time.Now()
+	close(ready)
+	wg.Wait()
+	r.reserved = rec.finish()
+	if rec.err != nil {
+		t.Fatalf("reading the log: %v", rec.err)
+	}
+	slices.Sort(starts)
+	r.starts = starts
+	if len(starts) > 0 {
+		r.wall = usec(starts[len(starts)-1]) - usec(t0.UnixMicro())
+		r.meanWait = waited / time.Duration(len(starts))
+	}
+	r.scriptCalls = counter.n.Load()
+	return r
+}
+
+// startTolerance is how much later than its reserved time a caller may
+// record its start: the reply's way back, the timer and the scheduler of a
+// busy test machine (25ms is not enough under go test -race ./... on two
+// cores). Starts are never earlier than reserved times, so a window of
+// Window minus this tolerance over the starts lies inside a window of
+// Window over the reserved times, which holds at most Count: the tolerance
+// can only hide an over-admission of less than itself, and the exact check
+// on the Redis log sees those.
+const startTolerance = 50 * time.Millisecond
+
+// check asserts what every run must hold: no failure, one script call per
+// Wait, every unit in the log once, no window of the log over the limit
+// (exact, on the server's times), no caller starting before its slot.
+func (r *throttleRun) check(t *testing.T) {
+	t.Helper()
+	total := r.replicas * r.callers
+	if r.failures != 0 || r.successes != total {
+		t.Errorf("%d successes, %d failures (first: %v); want %d and 0", r.successes, r.failures, r.firstErr, total)
+	}
+	if r.scriptCalls != int64(total) {
+		t.Errorf("%d script calls for %d Waits; want one each, no polling", r.scriptCalls, total)
+	}
+	if len(r.reserved) != total {
+		t.Errorf("the log recorded %d units, want %d", len(r.reserved), total)
+	}
+	if got := maxInWindow(r.reserved, micros(r.window)); got > int(r.limit) {
+		t.Errorf("a window of %s holds %d reserved units, limit %d", r.window, got, r.limit)
+	}
+	if late := r.lateness(); len(late) > 0 && late[0] < 0 {
+		t.Errorf("a caller started %s before its reserved time", -late[0])
+	}
+}
+
+// checkStarts asserts that no window of Window minus startTolerance holds
+// more than the limit of the callers' own start times. Given check, it
+// fails only when a caller started more than startTolerance after its slot.
+func (r *throttleRun) checkStarts(t *testing.T) {
+	t.Helper()
+	if got := maxInWindow(r.starts, micros(r.window-startTolerance)); got > int(r.limit) {
+		late := r.lateness()
+		t.Errorf("a window of %s holds %d starts, limit %d (callers started up to %s after their slots)",
+			r.window-startTolerance, got, r.limit, late[len(late)-1])
+	}
+}
+
+// The replica scenario of the throttler: 3 Limiters on 3 clients, 40
+// callers each, 20 per second. Everyone gets through, in 6 groups of 20 a
+// second apart: the last group starts 5s after the first.
+func TestWaitReplicas(t *testing.T) {
+	r := runThrottle(t, throttleRun{window: time.Second, limit: 20, replicas: 3, callers: 40})
+	r.check(t)
+	r.checkStarts(t)
+	late := r.lateness()
+	t.Logf("120 calls: wall %s, mean wait %s, lateness %s..%s, max per 1s window %d (reserved), %d (starts)",
+		r.wall.Round(time.Millisecond), r.meanWait.Round(time.Millisecond), late[0], late[len(late)-1],
+		maxInWindow(r.reserved, micros(time.Second)), maxInWindow(r.starts, micros(time.Second-startTolerance)))
+	// computed waits, not polling: close to the ideal 5s
+	if r.wall < 4900*time.Millisecond || r.wall > 6500*time.Millisecond {
+		t.Errorf("the run took %s; want close to 5s", r.wall)
+	}
+}
+
+// Cancelling a sleeping Wait on a real server's clock gives its slot to the
+// next caller.
+func TestWaitCancelFreesSlot(t *testing.T) {
+	srv := redistest.New(t)
+	prefix := uniquePrefix(t)
+	lim := Per(1, time.Second)
+	l, err := New(srv.Client(t), WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := srv.Client(t)
+	key := storageKey(keyTag(prefix, "k"), lim)
+	ctx := context.Background()
+	if err := l.Wait(ctx, "k", lim); err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- l.Wait(cctx, "k", lim) }()
+	eventually(t, "the reservation", func() bool { return rdb.ZCard(ctx, key).Val() == 2 })
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled Wait: %v", err)
+	}
+	if n := rdb.ZCard(ctx, key).Val(); n != 1 {
+		t.Fatalf("log holds %d units after the cancel, want 1", n)
+	}
+	// the freed slot is about 1s away; the one after it would be 2s
+	dctx, dcancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+	defer dcancel()
+	if err := l.Wait(dctx, "k", lim); err != nil {
+		t.Fatalf("the next Wait did not get the freed slot: %v", err)
+	}
+}
+
+// Allow and Wait on one key, from three replicas, never exceed the limit
+// together: Allow counts the reservations.
+func TestWaitMixedWithAllow(t *testing.T) {
+	srv := redistest.New(t)
+	prefix := uniquePrefix(t)
+	lim := Per(10, 500*time.Millisecond)
+	rec := recordLog(t, srv, storageKey(keyTag(prefix, "mix"), lim))
+	var (
+		mu             sync.Mutex
+		times          []int64
+		allowed, waits int
+		wg             sync.WaitGroup
+	)
+	admit := func(wait bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		times = append(times, time.Now().UnixMicro())
+		if wait {
+			waits++
+		} else {
+			allowed++
+		}
+	}
+	ctx := context.Background()
+	stop := time.Now().Add(1200 * time.Millisecond)
+	for range 3 {
+		l, err := New(srv.Client(t), WithPrefix(prefix), WithFailureMode(FailClosed), WithTimeout(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 2 { // callers of Allow, every 2ms
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for time.Now().Before(stop) {
+					r, err := l.Allow(ctx, "mix", lim)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if r.Allowed {
+						admit(false)
+					}
+					time.Sleep(2 * time.Millisecond)
+				}
+			}()
+		}
+		// callers of WaitN for 1 to 3 units, spread over the first 150ms:
+		// a reservation of several units leaves room before it, which
+		// Allow must not take
+		for i := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				time.Sleep(time.Duration(i) * 50 * time.Millisecond)
+				n := int64(1 + i%3)
+				if err := l.WaitN(ctx, "mix", n, lim); err != nil {
+					t.Error(err)
+					return
+				}
+				for range n {
+					admit(true)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	reserved := rec.finish()
+	slices.Sort(times)
+	if waits != 3*(1+2+3+1) {
+		t.Fatalf("%d of 21 units waited for went through", waits)
+	}
+	if len(reserved) != allowed+waits {
+		t.Fatalf("the log recorded %d units for %d allowed and %d waited for", len(reserved), allowed, waits)
+	}
+	if got := maxInWindow(reserved, micros(lim.Window)); got > 10 {
+		t.Fatalf("a window of %s holds %d units (log), limit 10", lim.Window, got)
+	}
+	if got := maxInWindow(times, micros(lim.Window-startTolerance)); got > 10 {
+		t.Fatalf("a window of %s holds %d admissions, limit 10", lim.Window-startTolerance, got)
+	}
+	t.Logf("%d units allowed, %d waited for", allowed, waits)
+}
+
+// SlidingBuckets and SlidingCounter poll: every caller gets through within
+// its deadline and the limit holds (for the counter, as it defines it: no
+// fixed window above Count, no sliding one at 2×Count).
+func TestWaitPolls(t *testing.T) {
+	srv := redistest.New(t)
+	for _, lim := range []Limit{
+		{Count: 10, Window: 500 * time.Millisecond, Algorithm: SlidingBuckets, Precision: 50 * time.Millisecond},
+		Per(10, 500*time.Millisecond).With(SlidingCounter),
+	} {
+		t.Run(lim.Algorithm.String(), func(t *testing.T) {
+			t.Parallel()
+			prefix := uniquePrefix(t)
+			var (
+				mu    sync.Mutex
+				times []int64
+				wg    sync.WaitGroup
+			)
+			for range 3 {
+				l, err := New(srv.Client(t), WithPrefix(prefix), WithFailureMode(FailClosed), WithTimeout(5*time.Second))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for range 10 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+						defer cancel()
+						if err := l.Wait(ctx, "poll", lim); err != nil {
+							t.Error(err)
+							return
+						}
+						mu.Lock()
+						times = append(times, time.Now().UnixMicro())
+						mu.Unlock()
+					}()
+				}
+			}
+			wg.Wait()
+			if len(times) != 30 {
+				t.Fatalf("%d of 30 callers went through", len(times))
+			}
+			slices.Sort(times)
+			w, tol := micros(lim.Window), micros(startTolerance)
+			sliding := maxInWindow(times, w-tol)
+			if lim.Algorithm == SlidingBuckets && sliding > 10 {
+				t.Fatalf("a window of %s holds %d admissions, limit 10", lim.Window-startTolerance, sliding)
+			}
+			if lim.Algorithm == SlidingCounter {
+				if sliding >= 20 {
+					t.Fatalf("a window of %s holds %d admissions, the counter's bound is under 20", lim.Window-startTolerance, sliding)
+				}
+				// a fixed window, less the tolerance at its start (an
+				// admission is recorded up to the tolerance after the
+				// server decided it)
+				fixed := map[int64]int{}
+				for _, us := range times {
+					if us%w >= tol {
+						fixed[us/w]++
+					}
+				}
+				for c, n := range fixed {
+					if n > 10 {
+						t.Fatalf("fixed window %d holds %d admissions, limit 10", c, n)
+					}
+				}
+			}
+			t.Logf("last admission %s after the first; max %d per sliding window", usec(times[29]-times[0]), sliding)
+		})
+	}
+}
+
+// A burst of Waits against a tiny limit and a short deadline: those that
+// cannot start in time fail at once with ErrWaitExceedsDeadline and leave
+// no unit behind; the others all get through.
+func TestWaitDeadlineUnderLoad(t *testing.T) {
+	srv := redistest.New(t)
+	prefix := uniquePrefix(t)
+	lim := Per(5, time.Second)
+	rdb := srv.Client(t)
+	key := storageKey(keyTag(prefix, "burst"), lim)
+	var (
+		ok, late atomic.Int64
+		wg       sync.WaitGroup
+	)
+	for range 3 {
+		l, err := New(srv.Client(t), WithPrefix(prefix), WithFailureMode(FailClosed), WithTimeout(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 20 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				// 1.5s: the first two groups of 5 fit, the rest cannot
+				ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond+time.Duration(rand.N(10))*time.Millisecond)
+				defer cancel()
+				start := time.Now()
+				err := l.Wait(ctx, "burst", lim)
+				switch {
+				case err == nil:
+					ok.Add(1)
+				case errors.Is(err, ErrWaitExceedsDeadline):
+					late.Add(1)
+					if d := time.Since(start); d > time.Second {
+						t.Errorf("a call that could not start in time returned after %s", d)
+					}
+				default:
+					t.Error(err)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	if ok.Load() != 10 || late.Load() != 50 {
+		t.Fatalf("%d went through, %d gave up; want 10 and 50", ok.Load(), late.Load())
+	}
+	if n := rdb.ZCard(context.Background(), key).Val(); n != 10 {
+		t.Fatalf("the log holds %d units, want the 10 admitted", n)
+	}
+}
