@@ -1,0 +1,149 @@
+package prometheus
+
+import (
+	"sync"
+
+	prom "github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ratewindow/ratewindow/core"
+)
+
+// Opts configures a Collector. The zero value is ready to use.
+type Opts struct {
+	// ConstLabels are added to every metric, such as {"service": "api"}.
+	ConstLabels prom.Labels
+	// Buckets are the upper bounds, in seconds, of the decision duration
+	// histogram. Nil means DefaultBuckets().
+	Buckets []float64
+}
+
+// DefaultBuckets returns the default buckets of the decision duration
+// histogram: from 50µs (a deny-cache hit, a round trip on loopback) to 1s,
+// around the default timeout of 100ms.
+func DefaultBuckets() []float64 {
+	return []float64{50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 1}
+}
+
+// Outcome label values of ratewindow_decisions_total.
+const (
+	OutcomeAllowed = "allowed"
+	OutcomeDenied  = "denied"
+	OutcomeError   = "error"
+)
+
+// Collector turns core.Events into Prometheus metrics. Pass its Observe
+// method to core.WithObserver and register it with a Prometheus registry.
+// It is safe for concurrent use; one Collector may observe many Limiters.
+type Collector struct {
+	decisions *prom.CounterVec
+	cacheHits *prom.CounterVec
+	errors    *prom.CounterVec
+	duration  *prom.HistogramVec
+
+	rules sync.Map // rule name → *ruleMetrics
+}
+
+// ruleMetrics are the series of one rule, looked up once.
+type ruleMetrics struct {
+	allowed, denied, failed prom.Counter
+	cacheHits               prom.Counter
+	errors                  [core.FailLocal + 1]prom.Counter // by failure mode
+	duration                prom.Observer
+}
+
+// NewCollector returns a Collector with the metrics of the package
+// documentation.
+func NewCollector(opts Opts) *Collector {
+	buckets := opts.Buckets
+	if buckets == nil {
+		buckets = DefaultBuckets()
+	}
+	return &Collector{
+		decisions: prom.NewCounterVec(prom.CounterOpts{
+			Name:        "ratewindow_decisions_total",
+			Help:        "Rate-limit decisions by rule and outcome: allowed, denied, or error when the failure mode answered for Redis.",
+			ConstLabels: opts.ConstLabels,
+		}, []string{"rule", "outcome"}),
+		cacheHits: prom.NewCounterVec(prom.CounterOpts{
+			Name:        "ratewindow_deny_cache_hits_total",
+			Help:        "Denials answered from the deny cache without a round trip to Redis.",
+			ConstLabels: opts.ConstLabels,
+		}, []string{"rule"}),
+		errors: prom.NewCounterVec(prom.CounterOpts{
+			Name:        "ratewindow_backend_errors_total",
+			Help:        "Calls that Redis did not answer in time (an error, the timeout or the open circuit breaker), by the failure mode that answered instead.",
+			ConstLabels: opts.ConstLabels,
+		}, []string{"rule", "mode"}),
+		duration: prom.NewHistogramVec(prom.HistogramOpts{
+			Name:        "ratewindow_decision_duration_seconds",
+			Help:        "Time taken by rate-limit decisions, including deny-cache hits and failures; Wait is not included.",
+			ConstLabels: opts.ConstLabels,
+			Buckets:     buckets,
+		}, []string{"rule"}),
+	}
+}
+
+// Observe records one decision. It is a core.Observer:
+//
+//	core.WithObserver(c.Observe)
+func (c *Collector) Observe(e core.Event) {
+	m := c.forRule(e.Rule)
+	if e.Failed && int(e.Fallback) < len(m.errors) {
+		m.errors[e.Fallback].Inc()
+	}
+	if e.Op == core.OpPeek {
+		return
+	}
+	switch {
+	case e.Failed:
+		m.failed.Inc()
+	case e.Result.Allowed:
+		m.allowed.Inc()
+	default:
+		m.denied.Inc()
+	}
+	if e.CacheHit {
+		m.cacheHits.Inc()
+	}
+	if e.Op != core.OpWait {
+		m.duration.Observe(e.Latency.Seconds())
+	}
+}
+
+func (c *Collector) forRule(rule string) *ruleMetrics {
+	if m, ok := c.rules.Load(rule); ok {
+		return m.(*ruleMetrics)
+	}
+	m := &ruleMetrics{
+		allowed:   c.decisions.WithLabelValues(rule, OutcomeAllowed),
+		denied:    c.decisions.WithLabelValues(rule, OutcomeDenied),
+		failed:    c.decisions.WithLabelValues(rule, OutcomeError),
+		cacheHits: c.cacheHits.WithLabelValues(rule),
+		duration:  c.duration.WithLabelValues(rule),
+	}
+	for mode := range m.errors {
+		m.errors[mode] = c.errors.WithLabelValues(rule, core.FailureMode(mode).String())
+	}
+	actual, _ := c.rules.LoadOrStore(rule, m)
+	return actual.(*ruleMetrics)
+}
+
+// Describe sends the descriptions of the metrics. It implements
+// prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prom.Desc) {
+	c.decisions.Describe(ch)
+	c.cacheHits.Describe(ch)
+	c.errors.Describe(ch)
+	c.duration.Describe(ch)
+}
+
+// Collect sends the current values of the metrics. It implements
+// prometheus.Collector.
+func (c *Collector) Collect(ch chan<- prom.Metric) {
+	c.decisions.Collect(ch)
+	c.cacheHits.Collect(ch)
+	c.errors.Collect(ch)
+	c.duration.Collect(ch)
+}
+
+var _ prom.Collector = (*Collector)(nil)

@@ -1,0 +1,156 @@
+package prometheus
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	prom "github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratewindow/ratewindow/core"
+)
+
+// TestCollectorEvents: every kind of event lands in its series, exactly.
+func TestCollectorEvents(t *testing.T) {
+	c := NewCollector(Opts{Buckets: []float64{0.001, 0.1}})
+	ms := time.Millisecond
+	events := []core.Event{
+		{Op: core.OpAllow, Rule: "login", Result: core.Result{Allowed: true}, Latency: 500 * time.Microsecond},
+		{Op: core.OpAllow, Rule: "login", Result: core.Result{Allowed: true}, Latency: 2 * ms},
+		{Op: core.OpAllow, Rule: "login", Result: core.Result{}, Latency: 2 * ms},
+		{Op: core.OpAllow, Rule: "login", Result: core.Result{}, CacheHit: true, Latency: 10 * time.Microsecond},
+		{Op: core.OpAllow, Rule: "login", Result: core.Result{Allowed: true}, Failed: true, Fallback: core.FailOpen, Latency: 100 * ms},
+		{Op: core.OpAllow, Rule: "api", Result: core.Result{}, Failed: true, Fallback: core.FailClosed, Latency: 250 * ms},
+		{Op: core.OpAllow, Rule: "api", Result: core.Result{Allowed: true}, Failed: true, Fallback: core.FailLocal, Latency: 62500 * time.Microsecond},
+		{Op: core.OpPeek, Rule: "api", Result: core.Result{Allowed: true}, Latency: ms},                           // not a decision
+		{Op: core.OpPeek, Rule: "api", Result: core.Result{Allowed: true}, Failed: true, Fallback: core.FailOpen}, // but an error
+		{Op: core.OpWait, Rule: "", Result: core.Result{Allowed: true}, Latency: 3 * time.Second},                 // no duration
+		{Op: core.OpWait, Rule: "", Result: core.Result{}, Latency: time.Millisecond},                             // gave up
+	}
+	for _, e := range events {
+		c.Observe(e)
+	}
+	want := `
+# HELP ratewindow_backend_errors_total Calls that Redis did not answer in time (an error, the timeout or the open circuit breaker), by the failure mode that answered instead.
+# TYPE ratewindow_backend_errors_total counter
+ratewindow_backend_errors_total{mode="fail-closed",rule=""} 0
+ratewindow_backend_errors_total{mode="fail-closed",rule="api"} 1
+ratewindow_backend_errors_total{mode="fail-closed",rule="login"} 0
+ratewindow_backend_errors_total{mode="fail-local",rule=""} 0
+ratewindow_backend_errors_total{mode="fail-local",rule="api"} 1
+ratewindow_backend_errors_total{mode="fail-local",rule="login"} 0
+ratewindow_backend_errors_total{mode="fail-open",rule=""} 0
+ratewindow_backend_errors_total{mode="fail-open",rule="api"} 1
+ratewindow_backend_errors_total{mode="fail-open",rule="login"} 1
+# HELP ratewindow_decisions_total Rate-limit decisions by rule and outcome: allowed, denied, or error when the failure mode answered for Redis.
+# TYPE ratewindow_decisions_total counter
+ratewindow_decisions_total{outcome="allowed",rule=""} 1
+ratewindow_decisions_total{outcome="allowed",rule="api"} 0
+ratewindow_decisions_total{outcome="allowed",rule="login"} 2
+ratewindow_decisions_total{outcome="denied",rule=""} 1
+ratewindow_decisions_total{outcome="denied",rule="api"} 0
+ratewindow_decisions_total{outcome="denied",rule="login"} 2
+ratewindow_decisions_total{outcome="error",rule=""} 0
+ratewindow_decisions_total{outcome="error",rule="api"} 2
+ratewindow_decisions_total{outcome="error",rule="login"} 1
+# HELP ratewindow_deny_cache_hits_total Denials answered from the deny cache without a round trip to Redis.
+# TYPE ratewindow_deny_cache_hits_total counter
+ratewindow_deny_cache_hits_total{rule=""} 0
+ratewindow_deny_cache_hits_total{rule="api"} 0
+ratewindow_deny_cache_hits_total{rule="login"} 1
+# HELP ratewindow_decision_duration_seconds Time taken by rate-limit decisions, including deny-cache hits and failures; Wait is not included.
+# TYPE ratewindow_decision_duration_seconds histogram
+ratewindow_decision_duration_seconds_bucket{rule="",le="0.001"} 0
+ratewindow_decision_duration_seconds_bucket{rule="",le="0.1"} 0
+ratewindow_decision_duration_seconds_bucket{rule="",le="+Inf"} 0
+ratewindow_decision_duration_seconds_sum{rule=""} 0
+ratewindow_decision_duration_seconds_count{rule=""} 0
+ratewindow_decision_duration_seconds_bucket{rule="api",le="0.001"} 0
+ratewindow_decision_duration_seconds_bucket{rule="api",le="0.1"} 1
+ratewindow_decision_duration_seconds_bucket{rule="api",le="+Inf"} 2
+ratewindow_decision_duration_seconds_sum{rule="api"} 0.3125
+ratewindow_decision_duration_seconds_count{rule="api"} 2
+ratewindow_decision_duration_seconds_bucket{rule="login",le="0.001"} 2
+ratewindow_decision_duration_seconds_bucket{rule="login",le="0.1"} 5
+ratewindow_decision_duration_seconds_bucket{rule="login",le="+Inf"} 5
+ratewindow_decision_duration_seconds_sum{rule="login"} 0.10451
+ratewindow_decision_duration_seconds_count{rule="login"} 5
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want)); err != nil {
+		t.Fatal(err)
+	}
+	if problems, err := testutil.CollectAndLint(c); err != nil || len(problems) != 0 {
+		t.Fatalf("lint: %v %+v", err, problems)
+	}
+	reg := prom.NewPedanticRegistry()
+	if err := reg.Register(c); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.Gather(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCollectorWithLimiter: a Limiter's decisions, deny-cache hits and
+// failures, observed through core.WithObserver.
+func TestCollectorWithLimiter(t *testing.T) {
+	ctx := context.Background()
+	c := NewCollector(Opts{ConstLabels: prom.Labels{"service": "test"}})
+
+	l := core.NewMemory(core.WithObserver(c.Observe))
+	for range 5 {
+		l.Allow(ctx, "user:42", core.PerMinute(3))
+	}
+
+	// a port that refuses connections: every call fails, fail-closed answers
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	down, err := core.New(rdb, core.WithFailureMode(core.FailClosed), core.WithTimeout(50*time.Millisecond), core.WithObserver(c.Observe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		if r, err := down.Allow(ctx, "user:42", core.PerMinute(3)); err == nil || r.Allowed {
+			t.Fatalf("fail-closed: %+v %v", r, err)
+		}
+	}
+
+	for _, m := range []struct {
+		c    prom.Collector
+		want float64
+	}{
+		{c.decisions.WithLabelValues("", OutcomeAllowed), 3},
+		{c.decisions.WithLabelValues("", OutcomeDenied), 2},
+		{c.decisions.WithLabelValues("", OutcomeError), 4},
+		{c.errors.WithLabelValues("", "fail-closed"), 4},
+		{c.errors.WithLabelValues("", "fail-open"), 0},
+		{c.cacheHits.WithLabelValues(""), 0}, // NewMemory has no deny cache
+	} {
+		if got := testutil.ToFloat64(m.c); got != m.want {
+			t.Errorf("%v: %v, want %v", m.c, got, m.want)
+		}
+	}
+	if n := testutil.CollectAndCount(c, "ratewindow_decision_duration_seconds"); n != 1 {
+		t.Fatalf("%d duration series", n)
+	}
+}
+
+// BenchmarkObserve is the cost of one event for an existing rule.
+func BenchmarkObserve(b *testing.B) {
+	c := NewCollector(Opts{})
+	e := core.Event{Op: core.OpAllow, Rule: "login", Result: core.Result{Allowed: true}, Latency: 200 * time.Microsecond}
+	b.ReportAllocs()
+	for b.Loop() {
+		c.Observe(e)
+	}
+}
