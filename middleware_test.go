@@ -550,6 +550,18 @@ func scenarios() []scenario {
 			steps:      steps(ok(xrl(1, 0, 60)), tooMany(60, xrl(1, 0, 60))),
 			wantErrors: 2,
 		},
+		{
+			name:    "Redis does not answer: fail local with this replica's share of the limit",
+			backend: silentRedis,
+			opts:    []core.Option{core.WithFailureMode(core.FailLocal), core.WithLocalShare(0.5)},
+			app:     on(with(perMinute("share", 4), func(r *core.Rule) { r.Headers = core.Both })),
+			steps: steps(
+				ok(merge(xrl(2, 1, 60), ietf(`"4-per-1m";q=4;w=60`, `"4-per-1m";r=1;t=60`))),
+				ok(merge(xrl(2, 0, 60), ietf(`"4-per-1m";q=4;w=60`, `"4-per-1m";r=0;t=60`))),
+				problem(60, "4-per-1m", merge(xrl(2, 0, 60), ietf(`"4-per-1m";q=4;w=60`, `"4-per-1m";r=0;t=60`))).with("Accept", "application/problem+json"),
+			),
+			wantErrors: 3,
+		},
 	}
 }
 

@@ -84,12 +84,19 @@ func newLimitHeaders(l Limit) limitHeaders {
 }
 
 // lookup returns the precomputed values of the binding limit l, or computes
-// them when l is not one of the rule's (such as a limit scaled by
-// FailLocal).
+// them when l is not one of the rule's: a limit whose Count FailLocal
+// scaled keeps the policy name of the rule's limit it stands for (same
+// algorithm and window), so that RateLimit names a listed policy.
 func (hs *headerSet) lookup(l Limit) *limitHeaders {
 	for i := range hs.limits {
 		if hs.limits[i].limit == l {
 			return &hs.limits[i]
+		}
+	}
+	for i := range hs.limits {
+		if o := hs.limits[i].limit; o.Algorithm == l.Algorithm && o.Window == l.Window {
+			l.Name = o.PolicyName()
+			break
 		}
 	}
 	lh := newLimitHeaders(l)

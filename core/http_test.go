@@ -89,6 +89,7 @@ func TestHeaderSetWrite(t *testing.T) {
 	denied := Result{Limit: burst, RetryAfter: 300 * time.Millisecond, ResetAfter: 1200 * time.Millisecond}
 	never := Result{Limit: minute, RetryAfter: -1, ResetAfter: 30 * time.Second}
 	scaled := Result{Allowed: true, Limit: Limit{Count: 50, Window: time.Minute}, Remaining: 7, ResetAfter: time.Minute}
+	foreign := Result{Allowed: true, Limit: Limit{Count: 5, Window: time.Hour}, Remaining: 4, ResetAfter: time.Hour}
 	for _, tc := range []struct {
 		name  string
 		style HeaderStyle
@@ -110,7 +111,10 @@ func TestHeaderSetWrite(t *testing.T) {
 		}},
 		{"x scaled limit", Both, scaled, map[string]string{
 			"X-Ratelimit-Limit": "50", "X-Ratelimit-Remaining": "7", "X-Ratelimit-Reset": "60",
-			"Ratelimit-Policy": policy, "Ratelimit": `"50-per-1m";r=7;t=60`,
+			"Ratelimit-Policy": policy, "Ratelimit": `"100-per-1m";r=7;t=60`,
+		}},
+		{"ietf limit not in the rule", IETF, foreign, map[string]string{
+			"Ratelimit-Policy": policy, "Ratelimit": `"5-per-1h";r=4;t=3600`,
 		}},
 		{"none", None, allowed, map[string]string{}},
 		{"negative remaining", XRateLimit, Result{Allowed: true, Limit: minute, Remaining: -3}, map[string]string{
