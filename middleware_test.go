@@ -624,10 +624,15 @@ func TestAdapters(t *testing.T) {
 			for _, ad := range adapters {
 				t.Run(ad.name, func(t *testing.T) {
 					rec := &recorder{}
+					now := time.Now()
 					client := redis.Scripter(rdb)
 					opts := []core.Option{
 						core.WithPrefix(fmt.Sprintf("mwtest:%d:%d:%s:", run, i, ad.name)),
 						core.WithObserver(rec.observe),
+						// A frozen clock (passed to the scripts instead of
+						// Redis TIME): the exact Retry-After and Reset values
+						// do not depend on how fast the requests run.
+						core.WithClock(func() time.Time { return now }),
 					}
 					if sc.backend == silentRedis {
 						c := redis.NewClient(&redis.Options{
