@@ -369,16 +369,18 @@ func TestFaultScriptFlushAndRestart(t *testing.T) {
 			l, rec := faultLimiter(t, rdb, FailClosed, 1)
 			ctx := context.Background()
 			lim := PerMinute(10)
-			// fill the pool with several connections
-			var wg sync.WaitGroup
+			// fill the pool with several idle connections
+			var held []*redis.Conn
 			for range 16 {
-				wg.Go(func() {
-					if _, err := l.Allow(ctx, "fill", lim); err != nil {
-						t.Error(err)
-					}
-				})
+				c := rdb.Conn()
+				if err := c.Ping(ctx).Err(); err != nil {
+					t.Fatal(err)
+				}
+				held = append(held, c)
 			}
-			wg.Wait()
+			for _, c := range held {
+				c.Close() // back to the pool
+			}
 			if r, err := l.Allow(ctx, "k", lim); err != nil || r.Remaining != 9 {
 				t.Fatalf("first call: %+v %v", r, err)
 			}
@@ -468,5 +470,39 @@ func TestFaultCallerCancelsProbe(t *testing.T) {
 	// of being told the circuit is open
 	if _, err := l.Allow(ctx, "k", PerSecond(1)); errors.Is(err, ErrCircuitOpen) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("after an abandoned probe: %v", err)
+	}
+}
+
+// BenchmarkDeadlinePath is decisions on a real Redis, from GOMAXPROCS
+// goroutines, with a client that
+// bounds its reads by the context (ContextTimeoutEnabled: a direct call)
+// and with go-redis's default options (the call runs on its own goroutine
+// so that the decision keeps its deadline).
+func BenchmarkDeadlinePath(b *testing.B) {
+	srv := redistest.New(b)
+	for _, c := range []struct {
+		name string
+		cte  bool
+	}{{"direct", true}, {"detached", false}} {
+		b.Run(c.name, func(b *testing.B) {
+			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: c.cte})
+			b.Cleanup(func() { rdb.Close() })
+			// a generous timeout: a slow moment of the machine is no error here
+			l, err := New(rdb, WithPrefix(fmt.Sprintf("bench-deadline-%d:", time.Now().UnixNano())), WithTimeout(time.Second))
+			if err != nil {
+				b.Fatal(err)
+			}
+			lim := PerMinute(1 << 30).With(SlidingCounter)
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				ctx := context.Background()
+				for pb.Next() {
+					if _, err := l.Allow(ctx, "k", lim); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
 	}
 }
