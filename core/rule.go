@@ -265,17 +265,25 @@ func (e *Enforcer) Handle(w http.ResponseWriter, r *http.Request, route string) 
 	}
 	key, err := e.Key(r)
 	if err != nil {
-		return r, e.failed(w, r, st, err, Result{}, false)
+		return passOn(r, e.failed(w, r, st, err, Result{}, false))
 	}
 	n, err := e.Cost(r)
 	if err != nil {
-		return r, e.failed(w, r, st, err, Result{}, false)
+		return passOn(r, e.failed(w, r, st, err, Result{}, false))
 	}
 	res, err := e.l.decide(r.Context(), OpAllow, e.name, key, n, e.limits)
 	if err != nil {
-		return r, e.failed(w, r, st, err, res, true)
+		return passOn(r, e.failed(w, r, st, err, res, true))
 	}
-	return r, e.apply(w, r, st, res)
+	return passOn(r, e.apply(w, r, st, res))
+}
+
+// passOn returns r and true when the request passes, else nil and false.
+func passOn(r *http.Request, pass bool) (*http.Request, bool) {
+	if !pass {
+		return nil, false
+	}
+	return r, true
 }
 
 // apply answers a decision: the rate-limit fields, and a denial unless the
