@@ -506,3 +506,20 @@ func BenchmarkDeadlinePath(b *testing.B) {
 		})
 	}
 }
+
+// TestFaultLocalShare: fail-local's share of each Count, rounded down
+// without floating-point loss, never below 1.
+func TestFaultLocalShare(t *testing.T) {
+	for _, c := range []struct {
+		count int64
+		share float64
+		want  int64
+	}{
+		{100, 0.25, 25}, {100, 0.29, 29}, {100, 0.57, 57}, {3, 1.0 / 3, 1}, {10, 0.7, 7},
+		{7, 0.5, 3}, {1, 0.1, 1}, {5, 0.01, 1}, {1000, 1, 1000}, {1 << 40, 0.5, 1 << 39},
+	} {
+		if got := scale([]Limit{PerMinute(c.count)}, c.share)[0].Count; got != c.want {
+			t.Errorf("%d × %v = %d, want %d", c.count, c.share, got, c.want)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -311,11 +312,17 @@ func (l *Limiter) fallback(ctx context.Context, q *query, err error) (Result, er
 	return Result{Allowed: true, Limit: q.limits[0], Remaining: max(q.limits[0].Count-q.n, 0)}, err
 }
 
-// scale returns limits with each Count multiplied by share, at least 1.
+// scale returns limits with each Count multiplied by share, rounded down,
+// at least 1. A product within 1e-6 of a whole number is that number, so
+// that 0.29 of 100 is 29, not 28.999999999999996 rounded down.
 func scale(limits []Limit, share float64) []Limit {
 	out := make([]Limit, len(limits))
 	for i, lim := range limits {
-		lim.Count = max(int64(float64(lim.Count)*share), 1)
+		x := float64(lim.Count) * share
+		if r := math.Round(x); math.Abs(x-r) < 1e-6 {
+			x = r
+		}
+		lim.Count = max(int64(x), 1)
 		out[i] = lim
 	}
 	return out
