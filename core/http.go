@@ -107,7 +107,8 @@ func (hs *headerSet) lookup(l Limit) *limitHeaders {
 //
 // XRateLimit: X-RateLimit-Limit is the binding limit's Count,
 // X-RateLimit-Remaining the units it still admits, X-RateLimit-Reset the
-// seconds until it is full again, rounded up.
+// seconds until it is full again, rounded up (on a denial, never less than
+// Retry-After).
 //
 // IETF: RateLimit-Policy lists every limit of the rule with its quota q and
 // window w in seconds (rounded up, at least 1); RateLimit names the binding
@@ -121,6 +122,10 @@ func (hs *headerSet) write(h http.Header, style HeaderStyle, res Result) {
 	}
 	lh := hs.lookup(res.Limit)
 	remaining := max(res.Remaining, 0)
+	reset := ceilSeconds(res.ResetAfter)
+	if !res.Allowed && !res.Never() {
+		reset = max(reset, retrySeconds(res.RetryAfter)) // full again no earlier than the request fits
+	}
 	// The values that change are written into one buffer and turned into
 	// one string, sliced per field: two allocations for every style.
 	var buf [160]byte
@@ -130,7 +135,7 @@ func (hs *headerSet) write(h http.Header, style HeaderStyle, res Result) {
 	if x {
 		b = strconv.AppendInt(b, remaining, 10)
 		ends[0] = len(b)
-		b = strconv.AppendInt(b, ceilSeconds(res.ResetAfter), 10)
+		b = strconv.AppendInt(b, reset, 10)
 		ends[1] = len(b)
 	}
 	if style != XRateLimit {
@@ -139,7 +144,7 @@ func (hs *headerSet) write(h http.Header, style HeaderStyle, res Result) {
 		switch {
 		case res.Allowed:
 			b = append(b, ";t="...)
-			b = strconv.AppendInt(b, min(ceilSeconds(res.ResetAfter), maxSFInteger), 10)
+			b = strconv.AppendInt(b, min(reset, maxSFInteger), 10)
 		case !res.Never():
 			b = append(b, ";t="...)
 			b = strconv.AppendInt(b, min(retrySeconds(res.RetryAfter), maxSFInteger), 10)

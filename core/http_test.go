@@ -117,6 +117,9 @@ func TestHeaderSetWrite(t *testing.T) {
 			"Ratelimit-Policy": policy, "Ratelimit": `"5-per-1h";r=4;t=3600`,
 		}},
 		{"none", None, allowed, map[string]string{}},
+		{"denied: reset no earlier than retry", XRateLimit, Result{Limit: minute, RetryAfter: 2500 * time.Millisecond, ResetAfter: time.Second}, map[string]string{
+			"X-Ratelimit-Limit": "100", "X-Ratelimit-Remaining": "0", "X-Ratelimit-Reset": "3",
+		}},
 		{"negative remaining", XRateLimit, Result{Allowed: true, Limit: minute, Remaining: -3}, map[string]string{
 			"X-Ratelimit-Limit": "100", "X-Ratelimit-Remaining": "0", "X-Ratelimit-Reset": "0",
 		}},
