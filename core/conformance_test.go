@@ -434,6 +434,19 @@ func TestConformance(t *testing.T) {
 			}
 			e.checkTTLs("braces")
 		}},
+		{"huge limits do not overflow", func(t *testing.T, e *env) {
+			for _, a := range algorithms {
+				count := int64(1 << 40)
+				if a == SlidingLog {
+					count = MaxLogCount
+				}
+				lim := Limit{Count: count, Window: time.Hour, Algorithm: a}
+				r, err := e.lim.AllowN(ctx, "huge", 1000, lim)
+				if err != nil || !r.Allowed || r.Remaining != count-1000 {
+					t.Fatalf("%s: %+v %v", a, r, err)
+				}
+			}
+		}},
 		{"bad input is an error and writes nothing", func(t *testing.T, e *env) {
 			ok := PerSecond(1)
 			cases := []struct {

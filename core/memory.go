@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"hash/maphash"
+	"math"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -261,12 +262,15 @@ func (st *memState) roll(now int64) int64 {
 	return c
 }
 
+// counterCheck computes in float64, as the Lua script does in its doubles:
+// Count × Window in µs overflows int64 for large limits.
 func (st *memState) counterCheck(count, n, now int64) (free, retry, reset int64) {
 	c := st.roll(now)
 	w, prev, cur := st.window, st.prev, st.cur
 	elapsed := now - c*w
+	fw, fcount := float64(w), float64(count)
 	weighted := float64(prev) * float64(w-elapsed)
-	free = max(int64((float64(count*w)-weighted-float64(cur*w))/float64(w)), 0)
+	free = int64(max(min(math.Floor((fcount*fw-weighted-float64(cur)*fw)/fw), fcount), 0))
 	if cur > 0 {
 		reset = (c+2)*w - now
 	} else if prev > 0 {
@@ -277,12 +281,14 @@ func (st *memState) counterCheck(count, n, now int64) (free, retry, reset int64)
 	switch {
 	case n > count:
 		retry = -1
-	case weighted+float64((cur+n)*w) <= float64(count*w):
+	case weighted+float64(cur+n)*fw <= fcount*fw:
 	case cur+n <= count:
-		e := w - int64(float64((count-n-cur)*w)/float64(prev))
+		// later in this window: prev×(w−e) ≤ (count−n−cur)×w
+		e := w - int64(math.Floor(float64(count-n-cur)*fw/float64(prev)))
 		retry = e - elapsed
 	default:
-		e := w - int64(float64((count-n)*w)/float64(cur))
+		// in the next window, where this one's count is the previous one
+		e := w - int64(math.Floor(float64(count-n)*fw/float64(cur)))
 		retry = (c+1)*w - now + e
 	}
 	return free, retry, reset

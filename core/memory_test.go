@@ -91,3 +91,14 @@ func TestStorageKeys(t *testing.T) {
 		}
 	}
 }
+
+// A huge counter limit does not overflow: Count × Window in µs is far
+// beyond int64.
+func TestMemoryCounterHugeLimit(t *testing.T) {
+	l := NewMemory()
+	lim := Limit{Count: 1 << 40, Window: time.Hour, Algorithm: SlidingCounter}
+	r, err := l.AllowN(context.Background(), "huge", 1<<30, lim)
+	if err != nil || !r.Allowed || r.Remaining != 1<<40-1<<30 {
+		t.Fatalf("%+v %v", r, err)
+	}
+}
