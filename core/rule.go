@@ -322,7 +322,7 @@ func (e *Enforcer) apply(w http.ResponseWriter, r *http.Request, st *shown, res 
 func (e *Enforcer) failed(w http.ResponseWriter, r *http.Request, st *shown, err error, res Result, decided bool) bool {
 	if e.onError != nil {
 		ew := &errorWriter{ResponseWriter: w}
-		e.onError(ew, r, err)
+		e.onError(ew, r, fmt.Errorf("ratewindow: rule %s: %w", e.name, err))
 		if ew.wrote {
 			return false
 		}

@@ -154,6 +154,8 @@ func TestHandleKeyErrors(t *testing.T) {
 			}
 			if len(got) != 1 || !errors.Is(got[0], tc.wantErr) {
 				t.Errorf("OnError got %v, want %v", got, tc.wantErr)
+			} else if !strings.HasPrefix(got[0].Error(), "ratewindow: rule k: ") {
+				t.Errorf("OnError's error %q does not name the rule", got[0])
 			}
 			if strings.Contains(rec.Body.String(), "no key here") {
 				t.Error("the error's text reached the client")
