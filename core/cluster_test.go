@@ -73,7 +73,7 @@ func keySlot(key string) int {
 func TestClusterBracesThreeLimits(t *testing.T) {
 	_, cc := settledCluster(t)
 	prefix := uniquePrefix(t)
-	l, rec := faultLimiter(t, cc, FailClosed, 1, WithPrefix(prefix))
+	l, rec := faultLimiter(t, cc, FailClosed, 1, WithPrefix(prefix), WithTimeout(patient))
 	ctx := context.Background()
 	limits := []Limit{PerSecond(2), PerMinute(3).With(SlidingCounter), PerHour(4).With(SlidingBuckets)}
 	for _, key := range []string{"{user}:42", "}{", "a{b}c", "{}", "user:42", strings.Repeat("{x}", 100)} {
@@ -116,7 +116,7 @@ func TestClusterBracesThreeLimits(t *testing.T) {
 func TestClusterSpread(t *testing.T) {
 	_, cc := settledCluster(t)
 	prefix := uniquePrefix(t)
-	l, _ := faultLimiter(t, cc, FailClosed, 1, WithPrefix(prefix))
+	l, _ := faultLimiter(t, cc, FailClosed, 1, WithPrefix(prefix), WithTimeout(patient))
 	ctx := context.Background()
 	const users = 3000
 	var wg sync.WaitGroup
@@ -177,7 +177,7 @@ func TestClusterSpread(t *testing.T) {
 func TestClusterDenyCache(t *testing.T) {
 	_, cc := settledCluster(t)
 	prefix := uniquePrefix(t)
-	l, rec := faultLimiter(t, cc, FailOpen, 1, WithPrefix(prefix))
+	l, rec := faultLimiter(t, cc, FailOpen, 1, WithPrefix(prefix), WithTimeout(patient))
 	ctx := context.Background()
 	lim := PerMinute(1)
 	l.Allow(ctx, "k", lim)
@@ -228,7 +228,7 @@ func TestClusterStalledMaster(t *testing.T) {
 	for {
 		r, err, d := faultAllow(ctx, l, "k", lim)
 		slowest = max(slowest, d)
-		if d > DefaultTimeout+150*time.Millisecond {
+		if d > DefaultTimeout+250*time.Millisecond {
 			t.Errorf("a decision took %v during the stall", d)
 		}
 		if err == nil {
@@ -259,20 +259,20 @@ func TestClusterStalledMaster(t *testing.T) {
 
 // TestClusterResharding moves the slot of a key with three limits to
 // another master while the Limiter uses it: mid-migration (some keys moved)
-// Redis answers TRYAGAIN, which go-redis retries within the timeout before
-// the failure mode answers; with every key moved, ASK redirects; once the
-// slot is reassigned, MOVED. Counts survive the move.
+// Redis answers TRYAGAIN, which go-redis retries (MaxRedirects) before the
+// failure mode answers; with every key moved, ASK redirects; once the slot
+// is reassigned, MOVED. Counts survive the move.
 func TestClusterResharding(t *testing.T) {
 	cl, cc := settledCluster(t)
 	prefix := uniquePrefix(t)
-	l, rec := faultLimiter(t, cc, FailClosed, 1, WithPrefix(prefix))
+	l, rec := faultLimiter(t, cc, FailClosed, 1, WithPrefix(prefix), WithTimeout(patient))
 	ctx := context.Background()
 	limits := []Limit{PerMinute(100), PerHour(100).With(SlidingCounter), PerHour(200).With(SlidingBuckets)}
 	remaining := int64(100)
 	allow := func(step string) (Result, error) {
 		t.Helper()
 		r, err, d := faultAllow(ctx, l, "{mover}", limits...)
-		if d > DefaultTimeout+150*time.Millisecond {
+		if d > patient {
 			t.Errorf("%s: the decision took %v", step, d)
 		}
 		if err == nil {
@@ -371,11 +371,11 @@ func TestClusterResharding(t *testing.T) {
 	migrate(src, dstAddr, keys[0])
 	start := time.Now()
 	r, err := allow("mid-migration")
-	if err == nil || !isBackendError(err) || r.Allowed {
+	if err == nil || !isBackendError(err) || !strings.Contains(err.Error(), "TRYAGAIN") || r.Allowed {
 		t.Fatalf("mid-migration: %+v %v, want TRYAGAIN answered by fail-closed", r, err)
 	}
-	// go-redis retries TRYAGAIN (MaxRedirects, with backoff) until the
-	// deadline or its last attempt
+	// go-redis retries TRYAGAIN (MaxRedirects times, with backoff), then
+	// gives up: with the default timeout of 100ms, either comes first
 	t.Logf("mid-migration, after %v: %v", time.Since(start).Round(time.Millisecond), err)
 	// every key moved: ASK
 	migrate(src, dstAddr, keys[1:]...)

@@ -49,7 +49,7 @@ func TestDenyCacheRoundTrips(t *testing.T) {
 			t.Parallel()
 			p := redistest.Start(t)
 			rdb := p.Client(t)
-			l, rec := faultLimiter(t, rdb, FailOpen, 1)
+			l, rec := faultLimiter(t, rdb, FailOpen, 1, WithTimeout(patient))
 			ctx := context.Background()
 			lim := Per(2, 400*time.Millisecond).With(a)
 			for i := range 2 {
@@ -83,7 +83,7 @@ func TestDenyCacheRoundTrips(t *testing.T) {
 			}
 
 			// the cache off: every request goes to Redis
-			off, _ := faultLimiter(t, rdb, FailOpen, 1, WithDenyCache(0))
+			off, _ := faultLimiter(t, rdb, FailOpen, 1, WithDenyCache(0), WithTimeout(patient))
 			off.AllowN(ctx, "k", 2, lim)
 			before = evalCalls(t, rdb)
 			for range 10 {
@@ -104,7 +104,7 @@ func TestDenyCacheRoundTrips(t *testing.T) {
 func TestDenyCacheNeverChangesDecision(t *testing.T) {
 	t.Parallel()
 	srv := redistest.New(t)
-	l, rec := faultLimiter(t, srv.Client(t), FailOpen, 1)
+	l, rec := faultLimiter(t, srv.Client(t), FailOpen, 1, WithTimeout(patient))
 	ctx := context.Background()
 	min5 := PerMinute(5)
 	steps := []struct {
@@ -149,7 +149,7 @@ func TestDenyCacheFloodThroughLimiter(t *testing.T) {
 	t.Parallel()
 	srv := redistest.New(t)
 	const size = 100
-	l, rec := faultLimiter(t, srv.Client(t), FailOpen, 1, WithDenyCache(size))
+	l, rec := faultLimiter(t, srv.Client(t), FailOpen, 1, WithDenyCache(size), WithTimeout(patient))
 	ctx := context.Background()
 	lim := PerMinute(1)
 	for i := range 1000 {

@@ -94,6 +94,10 @@ var failureCases = []failureCase{
 	{FailLocal, func(i int, r Result) bool { return r.Allowed == (i < 2) && r.Limit.Count == 2 }},
 }
 
+// patient is the timeout of tests that expect Redis to answer: long enough
+// for a loaded CI machine, where a loopback call may take over 100ms.
+const patient = 2 * time.Second
+
 func faultLimiter(t *testing.T, rdb redis.Scripter, mode FailureMode, share float64, opts ...Option) (*Limiter, *obsRecorder) {
 	t.Helper()
 	rec := &obsRecorder{}
@@ -128,7 +132,9 @@ func TestFaultSilentServer(t *testing.T) {
 		}},
 	}
 	const timeout = DefaultTimeout
-	const margin = 150 * time.Millisecond
+	// the bound: a hang would cost 5s (go-redis's own timeouts); the
+	// margin covers a CI machine running many race-enabled tests at once
+	const margin = 250 * time.Millisecond
 	for _, c := range clients {
 		for _, m := range failureCases {
 			t.Run(c.name+"/"+m.mode.String(), func(t *testing.T) {
@@ -251,7 +257,7 @@ func startBgLoad(l *Limiter, workers int) *bgLoad {
 						ld.allowed.Add(1)
 					}
 				}
-				time.Sleep(time.Millisecond)
+				time.Sleep(5 * time.Millisecond)
 			}
 		}()
 	}
@@ -278,7 +284,7 @@ func TestFaultKilledServer(t *testing.T) {
 			p := redistest.Start(t)
 			l, rec := faultLimiter(t, p.Client(t), m.mode, 0.25)
 			ctx := context.Background()
-			ld := startBgLoad(l, 4)
+			ld := startBgLoad(l, 2)
 			defer ld.halt()
 			time.Sleep(50 * time.Millisecond)
 			if n := ld.errs.Load(); n != 0 || ld.calls.Load() == 0 {
@@ -366,7 +372,7 @@ func TestFaultScriptFlushAndRestart(t *testing.T) {
 			p := redistest.Start(t)
 			rdb := redis.NewClient(&redis.Options{Addr: p.Addr, ContextTimeoutEnabled: cte})
 			t.Cleanup(func() { rdb.Close() })
-			l, rec := faultLimiter(t, rdb, FailClosed, 1)
+			l, rec := faultLimiter(t, rdb, FailClosed, 1, WithTimeout(patient))
 			ctx := context.Background()
 			lim := PerMinute(10)
 			// fill the pool with several idle connections

@@ -16,7 +16,7 @@ func TestObserverEvents(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	srv := redistest.New(t)
-	l, rec := faultLimiter(t, srv.Client(t), FailOpen, 1)
+	l, rec := faultLimiter(t, srv.Client(t), FailOpen, 1, WithTimeout(patient))
 	perSec, perMin := PerSecond(2), PerMinute(3)
 
 	silent := redis.NewClient(&redis.Options{Addr: redistest.Silent(t)})

@@ -78,7 +78,7 @@ func sentinelFailover(t *testing.T, fault func(*testing.T, *redistest.Sentinel) 
 				mu.Lock()
 				decisions = append(decisions, d)
 				mu.Unlock()
-				time.Sleep(2 * time.Millisecond)
+				time.Sleep(5 * time.Millisecond)
 			}
 		})
 	}
