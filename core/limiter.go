@@ -418,14 +418,23 @@ func (l *Limiter) reserveAndSleep(ctx context.Context, s store, q *query) (time.
 	case !r.ok:
 		return wait, fmt.Errorf("%w: the units fit in %s", ErrWaitExceedsDeadline, wait)
 	}
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
+		// the reply took the slack: the slot would come after the deadline
+		release(ctx, s, q, r)
+		return wait, fmt.Errorf("%w: the units fit in %s", ErrWaitExceedsDeadline, wait)
+	}
 	if err := sleep(ctx, wait); err != nil {
-		// best effort: give the slot back, though ctx is done
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultTimeout)
-		_ = s.release(rctx, q, r)
-		cancel()
+		release(ctx, s, q, r)
 		return wait, err
 	}
 	return wait, nil
+}
+
+// release gives a reservation back, best effort, though ctx may be done.
+func release(ctx context.Context, s store, q *query, r reservation) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultTimeout)
+	_ = s.release(rctx, q, r)
+	cancel()
 }
 
 func (l *Limiter) poll(ctx context.Context, s store, q *query) (time.Duration, error) {
@@ -449,6 +458,10 @@ func (l *Limiter) poll(ctx context.Context, s store, q *query) (time.Duration, e
 			return waited, fmt.Errorf("%w: the units fit in %s", ErrWaitExceedsDeadline, r.RetryAfter)
 		}
 		d := r.RetryAfter + rand.N(r.RetryAfter/10+time.Millisecond)
+		if dl, ok := ctx.Deadline(); ok {
+			// the jitter must not push the next try past the deadline
+			d = max(min(d, time.Until(dl)-time.Millisecond), r.RetryAfter)
+		}
 		if err := sleep(ctx, d); err != nil {
 			return waited, err
 		}

@@ -21,10 +21,11 @@ import (
 //		Rule:    core.Rule{Name: "pricing-api", Limits: []core.Limit{core.PerSecond(200)}},
 //	}}
 //
-// Each request takes Rule.Cost units under every limit of the rule with
-// Limiter.WaitN: on sliding-log limits one round trip reserves the earliest
-// slot across all replicas and the request sleeps until then, in order;
-// other algorithms poll. Then it is sent with Base. A request is never sent
+// Each request the client sends, a redirect's too, takes Rule.Cost units
+// under every limit of the rule with Limiter.WaitN: on sliding-log limits
+// one round trip reserves the earliest slot across all replicas and the
+// request sleeps until then, in order; other algorithms poll. Then it is
+// sent with Base. A request is never sent
 // before its slot and never dropped: RoundTrip returns an error without
 // sending only when the request's context ends first (its error), when the
 // slot lies past the context's deadline (core.ErrWaitExceedsDeadline, at
@@ -54,9 +55,10 @@ type Transport struct {
 	Limiter *core.Limiter
 	// Rule names the limits, and the key and cost of a request.
 	Rule core.Rule
-	// OnWait, when set, is called with each request that may go and the
-	// time it waited for the Limiter, just before it is sent. It is called
-	// from the goroutine of RoundTrip: keep it fast.
+	// OnWait, when set, is called with each request the rule counted and
+	// the time it waited for the Limiter (a round trip at least), just
+	// before it is sent; not for a request that Skip passes or that fails.
+	// It is called on the goroutine of RoundTrip: keep it fast.
 	OnWait func(*http.Request, time.Duration)
 
 	once sync.Once
