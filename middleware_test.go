@@ -633,6 +633,9 @@ func TestAdapters(t *testing.T) {
 						// Redis TIME): the exact Retry-After and Reset values
 						// do not depend on how fast the requests run.
 						core.WithClock(func() time.Time { return now }),
+						// A generous timeout: scenarios that expect Redis
+						// to answer must not fail open under a loaded CI.
+						core.WithTimeout(5 * time.Second),
 					}
 					if sc.backend == silentRedis {
 						c := redis.NewClient(&redis.Options{
