@@ -17,11 +17,34 @@ const maxRawKey = 128
 // a brace (which would end the tag early) and keys starting with '#' (the
 // mark of a hashed key) are replaced by '#' and 22 characters of SHA-256.
 func keyTag(prefix, key string) string {
+	return string(appendTag(nil, prefix, key))
+}
+
+// appendKeys appends the storage key of every limit of key to dst: the
+// strings storageKey(keyTag(prefix, key), l) builds, with one allocation
+// per key.
+func appendKeys(dst []string, prefix, key string, limits []Limit) []string {
+	var buf [160]byte
+	b := appendTag(buf[:0], prefix, key)
+	tag := len(b)
+	for _, l := range limits {
+		dst = append(dst, string(appendLimit(b[:tag], l)))
+	}
+	return dst
+}
+
+// appendTag appends keyTag(prefix, key) to b.
+func appendTag(b []byte, prefix, key string) []byte {
+	b = append(b, prefix...)
+	b = append(b, '{')
 	if len(key) > maxRawKey || strings.ContainsAny(key, "{}") || key[0] == '#' {
 		sum := sha256.Sum256([]byte(key))
-		key = "#" + base64.RawURLEncoding.EncodeToString(sum[:16])
+		b = append(b, '#')
+		b = base64.RawURLEncoding.AppendEncode(b, sum[:16])
+	} else {
+		b = append(b, key...)
 	}
-	return prefix + "{" + key + "}:"
+	return append(b, '}', ':')
 }
 
 // storageKey returns the Redis key of limit l for the tag from keyTag:
@@ -29,15 +52,18 @@ func keyTag(prefix, key string) string {
 // with a 'u' when not a whole number of ms), and for SlidingBuckets with a
 // precision other than the default, "/" + precision in the same form.
 func storageKey(tag string, l Limit) string {
-	b := make([]byte, 0, len(tag)+16)
-	b = append(b, tag...)
+	return string(appendLimit([]byte(tag), l))
+}
+
+// appendLimit appends the part of a storage key that names limit l.
+func appendLimit(b []byte, l Limit) []byte {
 	b = append(b, l.Algorithm.letter())
 	b = appendDuration(b, l.Window)
 	if l.Algorithm == SlidingBuckets && l.Precision != 0 && l.Precision != (Limit{Window: l.Window}).precision() {
 		b = append(b, '/')
 		b = appendDuration(b, l.Precision)
 	}
-	return string(b)
+	return b
 }
 
 func appendDuration(b []byte, d time.Duration) []byte {

@@ -14,6 +14,8 @@ var (
 	algorithmsLua string
 	//go:embed lua/allow.lua
 	allowLua string
+	//go:embed lua/allow_batch.lua
+	allowBatchLua string
 	//go:embed lua/reserve.lua
 	reserveLua string
 	//go:embed lua/release.lua
@@ -23,44 +25,54 @@ var (
 )
 
 // redisStore runs the algorithms as Lua scripts: one EVALSHA per call, with
-// an EVAL when the server has not cached the script (NOSCRIPT).
+// an EVAL when the server has not cached the script (NOSCRIPT). Calls from
+// concurrent goroutines share round trips through the batcher.
 type redisStore struct {
 	rdb                                redis.Scripter
 	prefix                             string
-	allowS, reserveS, releaseS, resetS *redis.Script
+	allowS, reserveS, releaseS, resetS *script
+	batch                              *batcher
+	// allowBatchS runs the allow calls of one batch in one script call; nil
+	// unless rdb is a single server (a Cluster or Ring spreads the keys).
+	allowBatchS *script
 }
 
 func newRedisStore(rdb redis.Scripter, prefix string) *redisStore {
-	return &redisStore{
+	s := &redisStore{
 		rdb:      rdb,
 		prefix:   prefix,
-		allowS:   redis.NewScript(algorithmsLua + allowLua),
-		reserveS: redis.NewScript(algorithmsLua + reserveLua),
-		releaseS: redis.NewScript(releaseLua),
-		resetS:   redis.NewScript(resetLua),
+		allowS:   newScript(algorithmsLua + allowLua),
+		reserveS: newScript(algorithmsLua + reserveLua),
+		releaseS: newScript(releaseLua),
+		resetS:   newScript(resetLua),
+		batch:    newBatcher(rdb),
 	}
+	if _, single := rdb.(*redis.Client); single { // also NewFailoverClient
+		s.allowBatchS = newScript(algorithmsLua + allowBatchLua)
+	}
+	return s
 }
 
-func (s *redisStore) keys(q *query) []string {
-	tag := keyTag(s.prefix, q.key)
-	keys := make([]string, len(q.limits))
-	for i, l := range q.limits {
-		keys[i] = storageKey(tag, l)
-	}
-	return keys
+// newCall returns a batcher call of script s with q's storage keys.
+func (s *redisStore) newCall(sc *script, q *query) *call {
+	c := s.batch.newCall(len(q.limits))
+	c.script = sc
+	c.keys = appendKeys(c.keys, s.prefix, q.key, q.limits)
+	return c
 }
 
 func (s *redisStore) allow(ctx context.Context, q *query) (Result, error) {
-	args := make([]any, 0, 3+4*len(q.limits))
+	c := s.newCall(s.allowS, q)
+	c.merged = s.allowBatchS
 	commit := 0
 	if q.commit {
 		commit = 1
 	}
-	args = append(args, q.n, commit, q.now)
+	c.args = append(c.args, q.n, commit, q.now)
 	for _, l := range q.limits {
-		args = append(args, int(l.Algorithm), l.Count, micros(l.Window), micros(l.precision()))
+		c.args = append(c.args, int(l.Algorithm), l.Count, micros(l.Window), micros(l.precision()))
 	}
-	reply, err := s.allowS.Run(ctx, s.rdb, s.keys(q), args...).Slice()
+	reply, err := s.batch.run(ctx, c)
 	if err != nil {
 		return Result{}, fmt.Errorf("ratewindow: allow script: %w", err)
 	}
@@ -69,11 +81,16 @@ func (s *redisStore) allow(ctx context.Context, q *query) (Result, error) {
 
 // parseAllow reads allow.lua's reply: {allowed, then per limit remaining,
 // retry, reset}.
-func parseAllow(reply []any, limits []Limit) (Result, error) {
-	if len(reply) != 1+3*len(limits) {
-		return Result{}, fmt.Errorf("%w: allow returned %d values for %d limits", ErrUnexpectedReply, len(reply), len(limits))
+func parseAllow(reply any, limits []Limit) (Result, error) {
+	vals, ok := reply.([]any)
+	if !ok {
+		return Result{}, fmt.Errorf("%w: allow returned %T", ErrUnexpectedReply, reply)
 	}
-	ints, err := toInts(reply)
+	if len(vals) != 1+3*len(limits) {
+		return Result{}, fmt.Errorf("%w: allow returned %d values for %d limits", ErrUnexpectedReply, len(vals), len(limits))
+	}
+	var buf [1 + 3*4]int64
+	ints, err := appendInts(buf[:0], vals)
 	if err != nil {
 		return Result{}, err
 	}
@@ -86,16 +103,20 @@ func parseAllow(reply []any, limits []Limit) (Result, error) {
 }
 
 func (s *redisStore) reserve(ctx context.Context, q *query, longest int64) (reservation, error) {
-	args := make([]any, 0, 3+2*len(q.limits))
-	args = append(args, q.n, q.now, longest)
+	c := s.newCall(s.reserveS, q)
+	c.args = append(c.args, q.n, q.now, longest)
 	for _, l := range q.limits {
-		args = append(args, l.Count, micros(l.Window))
+		c.args = append(c.args, l.Count, micros(l.Window))
 	}
-	reply, err := s.reserveS.Run(ctx, s.rdb, s.keys(q), args...).Slice()
+	reply, err := s.batch.run(ctx, c)
 	if err != nil {
 		return reservation{}, fmt.Errorf("ratewindow: reserve script: %w", err)
 	}
-	ints, err := toInts(reply)
+	vals, ok := reply.([]any)
+	if !ok {
+		return reservation{}, fmt.Errorf("%w: reserve returned %T", ErrUnexpectedReply, reply)
+	}
+	ints, err := appendInts(nil, vals)
 	if err != nil {
 		return reservation{}, err
 	}
@@ -113,41 +134,41 @@ func (s *redisStore) reserve(ctx context.Context, q *query, longest int64) (rese
 }
 
 func (s *redisStore) release(ctx context.Context, q *query, r reservation) error {
-	args := make([]any, 0, 1+len(r.members))
-	args = append(args, q.n)
+	c := s.newCall(s.releaseS, q)
+	c.args = append(c.args, q.n)
 	for _, m := range r.members {
-		args = append(args, m)
+		c.args = append(c.args, m)
 	}
-	if err := s.releaseS.Run(ctx, s.rdb, s.keys(q), args...).Err(); err != nil {
+	if _, err := s.batch.run(ctx, c); err != nil {
 		return fmt.Errorf("ratewindow: release script: %w", err)
 	}
 	return nil
 }
 
 func (s *redisStore) reset(ctx context.Context, q *query) error {
-	if err := s.resetS.Run(ctx, s.rdb, s.keys(q)).Err(); err != nil {
+	if _, err := s.batch.run(ctx, s.newCall(s.resetS, q)); err != nil {
 		return fmt.Errorf("ratewindow: reset script: %w", err)
 	}
 	return nil
 }
 
-// toInts converts a script's reply to integers. Lua numbers arrive as
-// int64; anything else is an unexpected reply, never a panic.
-func toInts(reply []any) ([]int64, error) {
-	ints := make([]int64, len(reply))
+// appendInts appends a script's reply, converted to integers, to dst. Lua
+// numbers arrive as int64; anything else is an unexpected reply, never a
+// panic.
+func appendInts(dst []int64, reply []any) ([]int64, error) {
 	for i, v := range reply {
 		switch v := v.(type) {
 		case int64:
-			ints[i] = v
+			dst = append(dst, v)
 		case string:
 			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil {
 				return nil, fmt.Errorf("%w: value %d is %q", ErrUnexpectedReply, i, v)
 			}
-			ints[i] = n
+			dst = append(dst, n)
 		default:
 			return nil, fmt.Errorf("%w: value %d is %T", ErrUnexpectedReply, i, v)
 		}
 	}
-	return ints, nil
+	return dst, nil
 }

@@ -90,7 +90,7 @@ func TestMarkdown(t *testing.T) {
 		"| peer | 1,000 (1.00×) |",
 		"| 1 | 500 | 10 | 50.00× | 0.0 |",
 		"| peer |  | 199 |",
-		"| ours <a&b> | 60.0 | 0.50× | 0.0 |",
+		"| ours <a&b> | 60.0 | 0.50× | 0.0 | 0 |",
 		Command,
 	} {
 		if !strings.Contains(b.String(), want) {

@@ -167,6 +167,10 @@ func (r *Report) Markdown(w io.Writer) error {
 		p("\n")
 	}
 
+	if len(r.Admission) == 0 {
+		_, err := w.Write(b.Bytes())
+		return err
+	}
 	p("## Worst count in one 1 s window (limit 100 per second)\n\n")
 	p("%d goroutines drive one key as hard as they can for %s. Each admitted request's call start and end are recorded; it was admitted somewhere in between. ", cfg.AdmitGoroutines, cfg.AdmitFor)
 	p("The figure counts the admitted requests whose whole call lies inside one window (t−1s, t], the worst over all t: a lower bound of the true worst window that the client's latency cannot inflate, so any figure above 100 is proven over-admission.\n\n")
@@ -184,9 +188,9 @@ func (r *Report) Markdown(w io.Writer) error {
 		p("FLUSHALL, then %s keys (`user:0` …) with %d requests each under a limit of 100 per hour; the figure is the growth of INFO memory `used_memory` less `mem_clients_normal` (connection buffers), divided by the keys. Again with one request per key. ",
 			thousands(int64(cfg.MemKeys)), cfg.MemRequests)
 		p("Ratios are to the smallest peer at %d requests.\n\n", cfg.MemRequests)
-		p("| contender | bytes/key at %d requests | × smallest peer | bytes/key at 1 request |\n|---|---:|---:|---:|\n", cfg.MemRequests)
+		p("| contender | bytes/key at %d requests | × smallest peer | bytes/key at 1 request | failed requests |\n|---|---:|---:|---:|---:|\n", cfg.MemRequests)
 		for _, m := range r.Memory {
-			p("| %s | %.1f | %s | %.1f |\n", m.Contender, m.PerKey, ratio(m.PerKey, small), m.PerKeyOne)
+			p("| %s | %.1f | %s | %.1f | %d |\n", m.Contender, m.PerKey, ratio(m.PerKey, small), m.PerKeyOne, m.Errors)
 		}
 		p("\n")
 	}

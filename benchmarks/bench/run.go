@@ -51,6 +51,11 @@ type Config struct {
 	Baseline string
 	// Only keeps the contenders whose name matches, when set.
 	Only *regexp.Regexp
+	// ContextTimeout sets go-redis's ContextTimeoutEnabled on the client
+	// every contender shares.
+	ContextTimeout bool
+	// ThroughputOnly skips everything but the throughput grid.
+	ThroughputOnly bool
 	// Log receives progress lines; nil discards them.
 	Log io.Writer
 }
@@ -123,6 +128,8 @@ type Memory struct {
 	PerKey, PerKeyOne float64
 	// Admitted counts the admitted requests of the MemRequests run.
 	Admitted int64
+	// Errors counts the failed requests of both runs.
+	Errors int64
 }
 
 // Admission is the worst count admitted in any one-second window on one
@@ -166,7 +173,7 @@ func (c *Config) logf(format string, args ...any) {
 // Run measures every contender on the Redis at srv.
 func Run(ctx context.Context, srv *Server, cfg Config) (*Report, error) {
 	maxG := slices.Max(append(slices.Clone(cfg.Goroutines), cfg.AdmitGoroutines, 1))
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: maxG})
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: maxG, ContextTimeoutEnabled: cfg.ContextTimeout})
 	defer rdb.Close()
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		return nil, fmt.Errorf("bench: redis at %s: %w", srv.Addr, err)
@@ -182,6 +189,10 @@ func Run(ctx context.Context, srv *Server, cfg Config) (*Report, error) {
 	}
 	if err := runThroughput(ctx, rdb, &cfg, rep); err != nil {
 		return nil, err
+	}
+	if cfg.ThroughputOnly {
+		rep.Took = time.Since(rep.Started)
+		return rep, nil
 	}
 	if err := runDeny(ctx, rdb, &cfg, rep); err != nil {
 		return nil, err

@@ -1,5 +1,6 @@
--- algorithms.lua: the three sliding-window algorithms. It is prepended to
--- allow.lua and reserve.lua and reads no KEYS or ARGV itself.
+-- algorithms.lua: the three sliding-window algorithms, and the decision over
+-- several limits built on them. It is prepended to allow.lua,
+-- allow_batch.lua and reserve.lua and reads no KEYS or ARGV itself.
 --
 -- Times are microseconds since the epoch. Lua numbers are doubles, exact for
 -- integers up to 2^53, far beyond any time or count used here. Numbers are
@@ -29,18 +30,24 @@ end
 
 -- Sliding log: a sorted set with one member per unit, scored by its time.
 -- A unit at time s counts while now - window < s <= now + (reservations are
--- in the future). Members are small integers, unique within the key, so the
--- set stays in the compact listpack encoding with 4-byte members.
-local LOG_MEMBERS = 8388608 -- 2^23: fits listpack's 24-bit integer encoding
+-- in the future). Members are small integers, unique within the key: a
+-- sequence that starts at 0 in an empty key and goes on from the newest
+-- unit's member. The set stays in the compact listpack encoding, where a
+-- member below 128 takes 2 bytes, below 4096 3 bytes, and never more than 5
+-- (the sequence wraps at 2^23, within listpack's 24-bit integers).
+local LOG_MEMBERS = 8388608 -- 2^23
 
 local function log_check(key, count, window, n, now)
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
   local used = redis.call('ZCARD', key)
+  if used > 0 then -- a missing key needs no trimming: one call instead of two
+    used = used - redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
+  end
   local s = {free = count - used, retry = 0, reset = 0, newest = now}
   if s.free < 0 then s.free = 0 end
   if used > 0 then
     local top = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
     local newest = tonumber(top[2])
+    s.next = (tonumber(top[1]) or 0) + 1 -- the member after the newest unit's
     if newest > now then s.newest = newest end
     s.reset = newest + window - now
   end
@@ -57,11 +64,12 @@ local function log_check(key, count, window, n, now)
 end
 
 -- log_add records n units at time t and returns their members and the new
--- reset. A member already taken (an older unit whose time was equal modulo
--- 2^23) is stepped over, so every unit gets its own member.
+-- reset. s is log_check's state. A member already taken (after the sequence
+-- wrapped, or by a reservation out of time order) is stepped over, so every
+-- unit gets its own member.
 local function log_add(key, window, n, t, now, s)
   local members = {}
-  local m = t % LOG_MEMBERS
+  local m = (s.next or 0) % LOG_MEMBERS
   for i = 1, n do
     while redis.call('ZADD', key, 'NX', t, m) == 0 do m = (m + 1) % LOG_MEMBERS end
     members[i] = m
@@ -73,15 +81,31 @@ local function log_add(key, window, n, t, now, s)
   return members, newest + window - now
 end
 
--- Sliding buckets: a hash with one field per sub-window of prec µs, named by
--- its index (time / prec), holding its count. A bucket counts until its end
--- plus window, so a unit is never forgotten before it has left the window.
+-- Sliding buckets: a hash with one field per sub-window of prec µs, holding
+-- its count. A bucket counts until its end plus window, so a unit is never
+-- forgotten before it has left the window.
+--
+-- A field is named by the bucket's index (time / prec) modulo ring, a power
+-- of two above four times the buckets of one window: small integers, so the
+-- hash stays in the compact listpack encoding with 2- or 3-byte field names
+-- (the default precision, window/60, gives ring 256). A field's index is the
+-- latest one at or before now with that remainder. Every field is younger
+-- than a window plus two buckets when read (older ones are dropped on every
+-- check, and the key expires a window after its newest bucket ends), so no
+-- two live buckets share a name.
+local function bucket_ring(window, prec)
+  local ring, need = 8, 4 * math.ceil(window / prec) + 4
+  while ring < need do ring = ring * 2 end
+  return ring
+end
+
 local function buckets_check(key, count, window, prec, n, now)
   local oldest = math.floor((now - window) / prec) -- older buckets have left
+  local current, ring = math.floor(now / prec), bucket_ring(window, prec)
   local h = redis.call('HGETALL', key)
   local used, live, stale = 0, {}, {}
   for i = 1, #h, 2 do
-    local b = tonumber(h[i])
+    local b = current - (current - tonumber(h[i])) % ring
     if b < oldest then
       stale[#stale + 1] = h[i]
     else
@@ -114,20 +138,46 @@ end
 
 local function buckets_add(key, window, prec, n, now)
   local b = math.floor(now / prec)
-  redis.call('HINCRBY', key, b, n)
+  redis.call('HINCRBY', key, b % bucket_ring(window, prec), n)
   local reset = (b + 1) * prec + window - now
   expire_us(key, reset)
   return reset
 end
 
--- Sliding counter: a hash {w = index of the current fixed window, p = count
--- of the previous one, c = count of the current one}. The estimate weighs
--- the previous window by the part of it still inside the sliding window:
+-- Sliding counter: the counts of the previous and the current fixed window
+-- (index now / window). The estimate weighs the previous window by the part
+-- of it still inside the sliding window:
 --   p * (window - elapsed) / window + c
+--
+-- The state is one string key holding one integer, which Redis stores in
+-- the key's object itself (and, below 10000, as a shared integer: no value
+-- allocation at all):
+--   ((p * COUNTER_RADIX) + c) * 16 + (index of the current window % 16)
+-- The key expires at the end of the window after the current one, so a
+-- live key's window is the current one, the previous one, or (within the
+-- expiry's rounding to a millisecond) the one before: 4 bits tell them
+-- apart. Limits with Count >= COUNTER_RADIX, whose counts do not fit, store
+-- "<index> <p> <c>" instead. Every number stays below 2^53, exact in Lua.
+local COUNTER_RADIX = 4194304 -- 2^22
+
 local function counter_state(key, window, now)
   local c = math.floor(now / window)
-  local v = redis.call('HMGET', key, 'w', 'p', 'c')
-  local w, prev, cur = tonumber(v[1]), tonumber(v[2]) or 0, tonumber(v[3]) or 0
+  local v = redis.call('GET', key)
+  local w, prev, cur
+  if not v then
+    return c, 0, 0, now - c * window
+  end
+  local n = tonumber(v)
+  if n then -- the integer form
+    local wm = n % 16
+    local pc = (n - wm) / 16
+    cur = pc % COUNTER_RADIX
+    prev = (pc - cur) / COUNTER_RADIX
+    w = c - (c - wm) % 16
+  else -- the string form
+    local sw, sp, sc = string.match(v, '^(%d+) (%d+) (%d+)$')
+    w, prev, cur = tonumber(sw), tonumber(sp) or 0, tonumber(sc) or 0
+  end
   if w ~= c then
     if w == c - 1 then prev, cur = cur, 0 else prev, cur = 0, 0 end
   end
@@ -138,7 +188,8 @@ local function counter_check(key, count, window, n, now)
   local c, prev, cur, elapsed = counter_state(key, window, now)
   -- all in integers: prev*(window-elapsed) + used*window <= count*window
   local weighted = prev * (window - elapsed)
-  local s = {free = math.floor((count * window - weighted - cur * window) / window), retry = 0, reset = 0}
+  local s = {free = math.floor((count * window - weighted - cur * window) / window), retry = 0, reset = 0,
+             c = c, prev = prev, cur = cur}
   if s.free < 0 then s.free = 0 end
   if cur > 0 then
     s.reset = (c + 2) * window - now
@@ -161,10 +212,71 @@ local function counter_check(key, count, window, n, now)
   return s
 end
 
-local function counter_add(key, window, n, now)
-  local c, prev, cur = counter_state(key, window, now)
-  redis.call('HSET', key, 'w', c, 'p', prev, 'c', cur + n)
+-- counter_add records n units in the current window; s is counter_check's
+-- state of the same call.
+local function counter_add(key, count, window, n, now, s)
+  local c, prev, cur = s.c, s.prev, s.cur + n
   local reset = (c + 2) * window - now
-  expire_us(key, reset)
+  local ms = math.ceil(reset / 1000)
+  if ms < 1 then ms = 1 end
+  local v
+  if count < COUNTER_RADIX then
+    v = ((prev * COUNTER_RADIX) + cur) * 16 + c % 16
+  else
+    v = string.format('%d %d %d', c, prev, cur)
+  end
+  redis.call('SET', key, v, 'PX', ms)
   return reset
+end
+
+-- decide decides whether n units fit under every limit of one key and, when
+-- they do and commit is set, records them under every limit: all or none.
+-- The storage keys are keys[first .. first+nlim-1]; args[at] holds n,
+-- args[at+1] commit ('1' or '0'), then 4 values per limit from args[at+3]
+-- (args[at+2], the time, is read by the caller into now): algorithm
+-- ('0' log, '1' buckets, '2' counter), count, window µs, precision µs.
+--
+-- Returns {allowed (1 or 0), then per limit: remaining, retry µs, reset µs}.
+-- remaining counts after the units were recorded; retry is 0 for a limit
+-- that admits, -1 for one that never can.
+local function decide(keys, first, nlim, args, at, now)
+  local n = tonumber(args[at])
+  local commit = args[at + 1] == '1'
+  local states, allowed = {}, true
+  for i = 1, nlim do
+    local key, a = keys[first + i - 1], at + 4 * i - 1
+    local alg, count = args[a], tonumber(args[a + 1])
+    local window, prec = tonumber(args[a + 2]), tonumber(args[a + 3])
+    local s
+    if alg == '0' then
+      s = log_check(key, count, window, n, now)
+    elseif alg == '1' then
+      s = buckets_check(key, count, window, prec, n, now)
+    else
+      s = counter_check(key, count, window, n, now)
+    end
+    if s.retry ~= 0 then allowed = false end
+    states[i] = s
+  end
+
+  local out = {allowed and 1 or 0}
+  for i = 1, nlim do
+    local s, key, a = states[i], keys[first + i - 1], at + 4 * i - 1
+    if allowed and commit then
+      local alg, window = args[a], tonumber(args[a + 2])
+      if alg == '0' then
+        local _, reset = log_add(key, window, n, now, now, s)
+        s.reset = reset
+      elseif alg == '1' then
+        s.reset = buckets_add(key, window, tonumber(args[a + 3]), n, now)
+      else
+        s.reset = counter_add(key, tonumber(args[a + 1]), window, n, now, s)
+      end
+      s.free = s.free - n
+    end
+    out[#out + 1] = s.free
+    out[#out + 1] = s.retry
+    out[#out + 1] = s.reset
+  end
+  return out
 end

@@ -17,6 +17,9 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"runtime/pprof"
+	"strconv"
+	"strings"
 
 	"github.com/ratewindow/ratewindow/benchmarks/bench"
 )
@@ -34,6 +37,13 @@ func run() error {
 	baseline := flag.String("baseline", "", "contender the ratios refer to (default: the fastest peer of each setting)")
 	flush := flag.Bool("flush", false, "allow FLUSHALL on REDIS_ADDR (memory measurement); the program's own server is always flushed")
 	only := flag.String("only", "", "regexp: run only the contenders whose name matches")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
+	ctxTimeout := flag.Bool("ctxtimeout", false, "set go-redis's ContextTimeoutEnabled on the shared client")
+	speedOnly := flag.Bool("speed", false, "measure decisions per second only (no deny cache, worst window or memory)")
+	goroutines := flag.String("g", "", "comma-separated goroutine counts (default 1,16,64)")
+	keys := flag.String("keys", "", "comma-separated key counts (default 1,100000)")
+	slice := flag.Duration("slice", 0, "time per contender per round (default 1s, 150ms with -quick)")
+	rounds := flag.Int("rounds", 0, "rounds per setting (default 3, 1 with -quick)")
 	memKeys := flag.Int("memkeys", 0, "keys of the memory measurement (default 100000, 5000 with -quick)")
 	flag.Parse()
 
@@ -45,6 +55,29 @@ func run() error {
 		cfg = bench.QuickConfig()
 	}
 	cfg.Baseline, cfg.Flush, cfg.Log = *baseline, *flush, os.Stderr
+	cfg.ThroughputOnly, cfg.ContextTimeout = *speedOnly, *ctxTimeout
+	if *slice > 0 {
+		cfg.Slice = *slice
+	}
+	if *rounds > 0 {
+		cfg.Rounds = *rounds
+	}
+	for _, f := range []struct {
+		s   string
+		dst *[]int
+	}{{*goroutines, &cfg.Goroutines}, {*keys, &cfg.Keys}} {
+		if f.s == "" {
+			continue
+		}
+		*f.dst = nil
+		for _, part := range strings.Split(f.s, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(part))
+			if err != nil || n <= 0 {
+				return fmt.Errorf("bad count %q", part)
+			}
+			*f.dst = append(*f.dst, n)
+		}
+	}
 	if *memKeys > 0 {
 		cfg.MemKeys = *memKeys
 	}
@@ -62,6 +95,17 @@ func run() error {
 			return err
 		}
 		defer srv.Close()
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	fmt.Fprintf(os.Stderr, "redis at %s (own server: %v)\n", srv.Addr, srv.Own)
 	rep, err := bench.Run(ctx, srv, cfg)

@@ -1,0 +1,332 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// batcher sends the script calls of one process's concurrent decisions to
+// Redis together ("smart batching"). At most one round trip is in flight;
+// everything that queues meanwhile goes out in the next one, as a single
+// pipeline. It never waits for more work: a call that finds nothing in
+// flight is sent at once, alone, by its own goroutine. Under load the
+// batches grow by themselves, so one round trip and one write/read pair on
+// either side serve many decisions.
+//
+// A queued caller waits for its reply or its context, whichever comes
+// first, so it keeps its deadline even when the client does not bound its
+// reads by the context. An abandoned call is dropped from its batch when its
+// context is done before the batch leaves; otherwise its reply is dropped.
+//
+// On a *redis.ClusterClient or *redis.Ring the pipeline is split per node by
+// go-redis itself; every call's keys share one hash tag, so each call goes
+// to one node whole.
+type batcher struct {
+	rdb  redis.Scripter
+	pipe func() redis.Pipeliner // nil: the client cannot pipeline
+
+	mu      sync.Mutex
+	queue   []*call
+	spare   []*call // the flusher's last batch, reused as the next queue
+	busy    bool    // a round trip is in flight, or the flusher is about to send
+	running bool    // a flusher goroutine exists
+	wake    chan struct{}
+
+	calls sync.Pool
+}
+
+// flusherIdle is how long an idle flusher goroutine waits for work before
+// it exits; the next call starts a new one. It never delays a call.
+const flusherIdle = time.Second
+
+// call is one script run on behalf of one caller.
+type call struct {
+	ctx    context.Context
+	script *script
+	merged *script // a script that runs many such calls in one; nil: none
+	keys   []string
+	args   []any
+	reply  any
+	err    error
+	done   chan struct{} // buffered: the flusher never blocks on it
+}
+
+// script is a Lua script and its source, which a pipeline sends again
+// after NOSCRIPT.
+type script struct {
+	*redis.Script
+	src string
+}
+
+func newScript(src string) *script { return &script{redis.NewScript(src), src} }
+
+func newBatcher(rdb redis.Scripter) *batcher {
+	b := &batcher{rdb: rdb, wake: make(chan struct{}, 1)}
+	if p, ok := rdb.(interface{ Pipeline() redis.Pipeliner }); ok {
+		b.pipe = p.Pipeline
+	}
+	b.calls.New = func() any { return &call{done: make(chan struct{}, 1)} }
+	return b
+}
+
+// newCall returns a call with room for the keys and arguments of a call
+// on limits limits.
+func (b *batcher) newCall(limits int) *call {
+	c := b.calls.Get().(*call)
+	if cap(c.keys) < limits {
+		c.keys = make([]string, 0, limits)
+	}
+	if cap(c.args) < 3+4*limits {
+		c.args = make([]any, 0, 3+4*limits)
+	}
+	return c
+}
+
+// run sends c (filled by the caller) and returns the script's reply. c
+// must not be used afterwards.
+//
+// A call that finds nothing in flight is sent at once by its own goroutine,
+// with its own context: no hand-off, no added latency. Calls that arrive
+// while a round trip is in flight are queued; when that round trip ends, the
+// flusher goroutine sends everything queued as one pipeline, and so on
+// until the queue is empty.
+func (b *batcher) run(ctx context.Context, c *call) (any, error) {
+	if err := ctx.Err(); err != nil {
+		b.recycle(c)
+		return nil, err
+	}
+	c.ctx = ctx
+	b.mu.Lock()
+	if !b.busy {
+		b.busy = true
+		b.mu.Unlock()
+		// Script.Run: EVALSHA, and EVAL when the server lacks the script
+		reply, err := c.script.Run(ctx, b.rdb, c.keys, c.args...).Result()
+		b.recycle(c)
+		b.handOff()
+		return reply, err
+	}
+	b.queue = append(b.queue, c)
+	b.mu.Unlock()
+	select {
+	case <-c.done:
+		reply, err := c.reply, c.err
+		b.recycle(c)
+		return reply, err
+	case <-ctx.Done():
+		// The flusher still holds c and will fill it; it is not reused.
+		return nil, fmt.Errorf("ratewindow: no reply from redis: %w", context.Cause(ctx))
+	}
+}
+
+// handOff ends a direct send: calls queued meanwhile go to the flusher.
+func (b *batcher) handOff() {
+	b.mu.Lock()
+	if len(b.queue) == 0 {
+		b.busy = false
+		b.mu.Unlock()
+		return
+	}
+	start := !b.running // busy stays set: the flusher sends next
+	b.running = true
+	b.mu.Unlock()
+	if start {
+		go b.flush()
+		return
+	}
+	select {
+	case b.wake <- struct{}{}:
+	default: // a wake-up is already pending
+	}
+}
+
+func (b *batcher) recycle(c *call) {
+	clear(c.keys)
+	clear(c.args)
+	*c = call{keys: c.keys[:0], args: c.args[:0], done: c.done}
+	b.calls.Put(c)
+}
+
+// flush is the flusher goroutine: it sends whatever is queued, batch after
+// batch; when the queue is empty it clears busy and waits to be handed the
+// next queue, and exits after flusherIdle without work.
+func (b *batcher) flush() {
+	idle := time.NewTimer(flusherIdle)
+	defer idle.Stop()
+	for {
+		b.mu.Lock()
+		batch := b.queue
+		b.queue, b.spare = b.spare[:0], nil
+		if len(batch) == 0 {
+			b.busy = false
+			b.mu.Unlock()
+			idle.Reset(flusherIdle)
+			select {
+			case <-b.wake:
+				continue
+			case <-idle.C:
+			}
+			b.mu.Lock()
+			if len(b.queue) == 0 {
+				b.running = false
+				b.mu.Unlock()
+				return
+			}
+			b.mu.Unlock()
+			continue
+		}
+		b.mu.Unlock()
+		b.send(batch)
+		clear(batch)
+		b.mu.Lock()
+		b.spare = batch[:0]
+		b.mu.Unlock()
+	}
+}
+
+// maxMerged bounds the decisions merged into one script call, so that
+// one call never holds the server for long.
+const maxMerged = 256
+
+// sent is one command of a batch's pipeline: one call's script, or the
+// merged script of many calls.
+type sent struct {
+	cmd    *redis.Cmd
+	script *script
+	keys   []string
+	args   []any
+	calls  []*call // more than one: merged
+}
+
+// send runs a batch and hands every caller its reply.
+func (b *batcher) send(batch []*call) {
+	live := batch[:0:0]
+	var ctx context.Context
+	for _, c := range batch {
+		if err := c.ctx.Err(); err != nil {
+			b.finish(c, nil, err) // its caller is gone: nothing is sent
+			continue
+		}
+		live = append(live, c)
+		ctx = laterDeadline(ctx, c.ctx)
+	}
+	switch {
+	case len(live) == 0:
+		return
+	case len(live) == 1 || b.pipe == nil:
+		for _, c := range live {
+			// Script.Run: EVALSHA, and EVAL when the server lacks the script
+			reply, err := c.script.Run(context.WithoutCancel(c.ctx), b.rdb, c.keys, c.args...).Result()
+			b.finish(c, reply, err)
+		}
+		return
+	}
+	ctx = context.WithoutCancel(ctx)
+	if dl, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, dl)
+		defer cancel()
+	}
+	cmds := b.plan(live)
+	pipe := b.pipe()
+	for _, s := range cmds {
+		s.cmd = pipe.EvalSha(ctx, s.script.Hash(), s.keys, s.args...)
+	}
+	_, _ = pipe.Exec(ctx) // every command carries its own error
+	// NOSCRIPT: the server lost the scripts (restart, SCRIPT FLUSH); those
+	// commands did not run, so they go again with the script's source.
+	var again redis.Pipeliner
+	for _, s := range cmds {
+		if redis.HasErrorPrefix(s.cmd.Err(), "NOSCRIPT") {
+			if again == nil {
+				again = b.pipe()
+			}
+			s.cmd = again.Eval(ctx, s.script.src, s.keys, s.args...)
+		}
+	}
+	if again != nil {
+		_, _ = again.Exec(ctx)
+	}
+	for _, s := range cmds {
+		reply, err := s.cmd.Result()
+		if s.script != s.calls[0].merged {
+			b.finish(s.calls[0], reply, err)
+			continue
+		}
+		replies, ok := reply.([]any)
+		if err == nil && (!ok || len(replies) != len(s.calls)) {
+			err = fmt.Errorf("%w: a merged call returned %T for %d calls", ErrUnexpectedReply, reply, len(s.calls))
+		}
+		for i, c := range s.calls {
+			if err != nil {
+				b.finish(c, nil, err)
+				continue
+			}
+			if e, isErr := replies[i].(error); isErr {
+				b.finish(c, nil, e)
+				continue
+			}
+			b.finish(c, replies[i], nil)
+		}
+	}
+}
+
+// plan turns a batch into pipeline commands: calls that name a merged
+// script (allow.lua on a single server) go together, up to maxMerged per
+// command; every other call is a command of its own.
+func (b *batcher) plan(live []*call) []*sent {
+	var cmds, groups []*sent
+	var group *sent
+	for _, c := range live {
+		if c.merged == nil {
+			cmds = append(cmds, &sent{script: c.script, keys: c.keys, args: c.args, calls: []*call{c}})
+			continue
+		}
+		if group == nil || len(group.calls) == maxMerged {
+			group = &sent{script: c.merged, args: []any{0}}
+			groups = append(groups, group)
+		}
+		group.calls = append(group.calls, c)
+		group.keys = append(group.keys, c.keys...)
+		group.args = append(group.args, len(c.keys))
+		group.args = append(group.args, c.args...)
+	}
+	for _, g := range groups {
+		if len(g.calls) == 1 { // alone: the call's own script is enough
+			c := g.calls[0]
+			g.script, g.keys, g.args = c.script, c.keys, c.args
+		} else {
+			g.args[0] = len(g.calls)
+		}
+		cmds = append(cmds, g)
+	}
+	return cmds
+}
+
+func (b *batcher) finish(c *call, reply any, err error) {
+	c.reply, c.err = reply, err
+	c.done <- struct{}{}
+}
+
+// laterDeadline returns whichever of cur and next has the later deadline; a
+// context without a deadline is the latest of all. The batch is sent with
+// it, so that no caller still waiting loses its reply to another's
+// deadline.
+func laterDeadline(cur, next context.Context) context.Context {
+	if cur == nil {
+		return next
+	}
+	d1, ok1 := cur.Deadline()
+	if !ok1 {
+		return cur
+	}
+	d2, ok2 := next.Deadline()
+	if !ok2 || d2.After(d1) {
+		return next
+	}
+	return cur
+}

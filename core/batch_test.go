@@ -1,0 +1,252 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratewindow/ratewindow/internal/redistest"
+)
+
+// commandCounter counts the script calls a client has answered, alone and
+// in pipelines.
+type commandCounter struct{ alone, piped, pipelines atomic.Int64 }
+
+func (h *commandCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if answeredScript(cmd, err) {
+			h.alone.Add(1)
+		}
+		return err
+	}
+}
+
+func (h *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		scripts := 0
+		for _, cmd := range cmds {
+			if answeredScript(cmd, cmd.Err()) {
+				scripts++
+			}
+		}
+		if scripts > 0 { // not the connection's own set-up
+			h.pipelines.Add(1)
+			h.piped.Add(int64(scripts))
+		}
+		return err
+	}
+}
+
+// answeredScript reports whether cmd is a script call that ran (not one
+// answered NOSCRIPT, which is sent again).
+func answeredScript(cmd redis.Cmder, err error) bool {
+	n := cmd.Name()
+	return (n == "evalsha" || n == "eval") && !redis.HasErrorPrefix(err, "NOSCRIPT")
+}
+
+// allowCall builds the batcher call of one Allow of key on limits.
+func allowCall(s *redisStore, key string, limits ...Limit) *call {
+	q := &query{key: key, n: 1, limits: limits, commit: true}
+	c := s.newCall(s.allowS, q)
+	c.merged = s.allowBatchS
+	c.ctx = context.Background()
+	c.args = append(c.args, q.n, 1, 0)
+	for _, l := range limits {
+		c.args = append(c.args, int(l.Algorithm), l.Count, micros(l.Window), micros(l.precision()))
+	}
+	return c
+}
+
+// sendAll sends calls as one batch and returns each caller's outcome.
+func sendAll(s *redisStore, calls []*call) ([]Result, []error) {
+	s.batch.send(calls)
+	rs, errs := make([]Result, len(calls)), make([]error, len(calls))
+	for i, c := range calls {
+		<-c.done
+		errs[i] = c.err
+		if c.err == nil {
+			rs[i], errs[i] = parseAllow(c.reply, []Limit{PerMinute(3)})
+		}
+	}
+	return rs, errs
+}
+
+// One batch of decisions on many keys, with three on one key: every
+// decision exact, on a single server (one merged script call) and on a
+// Cluster (a pipeline that go-redis splits per node), before and after the
+// server forgets its scripts.
+func TestBatchSend(t *testing.T) {
+	single := redistest.Start(t)
+	clients := []struct {
+		name string
+		rdb  redis.Scripter
+		// one merged command, or one command per call
+		wantPiped int64
+		flush     func() error
+	}{
+		{"single", single.Client(t), 1, func() error { return single.Client(t).ScriptFlush(context.Background()).Err() }},
+		{"cluster", redistest.NewCluster(t).Client(t), 12, nil},
+	}
+	for _, cl := range clients {
+		t.Run(cl.name, func(t *testing.T) {
+			counter := &commandCounter{}
+			cl.rdb.(interface{ AddHook(redis.Hook) }).AddHook(counter)
+			s := newRedisStore(cl.rdb, uniquePrefix(t))
+			for round := range 2 {
+				if round == 1 && cl.flush != nil {
+					if err := cl.flush(); err != nil { // NOSCRIPT: sent again as EVAL
+						t.Fatal(err)
+					}
+				}
+				before := counter.piped.Load()
+				var calls []*call
+				for i := range 8 {
+					calls = append(calls, allowCall(s, fmt.Sprintf("k%d-%d", round, i), PerMinute(3)))
+				}
+				for range 4 {
+					calls = append(calls, allowCall(s, fmt.Sprintf("hot-%d", round), PerMinute(3)))
+				}
+				rs, errs := sendAll(s, calls)
+				for i := range calls {
+					wantRemaining := int64(2)
+					if i >= 8 {
+						wantRemaining = max(2-int64(i-8), 0)
+					}
+					if errs[i] != nil || rs[i].Allowed != (i < 11) || rs[i].Remaining != wantRemaining {
+						t.Fatalf("round %d call %d: %+v %v", round, i, rs[i], errs[i])
+					}
+				}
+				if piped := counter.piped.Load() - before; piped != cl.wantPiped {
+					t.Fatalf("round %d: %d pipelined commands, want %d", round, piped, cl.wantPiped)
+				}
+			}
+		})
+	}
+}
+
+// A merged script call in which one decision fails (its key holds another
+// type) answers that caller with the error and the others as usual.
+func TestBatchMergedError(t *testing.T) {
+	rdb := redistest.New(t).Client(t)
+	s := newRedisStore(rdb, uniquePrefix(t))
+	lim := PerMinute(3)
+	bad := storageKey(keyTag(s.prefix, "bad"), lim)
+	if err := rdb.Set(context.Background(), bad, "not a sorted set", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	calls := []*call{allowCall(s, "a", lim), allowCall(s, "bad", lim), allowCall(s, "b", lim)}
+	rs, errs := sendAll(s, calls)
+	if errs[0] != nil || errs[2] != nil || !rs[0].Allowed || !rs[2].Allowed {
+		t.Fatalf("the good calls: %+v %v, %+v %v", rs[0], errs[0], rs[2], errs[2])
+	}
+	if errs[1] == nil || !strings.Contains(errs[1].Error(), "WRONGTYPE") {
+		t.Fatalf("the bad call: %v, want WRONGTYPE", errs[1])
+	}
+}
+
+// A call that finds nothing in flight goes out at once, alone, without a
+// pipeline; concurrent calls share pipelines; every decision is exact.
+func TestBatchLimiter(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		rdb  func(t *testing.T) redis.UniversalClient
+	}{
+		{"single", func(t *testing.T) redis.UniversalClient { return redistest.New(t).Client(t) }},
+		{"cluster", func(t *testing.T) redis.UniversalClient { return redistest.NewCluster(t).Client(t) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rdb := c.rdb(t)
+			counter := &commandCounter{}
+			rdb.AddHook(counter)
+			l, err := New(rdb, WithPrefix(uniquePrefix(t)), WithTimeout(10*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			lim := PerHour(40)
+			if r, err := l.Allow(ctx, "lone", lim); err != nil || !r.Allowed || r.Remaining != 39 {
+				t.Fatalf("lone call: %+v %v", r, err)
+			}
+			if counter.alone.Load() != 1 || counter.pipelines.Load() != 0 {
+				t.Fatalf("lone call: %d commands alone, %d pipelines; want 1 and 0", counter.alone.Load(), counter.pipelines.Load())
+			}
+			const goroutines, each, keys = 64, 10, 8
+			admitted := make([]atomic.Int64, keys)
+			var wg sync.WaitGroup
+			for g := range goroutines {
+				wg.Go(func() {
+					for i := range each {
+						k := (g + i) % keys
+						r, err := l.Allow(ctx, fmt.Sprint("key-", k), lim)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if r.Allowed {
+							admitted[k].Add(1)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			for k := range admitted {
+				if n := admitted[k].Load(); n != 40 {
+					t.Errorf("key %d: %d admitted, want exactly 40", k, n)
+				}
+			}
+			if counter.pipelines.Load() == 0 {
+				t.Errorf("%d concurrent decisions shared no pipeline", goroutines*each)
+			}
+		})
+	}
+}
+
+// A queued call keeps its caller's deadline while the round trip in flight
+// is stuck (the server paused), and its error says so.
+func TestBatchKeepsDeadline(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	s := newRedisStore(rdb, uniquePrefix(t))
+	ctx := context.Background()
+	if err := rdb.Do(ctx, "CLIENT", "PAUSE", "600", "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan error, 1)
+	go func() { // in flight for the whole pause
+		_, err := s.allow(ctx, &query{key: "a", n: 1, limits: []Limit{PerMinute(3)}, commit: true})
+		first <- err
+	}()
+	for { // wait until the first call is in flight
+		s.batch.mu.Lock()
+		busy := s.batch.busy
+		s.batch.mu.Unlock()
+		if busy {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	dctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := s.allow(dctx, &query{key: "b", n: 1, limits: []Limit{PerMinute(3)}, commit: true})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("queued call: %v, want the deadline", err)
+	}
+	if waited := time.Since(start); waited > 400*time.Millisecond {
+		t.Fatalf("queued call returned after %v, not at its deadline", waited)
+	}
+	if err := <-first; err != nil {
+		t.Fatalf("the call in flight: %v", err)
+	}
+}
