@@ -20,6 +20,7 @@ type Limiter struct {
 	local    *memoryStore // FailLocal's store
 	clock    func() time.Time
 	timeout  time.Duration
+	waitTime time.Duration // WithWaitTimeout
 	mode     FailureMode
 	share    float64
 	cache    *denyCache
@@ -69,7 +70,7 @@ func NewMemory(opts ...Option) *Limiter {
 }
 
 func newLimiter(c config) *Limiter {
-	l := &Limiter{clock: c.clock, timeout: c.timeout, mode: c.mode, share: c.share, observer: c.observer}
+	l := &Limiter{clock: c.clock, timeout: c.timeout, waitTime: c.waitTime, mode: c.mode, share: c.share, observer: c.observer}
 	if c.cacheSize > 0 {
 		l.cache = newDenyCache(c.cacheSize)
 	}
@@ -203,9 +204,9 @@ func (l *Limiter) observe(ev Event, start time.Time) {
 	}
 }
 
-func (l *Limiter) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
-	if l.remote && l.timeout > 0 {
-		return context.WithTimeout(ctx, l.timeout)
+func (l *Limiter) withTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if l.remote && d > 0 {
+		return context.WithTimeout(ctx, d)
 	}
 	return ctx, func() {}
 }
@@ -220,29 +221,36 @@ func (l *Limiter) run(ctx context.Context, q *query) (Result, error) {
 	return r, nil
 }
 
-// guarded returns the store behind the timeout and the circuit breaker.
-func (l *Limiter) guarded() store {
+// guarded returns the store behind the decision timeout and the circuit
+// breaker.
+func (l *Limiter) guarded() store { return l.guardedBy(l.timeout) }
+
+// guardedBy returns the store behind the timeout d and the circuit breaker.
+func (l *Limiter) guardedBy(d time.Duration) store {
 	if !l.remote {
 		return l.store
 	}
-	return guard{l}
+	return guard{l, d}
 }
 
-// guard applies the Limiter's timeout and circuit breaker to every call to
-// Redis, and marks Redis's errors as backendError.
-type guard struct{ l *Limiter }
+// guard applies a timeout and the Limiter's circuit breaker to every call
+// to Redis, and marks Redis's errors as backendError.
+type guard struct {
+	l       *Limiter
+	timeout time.Duration
+}
 
 // guardCall runs f on Redis behind the breaker, with a context bounded by
 // the timeout and the caller's. When the client does not bound its reads by
 // the context, f is detached, so the decision still ends at the deadline.
-func guardCall[T any](l *Limiter, ctx context.Context, f func(context.Context) (T, error)) (T, error) {
+func guardCall[T any](l *Limiter, timeout time.Duration, ctx context.Context, f func(context.Context) (T, error)) (T, error) {
 	var zero T
 	b := &l.breaker
 	ok, probe := b.allow(time.Now().UnixNano())
 	if !ok {
 		return zero, backendError{ErrCircuitOpen}
 	}
-	cctx, cancel := l.withTimeout(ctx)
+	cctx, cancel := l.withTimeout(ctx, timeout)
 	var (
 		v   T
 		err error
@@ -268,20 +276,20 @@ func guardCall[T any](l *Limiter, ctx context.Context, f func(context.Context) (
 }
 
 func (g guard) allow(ctx context.Context, q *query) (Result, error) {
-	return guardCall(g.l, ctx, func(ctx context.Context) (Result, error) { return g.l.store.allow(ctx, q) })
+	return guardCall(g.l, g.timeout, ctx, func(ctx context.Context) (Result, error) { return g.l.store.allow(ctx, q) })
 }
 
 func (g guard) reserve(ctx context.Context, q *query, longest int64) (reservation, error) {
-	return guardCall(g.l, ctx, func(ctx context.Context) (reservation, error) { return g.l.store.reserve(ctx, q, longest) })
+	return guardCall(g.l, g.timeout, ctx, func(ctx context.Context) (reservation, error) { return g.l.store.reserve(ctx, q, longest) })
 }
 
 func (g guard) release(ctx context.Context, q *query, r reservation) error {
-	_, err := guardCall(g.l, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, g.l.store.release(ctx, q, r) })
+	_, err := guardCall(g.l, g.timeout, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, g.l.store.release(ctx, q, r) })
 	return err
 }
 
 func (g guard) reset(ctx context.Context, q *query) error {
-	_, err := guardCall(g.l, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, g.l.store.reset(ctx, q) })
+	_, err := guardCall(g.l, g.timeout, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, g.l.store.reset(ctx, q) })
 	return err
 }
 
@@ -359,7 +367,7 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64, limits ...Limi
 		start = time.Now()
 	}
 	q := &query{key: key, n: n, limits: limits, now: l.queryTime()}
-	wait, err := l.waitOn(ctx, l.guarded(), q)
+	wait, err := l.waitOn(ctx, l.guardedBy(l.waitTime), q)
 	failed := err != nil && isBackendError(err)
 	final := err // what the caller gets: nil means proceed
 	if failed {
@@ -432,7 +440,7 @@ func (l *Limiter) reserveAndSleep(ctx context.Context, s store, q *query) (time.
 
 // release gives a reservation back, best effort, though ctx may be done.
 func release(ctx context.Context, s store, q *query, r reservation) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultTimeout)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultWaitTimeout)
 	_ = s.release(rctx, q, r)
 	cancel()
 }

@@ -12,6 +12,7 @@ type config struct {
 	prefix    string
 	clock     func() time.Time
 	timeout   time.Duration
+	waitTime  time.Duration
 	mode      FailureMode
 	share     float64
 	cacheSize int
@@ -19,7 +20,7 @@ type config struct {
 }
 
 func defaults() config {
-	return config{prefix: DefaultPrefix, timeout: DefaultTimeout, cacheSize: DefaultDenyCacheSize}
+	return config{prefix: DefaultPrefix, timeout: DefaultTimeout, waitTime: DefaultWaitTimeout, cacheSize: DefaultDenyCacheSize}
 }
 
 const (
@@ -54,6 +55,19 @@ func WithClock(now func() time.Time) Option { return func(c *config) { c.clock =
 // then. ContextTimeoutEnabled is therefore recommended. go-redis retries
 // (MaxRetries, and MaxRedirects on a cluster) happen within the bound.
 func WithTimeout(d time.Duration) Option { return func(c *config) { c.timeout = d } }
+
+// DefaultWaitTimeout bounds each call to Redis made by Wait and WaitN.
+const DefaultWaitTimeout = 2 * time.Second
+
+// WithWaitTimeout bounds each call to Redis made by Wait and WaitN (the
+// reservation, a poll, the release of a cancelled reservation). It is
+// longer than the decision timeout because a throttled caller has chosen
+// to wait, and a burst of thousands of Waits from every replica queues in
+// one Redis: with a 100ms bound such a burst would time out, and the
+// failure mode would answer instead of the quota. The caller's context
+// still applies when it ends earlier. Zero means no bound beyond the
+// caller's context. Default DefaultWaitTimeout.
+func WithWaitTimeout(d time.Duration) Option { return func(c *config) { c.waitTime = d } }
 
 // FailureMode chooses what a Limiter answers when Redis fails or times out.
 // The error is returned alongside the result in every mode.
@@ -123,6 +137,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("ratewindow: fail-local needs WithLocalShare in (0, 1], got %v", c.share)
 	case c.timeout < 0:
 		return fmt.Errorf("ratewindow: negative timeout %s", c.timeout)
+	case c.waitTime < 0:
+		return fmt.Errorf("ratewindow: negative wait timeout %s", c.waitTime)
 	case c.cacheSize < 0:
 		return fmt.Errorf("ratewindow: negative deny cache size %d", c.cacheSize)
 	}

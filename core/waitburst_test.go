@@ -1,0 +1,55 @@
+package core
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ratewindow/ratewindow/internal/redistest"
+)
+
+// With the default options, a burst of simultaneous Waits from three
+// replicas is throttled, not waved through: every caller's reservation is
+// recorded in the log. (Bounded by the 100ms decision timeout, most of such
+// a burst timed out and failed open.)
+func TestWaitBurstWithDefaultOptions(t *testing.T) {
+	srv := redistest.New(t)
+	prefix := uniquePrefix(t)
+	lim := PerSecond(3000)
+	var wg sync.WaitGroup
+	errs := make(chan error, 3*1000)
+	for i := 0; i < 3; i++ {
+		l, err := New(srv.Client(t), WithPrefix(prefix))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for g := 0; g < 1000; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				if err := l.Wait(ctx, "burst", lim); err != nil {
+					errs <- err
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("Wait: %v", err)
+	}
+	n, err := srv.Client(t).ZCard(context.Background(), storageKey(keyTag(prefix, "burst"), lim)).Result()
+	if err != nil || n != 3000 {
+		t.Fatalf("reservations recorded: %d %v, want 3000: the rest went through unthrottled", n, err)
+	}
+}
+
+func TestWaitTimeoutOption(t *testing.T) {
+	srv := redistest.New(t)
+	if _, err := New(srv.Client(t), WithWaitTimeout(-time.Second)); err == nil {
+		t.Fatal("a negative wait timeout was accepted")
+	}
+}
