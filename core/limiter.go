@@ -359,6 +359,11 @@ func (l *Limiter) Wait(ctx context.Context, key string, limits ...Limit) error {
 // (the caller proceeds, the error goes to the observer), FailClosed returns
 // the error, FailLocal waits on this process's share of the limits.
 func (l *Limiter) WaitN(ctx context.Context, key string, n int64, limits ...Limit) error {
+	return l.waitN(ctx, "", key, n, limits)
+}
+
+// waitN is WaitN for the rule named rule (for observers).
+func (l *Limiter) waitN(ctx context.Context, rule, key string, n int64, limits []Limit) error {
 	if err := validate(key, n, limits); err != nil {
 		return err
 	}
@@ -379,7 +384,7 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64, limits ...Limi
 		}
 	}
 	if l.observer != nil {
-		ev := Event{Op: OpWait, Key: key, Result: Result{Allowed: final == nil, Limit: limits[0], RetryAfter: wait}, Err: err, Failed: failed}
+		ev := Event{Op: OpWait, Rule: rule, Key: key, Result: Result{Allowed: final == nil, Limit: limits[0], RetryAfter: wait}, Err: err, Failed: failed}
 		if failed {
 			ev.Fallback = l.mode
 		}

@@ -246,6 +246,13 @@ func (e *Enforcer) Cost(r *http.Request) (int64, error) {
 	return n, nil
 }
 
+// Wait blocks until n units of key fit under the rule's limits and records
+// them: Limiter.WaitN, with observers told the rule's name. key is what Key
+// returned. It is the outbound side of a rule, used by nethttp.Transport.
+func (e *Enforcer) Wait(ctx context.Context, key string, n int64) error {
+	return e.l.waitN(ctx, e.name, key, n, e.limits)
+}
+
 var errEmptyKey = fmt.Errorf("%w: the key function returned an empty key", keyfuncs.ErrNoKey)
 
 // Handle decides r under the rule and, when the request stops here, writes

@@ -63,7 +63,6 @@ type Transport struct {
 
 	once sync.Once
 	enf  *core.Enforcer
-	lims []core.Limit
 	err  error
 }
 
@@ -88,9 +87,7 @@ func (t *Transport) prepare() (*core.Enforcer, error) {
 		t.enf, t.err = core.NewEnforcer(t.Limiter, rule)
 		if t.err != nil {
 			t.err = fmt.Errorf("%w (nethttp.Transport)", t.err)
-			return
 		}
-		t.lims = t.enf.Limits()
 	})
 	return t.enf, t.err
 }
@@ -113,7 +110,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, closeBody(req, fmt.Errorf("ratewindow: transport rule %q: %w", enf.Name(), err))
 	}
 	start := time.Now()
-	if err := t.Limiter.WaitN(req.Context(), key, n, t.lims...); err != nil {
+	if err := enf.Wait(req.Context(), key, n); err != nil {
 		return nil, closeBody(req, fmt.Errorf("ratewindow: transport rule %q: %w", enf.Name(), err))
 	}
 	if t.OnWait != nil {

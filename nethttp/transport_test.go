@@ -462,3 +462,32 @@ func TestTransportInvalid(t *testing.T) {
 		})
 	}
 }
+
+// The observer sees the Transport's waits under the rule's name.
+func TestTransportWaitEventsNameTheRule(t *testing.T) {
+	var mu sync.Mutex
+	var rules []string
+	l := core.NewMemory(core.WithObserver(func(ev core.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		if ev.Op == core.OpWait {
+			rules = append(rules, ev.Rule)
+		}
+	}))
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer srv.Close()
+	tr, err := nethttp.NewTransport(nil, l, core.Rule{Name: "partner", Limits: []core.Limit{core.PerSecond(10)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := (&http.Client{Transport: tr}).Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(rules) != 1 || rules[0] != "partner" {
+		t.Fatalf("wait events' rules: %q, want [partner]", rules)
+	}
+}
