@@ -259,22 +259,10 @@ func appendSFString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
-// appendJSONString appends s as a JSON string, with the same replacement
-// of non-printable characters as appendSFString.
-func appendJSONString(b []byte, s string) []byte {
-	b = append(b, '"')
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '"' || c == '\\':
-			b = append(b, '\\', c)
-		case c < ' ' || c > '~':
-			b = append(b, '?')
-		default:
-			b = append(b, c)
-		}
-	}
-	return append(b, '"')
-}
+// appendJSONString appends s as a JSON string. For printable ASCII, a
+// JSON string and a structured-field string are written alike: in quotes,
+// with '"' and '\' escaped, and other characters replaced as there.
+func appendJSONString(b []byte, s string) []byte { return appendSFString(b, s) }
 
 // acceptsProblem reports whether the Accept field values list
 // application/problem+json with a non-zero weight.

@@ -111,19 +111,9 @@ func (sh *memShard) states(key string, limits []Limit, now int64, dst []*memStat
 		sh.keys[key] = mk
 	}
 	for _, l := range limits {
-		var st *memState
-		prec := int64(0)
-		if l.Algorithm == SlidingBuckets {
-			prec = micros(l.precision())
-		}
-		for _, c := range mk.states {
-			if c.alg == l.Algorithm && c.window == micros(l.Window) && c.prec == prec {
-				st = c
-				break
-			}
-		}
+		st := mk.find(l)
 		if st == nil {
-			st = &memState{alg: l.Algorithm, window: micros(l.Window), prec: prec}
+			st = &memState{alg: l.Algorithm, window: micros(l.Window), prec: statePrecision(l)}
 			mk.states = append(mk.states, st)
 		}
 		if st.expires != 0 && st.expires <= now {
@@ -132,6 +122,26 @@ func (sh *memShard) states(key string, limits []Limit, now int64, dst []*memStat
 		dst = append(dst, st)
 	}
 	return dst
+}
+
+// find returns the state of limit l, or nil.
+func (mk *memKey) find(l Limit) *memState {
+	window, prec := micros(l.Window), statePrecision(l)
+	for _, st := range mk.states {
+		if st.alg == l.Algorithm && st.window == window && st.prec == prec {
+			return st
+		}
+	}
+	return nil
+}
+
+// statePrecision is the bucket length in µs that tells states apart: only
+// SlidingBuckets has one.
+func statePrecision(l Limit) int64 {
+	if l.Algorithm == SlidingBuckets {
+		return micros(l.precision())
+	}
+	return 0
 }
 
 // touch updates the key's expiry after its states changed, and forgets it
@@ -371,10 +381,7 @@ func (s *memoryStore) release(_ context.Context, q *query, r reservation) error 
 		return nil
 	}
 	for _, l := range q.limits {
-		for _, st := range mk.states {
-			if st.alg != SlidingLog || st.window != micros(l.Window) {
-				continue
-			}
+		if st := mk.find(l); st != nil {
 			i := sort.Search(len(st.log), func(i int) bool { return st.log[i] >= r.at })
 			j := i
 			for j < len(st.log) && j-i < int(q.n) && st.log[j] == r.at {
@@ -401,14 +408,8 @@ func (s *memoryStore) reset(_ context.Context, q *query) error {
 		return nil
 	}
 	for _, l := range q.limits {
-		prec := int64(0)
-		if l.Algorithm == SlidingBuckets {
-			prec = micros(l.precision())
-		}
-		for _, st := range mk.states {
-			if st.alg == l.Algorithm && st.window == micros(l.Window) && st.prec == prec {
-				st.clear()
-			}
+		if st := mk.find(l); st != nil {
+			st.clear()
 		}
 	}
 	sh.touch(q.key)

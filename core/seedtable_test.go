@@ -43,7 +43,7 @@ var quickRows = []throttleRun{
 // bunch up, which no reservation can undo, so the starts column is
 // reported here and asserted only in TestWaitReplicas. "worst stall" is
 // the latest a 1ms timer of the test process fired during the row (see
-// stallMeter): the machine's own noise.
+// stall.Meter): the machine's own noise.
 func TestSeedTable(t *testing.T) {
 	if os.Getenv(seedTableEnv) != "1" {
 		t.Skipf("the seed's rows take about 4 minutes; run them with\n\t%s=1 go test -race -run 'TestSeedTable$' -v -timeout 20m ./core/", seedTableEnv)
@@ -95,7 +95,7 @@ func seedTable(runs []throttleRun) string {
 			r.window, r.limit, r.replicas, r.callers, r.successes, r.failures, perWait,
 			r.meanWait.Round(time.Millisecond),
 			maxInWindow(r.reserved, micros(r.window)), maxInWindow(r.starts, micros(r.window-startTolerance)),
-			p50.Round(100*time.Microsecond), worst.Round(100*time.Microsecond), r.stalls.finish().Round(100*time.Microsecond), r.wall.Round(time.Millisecond), ideal)
+			p50.Round(100*time.Microsecond), worst.Round(100*time.Microsecond), r.stalls.Finish().Round(100*time.Microsecond), r.wall.Round(time.Millisecond), ideal)
 	}
 	return b.String()
 }

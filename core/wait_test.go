@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratewindow/ratewindow/internal/redistest"
+	"github.com/ratewindow/ratewindow/internal/stall"
 )
 
 // logLen is the number of units in key's sliding log of lim, reservations
@@ -188,7 +189,7 @@ func TestWaitReservations(t *testing.T) {
 			}
 			dctx, cancel := context.WithTimeout(ctx, time.Second)
 			defer cancel()
-			stalls := meterStalls(t)
+			stalls := stall.Start(t)
 			start := time.Now()
 			err = e.lim.Wait(dctx, "dl", sec, hour)
 			if elapsed := time.Since(start); elapsed > 50*ms {
@@ -418,7 +419,7 @@ type throttleRun struct {
 	wall                time.Duration // from the start to the last caller's start
 	starts              []int64       // callers' local start times, µs, sorted
 	reserved            []int64       // the log's server times, µs, sorted
-	stalls              *stallMeter   // running while the callers ran
+	stalls              *stall.Meter  // running while the callers ran
 }
 
 // lateness is how long after its reserved time each caller started: the
@@ -456,7 +457,7 @@ func runThrottle(t *testing.T, r throttleRun) throttleRun {
 		limiters[i] = l
 	}
 	rec := recordLog(t, srv, storageKey(keyTag(prefix, "api"), lim))
-	r.stalls = meterStalls(t)
+	r.stalls = stall.Start(t)
 	total := r.replicas * r.callers
 	var (
 		mu     sync.Mutex
@@ -492,7 +493,7 @@ func runThrottle(t *testing.T, r throttleRun) throttleRun {
 	t0 := time.Now()
 	close(ready)
 	wg.Wait()
-	r.stalls.finish()
+	r.stalls.Finish()
 	r.reserved = rec.finish()
 	if rec.err != nil {
 		t.Fatalf("reading the log: %v", rec.err)
@@ -517,53 +518,11 @@ func runThrottle(t *testing.T, r throttleRun) throttleRun {
 // on the Redis log sees those.
 const startTolerance = 50 * time.Millisecond
 
-// stallMeter measures, all along a test, how late a 1ms timer fires in this
-// process: the scheduling noise in every time the test records itself. A
-// check on such times that fails while the meter saw a stall of half the
-// tolerance or more is inconclusive, not a failure: the machine, not the
-// Limiter, moved the times (the exact checks on the Redis log still apply).
-type stallMeter struct {
-	worst atomic.Int64 // ns
-	once  sync.Once
-	stop  chan struct{}
-	done  chan struct{}
-}
-
-func meterStalls(t *testing.T) *stallMeter {
-	m := &stallMeter{stop: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(m.done)
-		tick := time.NewTimer(time.Millisecond)
-		defer tick.Stop()
-		for {
-			start := time.Now()
-			tick.Reset(time.Millisecond)
-			select {
-			case <-m.stop:
-				return
-			case <-tick.C:
-			}
-			if late := int64(time.Since(start) - time.Millisecond); late > m.worst.Load() {
-				m.worst.Store(late)
-			}
-		}
-	}()
-	t.Cleanup(func() { m.finish() })
-	return m
-}
-
-// finish stops the meter and returns the worst stall it saw.
-func (m *stallMeter) finish() time.Duration {
-	m.once.Do(func() { close(m.stop) })
-	<-m.done
-	return time.Duration(m.worst.Load())
-}
-
 // timingFailed fails t with msg, or only logs it when the meter saw this
 // process stall for half the tolerance or more.
-func timingFailed(t *testing.T, m *stallMeter, msg string) {
+func timingFailed(t *testing.T, m *stall.Meter, msg string) {
 	t.Helper()
-	if stall := m.finish(); stall >= startTolerance/2 {
+	if stall := m.Finish(); stall >= startTolerance/2 {
 		t.Logf("inconclusive, this process stalled for %s: %s", stall, msg)
 		return
 	}
@@ -596,7 +555,7 @@ func (r *throttleRun) check(t *testing.T) {
 // checkStarts asserts that no window of Window minus startTolerance holds
 // more than the limit of the callers' own start times. Given check, it
 // fails only when a caller started more than startTolerance after its slot.
-// It is inconclusive when the machine stalled the test (see stallMeter).
+// It is inconclusive when the machine stalled the test (see stall.Meter).
 func (r *throttleRun) checkStarts(t *testing.T) {
 	t.Helper()
 	if got := maxInWindow(r.starts, micros(r.window-startTolerance)); got > int(r.limit) {
@@ -615,7 +574,7 @@ func TestWaitReplicas(t *testing.T) {
 	r.checkStarts(t)
 	late := r.lateness()
 	t.Logf("120 calls: wall %s, mean wait %s, lateness %s..%s, worst stall %s, max per 1s window %d (reserved), %d (starts)",
-		r.wall.Round(time.Millisecond), r.meanWait.Round(time.Millisecond), late[0], late[len(late)-1], r.stalls.finish(),
+		r.wall.Round(time.Millisecond), r.meanWait.Round(time.Millisecond), late[0], late[len(late)-1], r.stalls.Finish(),
 		maxInWindow(r.reserved, micros(time.Second)), maxInWindow(r.starts, micros(time.Second-startTolerance)))
 	// computed waits, not polling: close to the ideal 5s
 	if r.wall < 4900*time.Millisecond || r.wall > 6500*time.Millisecond {
@@ -754,7 +713,7 @@ func TestWaitPolls(t *testing.T) {
 		t.Run(lim.Algorithm.String(), func(t *testing.T) {
 			t.Parallel()
 			prefix := uniquePrefix(t)
-			stalls := meterStalls(t)
+			stalls := stall.Start(t)
 			var (
 				mu    sync.Mutex
 				times []int64

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ratewindow/ratewindow/core"
 	"github.com/ratewindow/ratewindow/internal/redistest"
+	"github.com/ratewindow/ratewindow/internal/stall"
 	"github.com/ratewindow/ratewindow/nethttp"
 )
 
@@ -119,47 +120,6 @@ func maxInWindow(ts []int64, w time.Duration) int {
 // inside a window of Window over the slots, which holds at most Count.
 const arrivalTolerance = 50 * time.Millisecond
 
-// stallMeter measures, all along a test, how late a 1ms timer fires in this
-// process (client and server alike): the scheduling noise in the arrival
-// times. A window check that fails while the meter saw a stall of half the
-// tolerance or more is inconclusive: the machine moved the times.
-type stallMeter struct {
-	worst atomic.Int64 // ns
-	once  sync.Once
-	stop  chan struct{}
-	done  chan struct{}
-}
-
-func meterStalls(t *testing.T) *stallMeter {
-	m := &stallMeter{stop: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(m.done)
-		tick := time.NewTimer(time.Millisecond)
-		defer tick.Stop()
-		for {
-			start := time.Now()
-			tick.Reset(time.Millisecond)
-			select {
-			case <-m.stop:
-				return
-			case <-tick.C:
-			}
-			if late := int64(time.Since(start) - time.Millisecond); late > m.worst.Load() {
-				m.worst.Store(late)
-			}
-		}
-	}()
-	t.Cleanup(func() { m.finish() })
-	return m
-}
-
-// finish stops the meter and returns the worst stall it saw.
-func (m *stallMeter) finish() time.Duration {
-	m.once.Do(func() { close(m.stop) })
-	<-m.done
-	return time.Duration(m.worst.Load())
-}
-
 func get(ctx context.Context, c *http.Client, url string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -199,7 +159,7 @@ func TestTransportThrottles(t *testing.T) {
 	}
 	client := &http.Client{Transport: tr}
 	defer client.CloseIdleConnections()
-	stalls := meterStalls(t)
+	stalls := stall.Start(t)
 	var wg sync.WaitGroup
 	for range 20 {
 		wg.Add(1)
@@ -215,7 +175,7 @@ func TestTransportThrottles(t *testing.T) {
 	if len(ts) != 20 {
 		t.Fatalf("%d of 20 requests arrived", len(ts))
 	}
-	stall := stalls.finish()
+	stall := stalls.Finish()
 	if got := maxInWindow(ts, lim.Window-arrivalTolerance); got > 5 {
 		msg := fmt.Sprintf("a window of %s holds %d arrivals, limit 5", lim.Window-arrivalTolerance, got)
 		if stall < arrivalTolerance/2 {
