@@ -10,12 +10,14 @@ import (
 )
 
 // batcher sends the script calls of one process's concurrent decisions to
-// Redis together ("smart batching"). At most one round trip is in flight;
-// everything that queues meanwhile goes out in the next one, as a single
-// pipeline. It never waits for more work: a call that finds nothing in
-// flight is sent at once, alone, by its own goroutine. Under load the
-// batches grow by themselves, so one round trip and one write/read pair on
-// either side serve many decisions.
+// Redis together ("smart batching"). Up to maxInFlight round trips are in
+// flight at once; a call that finds a free slot and nobody queued is sent
+// at once, alone, by its own goroutine. Calls that find every slot taken
+// queue, and when a round trip ends the flusher sends everything queued as
+// one pipeline. It never waits for more work. Under load the batches grow
+// by themselves, so one round trip and one write/read pair on either side
+// serve many decisions, while the other slots keep Redis busy during the
+// batch's way back.
 //
 // A queued caller waits for its reply or its context, whichever comes
 // first, so it keeps its deadline even when the client does not bound its
@@ -29,15 +31,21 @@ type batcher struct {
 	rdb  redis.Scripter
 	pipe func() redis.Pipeliner // nil: the client cannot pipeline
 
-	mu      sync.Mutex
-	queue   []*call
-	spare   []*call // the flusher's last batch, reused as the next queue
-	busy    bool    // a round trip is in flight, or the flusher is about to send
-	running bool    // a flusher goroutine exists
-	wake    chan struct{}
+	mu       sync.Mutex
+	queue    []*call
+	spare    []*call // the flusher's last batch, reused as the next queue
+	inflight int     // round trips in flight, the flusher's included
+	flushing bool    // the flusher holds a slot: it is sending, or about to
+	running  bool    // a flusher goroutine exists
+	wake     chan struct{}
 
 	calls sync.Pool
 }
+
+// maxInFlight is how many round trips one Limiter has in flight at once.
+// One would leave Redis idle while a batch's reply travels back and the
+// next batch forms; many would give up batching.
+const maxInFlight = 2
 
 // flusherIdle is how long an idle flusher goroutine waits for work before
 // it exits; the next call starts a new one. It never delays a call.
@@ -101,8 +109,8 @@ func (b *batcher) run(ctx context.Context, c *call) (any, error) {
 	}
 	c.ctx = ctx
 	b.mu.Lock()
-	if !b.busy {
-		b.busy = true
+	if b.inflight < maxInFlight && len(b.queue) == 0 {
+		b.inflight++
 		b.mu.Unlock()
 		// Script.Run: EVALSHA, and EVAL when the server lacks the script
 		reply, err := c.script.Run(ctx, b.rdb, c.keys, c.args...).Result()
@@ -123,15 +131,17 @@ func (b *batcher) run(ctx context.Context, c *call) (any, error) {
 	}
 }
 
-// handOff ends a direct send: calls queued meanwhile go to the flusher.
+// handOff ends a direct send: its slot goes to the flusher when calls
+// queued meanwhile and the flusher does not hold a slot already.
 func (b *batcher) handOff() {
 	b.mu.Lock()
-	if len(b.queue) == 0 {
-		b.busy = false
+	if len(b.queue) == 0 || b.flushing {
+		b.inflight--
 		b.mu.Unlock()
 		return
 	}
-	start := !b.running // busy stays set: the flusher sends next
+	b.flushing = true // the slot stays taken: the flusher sends next
+	start := !b.running
 	b.running = true
 	b.mu.Unlock()
 	if start {
@@ -152,8 +162,8 @@ func (b *batcher) recycle(c *call) {
 }
 
 // flush is the flusher goroutine: it sends whatever is queued, batch after
-// batch; when the queue is empty it clears busy and waits to be handed the
-// next queue, and exits after flusherIdle without work.
+// batch; when the queue is empty it gives its slot back and waits to be
+// handed the next queue, and exits after flusherIdle without work.
 func (b *batcher) flush() {
 	idle := time.NewTimer(flusherIdle)
 	defer idle.Stop()
@@ -162,7 +172,10 @@ func (b *batcher) flush() {
 		batch := b.queue
 		b.queue, b.spare = b.spare[:0], nil
 		if len(batch) == 0 {
-			b.busy = false
+			if b.flushing { // a spurious wake-up holds no slot
+				b.flushing = false
+				b.inflight--
+			}
 			b.mu.Unlock()
 			idle.Reset(flusherIdle)
 			select {
@@ -171,7 +184,7 @@ func (b *batcher) flush() {
 			case <-idle.C:
 			}
 			b.mu.Lock()
-			if len(b.queue) == 0 {
+			if !b.flushing {
 				b.running = false
 				b.mu.Unlock()
 				return

@@ -222,16 +222,18 @@ func TestBatchKeepsDeadline(t *testing.T) {
 	if err := rdb.Do(ctx, "CLIENT", "PAUSE", "600", "ALL").Err(); err != nil {
 		t.Fatal(err)
 	}
-	first := make(chan error, 1)
-	go func() { // in flight for the whole pause
-		_, err := s.allow(ctx, &query{key: "a", n: 1, limits: []Limit{PerMinute(3)}, commit: true})
-		first <- err
-	}()
-	for { // wait until the first call is in flight
+	first := make(chan error, maxInFlight)
+	for i := 0; i < maxInFlight; i++ {
+		go func() { // in flight for the whole pause: every slot taken
+			_, err := s.allow(ctx, &query{key: "a", n: 1, limits: []Limit{PerMinute(3)}, commit: true})
+			first <- err
+		}()
+	}
+	for { // wait until every slot is in flight
 		s.batch.mu.Lock()
-		busy := s.batch.busy
+		full := s.batch.inflight == maxInFlight
 		s.batch.mu.Unlock()
-		if busy {
+		if full {
 			break
 		}
 		time.Sleep(time.Millisecond)
@@ -246,7 +248,9 @@ func TestBatchKeepsDeadline(t *testing.T) {
 	if waited := time.Since(start); waited > 400*time.Millisecond {
 		t.Fatalf("queued call returned after %v, not at its deadline", waited)
 	}
-	if err := <-first; err != nil {
-		t.Fatalf("the call in flight: %v", err)
+	for i := 0; i < maxInFlight; i++ {
+		if err := <-first; err != nil {
+			t.Fatalf("a call in flight: %v", err)
+		}
 	}
 }
