@@ -39,7 +39,9 @@ func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
 	}
 	c := defaults()
 	for _, o := range opts {
-		o(&c)
+		if o.apply != nil {
+			o.apply(&c)
+		}
 	}
 	if err := c.validate(); err != nil {
 		return nil, err
@@ -60,7 +62,9 @@ func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
 func NewMemory(opts ...Option) *Limiter {
 	c := defaults()
 	for _, o := range opts {
-		o(&c)
+		if o.apply != nil {
+			o.apply(&c)
+		}
 	}
 	// the deny cache saves round trips; the memory store has none to save
 	c.mode, c.timeout, c.cacheSize = FailOpen, 0, 0

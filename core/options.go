@@ -5,8 +5,8 @@ import (
 	"time"
 )
 
-// Option configures a Limiter.
-type Option func(*config)
+// Option configures a Limiter. Build one with the With functions.
+type Option struct{ apply func(*config) }
 
 type config struct {
 	prefix    string
@@ -33,13 +33,13 @@ const (
 )
 
 // WithPrefix sets the prefix of every storage key. Default DefaultPrefix.
-func WithPrefix(prefix string) Option { return func(c *config) { c.prefix = prefix } }
+func WithPrefix(prefix string) Option { return Option{func(c *config) { c.prefix = prefix }} }
 
 // WithClock makes the Limiter read the time from now instead of the Redis
 // server's TIME (or the process clock for NewMemory). It is for tests with
 // a controlled clock, such as miniredis.SetTime; in production every replica
 // must use the server's time.
-func WithClock(now func() time.Time) Option { return func(c *config) { c.clock = now } }
+func WithClock(now func() time.Time) Option { return Option{func(c *config) { c.clock = now }} }
 
 // WithTimeout bounds every call to Redis: a decision that takes longer is a
 // failure, answered by the failure mode with an error that wraps
@@ -54,7 +54,7 @@ func WithClock(now func() time.Time) Option { return func(c *config) { c.clock =
 // ends later by the client's ReadTimeout, holding a pool connection until
 // then. ContextTimeoutEnabled is therefore recommended. go-redis retries
 // (MaxRetries, and MaxRedirects on a cluster) happen within the bound.
-func WithTimeout(d time.Duration) Option { return func(c *config) { c.timeout = d } }
+func WithTimeout(d time.Duration) Option { return Option{func(c *config) { c.timeout = d }} }
 
 // DefaultWaitTimeout bounds each call to Redis made by Wait and WaitN.
 const DefaultWaitTimeout = 2 * time.Second
@@ -67,7 +67,7 @@ const DefaultWaitTimeout = 2 * time.Second
 // failure mode would answer instead of the quota. The caller's context
 // still applies when it ends earlier. Zero means no bound beyond the
 // caller's context. Default DefaultWaitTimeout.
-func WithWaitTimeout(d time.Duration) Option { return func(c *config) { c.waitTime = d } }
+func WithWaitTimeout(d time.Duration) Option { return Option{func(c *config) { c.waitTime = d }} }
 
 // FailureMode chooses what a Limiter answers when Redis fails or times out.
 // The error is returned alongside the result in every mode.
@@ -104,12 +104,12 @@ func (m FailureMode) String() string {
 // sends one probe to Redis every 250ms, so the Limiter goes back to Redis
 // by itself once it answers. Default FailOpen. FailLocal needs
 // WithLocalShare.
-func WithFailureMode(m FailureMode) Option { return func(c *config) { c.mode = m } }
+func WithFailureMode(m FailureMode) Option { return Option{func(c *config) { c.mode = m }} }
 
 // WithLocalShare sets the share of each limit's Count that this instance
 // admits on its own under FailLocal, in (0, 1]: 1/N for N replicas.
 // The scaled Count is never below 1.
-func WithLocalShare(share float64) Option { return func(c *config) { c.share = share } }
+func WithLocalShare(share float64) Option { return Option{func(c *config) { c.share = share }} }
 
 // WithDenyCache sets how many denials the Limiter remembers, answering
 // repeat requests without a round trip until their RetryAfter has passed.
@@ -120,14 +120,14 @@ func WithLocalShare(share float64) Option { return func(c *config) { c.share = s
 // expired denials; its memory is bounded by size. Zero turns the cache off.
 // Default DefaultDenyCacheSize. NewMemory has no deny cache: it has no
 // round trip to save.
-func WithDenyCache(size int) Option { return func(c *config) { c.cacheSize = size } }
+func WithDenyCache(size int) Option { return Option{func(c *config) { c.cacheSize = size }} }
 
 // WithObserver sets a function that receives an Event for every decision:
 // its outcome, latency, binding limit, deny-cache hits, backend errors and
 // the failure mode that answered them. It is called synchronously: keep it
 // fast. The prometheus module of this repository turns events into
 // metrics.
-func WithObserver(o Observer) Option { return func(c *config) { c.observer = o } }
+func WithObserver(o Observer) Option { return Option{func(c *config) { c.observer = o }} }
 
 func (c *config) validate() error {
 	switch {

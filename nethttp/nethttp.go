@@ -8,8 +8,9 @@ import (
 	"github.com/ratewindow/ratewindow/core"
 )
 
-// Option configures the middleware of New and Limit.
-type Option func(*options)
+// Option configures the middleware of New and Limit. Build one with the
+// With functions.
+type Option struct{ apply func(*options) }
 
 type options struct {
 	route func(*http.Request) string
@@ -38,7 +39,7 @@ func WithMux(mux *http.ServeMux) Option {
 // request when the request has none (Request.Pattern is empty), for a
 // router other than http.ServeMux. fn returns "" when there is no route.
 func WithRouteFunc(fn func(*http.Request) string) Option {
-	return func(o *options) { o.route = fn }
+	return Option{func(o *options) { o.route = fn }}
 }
 
 // New returns middleware that limits requests by rule on l, or an error
@@ -57,7 +58,9 @@ func New(l *core.Limiter, rule core.Rule, opts ...Option) (func(http.Handler) ht
 	}
 	var o options
 	for _, opt := range opts {
-		opt(&o)
+		if opt.apply != nil {
+			opt.apply(&o)
+		}
 	}
 	return func(next http.Handler) http.Handler {
 		if next == nil {
