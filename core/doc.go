@@ -37,7 +37,7 @@
 // # Keys
 //
 // Each limit of a key is stored at "<prefix>{<key>}:<algorithm><window>",
-// such as "rw:{ip:203.0.113.9}:l60000": all limits of one key share the
+// such as "rw:{ip:203.0.113.9}:l1m": all limits of one key share the
 // Redis Cluster hash tag, so one script can touch them all. Keys longer than
 // 128 bytes, and keys with braces, are replaced by a fixed-length hash.
 // Every stored key carries a TTL of about one window (two for the counter),

@@ -48,9 +48,9 @@ func appendTag(b []byte, prefix, key string) []byte {
 }
 
 // storageKey returns the Redis key of limit l for the tag from keyTag:
-// tag + algorithm letter + window ("l60000" for one minute, in ms, or in µs
-// with a 'u' when not a whole number of ms), and for SlidingBuckets with a
-// precision other than the default, "/" + precision in the same form.
+// tag + algorithm letter + window in its largest whole unit ("l1m" for a
+// sliding log of one minute, "c250ms", "b1500us"), and for SlidingBuckets
+// with a precision other than the default, "/" + precision ("b1h/1m").
 func storageKey(tag string, l Limit) string {
 	return string(appendLimit([]byte(tag), l))
 }
@@ -66,9 +66,18 @@ func appendLimit(b []byte, l Limit) []byte {
 	return b
 }
 
+// appendDuration appends d in its largest whole unit: 1h, 15m, 30s,
+// 250ms, 1500us, or ns. The units are told apart by their names ("1m" is a
+// minute, "1ms" a millisecond), so the text is short and never ambiguous.
 func appendDuration(b []byte, d time.Duration) []byte {
-	if d%time.Millisecond == 0 {
-		return strconv.AppendInt(b, int64(d/time.Millisecond), 10)
+	units := [...]struct {
+		d    time.Duration
+		name string
+	}{{time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}, {time.Millisecond, "ms"}, {time.Microsecond, "us"}}
+	for _, u := range units {
+		if d >= u.d && d%u.d == 0 {
+			return append(strconv.AppendInt(b, int64(d/u.d), 10), u.name...)
+		}
 	}
-	return append(strconv.AppendInt(b, micros(d), 10), 'u')
+	return append(strconv.AppendInt(b, int64(d), 10), "ns"...)
 }

@@ -118,18 +118,8 @@ func (l Limit) PolicyName() string {
 	return strconv.FormatInt(l.Count, 10) + "-per-" + shortDuration(l.Window)
 }
 
-// shortDuration writes d in the largest whole unit: 1h, 15m, 30s, 250ms, 10us.
-func shortDuration(d time.Duration) string {
-	for _, u := range []struct {
-		d    time.Duration
-		name string
-	}{{time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}, {time.Millisecond, "ms"}, {time.Microsecond, "us"}} {
-		if d >= u.d && d%u.d == 0 {
-			return strconv.FormatInt(int64(d/u.d), 10) + u.name
-		}
-	}
-	return strconv.FormatInt(int64(d), 10) + "ns"
-}
+// shortDuration writes d in its largest whole unit: 1h, 15m, 30s, 250ms.
+func shortDuration(d time.Duration) string { return string(appendDuration(nil, d)) }
 
 // precision returns the sub-window length used by SlidingBuckets.
 func (l Limit) precision() time.Duration {
