@@ -212,7 +212,12 @@ func (st *memState) add(n, t, now int64) int64 {
 }
 
 func (st *memState) logCheck(count, n, now int64) (free, retry, reset int64) {
-	i := sort.Search(len(st.log), func(i int) bool { return st.log[i] > now-st.window })
+	// Scan from the front rather than bisect: usually no unit or one has
+	// left since the last call, and the front is one cache line.
+	i := 0
+	for i < len(st.log) && st.log[i] <= now-st.window {
+		i++
+	}
 	if i > 0 {
 		st.log = st.log[:copy(st.log, st.log[i:])]
 	}
@@ -232,7 +237,10 @@ func (st *memState) logCheck(count, n, now int64) (free, retry, reset int64) {
 
 func (st *memState) bucketsCheck(count, n, now int64) (free, retry, reset int64) {
 	oldest := floorDiv(now-st.window, st.prec)
-	i := sort.Search(len(st.buckets), func(i int) bool { return st.buckets[i].index >= oldest })
+	i := 0 // from the front, as in logCheck
+	for i < len(st.buckets) && st.buckets[i].index < oldest {
+		i++
+	}
 	if i > 0 {
 		st.buckets = st.buckets[:copy(st.buckets, st.buckets[i:])]
 	}
