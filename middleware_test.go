@@ -615,11 +615,19 @@ func (rec *recorder) onError(_ http.ResponseWriter, _ *http.Request, err error) 
 	rec.errs = append(rec.errs, err)
 }
 
+// TestAdapters runs every scenario through every adapter, on a real Redis
+// and on a real Redis Cluster.
 func TestAdapters(t *testing.T) {
-	srv := redistest.New(t)
-	rdb := srv.Client(t)
+	t.Run("redis", func(t *testing.T) { testAdapters(t, redistest.New(t).Client(t), false) })
+	t.Run("cluster", func(t *testing.T) { testAdapters(t, redistest.NewCluster(t).Client(t), true) })
+}
+
+func testAdapters(t *testing.T, rdb redis.Scripter, cluster bool) {
 	run := time.Now().UnixNano()
 	for i, sc := range scenarios() {
+		if cluster && sc.backend == silentRedis {
+			continue // no Redis at all: once is enough
+		}
 		t.Run(sc.name, func(t *testing.T) {
 			for _, ad := range adapters {
 				t.Run(ad.name, func(t *testing.T) {
