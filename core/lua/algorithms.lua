@@ -103,7 +103,7 @@ local function buckets_check(key, count, window, prec, n, now)
   local oldest = math.floor((now - window) / prec) -- older buckets have left
   local current, ring = math.floor(now / prec), bucket_ring(window, prec)
   local h = redis.call('HGETALL', key)
-  local used, live, stale = 0, {}, {}
+  local used, newest, live, stale = 0, nil, {}, {}
   for i = 1, #h, 2 do
     local b = current - (current - tonumber(h[i])) % ring
     if b < oldest then
@@ -112,18 +112,20 @@ local function buckets_check(key, count, window, prec, n, now)
       local c = tonumber(h[i + 1])
       used = used + c
       live[#live + 1] = {b, c}
+      if not newest or b > newest then newest = b end
     end
   end
   if #stale > 0 then redis.call('HDEL', key, unpack(stale)) end
   local s = {free = count - used, retry = 0, reset = 0}
   if s.free < 0 then s.free = 0 end
-  if #live > 0 then
-    table.sort(live, function(x, y) return x[1] < y[1] end)
-    s.reset = (live[#live][1] + 1) * prec + window - now
+  if newest then
+    s.reset = (newest + 1) * prec + window - now
   end
   if n > count then
     s.retry = -1
   elseif used + n > count then
+    -- only a denial needs the buckets in order
+    table.sort(live, function(x, y) return x[1] < y[1] end)
     local over = used + n - count -- units that must leave first, oldest first
     for _, e in ipairs(live) do
       over = over - e[2]
