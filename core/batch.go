@@ -30,6 +30,10 @@ import (
 type batcher struct {
 	rdb  redis.Scripter
 	pipe func() redis.Pipeliner // nil: the client cannot pipeline
+	// boundsReads: the client ends its reads at the context's deadline
+	// (see boundsReads); otherwise a direct send runs on its own goroutine
+	// so that its caller still returns at the deadline.
+	boundsReads bool
 
 	mu       sync.Mutex
 	queue    []*call
@@ -73,7 +77,7 @@ type script struct {
 func newScript(src string) *script { return &script{redis.NewScript(src), src} }
 
 func newBatcher(rdb redis.Scripter) *batcher {
-	b := &batcher{rdb: rdb, wake: make(chan struct{}, 1)}
+	b := &batcher{rdb: rdb, wake: make(chan struct{}, 1), boundsReads: boundsReads(rdb)}
 	if p, ok := rdb.(interface{ Pipeline() redis.Pipeliner }); ok {
 		b.pipe = p.Pipeline
 	}
@@ -112,11 +116,10 @@ func (b *batcher) run(ctx context.Context, c *call) (any, error) {
 	if b.inflight < maxInFlight && len(b.queue) == 0 {
 		b.inflight++
 		b.mu.Unlock()
-		// Script.Run: EVALSHA, and EVAL when the server lacks the script
-		reply, err := c.script.Run(ctx, b.rdb, c.keys, c.args...).Result()
-		b.recycle(c)
-		b.handOff()
-		return reply, err
+		if b.boundsReads || ctx.Done() == nil {
+			return b.direct(ctx, c)
+		}
+		return detach(ctx, func(ctx context.Context) (any, error) { return b.direct(ctx, c) })
 	}
 	b.queue = append(b.queue, c)
 	b.mu.Unlock()
@@ -129,6 +132,15 @@ func (b *batcher) run(ctx context.Context, c *call) (any, error) {
 		// The flusher still holds c and will fill it; it is not reused.
 		return nil, fmt.Errorf("ratewindow: no reply from redis: %w", context.Cause(ctx))
 	}
+}
+
+// direct sends c alone and gives its slot back when the reply is in.
+func (b *batcher) direct(ctx context.Context, c *call) (any, error) {
+	// Script.Run: EVALSHA, and EVAL when the server lacks the script
+	reply, err := c.script.Run(ctx, b.rdb, c.keys, c.args...).Result()
+	b.recycle(c)
+	b.handOff()
+	return reply, err
 }
 
 // handOff ends a direct send: its slot goes to the flusher when calls

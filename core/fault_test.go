@@ -482,7 +482,7 @@ func TestFaultCallerCancelsProbe(t *testing.T) {
 // BenchmarkDeadlinePath is decisions on a real Redis, from GOMAXPROCS
 // goroutines, with a client that
 // bounds its reads by the context (ContextTimeoutEnabled: a direct call)
-// and with go-redis's default options (the call runs on its own goroutine
+// and with go-redis's default options (a direct send runs on its own goroutine
 // so that the decision keeps its deadline).
 func BenchmarkDeadlinePath(b *testing.B) {
 	srv := redistest.New(b)

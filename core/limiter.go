@@ -26,8 +26,6 @@ type Limiter struct {
 	cache    *denyCache
 	observer Observer
 	breaker  breaker
-
-	boundsReads bool // the client ends its reads at the context's deadline
 }
 
 // New returns a Limiter that keeps its counts in Redis. rdb may be a
@@ -48,7 +46,6 @@ func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
 	}
 	l := newLimiter(c)
 	l.store, l.remote = newRedisStore(rdb, c.prefix), true
-	l.boundsReads = boundsReads(rdb)
 	if c.mode == FailLocal {
 		l.local = newMemoryStore(l.micros)
 	}
@@ -245,8 +242,7 @@ type guard struct {
 }
 
 // guardCall runs f on Redis behind the breaker, with a context bounded by
-// the timeout and the caller's. When the client does not bound its reads by
-// the context, f is detached, so the decision still ends at the deadline.
+// the timeout and the caller's.
 func guardCall[T any](l *Limiter, timeout time.Duration, ctx context.Context, f func(context.Context) (T, error)) (T, error) {
 	var zero T
 	b := &l.breaker
@@ -255,15 +251,7 @@ func guardCall[T any](l *Limiter, timeout time.Duration, ctx context.Context, f 
 		return zero, backendError{ErrCircuitOpen}
 	}
 	cctx, cancel := l.withTimeout(ctx, timeout)
-	var (
-		v   T
-		err error
-	)
-	if l.boundsReads || cctx.Done() == nil {
-		v, err = f(cctx)
-	} else {
-		v, err = detach(cctx, f)
-	}
+	v, err := f(cctx) // the batcher returns at cctx's deadline, whatever the client
 	cancel()
 	switch {
 	case err == nil:
