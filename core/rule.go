@@ -129,18 +129,15 @@ func (r Rule) Validate() error {
 			return fmt.Errorf("%w %q: Name may hold printable ASCII but no space, ':', '{' or '}'", ErrInvalidRule, r.Name)
 		}
 	}
+	if err := validateLimits(r.Limits); err != nil {
+		return fmt.Errorf("%w %q: %w", ErrInvalidRule, r.Name, err)
+	}
 	for i, lim := range r.Limits {
-		if err := lim.Validate(); err != nil {
-			return fmt.Errorf("%w %q: limit %d: %w", ErrInvalidRule, r.Name, i, err)
-		}
 		name := lim.PolicyName()
 		if !printable(name) {
 			return fmt.Errorf("%w %q: limit %d: policy name %q is not printable ASCII", ErrInvalidRule, r.Name, i, name)
 		}
 		for j, prev := range r.Limits[:i] {
-			if prev.Algorithm == lim.Algorithm && prev.Window == lim.Window {
-				return fmt.Errorf("%w %q: limits %d and %d: %w: two %s limits with the window %s would share storage", ErrInvalidRule, r.Name, j, i, ErrInvalidLimit, lim.Algorithm, lim.Window)
-			}
 			if prev.PolicyName() == name {
 				return fmt.Errorf("%w %q: limits %d and %d have the policy name %q: set Limit.Name", ErrInvalidRule, r.Name, j, i, name)
 			}
