@@ -11,18 +11,9 @@ import (
 // maxRawKey is the longest key stored as is; longer keys are hashed.
 const maxRawKey = 128
 
-// keyTag returns "<prefix>{<key>}:", the part of the storage key shared by
-// every limit of key. The braces make it a Redis Cluster hash tag, so all
-// limits of one key live in one slot. Keys longer than maxRawKey, keys with
-// a brace (which would end the tag early) and keys starting with '#' (the
-// mark of a hashed key) are replaced by '#' and 22 characters of SHA-256.
-func keyTag(prefix, key string) string {
-	return string(appendTag(nil, prefix, key))
-}
-
-// appendKeys appends the storage key of every limit of key to dst: the
-// strings storageKey(keyTag(prefix, key), l) builds, with one allocation
-// per key.
+// appendKeys appends the storage key of every limit of key to dst, with
+// one allocation per key: "<prefix>{<key>}:" (see appendTag) and the
+// limit's name (see appendLimit), such as "rw:{ip:203.0.113.9}:l1m".
 func appendKeys(dst []string, prefix, key string, limits []Limit) []string {
 	var buf [160]byte
 	b := appendTag(buf[:0], prefix, key)
@@ -33,7 +24,12 @@ func appendKeys(dst []string, prefix, key string, limits []Limit) []string {
 	return dst
 }
 
-// appendTag appends keyTag(prefix, key) to b.
+// appendTag appends "<prefix>{<key>}:", the part of the storage key shared
+// by every limit of key, to b. The braces make it a Redis Cluster hash tag,
+// so all limits of one key live in one slot. Keys longer than maxRawKey,
+// keys with a brace (which would end the tag early) and keys starting with
+// '#' (the mark of a hashed key) are replaced by '#' and 22 characters of
+// SHA-256.
 func appendTag(b []byte, prefix, key string) []byte {
 	b = append(b, prefix...)
 	b = append(b, '{')
@@ -47,15 +43,10 @@ func appendTag(b []byte, prefix, key string) []byte {
 	return append(b, '}', ':')
 }
 
-// storageKey returns the Redis key of limit l for the tag from keyTag:
-// tag + algorithm letter + window in its largest whole unit ("l1m" for a
+// appendLimit appends the part of a storage key that names limit l: the
+// algorithm's letter and the window in its largest whole unit ("l1m" for a
 // sliding log of one minute, "c250ms", "b1500us"), and for SlidingBuckets
 // with a precision other than the default, "/" + precision ("b1h/1m").
-func storageKey(tag string, l Limit) string {
-	return string(appendLimit([]byte(tag), l))
-}
-
-// appendLimit appends the part of a storage key that names limit l.
 func appendLimit(b []byte, l Limit) []byte {
 	b = append(b, l.Algorithm.letter())
 	b = appendDuration(b, l.Window)
