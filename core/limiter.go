@@ -248,8 +248,40 @@ func (g guard) allow(ctx context.Context, q *query) (Result, error) {
 	return guardCall(g.l, g.timeout, ctx, func(ctx context.Context) (Result, error) { return g.l.store.allow(ctx, q) })
 }
 
+// reserve runs the reservation to its reply even when the caller's
+// context ends first: the script may have run, and only its reply names the
+// units it recorded. A caller that leaves gets ctx's error at once; the
+// reply is then read on another goroutine, and a reservation it holds is
+// given back. Only a Redis that does not answer within the timeout leaves
+// the outcome unknown (the units then leave with the window).
 func (g guard) reserve(ctx context.Context, q *query, longest int64) (reservation, error) {
-	return guardCall(g.l, g.timeout, ctx, func(ctx context.Context) (reservation, error) { return g.l.store.reserve(ctx, q, longest) })
+	run := func(ctx context.Context) (reservation, error) {
+		return guardCall(g.l, g.timeout, ctx, func(ctx context.Context) (reservation, error) { return g.l.store.reserve(ctx, q, longest) })
+	}
+	if ctx.Done() == nil {
+		return run(ctx)
+	}
+	type outcome struct {
+		r   reservation
+		err error
+	}
+	done := make(chan outcome, 1)
+	detached := context.WithoutCancel(ctx)
+	go func() {
+		r, err := run(detached)
+		done <- outcome{r, err}
+	}()
+	select {
+	case o := <-done:
+		return o.r, o.err
+	case <-ctx.Done():
+		go func() {
+			if o := <-done; o.err == nil && o.r.ok {
+				_ = g.release(detached, q, o.r)
+			}
+		}()
+		return reservation{}, ctx.Err()
+	}
 }
 
 func (g guard) release(ctx context.Context, q *query, r reservation) error {
