@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratewindow/ratewindow/internal/redistest"
+	"github.com/ratewindow/ratewindow/internal/stall"
 )
 
 // The fault tests start real servers, break them, and check what every
@@ -146,6 +147,7 @@ func TestFaultSilentServer(t *testing.T) {
 				l, rec := faultLimiter(t, rdb, m.mode, 0.5)
 				ctx := context.Background()
 				lim := PerMinute(4)
+				stalls := stall.Start(t)
 				var slowest time.Duration
 				// 3 timeouts open the breaker; then answers are at once,
 				// until a probe after the pause times out again.
@@ -155,9 +157,7 @@ func TestFaultSilentServer(t *testing.T) {
 					}
 					r, err, d := faultAllow(ctx, l, "k", lim)
 					slowest = max(slowest, d)
-					if d > timeout+margin {
-						t.Errorf("request %d took %v, want < %v", i, d, timeout+margin)
-					}
+					beyond(t, stalls, d, timeout+margin, fmt.Sprintf("request %d", i))
 					if err == nil || !isBackendError(err) {
 						t.Fatalf("request %d: error %v, want a backend error", i, err)
 					}
@@ -188,6 +188,23 @@ func TestFaultSilentServer(t *testing.T) {
 	}
 }
 
+// beyond fails t when d, the time something took, passed bound by more
+// than the worst stall of this process that m has seen: a process that
+// stood still (a loaded machine, the race detector's GC) moves every time
+// it records by as much, and such a delay is not the code's. A hang of the
+// code under test is no stall of the process: m does not see it.
+func beyond(t *testing.T, m *stall.Meter, d, bound time.Duration, what string) {
+	t.Helper()
+	stalled := m.Worst()
+	switch {
+	case d <= bound:
+	case d <= bound+stalled:
+		t.Logf("%s took %v, over %v, but this process stalled for %v: inconclusive", what, d, bound, stalled)
+	default:
+		t.Errorf("%s took %v, want < %v (the worst stall of the process: %v)", what, d, bound, stalled)
+	}
+}
+
 func isNetTimeout(err error) bool {
 	var te interface{ Timeout() bool }
 	return errors.As(err, &te) && te.Timeout()
@@ -206,10 +223,12 @@ func TestFaultCallerDeadline(t *testing.T) {
 			l, rec := faultLimiter(t, rdb, FailClosed, 1, WithTimeout(timeout))
 			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 			defer cancel()
+			stalls := stall.Start(t)
 			r, err, d := faultAllow(ctx, l, "k", PerSecond(1))
-			if !errors.Is(err, context.DeadlineExceeded) || r.Allowed || d > 200*time.Millisecond {
+			if !errors.Is(err, context.DeadlineExceeded) || r.Allowed {
 				t.Fatalf("got %+v %v after %v", r, err, d)
 			}
+			beyond(t, stalls, d, 200*time.Millisecond, "the decision")
 			if ev := rec.take(); len(ev) != 1 || !ev[0].Failed {
 				t.Fatalf("events %+v", ev)
 			}
@@ -313,6 +332,7 @@ func TestFaultKilledServer(t *testing.T) {
 				t.Fatalf("%s with redis down: %d of 200 allowed, %d errors; want %d allowed, 200 errors", m.mode, allowed, errs, m.allowed)
 			}
 
+			stalls := stall.Start(t)
 			p.Restart(t)
 			restarted := time.Now()
 			var back time.Duration
@@ -324,14 +344,14 @@ func TestFaultKilledServer(t *testing.T) {
 					break
 				}
 				errs++
-				if time.Since(restarted) > 2*time.Second {
-					t.Fatalf("still failing 2s after the restart: %v", err)
+				if since := time.Since(restarted); since > 2*time.Second+stalls.Worst() {
+					t.Fatalf("still failing %v after the restart (the process stalled %v at worst): %v", since, stalls.Worst(), err)
 				}
 				time.Sleep(5 * time.Millisecond)
 			}
-			if back > time.Second {
-				t.Errorf("back on redis %v after the restart, want within 1s", back)
-			}
+			// the breaker probes every 250ms: back within one probe, a
+			// decision timeout and a margin, unless the process stalled
+			beyond(t, stalls, back, time.Second, "back on redis after the restart")
 			// decisions are Redis's again: exact counts from an empty server
 			for i := int64(1); i <= 3; i++ {
 				r, err := l.Allow(ctx, "after", PerMinute(3))

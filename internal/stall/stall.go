@@ -43,6 +43,9 @@ func Start(t testing.TB) *Meter {
 	return m
 }
 
+// Worst returns the worst stall seen so far; the meter goes on.
+func (m *Meter) Worst() time.Duration { return time.Duration(m.worst.Load()) }
+
 // Finish stops the meter (once) and returns the worst stall it saw.
 func (m *Meter) Finish() time.Duration {
 	m.once.Do(func() { close(m.stop) })
