@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratewindow/ratewindow/internal/redistest"
+	"github.com/ratewindow/ratewindow/internal/stall"
 )
 
 // The cluster tests share the test binary's three-master cluster. None of
@@ -222,15 +223,14 @@ func TestClusterStalledMaster(t *testing.T) {
 		t.Fatal(err)
 	}
 	paused := time.Now()
+	stalls := stall.Start(t)
 	var slowest time.Duration
 	errs := 0
 	var back time.Duration
 	for {
 		r, err, d := faultAllow(ctx, l, "k", lim)
 		slowest = max(slowest, d)
-		if d > DefaultTimeout+250*time.Millisecond {
-			t.Errorf("a decision took %v during the stall", d)
-		}
+		beyond(t, stalls, d, DefaultTimeout+250*time.Millisecond, "a decision during the stall")
 		if err == nil {
 			back = time.Since(paused)
 			if !r.Allowed {
