@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ratewindow/ratewindow/internal/httpx"
 )
 
 // Header names, in the canonical form of http.Header's keys.
@@ -290,7 +292,7 @@ func problemRange(rng string) bool {
 	if i := strings.IndexByte(rng, ';'); i >= 0 {
 		typ, params = rng[:i], rng[i+1:]
 	}
-	if !strings.EqualFold(trimOWS(typ), problemType) {
+	if !strings.EqualFold(httpx.TrimOWS(typ), problemType) {
 		return false
 	}
 	for len(params) > 0 {
@@ -300,9 +302,9 @@ func problemRange(rng string) bool {
 		} else {
 			params = ""
 		}
-		p = trimOWS(p)
+		p = httpx.TrimOWS(p)
 		if len(p) >= 2 && (p[0] == 'q' || p[0] == 'Q') && p[1] == '=' {
-			return !zeroWeight(trimOWS(p[2:]))
+			return !zeroWeight(httpx.TrimOWS(p[2:]))
 		}
 	}
 	return true
@@ -320,6 +322,3 @@ func zeroWeight(q string) bool {
 	}
 	return true
 }
-
-// trimOWS removes the optional white space of RFC 9110 around s.
-func trimOWS(s string) string { return strings.Trim(s, " \t") }

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+
+	"github.com/ratewindow/ratewindow/internal/httpx"
 )
 
 // xffHeader is the canonical name of the X-Forwarded-For header.
@@ -124,7 +126,7 @@ func (k *ipKeyer) forwarded(lines []string, peer netip.Addr) netip.Addr {
 		line := lines[i]
 		for end := len(line); end >= 0; {
 			start := strings.LastIndexByte(line[:end], ',') + 1
-			entry := trimOWS(line[start:end])
+			entry := httpx.TrimOWS(line[start:end])
 			end = start - 1
 			if entry == "" {
 				continue
@@ -201,16 +203,4 @@ func parseIP(s string) (netip.Addr, bool) {
 	}
 	a = a.WithZone("").Unmap()
 	return a, a.IsValid()
-}
-
-// trimOWS removes the optional white space of RFC 9110 (spaces and tabs)
-// around s.
-func trimOWS(s string) string {
-	for len(s) > 0 && (s[0] == ' ' || s[0] == '\t') {
-		s = s[1:]
-	}
-	for len(s) > 0 && (s[len(s)-1] == ' ' || s[len(s)-1] == '\t') {
-		s = s[:len(s)-1]
-	}
-	return s
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+
+	"github.com/ratewindow/ratewindow/internal/httpx"
 )
 
 // Func extracts a rate-limit key from a request.
@@ -119,20 +121,11 @@ func Route() Func {
 		if p, ok := RouteFrom(r.Context()); ok {
 			return "route:" + p, nil
 		}
-		if p := stripMethod(r.Pattern); p != "" {
+		if p := httpx.StripMethod(r.Pattern); p != "" {
 			return "route:" + p, nil
 		}
 		return "", ErrNoRoute
 	}
-}
-
-// stripMethod removes the "METHOD " part of a ServeMux pattern. A valid
-// pattern that contains a space or a tab always starts with a method.
-func stripMethod(pattern string) string {
-	if i := strings.IndexAny(pattern, " \t"); i >= 0 {
-		return strings.TrimLeft(pattern[i:], " \t")
-	}
-	return pattern
 }
 
 // Method keys a request by its method: "method:" + r.Method, e.g.

@@ -3,9 +3,9 @@ package nethttp
 import (
 	"fmt"
 	"net/http"
-	"strings"
 
 	"github.com/ratewindow/ratewindow/core"
+	"github.com/ratewindow/ratewindow/internal/httpx"
 )
 
 // Option configures the middleware of New and Limit. Build one with the
@@ -31,7 +31,7 @@ type options struct {
 func WithMux(mux *http.ServeMux) Option {
 	return WithRouteFunc(func(r *http.Request) string {
 		_, pattern := mux.Handler(r)
-		return stripMethod(pattern)
+		return httpx.StripMethod(pattern)
 	})
 }
 
@@ -110,12 +110,4 @@ func (h routed) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r, ok := h.e.Handle(w, r, route); ok {
 		h.next.ServeHTTP(w, r)
 	}
-}
-
-// stripMethod removes the "METHOD " part of a ServeMux pattern.
-func stripMethod(pattern string) string {
-	if i := strings.IndexAny(pattern, " \t"); i >= 0 {
-		return strings.TrimLeft(pattern[i:], " \t")
-	}
-	return pattern
 }

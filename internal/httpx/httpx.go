@@ -1,0 +1,28 @@
+// Package httpx holds the small HTTP text helpers that keyfuncs, core and
+// nethttp share, so that each exists once.
+package httpx
+
+import "strings"
+
+// TrimOWS removes the optional white space of RFC 9110 (spaces and tabs)
+// around s.
+func TrimOWS(s string) string {
+	for len(s) > 0 && (s[0] == ' ' || s[0] == '\t') {
+		s = s[1:]
+	}
+	for len(s) > 0 && (s[len(s)-1] == ' ' || s[len(s)-1] == '\t') {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+// StripMethod removes the "METHOD " part of an [http.ServeMux] pattern:
+// "GET /users/{id}" gives "/users/{id}". A valid pattern that contains a
+// space or a tab always starts with a method; a pattern without one is
+// returned unchanged.
+func StripMethod(pattern string) string {
+	if i := strings.IndexAny(pattern, " \t"); i >= 0 {
+		return strings.TrimLeft(pattern[i:], " \t")
+	}
+	return pattern
+}
