@@ -8,7 +8,7 @@
 //	User     user:<id>
 //	Route    route:/users/{id}
 //	Method   method:GET
-//	Join     user:42|route:/login
+//	Join     user:42|route:/login  ("|" and "\" within a key escaped with "\")
 //
 // # Client address
 //

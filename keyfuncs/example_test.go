@@ -129,3 +129,21 @@ func ExampleJoin() {
 	// ip:203.0.113.5|method:POST|route:/login <nil>
 	// true
 }
+
+func ExampleJoin_escaping() {
+	// A client sends both headers: "|" inside a value is escaped, so no
+	// choice of values gives another client's key.
+	key := keyfuncs.Join(keyfuncs.Header("X-Tenant"), keyfuncs.Header("X-Team"))
+
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.Header.Set("X-Tenant", "acme|h:x-team:red")
+	r.Header.Set("X-Team", "blue")
+	fmt.Println(key(r))
+
+	r.Header.Set("X-Tenant", "acme")
+	r.Header.Set("X-Team", "red|h:x-team:blue")
+	fmt.Println(key(r))
+	// Output:
+	// h:x-tenant:acme\|h:x-team:red|h:x-team:blue <nil>
+	// h:x-tenant:acme|h:x-team:red\|h:x-team:blue <nil>
+}

@@ -146,6 +146,12 @@ var errJoinEmpty = fmt.Errorf("%w (Join without key functions)", ErrNoKey)
 // Join keys a request by several keys joined with "|" in order, e.g.
 // Join(User(fn), Route()) gives "user:42|route:/login".
 //
+// Within each key, "|" and "\" are escaped with a "\" ("a|b" is written
+// "a\|b"), so that different keys never join to the same string: a client
+// that controls one of them (a header value) cannot make its joined key
+// equal to another client's. Keys without those characters are written as
+// they are.
+//
 // The first error wins and is returned wrapped (errors.Is sees through it);
 // the keys after it are not computed. A key function that returns an empty
 // key without an error is an error that matches [ErrNoKey]. Join with no
@@ -174,10 +180,31 @@ func Join(fs ...Func) Func {
 				return "", fmt.Errorf("%w (Join key %d of %d)", err, i+1, len(fs))
 			}
 			if i > 0 {
-				b = append(b, '|')
+				b = append(b, joinSeparator)
 			}
-			b = append(b, k...)
+			b = appendEscaped(b, k)
 		}
 		return string(b), nil
+	}
+}
+
+// joinSeparator separates the keys of Join; joinEscape escapes it, and
+// itself, within a key.
+const (
+	joinSeparator = '|'
+	joinEscape    = '\\'
+)
+
+// appendEscaped appends k to b with every joinSeparator and joinEscape
+// preceded by a joinEscape.
+func appendEscaped(b []byte, k string) []byte {
+	for {
+		i := strings.IndexAny(k, "|\\")
+		if i < 0 {
+			return append(b, k...)
+		}
+		b = append(b, k[:i]...)
+		b = append(b, joinEscape, k[i])
+		k = k[i+1:]
 	}
 }

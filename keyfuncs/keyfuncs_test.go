@@ -472,6 +472,16 @@ func TestJoin(t *testing.T) {
 			wantErr: keyfuncs.ErrNoRoute},
 		{name: "empty key", fs: []keyfuncs.Func{fixed("a", nil), fixed("", nil)}, wantErr: keyfuncs.ErrNoKey, wantCalled: 2},
 		{name: "no funcs", wantErr: keyfuncs.ErrNoKey},
+		// "|" and "\" within a key are escaped, so keys never run together.
+		{name: "separator escaped", fs: []keyfuncs.Func{fixed("a|b", nil), fixed("c", nil)}, want: `a\|b|c`, wantCalled: 2},
+		{name: "separator escaped, other split", fs: []keyfuncs.Func{fixed("a", nil), fixed("b|c", nil)}, want: `a|b\|c`, wantCalled: 2},
+		{name: "escape escaped", fs: []keyfuncs.Func{fixed(`a\`, nil), fixed("b", nil)}, want: `a\\|b`, wantCalled: 2},
+		{name: "escape then separator", fs: []keyfuncs.Func{fixed("a", nil), fixed(`\|b`, nil)}, want: `a|\\\|b`, wantCalled: 2},
+		{name: "only specials", fs: []keyfuncs.Func{fixed(`|\|`, nil), fixed(`\`, nil)}, want: `\|\\\||\\`, wantCalled: 2},
+		{name: "long key with specials", fs: []keyfuncs.Func{fixed(strings.Repeat("x|", 100), nil), fixed("y", nil)},
+			want: strings.Repeat(`x\|`, 100) + "|y", wantCalled: 2},
+		{name: "nested Join", fs: []keyfuncs.Func{keyfuncs.Join(fixed("a|b", nil), fixed("c", nil)), fixed("d", nil)},
+			want: `a\\\|b\|c|d`, wantCalled: 3},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -491,6 +501,84 @@ func TestJoin(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestJoinHeaders is the case of the issue: two header values that steer
+// one client's key into another's when joined without escaping.
+func TestJoinHeaders(t *testing.T) {
+	key := keyfuncs.Join(keyfuncs.Header("A"), keyfuncs.Header("B"))
+	tests := []struct{ a, b, want string }{
+		{"x|h:b:y", "z", `h:a:x\|h:b:y|h:b:z`},
+		{"x", "y|h:b:z", `h:a:x|h:b:y\|h:b:z`},
+		{"x", "y", "h:a:x|h:b:y"},
+		{`x\`, "y", `h:a:x\\|h:b:y`},
+	}
+	seen := map[string]int{}
+	for i, tt := range tests {
+		got, err := key(req("203.0.113.5:1", "A", tt.a, "B", tt.b))
+		if err != nil || got != tt.want {
+			t.Errorf("A=%q B=%q: got (%q, %v), want %q", tt.a, tt.b, got, err, tt.want)
+		}
+		if j, ok := seen[got]; ok {
+			t.Errorf("A=%q B=%q: same key as case %d", tt.a, tt.b, j+1)
+		}
+		seen[got] = i
+	}
+}
+
+// splitJoined undoes Join: it splits key at the unescaped separators and
+// unescapes each part. ok is false if key is not an output of Join.
+func splitJoined(key string) (parts []string, ok bool) {
+	var cur []byte
+	for i := 0; i < len(key); i++ {
+		switch c := key[i]; c {
+		case '\\':
+			if i+1 == len(key) || (key[i+1] != '|' && key[i+1] != '\\') {
+				return nil, false
+			}
+			i++
+			cur = append(cur, key[i])
+		case '|':
+			parts = append(parts, string(cur))
+			cur = cur[:0]
+		default:
+			cur = append(cur, c)
+		}
+	}
+	return append(parts, string(cur)), true
+}
+
+// FuzzJoin checks that Join is injective: its key splits back into exactly
+// the keys it joined, so two different lists of keys never give one key.
+func FuzzJoin(f *testing.F) {
+	f.Add("x|h:b:y", "z", "x", "y|h:b:z")
+	f.Add(`a\`, "|b", `a\|`, "b")
+	f.Add(`\`, `\\`, `\\`, `\`)
+	f.Add("a", "b", "a", "b")
+	fixed := func(k string) keyfuncs.Func {
+		return func(*http.Request) (string, error) { return k, nil }
+	}
+	r := req("203.0.113.5:1")
+	f.Fuzz(func(t *testing.T, a, b, c, d string) {
+		if a == "" || b == "" || c == "" || d == "" {
+			return // an empty key is an error, tested in TestJoin
+		}
+		ab, err1 := keyfuncs.Join(fixed(a), fixed(b))(r)
+		cd, err2 := keyfuncs.Join(fixed(c), fixed(d))(r)
+		if err1 != nil || err2 != nil {
+			t.Fatalf("errors %v, %v", err1, err2)
+		}
+		if parts, ok := splitJoined(ab); !ok || len(parts) != 2 || parts[0] != a || parts[1] != b {
+			t.Fatalf("Join(%q, %q) = %q splits into %q (%v)", a, b, ab, parts, ok)
+		}
+		if (ab == cd) != (a == c && b == d) {
+			t.Fatalf("Join(%q, %q) = %q, Join(%q, %q) = %q", a, b, ab, c, d, cd)
+		}
+		abc, err := keyfuncs.Join(fixed(a), fixed(b), fixed(c))(r)
+		if parts, ok := splitJoined(abc); err != nil || !ok || len(parts) != 3 || parts[0] != a || parts[1] != b || parts[2] != c {
+			t.Fatalf("Join(%q, %q, %q) = (%q, %v) splits into %q", a, b, c, abc, err, parts)
+		}
+	})
 }
 
 func TestJoinErrorWrapped(t *testing.T) {
