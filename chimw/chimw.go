@@ -17,9 +17,13 @@
 // prefixes of mounted sub-routers), also in middleware installed with Use,
 // which chi runs before it has routed the request: the middleware then
 // finds the pattern the router will match, with the router's Find. A
-// request that matches no route has no pattern. The middleware must run
-// inside a chi router (Use, With, Group or Route); wrapping a router from
-// outside gives no pattern.
+// request that matches no route (chi's 404) has no pattern: a rule
+// installed with Use and keyed by keyfuncs.Route fails with
+// keyfuncs.ErrNoRoute for it, a key error that the rule's OnError and the
+// Limiter's failure mode answer (FailClosed: 503 instead of 404);
+// keyfuncs.Or gives such requests a key of their own. The middleware must
+// run inside a chi router (Use, With, Group or Route); wrapping a router
+// from outside gives no pattern.
 package chimw
 
 import (

@@ -9,6 +9,7 @@
 //	Route    route:/users/{id}
 //	Method   method:GET
 //	Join     user:42|route:/login  ("|" and "\" within a key escaped with "\")
+//	Or       the key of the first function that gives one
 //
 // # Client address
 //
@@ -37,7 +38,8 @@
 // it never panics on request input. Callers test errors with [errors.Is]:
 // [ErrNoHeader], [ErrNoUser] and [ErrNoRoute] also match [ErrNoKey] (the
 // request carries no key of that kind), while [ErrBadRemoteAddr] means the
-// server handed over a RemoteAddr that is not an IP address.
+// server handed over a RemoteAddr that is not an IP address. [Or] tries key
+// functions in turn and fails only when all do.
 //
 // Constructors panic on invalid configuration (a nil function, an empty
 // header name, an invalid prefix), so mistakes show at start-up, never at

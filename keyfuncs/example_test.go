@@ -147,3 +147,46 @@ func ExampleJoin_escaping() {
 	// h:x-tenant:acme\|h:x-team:red|h:x-team:blue <nil>
 	// h:x-tenant:acme|h:x-team:red\|h:x-team:blue <nil>
 }
+
+func ExampleOr() {
+	// Signed-in users by their id, everyone else by address.
+	key := keyfuncs.Or(
+		keyfuncs.User(func(ctx context.Context) (string, bool) {
+			id, ok := ctx.Value(accountKey{}).(string)
+			return id, ok
+		}),
+		keyfuncs.IP(),
+	)
+
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.RemoteAddr = "203.0.113.5:4711"
+	fmt.Println(key(r))
+
+	r = r.WithContext(context.WithValue(r.Context(), accountKey{}, "42"))
+	fmt.Println(key(r))
+
+	// When none gives a key, the error wraps every error.
+	r.RemoteAddr = "@"
+	_, err := keyfuncs.Or(keyfuncs.Header("X-API-Key"), keyfuncs.IP())(r)
+	fmt.Println(errors.Is(err, keyfuncs.ErrNoHeader), errors.Is(err, keyfuncs.ErrBadRemoteAddr))
+	// Output:
+	// ip:203.0.113.5 <nil>
+	// user:42 <nil>
+	// true true
+}
+
+func ExampleRoute_unmatched() {
+	// An unmatched request has no route: keyed by address alone instead.
+	key := keyfuncs.Or(keyfuncs.Join(keyfuncs.IP(), keyfuncs.Route()), keyfuncs.IP())
+
+	r := httptest.NewRequest(http.MethodGet, "/users/1", nil)
+	r.RemoteAddr = "203.0.113.5:4711"
+	r.Pattern = "GET /users/{id}" // as set by http.ServeMux
+	fmt.Println(key(r))
+
+	r.Pattern = ""
+	fmt.Println(key(r))
+	// Output:
+	// ip:203.0.113.5|route:/users/{id} <nil>
+	// ip:203.0.113.5 <nil>
+}

@@ -112,10 +112,23 @@ func RouteFrom(ctx context.Context) (string, bool) {
 // "GET /users/{id}" gives "route:/users/{id}" (a host stays:
 // "example.com/users/{id}"). With neither, the error is [ErrNoRoute].
 //
-// r.Pattern is empty in a middleware that wraps the whole mux, since the
-// mux has not routed the request yet: wrap the handlers registered on the
-// mux instead, or store the pattern found by [http.ServeMux.Handler] with
-// [WithRoute].
+// Two traps, both ending in [ErrNoRoute], which is a key error: the rule's
+// OnError is called and the Limiter's failure mode decides, so such
+// requests pass uncounted under FailOpen and get 503 instead of their
+// answer under FailClosed:
+//
+//   - A request that matches no route has no pattern. With chi this is
+//     every unmatched path (a 404) reaching a rule installed router-wide
+//     with Use, where the middleware runs before chi's 404.
+//   - With net/http, r.Pattern is empty in a middleware that wraps the
+//     whole mux, since the mux has not routed the request yet: every
+//     request fails. Wrap the handlers registered on the mux instead, pass
+//     the mux to the middleware (nethttp.WithMux), or store the pattern
+//     found by [http.ServeMux.Handler] with [WithRoute].
+//
+// To give unmatched requests a key of their own, wrap Route in [Or]:
+// Or(Join(IP(), Route()), IP()) keys by address and route, and by address
+// alone where there is no route.
 func Route() Func {
 	return func(r *http.Request) (string, error) {
 		if p, ok := RouteFrom(r.Context()); ok {
@@ -208,3 +221,68 @@ func appendEscaped(b []byte, k string) []byte {
 		k = k[i+1:]
 	}
 }
+
+// errOrEmpty is returned by the Func of an Or without key functions.
+var errOrEmpty = fmt.Errorf("%w (Or without key functions)", ErrNoKey)
+
+// Or keys a request by the first of fs that gives a key: a non-empty key
+// and a nil error. Or(User(fn), IP()) keys signed-in users by their id and
+// everyone else by address. The key functions after the one that gives the
+// key are not called.
+//
+// The keys of fs should have distinct prefixes, as the ready ones have, so
+// that a key of one kind never stands for a key of another.
+//
+// When none gives a key, the error wraps the error of every one of fs, in
+// order (errors.Is and errors.As see through it to each); a key function
+// that returns an empty key without an error counts as [ErrNoKey]. Or with
+// no key functions returns a Func that always fails with [ErrNoKey].
+//
+// Or panics if one of fs is nil.
+func Or(fs ...Func) Func {
+	if len(fs) == 0 {
+		return func(*http.Request) (string, error) { return "", errOrEmpty }
+	}
+	for i, f := range fs {
+		if f == nil {
+			panic(fmt.Sprintf("ratewindow: keyfuncs.Or: key function %d is nil", i+1))
+		}
+	}
+	fs = append([]Func(nil), fs...)
+	return func(r *http.Request) (string, error) {
+		var buf [4]error
+		errs := buf[:0]
+		for _, f := range fs {
+			k, err := f(r)
+			if err == nil && k != "" {
+				return k, nil
+			}
+			if err == nil {
+				err = ErrNoKey
+			}
+			errs = append(errs, err)
+		}
+		wrapped := make([]error, len(errs))
+		for i, err := range errs {
+			wrapped[i] = fmt.Errorf("%w (Or key %d of %d)", err, i+1, len(fs))
+		}
+		return "", &orError{errs: wrapped}
+	}
+}
+
+// orError is the error of an Or whose key functions all failed.
+type orError struct{ errs []error }
+
+func (e *orError) Error() string {
+	var b strings.Builder
+	for i, err := range e.errs {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(err.Error())
+	}
+	return b.String()
+}
+
+// Unwrap returns the error of every key function, in order.
+func (e *orError) Unwrap() []error { return e.errs }

@@ -581,6 +581,92 @@ func FuzzJoin(f *testing.F) {
 	})
 }
 
+func TestOr(t *testing.T) {
+	errBoom := errors.New("boom")
+	called := 0
+	fixed := func(k string, err error) keyfuncs.Func {
+		return func(*http.Request) (string, error) { called++; return k, err }
+	}
+	signedIn := context.WithValue(context.Background(), userKey{}, "42")
+	tests := []struct {
+		name        string
+		fs          []keyfuncs.Func
+		ctx         context.Context
+		remote      string // default 203.0.113.5:1
+		want        string
+		wantErrs    []error // every one must match
+		wantErrText string
+		wantCalled  int
+	}{
+		{name: "first gives the key", fs: []keyfuncs.Func{fixed("a", nil), fixed("b", nil)}, want: "a", wantCalled: 1},
+		{name: "first fails", fs: []keyfuncs.Func{fixed("", errBoom), fixed("b", nil)}, want: "b", wantCalled: 2},
+		{name: "first gives an empty key", fs: []keyfuncs.Func{fixed("", nil), fixed("b", nil)}, want: "b", wantCalled: 2},
+		{name: "key with an error is no key", fs: []keyfuncs.Func{fixed("a", errBoom), fixed("b", nil)}, want: "b", wantCalled: 2},
+		{name: "user signed in", fs: []keyfuncs.Func{keyfuncs.User(userFrom), keyfuncs.IP()}, ctx: signedIn, want: "user:42"},
+		{name: "anonymous: address", fs: []keyfuncs.Func{keyfuncs.User(userFrom), keyfuncs.IP()}, want: "ip:203.0.113.5"},
+		{name: "one", fs: []keyfuncs.Func{keyfuncs.Method()}, want: "method:GET"},
+		{name: "all fail", fs: []keyfuncs.Func{keyfuncs.User(userFrom), fixed("", errBoom)},
+			wantErrs:    []error{keyfuncs.ErrNoUser, keyfuncs.ErrNoKey, errBoom},
+			wantErrText: "ratewindow: no user (Or key 1 of 2); boom (Or key 2 of 2)", wantCalled: 1},
+		{name: "all empty", fs: []keyfuncs.Func{fixed("", nil), fixed("", nil)}, wantErrs: []error{keyfuncs.ErrNoKey},
+			wantErrText: "ratewindow: no key (Or key 1 of 2); ratewindow: no key (Or key 2 of 2)", wantCalled: 2},
+		{name: "many fail", fs: []keyfuncs.Func{fixed("", nil), fixed("", nil), fixed("", nil), fixed("", nil), fixed("", errBoom), fixed("", nil)},
+			wantErrs: []error{keyfuncs.ErrNoKey, errBoom}, wantCalled: 6,
+			wantErrText: "ratewindow: no key (Or key 1 of 6); ratewindow: no key (Or key 2 of 6); ratewindow: no key (Or key 3 of 6); " +
+				"ratewindow: no key (Or key 4 of 6); boom (Or key 5 of 6); ratewindow: no key (Or key 6 of 6)"},
+		{name: "bad RemoteAddr is kept", fs: []keyfuncs.Func{keyfuncs.IP()}, remote: "@", wantErrs: []error{keyfuncs.ErrBadRemoteAddr}},
+		{name: "no funcs", wantErrs: []error{keyfuncs.ErrNoKey}, wantErrText: "ratewindow: no key (Or without key functions)"},
+		{name: "in a Join", fs: []keyfuncs.Func{keyfuncs.Join(keyfuncs.Or(keyfuncs.User(userFrom), keyfuncs.IP()), keyfuncs.Method())},
+			want: "ip:203.0.113.5|method:GET"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			called = 0
+			remote := tt.remote
+			if remote == "" {
+				remote = "203.0.113.5:1"
+			}
+			r := req(remote)
+			if tt.ctx != nil {
+				r = r.WithContext(tt.ctx)
+			}
+			got, err := keyfuncs.Or(tt.fs...)(r)
+			if called != tt.wantCalled {
+				t.Errorf("called %d key functions, want %d", called, tt.wantCalled)
+			}
+			if tt.wantErrs != nil {
+				for _, want := range tt.wantErrs {
+					if !errors.Is(err, want) || got != "" {
+						t.Errorf("got (%q, %v), want an error matching %v", got, err, want)
+					}
+				}
+				if tt.wantErrText != "" && (err == nil || err.Error() != tt.wantErrText) {
+					t.Errorf("error %q, want %q", err, tt.wantErrText)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Fatalf("got (%q, %v), want %q", got, err, tt.want)
+			}
+		})
+	}
+}
+
+// TestOrAllocations checks that Or costs no allocation when a key function
+// gives the key, also after others failed.
+func TestOrAllocations(t *testing.T) {
+	errStatic := errors.New("static")
+	key := keyfuncs.Or(
+		func(*http.Request) (string, error) { return "", errStatic },
+		func(*http.Request) (string, error) { return "", nil },
+		func(*http.Request) (string, error) { return "k", nil },
+	)
+	r := req("203.0.113.5:1")
+	if n := testing.AllocsPerRun(100, func() { _, _ = key(r) }); n != 0 {
+		t.Errorf("%v allocations per key, want 0", n)
+	}
+}
+
 func TestJoinErrorWrapped(t *testing.T) {
 	_, err := keyfuncs.Join(keyfuncs.Method(), keyfuncs.Route())(req("203.0.113.5:1"))
 	if err == nil || err == keyfuncs.ErrNoRoute || !strings.HasPrefix(err.Error(), keyfuncs.ErrNoRoute.Error()) {
@@ -593,6 +679,7 @@ func TestConstructorPanics(t *testing.T) {
 		"Header empty": func() { keyfuncs.Header("") },
 		"User nil":     func() { keyfuncs.User(nil) },
 		"Join nil":     func() { keyfuncs.Join(keyfuncs.Method(), nil) },
+		"Or nil":       func() { keyfuncs.Or(nil, keyfuncs.Method()) },
 	}
 	for name, fn := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -690,6 +777,17 @@ func BenchmarkIP(b *testing.B) {
 
 func BenchmarkJoin(b *testing.B) {
 	key := keyfuncs.Join(keyfuncs.IP(), keyfuncs.Method())
+	r := req("203.0.113.5:4711")
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := key(r); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkOr(b *testing.B) {
+	key := keyfuncs.Or(keyfuncs.User(userFrom), keyfuncs.IP())
 	r := req("203.0.113.5:4711")
 	b.ReportAllocs()
 	for b.Loop() {

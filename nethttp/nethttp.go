@@ -25,9 +25,16 @@ type options struct {
 //	handler := nethttp.Limit(l, rule, nethttp.WithMux(mux))(mux)
 //
 // The method of the pattern is dropped, as keyfuncs.Route does with
-// Request.Pattern: "GET /users/{id}" becomes "/users/{id}". A request that
-// matches no pattern has no route. The lookup matches the request a second
-// time, before the mux does.
+// Request.Pattern: "GET /users/{id}" becomes "/users/{id}". The lookup
+// matches the request a second time, before the mux does.
+//
+// Without WithMux, such a middleware sees no pattern at all: a rule keyed
+// by keyfuncs.Route fails on every request. With it, a request that
+// matches no pattern (the mux's 404) still has no route. Either way the
+// failure is a key error (keyfuncs.ErrNoRoute): the rule's OnError is
+// called and the Limiter's failure mode decides, so FailOpen passes the
+// request uncounted and FailClosed answers 503. keyfuncs.Or gives such
+// requests a key of their own.
 func WithMux(mux *http.ServeMux) Option {
 	return WithRouteFunc(func(r *http.Request) string {
 		_, pattern := mux.Handler(r)
