@@ -328,14 +328,37 @@ func scenarios() []scenario {
 			wantKeys: repeatString(2, "lines:ip:203.0.113.5"),
 		},
 		{
-			name: "trusted proxy: a malformed X-Forwarded-For falls back to the peer",
+			name: "trusted proxy: entries left of the client are never read, so a bad one cannot send it to the proxy's key",
+			app:  on(trusted("left")),
+			steps: steps(
+				ok(xrl(1, 0, 60)).from("10.0.0.1:4711").with("X-Forwarded-For", "x, 203.0.113.7"),
+				ok(xrl(1, 0, 60)).from("10.0.0.1:4711").with("X-Forwarded-For", `"quoted", 198.51.100.8`),
+				tooMany(60, xrl(1, 0, 60)).from("10.0.0.1:4711").with("X-Forwarded-For", "unknown, 203.0.113.7"),
+				ok(xrl(1, 0, 60)).from("10.0.0.1:4711"), // the load balancer's health check
+			),
+			wantKeys: []string{"left:ip:203.0.113.7", "left:ip:198.51.100.8", "left:ip:203.0.113.7", "left:ip:10.0.0.1"},
+		},
+		{
+			name: "trusted proxy: a bad client entry is a key error (OnError, fail open), never the proxy's key",
 			app:  on(trusted("malformed")),
 			steps: steps(
-				ok(xrl(1, 0, 60)).from("10.0.0.1:4711").with("X-Forwarded-For", "203.0.113.5, unknown"),
-				tooMany(60, xrl(1, 0, 60)).from("10.0.0.1:4711").with("X-Forwarded-For", "not-an-ip"),
-				ok(xrl(1, 0, 60)).from("203.0.113.5:4711"),
+				ok(nil).from("10.0.0.1:4711").with("X-Forwarded-For", "203.0.113.5, unknown"),
+				ok(nil).from("10.0.0.1:4711").with("X-Forwarded-For", "not-an-ip"),
+				ok(xrl(1, 0, 60)).from("10.0.0.1:4711"),
 			),
-			wantKeys: []string{"malformed:ip:10.0.0.1", "malformed:ip:10.0.0.1", "malformed:ip:203.0.113.5"},
+			wantKeys:   []string{"malformed:ip:10.0.0.1"},
+			wantErrors: 2,
+		},
+		{
+			name: "trusted proxy: a bad client entry fails closed with 503",
+			opts: []core.Option{core.WithFailureMode(core.FailClosed)},
+			app:  on(trusted("malformed-closed")),
+			steps: steps(
+				unavailable().from("10.0.0.1:4711").with("X-Forwarded-For", "203.0.113.5, 203.0.113.05"),
+				ok(xrl(1, 0, 60)).from("10.0.0.1:4711"),
+			),
+			wantKeys:   []string{"malformed-closed:ip:10.0.0.1"},
+			wantErrors: 1,
 		},
 		{
 			name: "IPv6 clients are grouped by /64",

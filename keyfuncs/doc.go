@@ -16,12 +16,16 @@
 // [IP] keys a request by the peer address in RemoteAddr. X-Forwarded-For is
 // read only when the peer is inside one of the trusted proxy prefixes; then
 // the list is walked from the right, past the trusted proxies, and the first
-// untrusted address is the client. A client can therefore add whatever it
-// likes to the left of the list without changing its key. Other headers
-// (X-Real-IP, True-Client-IP, Forwarded, CF-Connecting-IP) are never read.
-// IPv6 clients are grouped by /64 by default, so a client cannot rotate
-// addresses inside its own allocation to escape a limit. See [IP] for the
-// exact rules.
+// untrusted address is the client. The entries to its left are never read:
+// a client can add whatever it likes there without changing its key. If the
+// entry the walk stops at is not an IP address, the key function fails with
+// [ErrBadForwardedFor] rather than keying every client behind the proxy
+// under the proxy's address. Other headers (X-Real-IP, True-Client-IP,
+// Forwarded, CF-Connecting-IP) are never read. IPv6 clients are grouped by
+// /64 by default, so a client cannot rotate addresses inside its own
+// allocation to escape a limit; an IPv4 client seen through NAT64
+// (64:ff9b::/96) is keyed by its IPv4 address. See [IP] for the exact
+// rules.
 //
 // # Route
 //
@@ -38,8 +42,10 @@
 // it never panics on request input. Callers test errors with [errors.Is]:
 // [ErrNoHeader], [ErrNoUser] and [ErrNoRoute] also match [ErrNoKey] (the
 // request carries no key of that kind), while [ErrBadRemoteAddr] means the
-// server handed over a RemoteAddr that is not an IP address. [Or] tries key
-// functions in turn and fails only when all do.
+// server handed over a RemoteAddr that is not an IP address and
+// [ErrBadForwardedFor] that a trusted proxy handed over a client address
+// that is not one. [Or] tries key functions in turn and fails only when
+// all do.
 //
 // Constructors panic on invalid configuration (a nil function, an empty
 // header name, an invalid prefix), so mistakes show at start-up, never at

@@ -36,22 +36,46 @@ func ExampleIP_trustedProxy() {
 	r.Header.Set("X-Forwarded-For", "198.51.100.66, 203.0.113.5, 10.1.1.1")
 	fmt.Println(key(r))
 
-	// A list that does not parse is not trusted: the key is the proxy's.
+	// Whatever the client put left of its own address is never read.
+	r.Header.Set("X-Forwarded-For", "unknown, 203.0.113.5")
+	fmt.Println(key(r))
+
+	// Where the client's address should be, an entry that is not one is an
+	// error, never the proxy's key: every client behind it would share that.
 	r.Header.Set("X-Forwarded-For", "203.0.113.5, unknown")
+	_, err := key(r)
+	fmt.Println(errors.Is(err, keyfuncs.ErrBadForwardedFor))
+
+	// A health check of the load balancer itself carries no list.
+	r.Header.Del("X-Forwarded-For")
 	fmt.Println(key(r))
 	// Output:
 	// ip:203.0.113.5 <nil>
+	// ip:203.0.113.5 <nil>
+	// true
 	// ip:10.0.0.1 <nil>
 }
 
 func ExampleIPWith() {
-	key := keyfuncs.IPWith(keyfuncs.IPOptions{IPv6Bits: 48})
+	key := keyfuncs.IPWith(keyfuncs.IPOptions{
+		IPv6Bits: 48,
+		// The translator's network-specific prefix (RFC 8215 local use).
+		NAT64Prefixes: []netip.Prefix{netip.MustParsePrefix("64:ff9b:1::/96")},
+	})
 
 	r := httptest.NewRequest(http.MethodGet, "/", nil)
 	r.RemoteAddr = "[2001:db8:1:2::5]:4711"
 	fmt.Println(key(r))
+
+	// IPv4 clients behind NAT64 are keyed by their own IPv4 address.
+	r.RemoteAddr = "[64:ff9b::198.51.100.7]:4711" // the Well-Known Prefix
+	fmt.Println(key(r))
+	r.RemoteAddr = "[64:ff9b:1::192.0.2.33]:4711"
+	fmt.Println(key(r))
 	// Output:
 	// ip:2001:db8:1::/48 <nil>
+	// ip:198.51.100.7 <nil>
+	// ip:192.0.2.33 <nil>
 }
 
 func ExampleHeader() {

@@ -12,8 +12,12 @@ import (
 // xffHeader is the canonical name of the X-Forwarded-For header.
 const xffHeader = "X-Forwarded-For"
 
+// wellKnownNAT64 is the Well-Known Prefix of RFC 6052, always decoded.
+var wellKnownNAT64 = netip.MustParsePrefix("64:ff9b::/96")
+
 // IPOptions configures [IPWith]. The zero value keys by RemoteAddr alone,
-// groups IPv6 by /64 and keys each IPv4 address on its own.
+// groups IPv6 by /64, keys each IPv4 address on its own and decodes the
+// NAT64 Well-Known Prefix 64:ff9b::/96.
 type IPOptions struct {
 	// Trusted lists the proxies whose X-Forwarded-For is read. Empty (the
 	// default): X-Forwarded-For is never read. A prefix written as an
@@ -28,8 +32,26 @@ type IPOptions struct {
 	IPv6Bits int
 
 	// IPv4Bits is the prefix length IPv4 clients are grouped by, 1 to 32.
-	// 0 means 32 (the default): each address on its own.
+	// 0 means 32 (the default): each address on its own. It also groups
+	// the IPv4 addresses decoded from NAT64 addresses.
 	IPv4Bits int
+
+	// NAT64Prefixes lists the NAT64 prefixes of RFC 6052 whose addresses
+	// embed an IPv4 address, in addition to the Well-Known Prefix
+	// 64:ff9b::/96, which is always decoded. A client address inside one
+	// of them is keyed by the IPv4 address it embeds, as that IPv4 client
+	// would be ("ip:192.0.2.33"), instead of sharing one IPv6 group with
+	// every other IPv4 client of the translator. List here the
+	// network-specific prefix of your translator, such as one inside the
+	// local-use range 64:ff9b:1::/48 of RFC 8215: its length, and so where
+	// the IPv4 address sits, is the operator's choice, so no such prefix is
+	// decoded by default. The length must be 32, 40, 48, 56, 64 or 96. An
+	// address whose bits 64 to 71 are not zero is not a NAT64 address
+	// (RFC 6052, section 2.2) and is grouped as IPv6.
+	//
+	// Only the key is decoded: a trusted proxy behind a translator is
+	// listed in Trusted by its IPv6 address.
+	NAT64Prefixes []netip.Prefix
 }
 
 // IP keys a request by the client's IP address: "ip:" + address for IPv4
@@ -40,7 +62,9 @@ type IPOptions struct {
 // IP address. A RemoteAddr in any other form is an error that matches
 // [ErrBadRemoteAddr]. Every address, here and in X-Forwarded-For, is
 // unmapped first (::ffff:192.0.2.7 is 192.0.2.7) and its zone is dropped
-// (fe80::1%eth0 is fe80::1).
+// (fe80::1%eth0 is fe80::1). A client address in the NAT64 prefix
+// 64:ff9b::/96 is keyed by the IPv4 address it embeds (64:ff9b::192.0.2.33
+// is "ip:192.0.2.33"); see [IPOptions.NAT64Prefixes].
 //
 // Unless the peer is inside one of the trusted prefixes, the peer is the
 // client and no header is read. Behind a trusted proxy:
@@ -48,13 +72,22 @@ type IPOptions struct {
 //   - Every X-Forwarded-For line is read, in order, as one comma-separated
 //     list. Spaces and tabs around an entry are ignored, and so are empty
 //     entries (",,", a trailing comma, an empty line).
-//   - An entry is an IP address, "ipv4:port", "[ipv6]:port" or "[ipv6]".
-//     If any entry is not (e.g. "unknown" or a host name), the list cannot
-//     be trusted and the key is the peer's, whatever the position of that
-//     entry.
 //   - The list is walked from the right, skipping trusted addresses; the
-//     first untrusted one is the client. If all are trusted, the leftmost
-//     one is the client. Without entries, the peer is.
+//     first untrusted one is the client, and the entries to its left are
+//     never read, whatever they hold: a client can put anything there,
+//     but the proxies append the address they saw to its right. If all
+//     entries are trusted, the leftmost one is the client. Without
+//     entries (a health check of the load balancer), the peer is.
+//   - An entry is an IP address, "ipv4:port", "[ipv6]:port" or "[ipv6]".
+//     If the entry the walk stops at is not (e.g. "unknown", a host name,
+//     a quoted address, an IPv4 address with a leading zero), the client
+//     cannot be told: the key function returns an error that matches
+//     [ErrBadForwardedFor], never the proxy's key, since every client
+//     behind it would share that. As for every key error, the rule's
+//     OnError is called and the Limiter's failure mode decides (see
+//     core.Rule.Key). A trusted proxy writes that entry, so a client
+//     cannot cause it; to count such requests under the proxy's key
+//     anyway, use Or(IP(trusted...), IP()).
 //
 // Other headers such as X-Real-IP, True-Client-IP, Forwarded or
 // CF-Connecting-IP are never read.
@@ -62,10 +95,10 @@ func IP(trusted ...netip.Prefix) Func {
 	return IPWith(IPOptions{Trusted: trusted})
 }
 
-// IPWith is [IP] with options. It panics if a trusted prefix is invalid or a
-// prefix length is out of range.
+// IPWith is [IP] with options. It panics if a trusted prefix or a NAT64
+// prefix is invalid or a prefix length is out of range.
 func IPWith(opts IPOptions) Func {
-	k := &ipKeyer{v6bits: 64, v4bits: 32}
+	k := &ipKeyer{v6bits: 64, v4bits: 32, nat64: []netip.Prefix{wellKnownNAT64}}
 	switch {
 	case opts.IPv6Bits < 0 || opts.IPv6Bits > 128:
 		panic(fmt.Sprintf("ratewindow: keyfuncs.IPWith: IPv6Bits %d out of range [1, 128]", opts.IPv6Bits))
@@ -87,12 +120,31 @@ func IPWith(opts IPOptions) Func {
 		}
 		k.trusted = append(k.trusted, p.Masked())
 	}
+	for i, p := range opts.NAT64Prefixes {
+		switch {
+		case !p.IsValid() || !p.Addr().Is6() || p.Addr().Is4In6():
+			panic(fmt.Sprintf("ratewindow: keyfuncs.IPWith: NAT64 prefix %d (%s) is not an IPv6 prefix", i+1, p))
+		case !validNAT64Bits(p.Bits()):
+			panic(fmt.Sprintf("ratewindow: keyfuncs.IPWith: NAT64 prefix %d (%s) is not 32, 40, 48, 56, 64 or 96 bits long", i+1, p))
+		}
+		k.nat64 = append(k.nat64, p.Masked())
+	}
 	return k.key
+}
+
+// validNAT64Bits reports whether bits is a prefix length of RFC 6052.
+func validNAT64Bits(bits int) bool {
+	switch bits {
+	case 32, 40, 48, 56, 64, 96:
+		return true
+	}
+	return false
 }
 
 // ipKeyer holds the configuration of one IP key function.
 type ipKeyer struct {
 	trusted []netip.Prefix
+	nat64   []netip.Prefix // the Well-Known Prefix first
 	v6bits  int
 	v4bits  int
 }
@@ -104,7 +156,10 @@ func (k *ipKeyer) key(r *http.Request) (string, error) {
 	}
 	client := peer
 	if k.isTrusted(peer) {
-		client = k.forwarded(r.Header[xffHeader], peer)
+		var err error
+		if client, err = k.forwarded(r.Header[xffHeader], peer); err != nil {
+			return "", err
+		}
 	}
 	return k.format(client), nil
 }
@@ -118,10 +173,17 @@ func (k *ipKeyer) isTrusted(a netip.Addr) bool {
 	return false
 }
 
-// forwarded walks the X-Forwarded-For lines from the right and returns the
-// client address, or peer if an entry is not an IP address or there is none.
-func (k *ipKeyer) forwarded(lines []string, peer netip.Addr) netip.Addr {
-	var client, leftmost netip.Addr
+// maxQuotedEntry bounds the part of an X-Forwarded-For entry quoted in an
+// error, since the client may have sent it.
+const maxQuotedEntry = 64
+
+// forwarded walks the X-Forwarded-For lines from the right, past the
+// trusted addresses, and returns the first untrusted one without reading
+// further; the leftmost entry if all are trusted; peer if there is none. An
+// entry the walk reaches that is not an IP address is an error that matches
+// ErrBadForwardedFor.
+func (k *ipKeyer) forwarded(lines []string, peer netip.Addr) (netip.Addr, error) {
+	leftmost := peer
 	for i := len(lines) - 1; i >= 0; i-- {
 		line := lines[i]
 		for end := len(line); end >= 0; {
@@ -133,26 +195,28 @@ func (k *ipKeyer) forwarded(lines []string, peer netip.Addr) netip.Addr {
 			}
 			a, ok := parseIP(entry)
 			if !ok {
-				return peer
+				if len(entry) > maxQuotedEntry {
+					entry = entry[:maxQuotedEntry] + "..."
+				}
+				return netip.Addr{}, fmt.Errorf("%w: %q", ErrBadForwardedFor, entry)
+			}
+			if !k.isTrusted(a) {
+				return a, nil
 			}
 			leftmost = a
-			if !client.IsValid() && !k.isTrusted(a) {
-				client = a // keep going: every entry must parse
-			}
 		}
 	}
-	switch {
-	case client.IsValid():
-		return client
-	case leftmost.IsValid():
-		return leftmost
-	default:
-		return peer
-	}
+	return leftmost, nil
 }
 
-// format builds the key of a, grouped by the configured prefix length.
+// format builds the key of a, grouped by the configured prefix length. An
+// address in a NAT64 prefix is keyed by the IPv4 address it embeds.
 func (k *ipKeyer) format(a netip.Addr) string {
+	if a.Is6() {
+		if v4, ok := k.embeddedIPv4(a); ok {
+			a = v4
+		}
+	}
 	var buf [64]byte // "ip:" + the longest IPv6 prefix is 46 bytes
 	b := append(buf[:0], "ip:"...)
 	bits := k.v4bits
@@ -166,6 +230,31 @@ func (k *ipKeyer) format(a netip.Addr) string {
 		b = p.AppendTo(b)
 	}
 	return string(b)
+}
+
+// embeddedIPv4 returns the IPv4 address embedded in a by the first NAT64
+// prefix that contains a, following RFC 6052, section 2.2: the 32 bits
+// start right after the prefix and skip bits 64 to 71, which must be zero.
+func (k *ipKeyer) embeddedIPv4(a netip.Addr) (netip.Addr, bool) {
+	for _, p := range k.nat64 {
+		if !p.Contains(a) {
+			continue
+		}
+		b := a.As16()
+		if p.Bits() < 96 && b[8] != 0 {
+			return netip.Addr{}, false
+		}
+		var v4 [4]byte
+		for i, n := p.Bits()/8, 0; n < len(v4); i++ {
+			if i == 8 {
+				continue // the "u" octet
+			}
+			v4[n] = b[i]
+			n++
+		}
+		return netip.AddrFrom4(v4), true
+	}
+	return netip.Addr{}, false
 }
 
 // parseIP parses "ip", "ipv4:port", "[ipv6]:port" or "[ipv6]", drops the zone

@@ -35,6 +35,14 @@ var (
 	// ErrBadRemoteAddr means that [http.Request.RemoteAddr] is not an IP
 	// address, with or without a port (for example on a Unix socket).
 	ErrBadRemoteAddr = errors.New("ratewindow: RemoteAddr is not an IP address")
+
+	// ErrBadForwardedFor means that [IP], behind a trusted proxy, found an
+	// X-Forwarded-For entry that is not an IP address where the client's
+	// address should be: the first entry from the right that is not a
+	// trusted proxy. Like [ErrBadRemoteAddr], it does not match
+	// [ErrNoKey]: the proxies handed over something that is not an
+	// address.
+	ErrBadForwardedFor = errors.New("ratewindow: the client's X-Forwarded-For entry is not an IP address")
 )
 
 // noKeyError is an error that also matches ErrNoKey.

@@ -37,6 +37,8 @@ func TestIP(t *testing.T) {
 		headers []string // name, value pairs; repeated names make several lines
 		want    string
 		wantErr error
+		// wantErrText, when set, is the exact text of the error.
+		wantErrText string
 	}{
 		// The peer.
 		{name: "v4 ip:port", remote: "203.0.113.5:4711", want: "ip:203.0.113.5"},
@@ -98,8 +100,10 @@ func TestIP(t *testing.T) {
 			headers: []string{xff, "203.0.113.9", xff, "203.0.113.5"}, want: "ip:203.0.113.5"},
 		{name: "all trusted over lines: leftmost", opts: keyfuncs.IPOptions{Trusted: proxies}, remote: "10.0.0.1:1",
 			headers: []string{xff, "10.9.9.9", xff, "10.0.0.3"}, want: "ip:10.9.9.9"},
-		{name: "garbage in another line: peer", opts: keyfuncs.IPOptions{Trusted: proxies}, remote: "10.0.0.1:1",
-			headers: []string{xff, "unknown", xff, "203.0.113.5"}, want: "ip:10.0.0.1"},
+		{name: "garbage in an earlier line is never read", opts: keyfuncs.IPOptions{Trusted: proxies}, remote: "10.0.0.1:1",
+			headers: []string{xff, "unknown", xff, "203.0.113.5"}, want: "ip:203.0.113.5"},
+		{name: "garbage in the last line is the client's entry", opts: keyfuncs.IPOptions{Trusted: proxies}, remote: "10.0.0.1:1",
+			headers: []string{xff, "203.0.113.5", xff, "unknown"}, wantErr: keyfuncs.ErrBadForwardedFor},
 
 		// Entry forms.
 		{name: "whitespace", opts: keyfuncs.IPOptions{Trusted: proxies}, remote: "10.0.0.1:1",
@@ -129,25 +133,85 @@ func TestIP(t *testing.T) {
 		{name: "v4-mapped trusted prefix", opts: keyfuncs.IPOptions{Trusted: []netip.Prefix{netip.MustParsePrefix("::ffff:10.0.0.0/104")}},
 			remote: "10.0.0.1:1", headers: []string{xff, "203.0.113.5"}, want: "ip:203.0.113.5"},
 
-		// Malformed lists: the peer, whatever the position of the bad entry.
+		// Entries left of the client are never read, whatever they hold:
+		// the client wrote them, the trusted proxy appended the client's
+		// address to their right.
+		{name: "the attack: one bad entry sent by the client", opts: keyfuncs.IPOptions{Trusted: proxies}, remote: "10.0.0.1:1",
+			headers: []string{xff, "x, 203.0.113.7"}, want: "ip:203.0.113.7"},
+		{name: "unknown left", opts: keyfuncs.IPOptions{Trusted: proxies}, remote: "10.0.0.1:1",
+			headers: []string{xff, "unknown, 203.0.113.5"}, want: "ip:203.0.113.5"},
+		{name: "quoted left", opts: keyfuncs.IPOptions{Trusted: proxies}, remote: "10.0.0.1:1",
+			headers: []string{xff, `"198.51.100.1", 203.0.113.5`}, want: "ip:203.0.113.5"},
+		{name: "leading zero left", opts: keyfuncs.IPOptions{Trusted: proxies}, remote: "10.0.0.1:1",
+			headers: []string{xff, "198.051.100.1, 203.0.113.5"}, want: "ip:203.0.113.5"},
+		{name: "v4 in brackets left", opts: keyfuncs.IPOptions{Trusted: proxies}, remote: "10.0.0.1:1",
+			headers: []string{xff, "[198.51.100.1], 203.0.113.5"}, want: "ip:203.0.113.5"},
+		{name: "NUL left", opts: keyfuncs.IPOptions{Trusted: proxies}, remote: "10.0.0.1:1",
+			headers: []string{xff, "198.51.100.1\x00, 203.0.113.5"}, want: "ip:203.0.113.5"},
+		{name: "garbage left of a chain of proxies", opts: keyfuncs.IPOptions{Trusted: proxies}, remote: "10.0.0.1:1",
+			headers: []string{xff, "unknown, 203.0.113.5, 10.1.1.1", xff, "fd00::7"}, want: "ip:203.0.113.5"},
+		{name: "trusted-looking entry left of the client", opts: keyfuncs.IPOptions{Trusted: proxies}, remote: "10.0.0.1:1",
+			headers: []string{xff, "garbage, 10.9.9.9, 203.0.113.5"}, want: "ip:203.0.113.5"},
+
+		// An unusable entry where the client's address should be: an
+		// error, never the proxy's key.
+		{name: "unknown", opts: keyfuncs.IPOptions{Trusted: proxies}, remote: "10.0.0.1:1",
+			headers: []string{xff, "unknown"}, wantErr: keyfuncs.ErrBadForwardedFor,
+			wantErrText: `ratewindow: the client's X-Forwarded-For entry is not an IP address: "unknown"`},
 		{name: "garbage right", opts: keyfuncs.IPOptions{Trusted: proxies}, remote: "10.0.0.1:1",
-			headers: []string{xff, "203.0.113.5, garbage"}, want: "ip:10.0.0.1"},
-		{name: "garbage left", opts: keyfuncs.IPOptions{Trusted: proxies}, remote: "10.0.0.1:1",
-			headers: []string{xff, "unknown, 203.0.113.5"}, want: "ip:10.0.0.1"},
+			headers: []string{xff, "203.0.113.5, garbage"}, wantErr: keyfuncs.ErrBadForwardedFor},
 		{name: "garbage between proxies", opts: keyfuncs.IPOptions{Trusted: proxies}, remote: "10.0.0.1:1",
-			headers: []string{xff, "203.0.113.5, _hidden, 10.0.0.2"}, want: "ip:10.0.0.1"},
+			headers: []string{xff, "203.0.113.5, _hidden, 10.0.0.2"}, wantErr: keyfuncs.ErrBadForwardedFor,
+			wantErrText: `ratewindow: the client's X-Forwarded-For entry is not an IP address: "_hidden"`},
+		{name: "garbage left of trusted only", opts: keyfuncs.IPOptions{Trusted: proxies}, remote: "10.0.0.1:1",
+			headers: []string{xff, "unknown, 10.1.1.1, 10.2.2.2"}, wantErr: keyfuncs.ErrBadForwardedFor},
 		{name: "host name", opts: keyfuncs.IPOptions{Trusted: proxies}, remote: "10.0.0.1:1",
-			headers: []string{xff, "client.example.com"}, want: "ip:10.0.0.1"},
+			headers: []string{xff, "client.example.com"}, wantErr: keyfuncs.ErrBadForwardedFor},
 		{name: "bad port", opts: keyfuncs.IPOptions{Trusted: proxies}, remote: "10.0.0.1:1",
-			headers: []string{xff, "203.0.113.5:99999"}, want: "ip:10.0.0.1"},
+			headers: []string{xff, "203.0.113.5:99999"}, wantErr: keyfuncs.ErrBadForwardedFor},
 		{name: "v4 in brackets", opts: keyfuncs.IPOptions{Trusted: proxies}, remote: "10.0.0.1:1",
-			headers: []string{xff, "[203.0.113.5]:80"}, want: "ip:10.0.0.1"},
+			headers: []string{xff, "[203.0.113.5]:80"}, wantErr: keyfuncs.ErrBadForwardedFor},
 		{name: "v4 with zone", opts: keyfuncs.IPOptions{Trusted: proxies}, remote: "10.0.0.1:1",
-			headers: []string{xff, "203.0.113.5%eth0"}, want: "ip:10.0.0.1"},
+			headers: []string{xff, "203.0.113.5%eth0"}, wantErr: keyfuncs.ErrBadForwardedFor},
 		{name: "quoted", opts: keyfuncs.IPOptions{Trusted: proxies}, remote: "10.0.0.1:1",
-			headers: []string{xff, `"203.0.113.5"`}, want: "ip:10.0.0.1"},
+			headers: []string{xff, `"203.0.113.5"`}, wantErr: keyfuncs.ErrBadForwardedFor,
+			wantErrText: `ratewindow: the client's X-Forwarded-For entry is not an IP address: "\"203.0.113.5\""`},
+		{name: "leading zero", opts: keyfuncs.IPOptions{Trusted: proxies}, remote: "10.0.0.1:1",
+			headers: []string{xff, "203.0.113.05"}, wantErr: keyfuncs.ErrBadForwardedFor},
+		{name: "NUL", opts: keyfuncs.IPOptions{Trusted: proxies}, remote: "10.0.0.1:1",
+			headers: []string{xff, "203.0.113.5\x00"}, wantErr: keyfuncs.ErrBadForwardedFor,
+			wantErrText: `ratewindow: the client's X-Forwarded-For entry is not an IP address: "203.0.113.5\x00"`},
 		{name: "space inside entry", opts: keyfuncs.IPOptions{Trusted: proxies}, remote: "10.0.0.1:1",
-			headers: []string{xff, "203.0.113.5 198.51.100.1"}, want: "ip:10.0.0.1"},
+			headers: []string{xff, "203.0.113.5 198.51.100.1"}, wantErr: keyfuncs.ErrBadForwardedFor},
+		{name: "long entry quoted in part", opts: keyfuncs.IPOptions{Trusted: proxies}, remote: "10.0.0.1:1",
+			headers: []string{xff, strings.Repeat("a", 1000)}, wantErr: keyfuncs.ErrBadForwardedFor,
+			wantErrText: `ratewindow: the client's X-Forwarded-For entry is not an IP address: "` + strings.Repeat("a", 64) + `..."`},
+		{name: "untrusted peer: garbage never read", opts: keyfuncs.IPOptions{Trusted: proxies}, remote: "203.0.113.5:1",
+			headers: []string{xff, "unknown"}, want: "ip:203.0.113.5"},
+
+		// NAT64: keyed by the embedded IPv4 address.
+		{name: "NAT64 well-known prefix", remote: "[64:ff9b::192.0.2.33]:1", want: "ip:192.0.2.33"},
+		{name: "NAT64 well-known prefix, hex", remote: "[64:ff9b::c633:6407]:1", want: "ip:198.51.100.7"},
+		{name: "NAT64 two clients are two keys", remote: "[64:ff9b::198.51.100.8]:1", want: "ip:198.51.100.8"},
+		{name: "NAT64 uses v4 bits", opts: keyfuncs.IPOptions{IPv4Bits: 24}, remote: "[64:ff9b::192.0.2.33]:1", want: "ip:192.0.2.0/24"},
+		{name: "NAT64 in X-Forwarded-For", opts: keyfuncs.IPOptions{Trusted: proxies}, remote: "10.0.0.1:1",
+			headers: []string{xff, "64:ff9b::203.0.113.5, 10.0.0.2"}, want: "ip:203.0.113.5"},
+		{name: "NAT64 peer is not trusted by its IPv4 address", opts: keyfuncs.IPOptions{Trusted: proxies}, remote: "[64:ff9b::10.0.0.1]:1",
+			headers: []string{xff, "203.0.113.5"}, want: "ip:10.0.0.1"},
+		{name: "local-use prefix not decoded by default", remote: "[64:ff9b:1::192.0.2.33]:1", want: "ip:64:ff9b:1::/64"},
+		{name: "local-use prefix listed", opts: keyfuncs.IPOptions{NAT64Prefixes: []netip.Prefix{netip.MustParsePrefix("64:ff9b:1::/96")}},
+			remote: "[64:ff9b:1::192.0.2.33]:1", want: "ip:192.0.2.33"},
+		{name: "outside the listed prefix", opts: keyfuncs.IPOptions{NAT64Prefixes: []netip.Prefix{netip.MustParsePrefix("64:ff9b:1::/96")}},
+			remote: "[64:ff9b:1:1::192.0.2.33]:1", want: "ip:64:ff9b:1:1::/64"},
+		// RFC 6052, section 2.4: 192.0.2.33 under every prefix length.
+		{name: "RFC 6052 /32", opts: nat64("2001:db8::/32"), remote: "[2001:db8:c000:221::]:1", want: "ip:192.0.2.33"},
+		{name: "RFC 6052 /40", opts: nat64("2001:db8:100::/40"), remote: "[2001:db8:1c0:2:21::]:1", want: "ip:192.0.2.33"},
+		{name: "RFC 6052 /48", opts: nat64("2001:db8:122::/48"), remote: "[2001:db8:122:c000:2:2100::]:1", want: "ip:192.0.2.33"},
+		{name: "RFC 6052 /56", opts: nat64("2001:db8:122:300::/56"), remote: "[2001:db8:122:3c0:0:221::]:1", want: "ip:192.0.2.33"},
+		{name: "RFC 6052 /64", opts: nat64("2001:db8:122:344::/64"), remote: "[2001:db8:122:344:c0:2:2100:0]:1", want: "ip:192.0.2.33"},
+		{name: "RFC 6052 /96", opts: nat64("2001:db8:122:344::/96"), remote: "[2001:db8:122:344::192.0.2.33]:1", want: "ip:192.0.2.33"},
+		{name: "u octet set: not NAT64", opts: nat64("2001:db8:122:344::/64"), remote: "[2001:db8:122:344:ffc0:2:2100:0]:1", want: "ip:2001:db8:122:344::/64"},
+		{name: "unmasked prefix", opts: nat64("2001:db8:122:344::1/96"), remote: "[2001:db8:122:344::192.0.2.33]:1", want: "ip:192.0.2.33"},
 
 		// Bad RemoteAddr.
 		{name: "empty RemoteAddr", remote: "", wantErr: keyfuncs.ErrBadRemoteAddr},
@@ -167,6 +231,9 @@ func TestIP(t *testing.T) {
 				if !errors.Is(err, tt.wantErr) || got != "" {
 					t.Fatalf("got (%q, %v), want error %v", got, err, tt.wantErr)
 				}
+				if tt.wantErrText != "" && err.Error() != tt.wantErrText {
+					t.Fatalf("error %q, want %q", err, tt.wantErrText)
+				}
 				return
 			}
 			if err != nil || got != tt.want {
@@ -174,6 +241,11 @@ func TestIP(t *testing.T) {
 			}
 		})
 	}
+}
+
+// nat64 returns IPOptions with the NAT64 prefix p.
+func nat64(p string) keyfuncs.IPOptions {
+	return keyfuncs.IPOptions{NAT64Prefixes: []netip.Prefix{netip.MustParsePrefix(p)}}
 }
 
 func TestIPVariadicTrusted(t *testing.T) {
@@ -231,7 +303,8 @@ func TestIPSpoofing(t *testing.T) {
 		}
 	}
 	// The same client behind a trusted proxy, forging X-Forwarded-For entries
-	// that the proxy then appends to: the key follows the proxy's entry.
+	// that the proxy then appends to: the key follows the proxy's entry,
+	// also when a forged entry is not an address.
 	key := keyfuncs.IP(proxies...)
 	for i, h := range forged {
 		kv := append([]string(nil), h...)
@@ -241,9 +314,6 @@ func TestIPSpoofing(t *testing.T) {
 				prior += kv[j+1] + ", "
 				kv[j+1] = "" // replaced below by the proxy's merged line
 			}
-		}
-		if prior != "" && strings.Contains(prior, "garbage") {
-			continue // a malformed list falls back to the proxy; tested in TestIP
 		}
 		kv = append(kv, "X-Forwarded-For", prior+"203.0.113.5")
 		got, err := key(req("10.0.0.1:1", kv...))
@@ -263,6 +333,11 @@ func TestIPWithPanics(t *testing.T) {
 		{"IPv4Bits negative", keyfuncs.IPOptions{IPv4Bits: -1}},
 		{"IPv4Bits too large", keyfuncs.IPOptions{IPv4Bits: 33}},
 		{"invalid prefix", keyfuncs.IPOptions{Trusted: []netip.Prefix{{}}}},
+		{"invalid NAT64 prefix", keyfuncs.IPOptions{NAT64Prefixes: []netip.Prefix{{}}}},
+		{"IPv4 NAT64 prefix", nat64("192.0.2.0/24")},
+		{"IPv4-mapped NAT64 prefix", nat64("::ffff:0:0/96")},
+		{"NAT64 prefix of 33 bits", nat64("2001:db8::/33")},
+		{"NAT64 prefix of 128 bits", nat64("2001:db8::/128")},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -472,6 +547,7 @@ func TestJoin(t *testing.T) {
 			wantErr: keyfuncs.ErrNoRoute},
 		{name: "empty key", fs: []keyfuncs.Func{fixed("a", nil), fixed("", nil)}, wantErr: keyfuncs.ErrNoKey, wantCalled: 2},
 		{name: "no funcs", wantErr: keyfuncs.ErrNoKey},
+
 		// "|" and "\" within a key are escaped, so keys never run together.
 		{name: "separator escaped", fs: []keyfuncs.Func{fixed("a|b", nil), fixed("c", nil)}, want: `a\|b|c`, wantCalled: 2},
 		{name: "separator escaped, other split", fs: []keyfuncs.Func{fixed("a", nil), fixed("b|c", nil)}, want: `a|b\|c`, wantCalled: 2},
@@ -695,7 +771,7 @@ func TestConstructorPanics(t *testing.T) {
 }
 
 func TestErrorText(t *testing.T) {
-	for _, err := range []error{keyfuncs.ErrNoKey, keyfuncs.ErrNoHeader, keyfuncs.ErrNoUser, keyfuncs.ErrNoRoute, keyfuncs.ErrBadRemoteAddr} {
+	for _, err := range []error{keyfuncs.ErrNoKey, keyfuncs.ErrNoHeader, keyfuncs.ErrNoUser, keyfuncs.ErrNoRoute, keyfuncs.ErrBadRemoteAddr, keyfuncs.ErrBadForwardedFor} {
 		if !strings.HasPrefix(err.Error(), "ratewindow: ") {
 			t.Errorf("%q does not start with ratewindow:", err)
 		}
@@ -703,11 +779,16 @@ func TestErrorText(t *testing.T) {
 	if errors.Is(keyfuncs.ErrBadRemoteAddr, keyfuncs.ErrNoKey) {
 		t.Error("ErrBadRemoteAddr matches ErrNoKey")
 	}
+	if errors.Is(keyfuncs.ErrBadForwardedFor, keyfuncs.ErrNoKey) {
+		t.Error("ErrBadForwardedFor matches ErrNoKey")
+	}
 }
 
-// FuzzIP checks that IP never panics and always keys by the peer or by one
-// of the X-Forwarded-For entries. A newline in xff separates header lines.
-// Its seed corpus is in testdata/fuzz/FuzzIP.
+// FuzzIP checks that IP never panics, keys by the peer or by one of the
+// X-Forwarded-For entries, fails with ErrBadForwardedFor only behind a
+// trusted proxy, and never reads the entries left of the client: entries
+// put in front of the list change no key into another. A newline in xff
+// separates header lines. Its seed corpus is in testdata/fuzz/FuzzIP.
 func FuzzIP(f *testing.F) {
 	key := keyfuncs.IP(append(proxies, netip.MustParsePrefix("::ffff:192.168.0.0/112"))...)
 	plain := keyfuncs.IP()
@@ -724,6 +805,31 @@ func FuzzIP(f *testing.F) {
 			}
 			return
 		}
+		if k, _ := plain(r); k != peer {
+			t.Fatalf("IP() read a header: got %q, want %q", k, peer)
+		}
+
+		// Garbage in front of the list: the same key, or the error when
+		// the walk reaches it (all entries trusted, or none).
+		r2 := &http.Request{RemoteAddr: remote, Header: http.Header{
+			"X-Forwarded-For": append([]string{`unknown, "198.51.100.1", 01.2.3.4, [192.0.2.1], a` + "\x00"}, r.Header["X-Forwarded-For"]...),
+		}}
+		got2, err2 := key(r2)
+		switch {
+		case errors.Is(err2, keyfuncs.ErrBadForwardedFor):
+			if err == nil && got != peer && !trustedKey(key, keyAddr(got)) {
+				t.Fatalf("RemoteAddr %q, XFF %q: key %q became an error %v with entries in front", remote, xff, got, err2)
+			}
+		case got2 != got || (err == nil) != (err2 == nil):
+			t.Fatalf("RemoteAddr %q, XFF %q: got (%q, %v), with entries in front (%q, %v)", remote, xff, got, err, got2, err2)
+		}
+
+		if errors.Is(err, keyfuncs.ErrBadForwardedFor) {
+			if got != "" || len(r.Header["X-Forwarded-For"]) == 0 || !trustedKey(key, remote) {
+				t.Fatalf("RemoteAddr %q, XFF %q: got (%q, %v) without a trusted peer and a header", remote, xff, got, err)
+			}
+			return
+		}
 		if err != nil || !strings.HasPrefix(got, "ip:") {
 			t.Fatalf("got (%q, %v)", got, err)
 		}
@@ -731,9 +837,6 @@ func FuzzIP(f *testing.F) {
 			if _, err := netip.ParseAddr(got[3:]); err != nil {
 				t.Fatalf("key %q holds neither an address nor a prefix", got)
 			}
-		}
-		if k, _ := plain(r); k != peer {
-			t.Fatalf("IP() read a header: got %q, want %q", k, peer)
 		}
 		if got == peer {
 			return
@@ -749,6 +852,23 @@ func FuzzIP(f *testing.F) {
 	})
 }
 
+// keyAddr returns the address of an IP key: "ip:2001:db8::/64" gives
+// "2001:db8::".
+func keyAddr(key string) string {
+	s := strings.TrimPrefix(key, "ip:")
+	if p, err := netip.ParsePrefix(s); err == nil {
+		return p.Addr().String()
+	}
+	return s
+}
+
+// trustedKey reports whether key trusts the peer remote: whether it reads
+// X-Forwarded-For.
+func trustedKey(key keyfuncs.Func, remote string) bool {
+	k, err := key(&http.Request{RemoteAddr: remote, Header: http.Header{"X-Forwarded-For": {"203.0.113.99"}}})
+	return err == nil && k == "ip:203.0.113.99"
+}
+
 func BenchmarkIP(b *testing.B) {
 	benchmarks := []struct {
 		name string
@@ -761,7 +881,8 @@ func BenchmarkIP(b *testing.B) {
 		{"trusted proxy", keyfuncs.IP(proxies...), req("10.0.0.1:4711", "X-Forwarded-For", "198.51.100.66, 203.0.113.5")},
 		{"trusted chain", keyfuncs.IP(proxies...), req("10.0.0.1:4711", "X-Forwarded-For", "198.51.100.66, 203.0.113.5, 10.1.1.1", "X-Forwarded-For", "10.2.2.2")},
 		{"trusted v6 client", keyfuncs.IP(proxies...), req("[fd00::1]:4711", "X-Forwarded-For", "2001:db8:1:2::5, fd00::2")},
-		{"malformed XFF", keyfuncs.IP(proxies...), req("10.0.0.1:4711", "X-Forwarded-For", "203.0.113.5, garbage")},
+		{"garbage left of the client", keyfuncs.IP(proxies...), req("10.0.0.1:4711", "X-Forwarded-For", "garbage, 203.0.113.5")},
+		{"NAT64 client", keyfuncs.IP(), req("[64:ff9b::203.0.113.5]:4711")},
 	}
 	for _, bm := range benchmarks {
 		b.Run(bm.name, func(b *testing.B) {
