@@ -24,6 +24,13 @@
 // keyfuncs.Or gives such requests a key of their own. The middleware must
 // run inside a chi router (Use, With, Group or Route); wrapping a router
 // from outside gives no pattern.
+//
+// # Options
+//
+// New and Limit have the signatures of nethttp's, less its options:
+// nethttp.WithMux and nethttp.WithRouteFunc exist because http.ServeMux
+// gives the pattern only to the handler it matched, whereas chi lets the
+// middleware find it, so there is nothing to configure here.
 package chimw
 
 import (
@@ -39,22 +46,24 @@ import (
 
 // New returns chi middleware that limits requests by rule on l, or an
 // error when the rule is invalid (see core.Rule.Validate).
+//
+// Requests pass to the next handler, with the rate-limit header fields of
+// the rule, until a limit denies them: then the middleware answers 429 Too
+// Many Requests with Retry-After (see core.Rule for every choice). The
+// route pattern of a request is chi's, also before routing (see the
+// package documentation).
 func New(l *core.Limiter, rule core.Rule) (func(http.Handler) http.Handler, error) {
 	e, err := core.NewEnforcer(l, rule)
 	if err != nil {
 		return nil, err
 	}
-	f := &finder{}
-	f.pool.New = func() any { return chi.NewRouteContext() }
+	routes := &routeFinder{}
+	routes.pool.New = func() any { return chi.NewRouteContext() }
 	return func(next http.Handler) http.Handler {
 		if next == nil {
 			panic(fmt.Sprintf("ratewindow: chimw: rule %q: nil next handler", rule.Name))
 		}
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r, ok := e.Handle(w, r, f.pattern(r)); ok {
-				next.ServeHTTP(w, r)
-			}
-		})
+		return routed{e: e, next: next, routes: routes}
 	}, nil
 }
 
@@ -68,14 +77,28 @@ func Limit(l *core.Limiter, rule core.Rule) func(http.Handler) http.Handler {
 	return mw
 }
 
-// finder finds chi's route pattern of a request, also before routing.
-type finder struct {
+// routed is the middleware, with chi's route pattern as the route, as
+// nethttp's middleware of the same name has its route function.
+type routed struct {
+	e      *core.Enforcer
+	next   http.Handler
+	routes *routeFinder
+}
+
+func (h routed) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r, ok := h.e.Handle(w, r, h.routes.route(r)); ok {
+		h.next.ServeHTTP(w, r)
+	}
+}
+
+// routeFinder finds chi's route pattern of a request, also before routing.
+type routeFinder struct {
 	pool sync.Pool // of *chi.Context for Find
 }
 
-// pattern returns the route pattern of r, as chi's RoutePattern gives it in
+// route returns the route pattern of r, as chi's RoutePattern gives it in
 // the handler, or "" when r matches no route or is not inside a chi router.
-func (f *finder) pattern(r *http.Request) string {
+func (f *routeFinder) route(r *http.Request) string {
 	rctx := chi.RouteContext(r.Context())
 	if rctx == nil {
 		return ""

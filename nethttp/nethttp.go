@@ -10,6 +10,11 @@ import (
 
 // Option configures the middleware of New and Limit. Build one with the
 // With functions.
+//
+// Both options tell the middleware the route pattern of a request. They
+// exist only here: http.ServeMux gives the pattern only to the handler it
+// matched, whereas chimw, ginmw and echomw get it from their router, so
+// their New and Limit, otherwise the same as these, take no options.
 type Option struct{ apply func(*options) }
 
 type options struct {
@@ -102,7 +107,8 @@ func (h plain) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// routed is the middleware with a route function.
+// routed is the middleware with a route function (chimw's has the same
+// name and shape).
 type routed struct {
 	e     *core.Enforcer
 	next  http.Handler
