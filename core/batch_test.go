@@ -77,7 +77,10 @@ func sendAll(s *redisStore, calls []*call) ([]Result, []error) {
 		<-c.done
 		errs[i] = c.err
 		if c.err == nil {
-			rs[i], errs[i] = parseAllow(c.reply, []Limit{PerMinute(3)})
+			q := &query{limits: []Limit{PerMinute(3)}}
+			if errs[i] = parseAllow(c.reply, q); errs[i] == nil {
+				rs[i] = q.result()
+			}
 		}
 	}
 	return rs, errs
@@ -226,7 +229,7 @@ func TestBatchKeepsDeadline(t *testing.T) {
 	first := make(chan error, maxInFlight)
 	for i := 0; i < maxInFlight; i++ {
 		go func() { // in flight for the whole pause: every slot taken
-			_, err := s.allow(ctx, &query{key: "a", n: 1, limits: []Limit{PerMinute(3)}, commit: true})
+			err := s.allow(ctx, &query{key: "a", n: 1, limits: []Limit{PerMinute(3)}, commit: true})
 			first <- err
 		}()
 	}
@@ -243,7 +246,7 @@ func TestBatchKeepsDeadline(t *testing.T) {
 	defer cancel()
 	stalls := stall.Start(t)
 	start := time.Now()
-	_, err := s.allow(dctx, &query{key: "b", n: 1, limits: []Limit{PerMinute(3)}, commit: true})
+	err := s.allow(dctx, &query{key: "b", n: 1, limits: []Limit{PerMinute(3)}, commit: true})
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("queued call: %v, want the deadline", err)
 	}

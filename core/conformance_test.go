@@ -187,6 +187,9 @@ func (e *env) expect(step string, r Result, err error, w want) {
 	if err != nil {
 		e.t.Fatalf("%s: unexpected error %v", step, err)
 	}
+	if r.BackendErr != nil {
+		e.t.Fatalf("%s: the failure mode answered: %v", step, r.BackendErr)
+	}
 	got := want{r.Allowed, r.Remaining, r.RetryAfter, r.ResetAfter}
 	if got != w {
 		e.t.Fatalf("%s: got %+v, want %+v", step, got, w)

@@ -46,9 +46,24 @@
 // # Failures
 //
 // Every call to Redis is bounded by WithTimeout. When Redis fails, the
-// failure mode answers (FailOpen, FailClosed or FailLocal) and the error is
-// returned alongside the result. A small circuit breaker stops paying the
-// timeout on every call while Redis is down. Denials are remembered in a
+// failure mode answers (FailOpen, FailClosed or FailLocal): that answer is a
+// decision, returned with a nil error, and Result.BackendErr holds the
+// failure. An error from Allow, AllowN or Peek means that no decision was
+// made (bad input, or the caller's context ended first), so the natural
+//
+//	r, err := l.Allow(ctx, key, limits...)
+//	if err != nil {
+//		return err
+//	}
+//	if r.BackendErr != nil {
+//		log.Print(r.BackendErr) // Redis failed; the failure mode answered
+//	}
+//	if !r.Allowed {
+//		// deny
+//	}
+//
+// keeps a fail-open service up while Redis is down. A small circuit
+// breaker stops paying the timeout on every call while Redis is down. Denials are remembered in a
 // local deny cache until their RetryAfter passes, answering repeat requests
 // without a round trip; this never changes a decision.
 package core

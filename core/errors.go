@@ -23,7 +23,7 @@ var (
 	// ErrNeverFits is returned by Wait when the cost exceeds a limit's Count:
 	// the request can never pass.
 	ErrNeverFits = errors.New("ratewindow: cost exceeds the limit")
-	// ErrCircuitOpen is returned, alongside the failure mode's result, while
-	// the circuit breaker skips Redis after repeated failures.
+	// ErrCircuitOpen is the Result.BackendErr of the failure mode's answers
+	// while the circuit breaker skips Redis after repeated failures.
 	ErrCircuitOpen = errors.New("ratewindow: redis unavailable, circuit open")
 )

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/ratewindow/ratewindow/core"
 )
 
@@ -79,4 +81,30 @@ func ExampleLimit_String() {
 	// Output:
 	// 100 per 1m0s (sliding-log)
 	// 5-per-1h
+}
+
+// A Redis failure is answered by the failure mode, and that answer is a
+// decision: the error is nil, and Result.BackendErr says what failed. Log
+// it, and branch on Allowed, as when Redis answers.
+func ExampleResult_BackendErr() {
+	ctx := context.Background()
+	// a Redis that is down: nothing listens on this loopback port
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	defer rdb.Close()
+	l, err := core.New(rdb) // FailOpen, the default
+	if err != nil {
+		panic(err)
+	}
+
+	r, err := l.Allow(ctx, "user:42", core.PerMinute(10))
+	if err != nil { // no decision: bad input, or ctx ended
+		panic(err)
+	}
+	if r.BackendErr != nil {
+		fmt.Println("redis failed; the failure mode answered") // log r.BackendErr
+	}
+	fmt.Println("allowed:", r.Allowed)
+	// Output:
+	// redis failed; the failure mode answered
+	// allowed: true
 }

@@ -74,11 +74,21 @@ func (w *slowest) add(d time.Duration) {
 
 func (w *slowest) get() time.Duration { return time.Duration(w.ns.Load()) }
 
-// faultAllow is Allow, timed.
+// faultAllow is Allow, timed. Its error is the call's own when it made no
+// decision, else the failure that the failure mode answered
+// (Result.BackendErr). A Redis failure returned as the call's error breaks
+// the contract: it comes back as an error that is no backend error.
 func faultAllow(ctx context.Context, l *Limiter, key string, limits ...Limit) (Result, error, time.Duration) {
 	start := time.Now()
 	r, err := l.Allow(ctx, key, limits...)
-	return r, err, time.Since(start)
+	d := time.Since(start)
+	switch {
+	case err != nil && isBackendError(err):
+		return r, fmt.Errorf("Allow returned the backend error %q instead of a decision", err), d
+	case err != nil:
+		return r, err, d
+	}
+	return r, r.BackendErr, d
 }
 
 // failureCase is a failure mode and what it answers the i-th request (from
@@ -205,6 +215,9 @@ func beyond(t *testing.T, m *stall.Meter, d, bound time.Duration, what string) {
 	}
 }
 
+// breakerOf returns the circuit breaker of a Limiter on Redis.
+func breakerOf(l *Limiter) *breaker { return l.decider.(*failover).next.(*bounds).breaker }
+
 func isNetTimeout(err error) bool {
 	var te interface{ Timeout() bool }
 	return errors.As(err, &te) && te.Timeout()
@@ -229,12 +242,12 @@ func TestFaultCallerDeadline(t *testing.T) {
 				t.Fatalf("got %+v %v after %v", r, err, d)
 			}
 			beyond(t, stalls, d, 200*time.Millisecond, "the decision")
-			if ev := rec.take(); len(ev) != 1 || !ev[0].Failed {
+			// no decision was made: the caller's deadline is no failure of
+			// Redis, for the failure mode or for the breaker
+			if ev := rec.take(); len(ev) != 1 || ev[0].Failed || !errors.Is(ev[0].Err, context.DeadlineExceeded) {
 				t.Fatalf("events %+v", ev)
 			}
-			// the caller's own deadline says nothing about Redis: the
-			// breaker stays closed
-			if l.breaker.failures.Load() != 0 {
+			if breakerOf(l).failures.Load() != 0 {
 				t.Fatalf("breaker counted the caller's deadline")
 			}
 		})
@@ -487,14 +500,14 @@ func TestFaultCallerCancelsProbe(t *testing.T) {
 	}
 	time.Sleep(time.Duration(breakerPause))
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Millisecond)
-	_, err := l.Allow(cctx, "k", PerSecond(1)) // the probe; its caller gives up
+	_, err, _ := faultAllow(cctx, l, "k", PerSecond(1)) // the probe; its caller gives up
 	cancel()
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("probe: %v", err)
 	}
 	// the next call probes (and times out on the silent server) instead
 	// of being told the circuit is open
-	if _, err := l.Allow(ctx, "k", PerSecond(1)); errors.Is(err, ErrCircuitOpen) || !errors.Is(err, context.DeadlineExceeded) {
+	if _, err, _ := faultAllow(ctx, l, "k", PerSecond(1)); errors.Is(err, ErrCircuitOpen) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("after an abandoned probe: %v", err)
 	}
 }
@@ -544,7 +557,7 @@ func TestFaultLocalShare(t *testing.T) {
 		{100, 0.25, 25}, {100, 0.29, 29}, {100, 0.57, 57}, {3, 1.0 / 3, 1}, {10, 0.7, 7},
 		{7, 0.5, 3}, {1, 0.1, 1}, {5, 0.01, 1}, {1000, 1, 1000}, {1 << 40, 0.5, 1 << 39},
 	} {
-		if got := scale([]Limit{PerMinute(c.count)}, c.share)[0].Count; got != c.want {
+		if got := scaled(c.count, c.share); got != c.want {
 			t.Errorf("%d × %v = %d, want %d", c.count, c.share, got, c.want)
 		}
 	}

@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -14,23 +14,31 @@ import (
 
 // Limiter decides whether requests pass. It is safe for concurrent use by
 // many goroutines; create one per process and share it.
+//
+// A call goes through a chain of small layers built once by New or
+// NewMemory: the Limiter itself (validation, the deny cache, the observer,
+// the binding limit), then over Redis the failure mode (failover.go), the
+// timeout and circuit breaker (bounds.go) and the scripts with their
+// batcher (redis.go, batch.go); or the memory backend (memory.go).
 type Limiter struct {
-	store    store
-	remote   bool         // store is Redis: timeouts, breaker and failure mode apply
-	local    *memoryStore // FailLocal's store
-	clock    func() time.Time
-	timeout  time.Duration
-	waitTime time.Duration // WithWaitTimeout
-	mode     FailureMode
-	share    float64
-	cache    *denyCache
+	decider store // the chain for Allow, AllowN, Peek and Reset
+	waiter  store // the same chain, bounded by the wait timeout, for Wait
+	store   store // its bottom, the backend itself: Redis scripts or memory
+	mode    FailureMode
+	clock   func() time.Time
+	cache   *denyCache
+	// observer receives an Event per decision; nil: none
 	observer Observer
-	breaker  breaker
+	queries  sync.Pool // *query, reused by decisions
 }
 
 // New returns a Limiter that keeps its counts in Redis. rdb may be a
 // *redis.Client, *redis.ClusterClient, *redis.Ring or a failover client:
 // every call is one script run on the keys of one hash slot.
+//
+// New does not contact Redis: call Check at start-up (and in readiness
+// probes) to learn whether Redis is reachable, authorised and configured
+// so that it never evicts the Limiter's keys.
 func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
 	if rdb == nil {
 		return nil, errors.New("ratewindow: nil redis client")
@@ -45,10 +53,15 @@ func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
 		return nil, err
 	}
 	l := newLimiter(c)
-	l.store, l.remote = newRedisStore(rdb, c.prefix), true
+	scripts := newRedisStore(rdb, c.prefix)
+	l.store = scripts
+	br := &breaker{}
+	var local *memoryStore
 	if c.mode == FailLocal {
-		l.local = newMemoryStore(l.micros)
+		local = newMemoryStore(l.micros)
 	}
+	l.decider = &failover{next: &bounds{next: scripts, timeout: c.timeout, breaker: br}, mode: c.mode, local: local, share: c.share}
+	l.waiter = &failover{next: &bounds{next: scripts, timeout: c.waitTime, breaker: br}, mode: c.mode, local: local, share: c.share}
 	return l, nil
 }
 
@@ -64,17 +77,19 @@ func NewMemory(opts ...Option) *Limiter {
 		}
 	}
 	// the deny cache saves round trips; the memory store has none to save
-	c.mode, c.timeout, c.cacheSize = FailOpen, 0, 0
+	c.mode, c.cacheSize = FailOpen, 0
 	l := newLimiter(c)
-	l.store = newMemoryStore(l.micros)
+	ms := newMemoryStore(l.micros)
+	l.decider, l.waiter, l.store = ms, ms, ms
 	return l
 }
 
 func newLimiter(c config) *Limiter {
-	l := &Limiter{clock: c.clock, timeout: c.timeout, waitTime: c.waitTime, mode: c.mode, share: c.share, observer: c.observer}
+	l := &Limiter{clock: c.clock, mode: c.mode, observer: c.observer}
 	if c.cacheSize > 0 {
 		l.cache = newDenyCache(c.cacheSize)
 	}
+	l.queries.New = func() any { return new(query) }
 	return l
 }
 
@@ -99,6 +114,10 @@ func (l *Limiter) queryTime() int64 {
 
 // Allow reports whether one unit under every limit fits now, and records it
 // under all of them when it does. A denied request records nothing.
+//
+// The error is non-nil only when no decision was made: invalid arguments,
+// or ctx ending first. When Redis fails, the Limiter's failure mode
+// decides and the error is nil: Result.BackendErr then holds the failure.
 func (l *Limiter) Allow(ctx context.Context, key string, limits ...Limit) (Result, error) {
 	return l.decide(ctx, OpAllow, "", key, 1, limits)
 }
@@ -110,13 +129,14 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64, limits ...Lim
 }
 
 // Peek reports whether one unit would be allowed now, and what remains,
-// without recording anything.
+// without recording anything. Its errors are those of Allow.
 func (l *Limiter) Peek(ctx context.Context, key string, limits ...Limit) (Result, error) {
 	return l.decide(ctx, OpPeek, "", key, 1, limits)
 }
 
 // Reset forgets every unit recorded for key under limits, and this
-// Limiter's cached denials of key.
+// Limiter's cached denials of key. A Redis failure is returned: no failure
+// mode answers for Reset.
 func (l *Limiter) Reset(ctx context.Context, key string, limits ...Limit) error {
 	if err := validate(key, 1, limits); err != nil {
 		return err
@@ -124,15 +144,11 @@ func (l *Limiter) Reset(ctx context.Context, key string, limits ...Limit) error 
 	if l.cache != nil {
 		l.cache.forget(key)
 	}
-	q := query{key: key, n: 1, limits: limits}
-	if l.local != nil {
-		_ = l.local.reset(ctx, &q)
-	}
-	return l.guarded().reset(ctx, &q)
+	return l.decider.reset(ctx, &query{key: key, n: 1, limits: limits})
 }
 
-// decide validates, consults the deny cache, asks the store and applies the
-// failure mode. rule is the Rule's name for observers.
+// decide validates, consults the deny cache, asks the chain and picks the
+// binding limit. rule is the Rule's name for observers.
 func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, limits []Limit) (Result, error) {
 	if err := validate(key, n, limits); err != nil {
 		return Result{}, err
@@ -150,25 +166,24 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 			return r, nil
 		}
 	}
-	var (
-		r   Result
-		err error
-	)
-	if ms, ok := l.store.(*memoryStore); ok {
-		r = ms.decide(key, n, limits, commit, l.queryTime()) // no allocation
-	} else {
-		// the query crosses an interface: give it its own copy of limits
-		// so that the caller's variadic slice can stay on its stack
-		q := &query{key: key, n: n, limits: slices.Clone(limits), commit: commit, now: l.queryTime()}
-		r, err = l.run(ctx, q)
+	// the query is pooled and holds a copy of limits: the caller's
+	// variadic slice stays on its stack, and a decision allocates nothing
+	q := l.queries.Get().(*query)
+	q.key, q.n, q.limits, q.commit, q.now = key, n, append(q.limits[:0], limits...), commit, l.queryTime()
+	err := l.decider.allow(ctx, q)
+	var r Result
+	if err == nil {
+		r = q.result()
 	}
-	if err == nil && l.cache != nil && commit && !r.Allowed {
+	q.key, q.backendErr = "", nil // keep no reference in the pool but the limits' names
+	l.queries.Put(q)
+	if err == nil && l.cache != nil && commit && !r.Allowed && r.BackendErr == nil {
 		l.cache.put(key, n, limits, cachedAt, r)
 	}
 	if l.observer != nil {
 		ev := Event{Op: op, Rule: rule, Key: key, Result: r, Err: err}
-		if err != nil { // run answered by the failure mode
-			ev.Failed, ev.Fallback = true, l.mode
+		if r.BackendErr != nil {
+			ev.Err, ev.Failed, ev.Fallback = r.BackendErr, true, l.mode
 		}
 		l.observe(ev, start)
 	}
@@ -182,159 +197,60 @@ func (l *Limiter) observe(ev Event, start time.Time) {
 	}
 }
 
-func (l *Limiter) withTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
-	if l.remote && d > 0 {
-		return context.WithTimeout(ctx, d)
+// result turns q's decision into a Result with its binding limit: when
+// denied, the limit with the longest retry (never is longest); when
+// allowed, or on a tie, the one with the fewest units remaining, then the
+// latest reset.
+func (q *query) result() Result {
+	var b binder
+	for i, lim := range q.limits {
+		s := q.states[i]
+		b.add(lim, q.allowed, s.remaining, s.retry, s.reset)
 	}
-	return ctx, func() {}
-}
-
-// run asks the store; a failure is answered by the failure mode, with the
-// error.
-func (l *Limiter) run(ctx context.Context, q *query) (Result, error) {
-	r, err := l.guarded().allow(ctx, q)
-	if err != nil {
-		return l.fallback(ctx, q, err)
-	}
-	return r, nil
-}
-
-// guarded returns the store behind the decision timeout and the circuit
-// breaker.
-func (l *Limiter) guarded() store { return l.guardedBy(l.timeout) }
-
-// guardedBy returns the store behind the timeout d and the circuit breaker.
-func (l *Limiter) guardedBy(d time.Duration) store {
-	if !l.remote {
-		return l.store
-	}
-	return guard{l, d}
-}
-
-// guard applies a timeout and the Limiter's circuit breaker to every call
-// to Redis, and marks Redis's errors as backendError.
-type guard struct {
-	l       *Limiter
-	timeout time.Duration
-}
-
-// guardCall runs f on Redis behind the breaker, with a context bounded by
-// the timeout and the caller's.
-func guardCall[T any](l *Limiter, timeout time.Duration, ctx context.Context, f func(context.Context) (T, error)) (T, error) {
-	var zero T
-	b := &l.breaker
-	ok, probe := b.allow(time.Now().UnixNano())
-	if !ok {
-		return zero, backendError{ErrCircuitOpen}
-	}
-	cctx, cancel := l.withTimeout(ctx, timeout)
-	v, err := f(cctx) // the batcher returns at cctx's deadline, whatever the client
-	cancel()
-	switch {
-	case err == nil:
-		b.success()
-		return v, nil
-	case ctx.Err() != nil: // the caller gave up: not Redis's fault
-		if probe {
-			b.abandon()
+	r := Result{Allowed: q.allowed, Limit: b.limit, Remaining: b.remaining, ResetAfter: usec(b.reset), BackendErr: q.backendErr}
+	if !q.allowed {
+		r.RetryAfter = usec(b.retry)
+		if b.retry < 0 {
+			r.RetryAfter = -1
 		}
-		return zero, err
 	}
-	b.failure(time.Now().UnixNano())
-	return zero, backendError{err}
+	return r
 }
 
-func (g guard) allow(ctx context.Context, q *query) (Result, error) {
-	return guardCall(g.l, g.timeout, ctx, func(ctx context.Context) (Result, error) { return g.l.store.allow(ctx, q) })
+// binder picks the binding limit of a decision, one limit at a time.
+type binder struct {
+	set                     bool
+	limit                   Limit
+	remaining, retry, reset int64 // retry and reset in µs; retry -1: never
 }
 
-// reserve runs the reservation to its reply even when the caller's
-// context ends first: the script may have run, and only its reply names the
-// units it recorded. A caller that leaves gets ctx's error at once; the
-// reply is then read on another goroutine, and a reservation it holds is
-// given back. Only a Redis that does not answer within the timeout leaves
-// the outcome unknown (the units then leave with the window).
-func (g guard) reserve(ctx context.Context, q *query, longest int64) (reservation, error) {
-	run := func(ctx context.Context) (reservation, error) {
-		return guardCall(g.l, g.timeout, ctx, func(ctx context.Context) (reservation, error) { return g.l.store.reserve(ctx, q, longest) })
+// add considers limit l's outcome. allowed is the decision over all limits.
+func (b *binder) add(l Limit, allowed bool, remaining, retry, reset int64) {
+	remaining = max(remaining, 0)
+	reset = max(reset, 0)
+	if b.set && !b.beats(allowed, remaining, retry, reset) {
+		return
 	}
-	if ctx.Done() == nil {
-		return run(ctx)
-	}
-	type outcome struct {
-		r   reservation
-		err error
-	}
-	done := make(chan outcome, 1)
-	detached := context.WithoutCancel(ctx)
-	go func() {
-		r, err := run(detached)
-		done <- outcome{r, err}
-	}()
-	select {
-	case o := <-done:
-		return o.r, o.err
-	case <-ctx.Done():
-		go func() {
-			if o := <-done; o.err == nil && o.r.ok {
-				_ = g.release(detached, q, o.r)
-			}
-		}()
-		return reservation{}, ctx.Err()
-	}
+	*b = binder{set: true, limit: l, remaining: remaining, retry: retry, reset: reset}
 }
 
-func (g guard) release(ctx context.Context, q *query, r reservation) error {
-	_, err := guardCall(g.l, g.timeout, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, g.l.store.release(ctx, q, r) })
-	return err
-}
-
-func (g guard) reset(ctx context.Context, q *query) error {
-	_, err := guardCall(g.l, g.timeout, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, g.l.store.reset(ctx, q) })
-	return err
-}
-
-// backendError is a failure of Redis: an error reply, a lost connection,
-// the timeout, or the open circuit.
-type backendError struct{ err error }
-
-func (e backendError) Error() string { return e.err.Error() }
-func (e backendError) Unwrap() error { return e.err }
-
-func isBackendError(err error) bool {
-	var be backendError
-	return errors.As(err, &be)
-}
-
-// fallback answers q by the failure mode after err.
-func (l *Limiter) fallback(ctx context.Context, q *query, err error) (Result, error) {
-	switch l.mode {
-	case FailClosed:
-		return Result{Limit: q.limits[0], RetryAfter: time.Second, ResetAfter: time.Second}, err
-	case FailLocal:
-		lq := *q
-		lq.limits = scale(q.limits, l.share)
-		lq.now = 0
-		r, _ := l.local.allow(ctx, &lq)
-		return r, err
-	}
-	return Result{Allowed: true, Limit: q.limits[0], Remaining: max(q.limits[0].Count-q.n, 0)}, err
-}
-
-// scale returns limits with each Count multiplied by share, rounded down,
-// at least 1. A product within 1e-6 of a whole number is that number, so
-// that 0.29 of 100 is 29, not 28.999999999999996 rounded down.
-func scale(limits []Limit, share float64) []Limit {
-	out := make([]Limit, len(limits))
-	for i, lim := range limits {
-		x := float64(lim.Count) * share
-		if r := math.Round(x); math.Abs(x-r) < 1e-6 {
-			x = r
+func (b *binder) beats(allowed bool, remaining, retry, reset int64) bool {
+	if !allowed {
+		if r, cur := retryRank(retry), retryRank(b.retry); r != cur {
+			return r > cur
 		}
-		lim.Count = max(int64(x), 1)
-		out[i] = lim
 	}
-	return out
+	if remaining != b.remaining {
+		return remaining < b.remaining
+	}
+	return reset > b.reset
+}
+
+func retryRank(retry int64) int64 {
+	if retry < 0 {
+		return 1<<63 - 1
+	}
+	return retry
 }
 
 // Wait blocks until one unit fits under every limit, and records it: the
@@ -353,12 +269,13 @@ func (l *Limiter) Wait(ctx context.Context, key string, limits ...Limit) error {
 //
 // If the units cannot start before ctx's deadline, WaitN records nothing
 // and returns ErrWaitExceedsDeadline at once; if they never fit (n above a
-// Count) it returns ErrNeverFits. If ctx is cancelled while sleeping, the
+// Count) it returns ErrNeverFits. If ctx is cancelled while waiting, the
 // reservation is given back and ctx's error is returned.
 //
-// When Redis fails, the failure mode decides: FailOpen returns nil at once
-// (the caller proceeds, the error goes to the observer), FailClosed returns
-// the error, FailLocal waits on this process's share of the limits.
+// When Redis fails, the failure mode decides, as for Allow: FailOpen
+// returns nil at once (the caller proceeds; the observer sees the
+// failure), FailClosed returns the failure, FailLocal waits on this
+// process's share of the limits.
 func (l *Limiter) WaitN(ctx context.Context, key string, n int64, limits ...Limit) error {
 	return l.waitN(ctx, "", key, n, limits)
 }
@@ -372,34 +289,27 @@ func (l *Limiter) waitN(ctx context.Context, rule, key string, n int64, limits [
 	if l.observer != nil {
 		start = time.Now()
 	}
-	q := &query{key: key, n: n, limits: limits, now: l.queryTime()}
-	wait, err := l.waitOn(ctx, l.guardedBy(l.waitTime), q)
-	failed := err != nil && isBackendError(err)
-	final := err // what the caller gets: nil means proceed
-	if failed {
-		switch l.mode {
-		case FailOpen:
-			final = nil
-		case FailLocal:
-			wait, final = l.waitOn(ctx, l.local, &query{key: key, n: n, limits: scale(limits, l.share)})
-		}
+	// not pooled: a reservation whose caller left is released later; its
+	// own limits: the failure mode may scale them (FailLocal)
+	q := &query{key: key, n: n, limits: slices.Clone(limits), now: l.queryTime()}
+	var (
+		wait   time.Duration
+		failed error // the failure the failure mode answered
+		err    error
+	)
+	if allLog(limits) {
+		wait, failed, err = l.reserveAndSleep(ctx, q)
+	} else {
+		wait, failed, err = l.poll(ctx, q)
 	}
 	if l.observer != nil {
-		ev := Event{Op: OpWait, Rule: rule, Key: key, Result: Result{Allowed: final == nil, Limit: limits[0], RetryAfter: wait}, Err: err, Failed: failed}
-		if failed {
-			ev.Fallback = l.mode
+		ev := Event{Op: OpWait, Rule: rule, Key: key, Result: Result{Allowed: err == nil, Limit: limits[0], RetryAfter: wait, BackendErr: failed}, Err: err}
+		if failed != nil {
+			ev.Err, ev.Failed, ev.Fallback = failed, true, l.mode
 		}
 		l.observe(ev, start)
 	}
-	return final
-}
-
-// waitOn runs the wait on s: one reservation for sliding logs, else polls.
-func (l *Limiter) waitOn(ctx context.Context, s store, q *query) (time.Duration, error) {
-	if allLog(q.limits) {
-		return l.reserveAndSleep(ctx, s, q)
-	}
-	return l.poll(ctx, s, q)
+	return err
 }
 
 func allLog(limits []Limit) bool {
@@ -420,56 +330,70 @@ func longest(ctx context.Context) int64 {
 	return max(time.Until(d).Microseconds(), 0)
 }
 
-func (l *Limiter) reserveAndSleep(ctx context.Context, s store, q *query) (time.Duration, error) {
-	r, err := s.reserve(ctx, q, longest(ctx))
+// reserveAndSleep makes one reservation and sleeps until its time.
+func (l *Limiter) reserveAndSleep(ctx context.Context, q *query) (time.Duration, error, error) {
+	r, err := l.waiter.reserve(ctx, q, longest(ctx))
 	if err != nil {
-		return 0, err
+		return 0, r.failed, err
 	}
 	wait := usec(r.wait)
 	switch {
 	case r.wait < 0:
-		return -1, fmt.Errorf("%w: %d units", ErrNeverFits, q.n)
+		return -1, r.failed, fmt.Errorf("%w: %d units", ErrNeverFits, q.n)
 	case !r.ok:
-		return wait, fmt.Errorf("%w: the units fit in %s", ErrWaitExceedsDeadline, wait)
+		return wait, r.failed, fmt.Errorf("%w: the units fit in %s", ErrWaitExceedsDeadline, wait)
 	}
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
 		// the reply took the slack: the slot would come after the deadline
-		release(ctx, s, q, r)
-		return wait, fmt.Errorf("%w: the units fit in %s", ErrWaitExceedsDeadline, wait)
+		l.release(ctx, q, r)
+		return wait, r.failed, fmt.Errorf("%w: the units fit in %s", ErrWaitExceedsDeadline, wait)
 	}
 	if err := sleep(ctx, wait); err != nil {
-		release(ctx, s, q, r)
-		return wait, err
+		l.release(ctx, q, r)
+		return wait, r.failed, err
 	}
-	return wait, nil
+	return wait, r.failed, nil
 }
 
 // release gives a reservation back, best effort, though ctx may be done.
-func release(ctx context.Context, s store, q *query, r reservation) {
+func (l *Limiter) release(ctx context.Context, q *query, r reservation) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultWaitTimeout)
-	_ = s.release(rctx, q, r)
+	_ = l.waiter.release(rctx, q, r)
 	cancel()
 }
 
-func (l *Limiter) poll(ctx context.Context, s store, q *query) (time.Duration, error) {
-	q.commit = true
-	var waited time.Duration
+// poll asks until the units fit, sleeping RetryAfter and some jitter
+// between two tries.
+func (l *Limiter) poll(ctx context.Context, q *query) (time.Duration, error, error) {
+	var (
+		waited time.Duration
+		failed error
+	)
+	limits, clocked := slices.Clone(q.limits), q.now != 0
 	for {
-		if q.now != 0 {
+		q.commit = true
+		q.limits = append(q.limits[:0], limits...) // FailLocal scales them
+		if clocked {
 			q.now = l.micros()
 		}
-		r, err := s.allow(ctx, q)
-		if err != nil {
-			return waited, err
+		if err := l.waiter.allow(ctx, q); err != nil {
+			return waited, failed, err
+		}
+		r := q.result()
+		if r.BackendErr != nil {
+			failed = r.BackendErr
+			if l.mode == FailClosed {
+				return waited, failed, failed
+			}
 		}
 		if r.Allowed {
-			return waited, nil
+			return waited, failed, nil
 		}
 		if r.RetryAfter < 0 {
-			return waited, fmt.Errorf("%w: %d units", ErrNeverFits, q.n)
+			return waited, failed, fmt.Errorf("%w: %d units", ErrNeverFits, q.n)
 		}
 		if dl, ok := ctx.Deadline(); ok && time.Now().Add(r.RetryAfter).After(dl) {
-			return waited, fmt.Errorf("%w: the units fit in %s", ErrWaitExceedsDeadline, r.RetryAfter)
+			return waited, failed, fmt.Errorf("%w: the units fit in %s", ErrWaitExceedsDeadline, r.RetryAfter)
 		}
 		d := r.RetryAfter + rand.N(r.RetryAfter/10+time.Millisecond)
 		if dl, ok := ctx.Deadline(); ok {
@@ -477,7 +401,7 @@ func (l *Limiter) poll(ctx context.Context, s store, q *query) (time.Duration, e
 			d = max(min(d, time.Until(dl)-time.Millisecond), r.RetryAfter)
 		}
 		if err := sleep(ctx, d); err != nil {
-			return waited, err
+			return waited, failed, err
 		}
 		waited += d
 	}

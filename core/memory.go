@@ -320,39 +320,27 @@ func floorDiv(a, b int64) int64 {
 	return q
 }
 
-func (s *memoryStore) allow(_ context.Context, q *query) (Result, error) {
-	return s.decide(q.key, q.n, q.limits, q.commit, q.now), nil
-}
-
-// decide is allow with the query's fields passed one by one, so that the
-// caller's limits slice does not escape (only the key is stored).
-func (s *memoryStore) decide(key string, n int64, limits []Limit, commit bool, now int64) Result {
-	sh, now := s.lockKey(key, now)
+func (s *memoryStore) allow(_ context.Context, q *query) error {
+	sh, now := s.lock(q)
 	defer sh.mu.Unlock()
 	var buf [4]*memState
-	states := sh.states(key, limits, now, buf[:0])
-	var (
-		free, retry, reset [4]int64
-		allowed            = true
-	)
-	fr, rt, rs := free[:0], retry[:0], reset[:0]
-	for i, st := range states {
-		f, r, z := st.check(limits[i].Count, n, now)
-		fr, rt, rs = append(fr, f), append(rt, r), append(rs, z)
+	mstates := sh.states(q.key, q.limits, now, buf[:0])
+	states := q.decided(true)
+	for i, st := range mstates {
+		f, r, z := st.check(q.limits[i].Count, q.n, now)
+		states[i] = limitState{remaining: f, retry: r, reset: z}
 		if r != 0 {
-			allowed = false
+			q.allowed = false
 		}
 	}
-	var b binder
-	for i, st := range states {
-		if allowed && commit {
-			rs[i] = st.add(n, now, now)
-			fr[i] -= n
+	if q.allowed && q.commit {
+		for i, st := range mstates {
+			states[i].reset = st.add(q.n, now, now)
+			states[i].remaining -= q.n
 		}
-		b.add(limits[i], allowed, fr[i], rt[i], rs[i])
 	}
-	sh.touch(key)
-	return b.result(allowed)
+	sh.touch(q.key)
+	return nil
 }
 
 func (s *memoryStore) reserve(_ context.Context, q *query, longest int64) (reservation, error) {

@@ -37,14 +37,16 @@ type Event struct {
 	// CacheHit reports that the deny cache answered without a round trip.
 	CacheHit bool
 	// Failed reports that Redis gave no answer (an error, the timeout, the
-	// open circuit breaker, or the caller's context ending first): Result
-	// is then the failure mode's, named by Fallback, and Err says why.
+	// open circuit breaker) and the failure mode answered: Result is then
+	// the failure mode's, named by Fallback, and Err (and
+	// Result.BackendErr) says why. A caller's context that ended first is
+	// no failure: Err holds it, and no decision was made.
 	Failed bool
 	// Fallback is the failure mode that answered, when Failed.
 	Fallback FailureMode
-	// Err is the error returned to the caller, if any: the backend's error
-	// when Failed; for OpWait it may also be ErrWaitExceedsDeadline,
-	// ErrNeverFits or the context's error.
+	// Err is the backend's error when Failed, else the error returned to
+	// the caller, if any: the context's, and for OpWait also
+	// ErrWaitExceedsDeadline or ErrNeverFits.
 	Err error
 }
 

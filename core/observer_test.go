@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -50,11 +51,11 @@ func TestObserverEvents(t *testing.T) {
 			defer cancel()
 			return l.Wait(c, "w2", perMin)
 		}, Event{Op: OpWait, Key: "w2", Result: Result{Allowed: false, Limit: perMin}}, true},
-		{"fail-open", openRec, func() error { _, err := open.Allow(ctx, "k", perMin); return err },
+		{"fail-open", openRec, func() error { r, err := open.Allow(ctx, "k", perMin); return decisionErr(r, err) },
 			Event{Op: OpAllow, Key: "k", Failed: true, Fallback: FailOpen, Result: Result{Allowed: true, Limit: perMin, Remaining: 2}}, true},
-		{"fail-closed", closedRec, func() error { _, err := closed.Allow(ctx, "k", perMin); return err },
+		{"fail-closed", closedRec, func() error { r, err := closed.Allow(ctx, "k", perMin); return decisionErr(r, err) },
 			Event{Op: OpAllow, Key: "k", Failed: true, Fallback: FailClosed, Result: Result{Limit: perMin, RetryAfter: time.Second, ResetAfter: time.Second}}, true},
-		{"fail-local", localRec, func() error { _, err := local.Allow(ctx, "k", perMin); return err },
+		{"fail-local", localRec, func() error { r, err := local.Allow(ctx, "k", perMin); return decisionErr(r, err) },
 			Event{Op: OpAllow, Key: "k", Failed: true, Fallback: FailLocal, Result: Result{Allowed: true, Limit: Limit{Count: 1, Window: time.Minute}, Remaining: 0, ResetAfter: time.Minute}}, true},
 		{"wait, fail-open proceeds", openRec, func() error { return open.Wait(ctx, "w", perMin) },
 			Event{Op: OpWait, Key: "w", Failed: true, Fallback: FailOpen, Result: Result{Allowed: true, Limit: perMin}}, true},
@@ -71,10 +72,13 @@ func TestObserverEvents(t *testing.T) {
 		if got.Latency <= 0 || (got.Err != nil) != c.err || (c.want.Op != OpWait && got.Err != err) {
 			t.Fatalf("%s: latency %v, error %v (returned %v)", c.name, got.Latency, got.Err, err)
 		}
+		if got.Failed && got.Result.BackendErr == nil {
+			t.Fatalf("%s: a failure-mode answer without Result.BackendErr", c.name)
+		}
 		if c.want.Op == OpWait && got.Failed && c.want.Fallback == FailOpen && err != nil {
 			t.Fatalf("%s: Wait returned %v, want nil (fail-open)", c.name, err)
 		}
-		got.Latency, got.Err = 0, nil
+		got.Latency, got.Err, got.Result.BackendErr = 0, nil, nil
 		if got.Op == OpWait {
 			got.Result.RetryAfter = 0
 		}
@@ -162,4 +166,17 @@ func BenchmarkObserver(b *testing.B) {
 			}
 		})
 	}
+}
+
+// decisionErr is Allow's error when it made no decision, else the failure
+// its failure mode answered. A Redis failure returned as Allow's error
+// breaks the contract.
+func decisionErr(r Result, err error) error {
+	if err != nil && isBackendError(err) {
+		return fmt.Errorf("Allow returned the backend error %q instead of a decision", err)
+	}
+	if err != nil {
+		return err
+	}
+	return r.BackendErr
 }

@@ -42,7 +42,7 @@ func WithPrefix(prefix string) Option { return Option{func(c *config) { c.prefix
 func WithClock(now func() time.Time) Option { return Option{func(c *config) { c.clock = now }} }
 
 // WithTimeout bounds every call to Redis: a decision that takes longer is a
-// failure, answered by the failure mode with an error that wraps
+// failure, answered by the failure mode, with a Result.BackendErr that wraps
 // context.DeadlineExceeded. The caller's context deadline still applies when
 // it is earlier. Zero means no bound beyond the caller's context. Default
 // DefaultTimeout.
@@ -70,7 +70,8 @@ const DefaultWaitTimeout = 2 * time.Second
 func WithWaitTimeout(d time.Duration) Option { return Option{func(c *config) { c.waitTime = d }} }
 
 // FailureMode chooses what a Limiter answers when Redis fails or times out.
-// The error is returned alongside the result in every mode.
+// Its answer is a decision: Allow returns it with a nil error, and the
+// Redis failure in Result.BackendErr (and to the observer).
 type FailureMode uint8
 
 const (

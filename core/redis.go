@@ -61,7 +61,7 @@ func (s *redisStore) newCall(sc *script, q *query) *call {
 	return c
 }
 
-func (s *redisStore) allow(ctx context.Context, q *query) (Result, error) {
+func (s *redisStore) allow(ctx context.Context, q *query) error {
 	c := s.newCall(s.allowS, q)
 	c.merged = s.allowBatchS
 	commit := 0
@@ -74,32 +74,31 @@ func (s *redisStore) allow(ctx context.Context, q *query) (Result, error) {
 	}
 	reply, err := s.batch.run(ctx, c)
 	if err != nil {
-		return Result{}, fmt.Errorf("ratewindow: allow script: %w", err)
+		return fmt.Errorf("ratewindow: allow script: %w", err)
 	}
-	return parseAllow(reply, q.limits)
+	return parseAllow(reply, q)
 }
 
-// parseAllow reads allow.lua's reply: {allowed, then per limit remaining,
-// retry, reset}.
-func parseAllow(reply any, limits []Limit) (Result, error) {
+// parseAllow reads allow.lua's reply into q: {allowed, then per limit
+// remaining, retry, reset}.
+func parseAllow(reply any, q *query) error {
 	vals, ok := reply.([]any)
 	if !ok {
-		return Result{}, fmt.Errorf("%w: allow returned %T", ErrUnexpectedReply, reply)
+		return fmt.Errorf("%w: allow returned %T", ErrUnexpectedReply, reply)
 	}
-	if len(vals) != 1+3*len(limits) {
-		return Result{}, fmt.Errorf("%w: allow returned %d values for %d limits", ErrUnexpectedReply, len(vals), len(limits))
+	if len(vals) != 1+3*len(q.limits) {
+		return fmt.Errorf("%w: allow returned %d values for %d limits", ErrUnexpectedReply, len(vals), len(q.limits))
 	}
 	var buf [1 + 3*4]int64
 	ints, err := appendInts(buf[:0], vals)
 	if err != nil {
-		return Result{}, err
+		return err
 	}
-	allowed := ints[0] == 1
-	var b binder
-	for i, l := range limits {
-		b.add(l, allowed, ints[1+3*i], ints[2+3*i], ints[3+3*i])
+	states := q.decided(ints[0] == 1)
+	for i := range states {
+		states[i] = limitState{remaining: ints[1+3*i], retry: ints[2+3*i], reset: ints[3+3*i]}
 	}
-	return b.result(allowed), nil
+	return nil
 }
 
 func (s *redisStore) reserve(ctx context.Context, q *query, longest int64) (reservation, error) {

@@ -21,6 +21,13 @@ type Result struct {
 	// ResetAfter is how long until the binding limit is back to its full
 	// Count.
 	ResetAfter time.Duration
+	// BackendErr is the Redis failure (an error reply, a lost connection,
+	// the timeout, ErrCircuitOpen) that the Limiter's failure mode
+	// answered, or nil when Redis decided. When it is set, the rest of the
+	// Result is the failure mode's answer: FailOpen allowed, FailClosed
+	// denied with a RetryAfter of a second, FailLocal this process's own
+	// decision on its share of each limit. Log it; branch on Allowed.
+	BackendErr error
 }
 
 // Never reports whether the request can never pass: its cost exceeds Count.

@@ -276,8 +276,11 @@ func (e *Enforcer) Handle(w http.ResponseWriter, r *http.Request, route string) 
 		return passOn(r, e.failed(w, r, st, err, Result{}, false))
 	}
 	res, err := e.l.decide(r.Context(), OpAllow, e.name, key, n, e.limits)
-	if err != nil {
-		return passOn(r, e.failed(w, r, st, err, res, true))
+	switch {
+	case err != nil: // no decision: the request's context ended
+		return passOn(r, e.failed(w, r, st, err, Result{}, false))
+	case res.BackendErr != nil: // the failure mode's decision
+		return passOn(r, e.failed(w, r, st, res.BackendErr, res, true))
 	}
 	return passOn(r, e.apply(w, r, st, res))
 }

@@ -70,8 +70,8 @@ func sentinelFailover(t *testing.T, fault func(*testing.T, *redistest.Sentinel) 
 				default:
 				}
 				start := time.Now()
-				r, err := l.Allow(ctx, fmt.Sprintf("load-%d-%d", w, i%20), lim)
-				d := decision{start, time.Since(start), err}
+				r, err, took := faultAllow(ctx, l, fmt.Sprintf("load-%d-%d", w, i%20), lim)
+				d := decision{start, took, err}
 				if !r.Allowed {
 					d.err = fmt.Errorf("denied %+v (%v)", r, err)
 				}
@@ -87,7 +87,7 @@ func sentinelFailover(t *testing.T, fault func(*testing.T, *redistest.Sentinel) 
 	master := fault(t, s)
 	// back on Redis: a decision without error
 	for {
-		if _, err := l.Allow(ctx, "probe", PerSecond(1000)); err == nil {
+		if _, err, _ := faultAllow(ctx, l, "probe", PerSecond(1000)); err == nil {
 			break
 		}
 		if time.Since(began) > 15*time.Second {
@@ -141,11 +141,11 @@ func sentinelFailover(t *testing.T, fault func(*testing.T, *redistest.Sentinel) 
 	}
 	// the new master decides, exactly
 	for i := int64(1); i <= 3; i++ {
-		if r, err := l.Allow(ctx, "after", PerMinute(3)); err != nil || !r.Allowed || r.Remaining != 3-i {
+		if r, err, _ := faultAllow(ctx, l, "after", PerMinute(3)); err != nil || !r.Allowed || r.Remaining != 3-i {
 			t.Fatalf("after the failover, request %d: %+v %v", i, r, err)
 		}
 	}
-	if r, err := l.Allow(ctx, "after", PerMinute(3)); err != nil || r.Allowed {
+	if r, err, _ := faultAllow(ctx, l, "after", PerMinute(3)); err != nil || r.Allowed {
 		t.Fatalf("after the failover, 4th request: %+v %v", r, err)
 	}
 	key := storageKey(keyTag(l.store.(*redisStore).prefix, "after"), PerMinute(3))

@@ -2,11 +2,16 @@ package core
 
 import "context"
 
-// store is a backend that runs the algorithms: Redis or memory.
+// store is one layer of the chain that a Limiter calls: the Redis scripts
+// or the memory backend at the bottom, and, over Redis, the bounds
+// (timeout and circuit breaker) and the failure mode. New and NewMemory
+// build the chain once; the Limiter calls it without knowing its layers.
 type store interface {
-	// allow decides q and, when q.commit is set and every limit admits,
-	// records q.n units under every limit.
-	allow(ctx context.Context, q *query) (Result, error)
+	// allow decides q: it sets q.allowed and one state per limit in
+	// q.states and, when q.commit is set and every limit admits, records
+	// q.n units under every limit. An error means that no decision was
+	// made.
+	allow(ctx context.Context, q *query) error
 	// reserve records q.n units at the earliest time they fit under every
 	// (sliding-log) limit, unless that is more than longest µs away
 	// (longest < 0: no bound).
@@ -17,13 +22,37 @@ type store interface {
 	reset(ctx context.Context, q *query) error
 }
 
-// query is one call's input, validated.
+// query is one call's input, validated, and the decision the store made.
 type query struct {
 	key    string
 	n      int64
-	limits []Limit
+	limits []Limit // the failure mode may scale their Counts (FailLocal)
 	commit bool
 	now    int64 // µs since the epoch; 0: the store's own clock
+
+	allowed    bool
+	states     []limitState // one per limit
+	backendErr error        // the failure the failure mode answered
+}
+
+// limitState is one limit's part of a decision.
+type limitState struct {
+	remaining int64 // units still admitted now, after this request
+	retry     int64 // µs until the request fits: 0 now, -1 never
+	reset     int64 // µs until the limit is back to its full Count
+}
+
+// decided sets q's outcome to allowed, with room for one state per limit,
+// and returns the states to fill.
+func (q *query) decided(allowed bool) []limitState {
+	q.allowed = allowed
+	if n := len(q.limits); cap(q.states) >= n {
+		q.states = q.states[:n]
+		clear(q.states)
+	} else {
+		q.states = make([]limitState, n)
+	}
+	return q.states
 }
 
 // reservation is what reserve made.
@@ -32,53 +61,6 @@ type reservation struct {
 	wait    int64   // µs from now until the units' time; -1: never fits
 	at      int64   // the units' time in µs (memory store)
 	members []int64 // the sorted-set members recorded, key after key (Redis)
-}
-
-// binder picks the binding limit of a decision, one limit at a time.
-type binder struct {
-	set                     bool
-	limit                   Limit
-	remaining, retry, reset int64 // retry and reset in µs; retry -1: never
-}
-
-// add considers limit l's outcome. allowed is the decision over all limits.
-// Denied: the limit with the longest retry binds (never is longest).
-// Allowed, or a tie: the one with the fewest remaining, then the latest reset.
-func (b *binder) add(l Limit, allowed bool, remaining, retry, reset int64) {
-	remaining = max(remaining, 0)
-	reset = max(reset, 0)
-	if b.set && !b.beats(allowed, remaining, retry, reset) {
-		return
-	}
-	*b = binder{set: true, limit: l, remaining: remaining, retry: retry, reset: reset}
-}
-
-func (b *binder) beats(allowed bool, remaining, retry, reset int64) bool {
-	if !allowed {
-		if r, cur := retryRank(retry), retryRank(b.retry); r != cur {
-			return r > cur
-		}
-	}
-	if remaining != b.remaining {
-		return remaining < b.remaining
-	}
-	return reset > b.reset
-}
-
-func retryRank(retry int64) int64 {
-	if retry < 0 {
-		return 1<<63 - 1
-	}
-	return retry
-}
-
-func (b *binder) result(allowed bool) Result {
-	r := Result{Allowed: allowed, Limit: b.limit, Remaining: b.remaining, ResetAfter: usec(b.reset)}
-	if !allowed {
-		r.RetryAfter = usec(b.retry)
-		if b.retry < 0 {
-			r.RetryAfter = -1
-		}
-	}
-	return r
+	local   bool    // the failure mode's local store made it
+	failed  error   // the failure the failure mode answered
 }
