@@ -89,8 +89,8 @@ func newBatcher(rdb redis.Scripter) *batcher {
 // on limits limits.
 func (b *batcher) newCall(limits int) *call {
 	c := b.calls.Get().(*call)
-	if cap(c.keys) < limits {
-		c.keys = make([]string, 0, limits)
+	if cap(c.keys) < 1+limits {
+		c.keys = make([]string, 0, 1+limits)
 	}
 	if cap(c.args) < 3+4*limits {
 		c.args = make([]any, 0, 3+4*limits)

@@ -91,6 +91,11 @@ func (b *bounds) release(ctx context.Context, q *query, r reservation) error {
 	return err
 }
 
+func (b *bounds) block(ctx context.Context, q *query, d int64) error {
+	_, err := within(b, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, b.next.block(ctx, q, d) })
+	return err
+}
+
 func (b *bounds) reset(ctx context.Context, q *query) error {
 	_, err := within(b, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, b.next.reset(ctx, q) })
 	return err

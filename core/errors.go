@@ -23,6 +23,9 @@ var (
 	// ErrNeverFits is returned by Wait when the cost exceeds a limit's Count:
 	// the request can never pass.
 	ErrNeverFits = errors.New("ratewindow: cost exceeds the limit")
+	// ErrInvalidDuration is returned by Block for a duration outside
+	// (0, MaxBlock].
+	ErrInvalidDuration = errors.New("ratewindow: invalid duration")
 	// ErrCircuitOpen is the Result.BackendErr of the failure mode's answers
 	// while the circuit breaker skips Redis after repeated failures.
 	ErrCircuitOpen = errors.New("ratewindow: redis unavailable, circuit open")

@@ -97,6 +97,15 @@ func (f *failover) release(ctx context.Context, q *query, r reservation) error {
 	return f.next.release(ctx, q, r)
 }
 
+// block blocks the key in the local store too (it decides while Redis is
+// down), then in Redis; Redis's failure is returned.
+func (f *failover) block(ctx context.Context, q *query, d int64) error {
+	if f.local != nil {
+		_ = f.local.block(ctx, q, d)
+	}
+	return f.next.block(ctx, q, d)
+}
+
 // reset forgets the key in the local store too, then in Redis; Redis's
 // failure is returned.
 func (f *failover) reset(ctx context.Context, q *query) error {

@@ -11,13 +11,21 @@ import (
 // maxRawKey is the longest key stored as is; longer keys are hashed.
 const maxRawKey = 128
 
-// appendKeys appends the storage key of every limit of key to dst, with
-// one allocation per key: "<prefix>{<key>}:" (see appendTag) and the
-// limit's name (see appendLimit), such as "rw:{ip:203.0.113.9}:l1m".
-func appendKeys(dst []string, prefix, key string, limits []Limit) []string {
+// blockName ends the name of a key's block key (see Limiter.Block):
+// "rw:{ip:203.0.113.9}:block". No limit's name is a word.
+const blockName = "block"
+
+// appendKeys appends to dst the block key of key when block is set, then
+// the storage key of every limit of key, with one allocation per key:
+// "<prefix>{<key>}:" (see appendTag) and the limit's name (see
+// appendLimit), such as "rw:{ip:203.0.113.9}:l1m".
+func appendKeys(dst []string, prefix, key string, limits []Limit, block bool) []string {
 	var buf [160]byte
 	b := appendTag(buf[:0], prefix, key)
 	tag := len(b)
+	if block {
+		dst = append(dst, string(append(b[:tag], blockName...)))
+	}
 	for _, l := range limits {
 		dst = append(dst, string(appendLimit(b[:tag], l)))
 	}

@@ -134,8 +134,8 @@ func (l *Limiter) Peek(ctx context.Context, key string, limits ...Limit) (Result
 	return l.decide(ctx, OpPeek, "", key, 1, limits)
 }
 
-// Reset forgets every unit recorded for key under limits, and this
-// Limiter's cached denials of key. A Redis failure is returned: no failure
+// Reset forgets every unit recorded for key under limits, lifts the key's
+// Block, and forgets this Limiter's cached denials of key. A Redis failure is returned: no failure
 // mode answers for Reset.
 func (l *Limiter) Reset(ctx context.Context, key string, limits ...Limit) error {
 	if err := validate(key, 1, limits); err != nil {
@@ -145,6 +145,29 @@ func (l *Limiter) Reset(ctx context.Context, key string, limits ...Limit) error 
 		l.cache.forget(key)
 	}
 	return l.decider.reset(ctx, &query{key: key, n: 1, limits: limits})
+}
+
+// MaxBlock is the longest Block.
+const MaxBlock = 366 * 24 * time.Hour
+
+// Block makes key exhausted under any limits for d, on every replica:
+// until then Allow, AllowN and Peek deny it with RetryAfter of at least the
+// time left (recording nothing), Wait and WaitN wait it out, or return
+// ErrWaitExceedsDeadline at once when it outlasts ctx's deadline, and
+// reservations are placed after it. A later Block never shortens an earlier
+// one; Reset lifts it. It is stored beside the key's limits (the same Redis
+// Cluster hash tag) and expires when it ends.
+//
+// d must be in (0, MaxBlock]; a Redis failure is returned, as no failure
+// mode answers for Block. Under FailLocal the local store is blocked too.
+func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: empty key", ErrInvalidKey)
+	case d < time.Microsecond || d > MaxBlock:
+		return fmt.Errorf("%w: block for %s; it must be in [1µs, %s]", ErrInvalidDuration, d, MaxBlock)
+	}
+	return l.decider.block(ctx, &query{key: key, now: l.queryTime()}, micros(d))
 }
 
 // decide validates, consults the deny cache, asks the chain and picks the

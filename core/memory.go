@@ -35,7 +35,8 @@ type memShard struct {
 // memKey holds the state of every limit used with one key.
 type memKey struct {
 	states  []*memState
-	expires int64 // µs; the latest expiry of its states
+	blocked int64 // µs; the end of the key's block, 0: none
+	expires int64 // µs; the latest expiry of its states and block
 }
 
 // memState is one limit's state: the fields of its algorithm are used.
@@ -103,12 +104,19 @@ func (sh *memShard) sweep(now int64) {
 	}
 }
 
-// states returns the state of each limit of q, created when missing.
-func (sh *memShard) states(key string, limits []Limit, now int64, dst []*memState) []*memState {
+// states returns the state of each limit of q, created when missing, and
+// the µs the key stays blocked (0: not blocked).
+func (sh *memShard) states(key string, limits []Limit, now int64, dst []*memState) ([]*memState, int64) {
 	mk := sh.keys[key]
 	if mk == nil {
 		mk = &memKey{}
 		sh.keys[key] = mk
+	}
+	var blocked int64
+	if mk.blocked > now {
+		blocked = mk.blocked - now
+	} else {
+		mk.blocked = 0
 	}
 	for _, l := range limits {
 		st := mk.find(l)
@@ -121,7 +129,7 @@ func (sh *memShard) states(key string, limits []Limit, now int64, dst []*memStat
 		}
 		dst = append(dst, st)
 	}
-	return dst
+	return dst, blocked
 }
 
 // find returns the state of limit l, or nil.
@@ -151,7 +159,7 @@ func (sh *memShard) touch(key string) {
 	if mk == nil {
 		return
 	}
-	mk.expires = 0
+	mk.expires = mk.blocked
 	for _, st := range mk.states {
 		mk.expires = max(mk.expires, st.expires)
 	}
@@ -324,14 +332,21 @@ func (s *memoryStore) allow(_ context.Context, q *query) error {
 	sh, now := s.lock(q)
 	defer sh.mu.Unlock()
 	var buf [4]*memState
-	mstates := sh.states(q.key, q.limits, now, buf[:0])
-	states := q.decided(true)
+	mstates, blocked := sh.states(q.key, q.limits, now, buf[:0])
+	states := q.decided(blocked == 0)
 	for i, st := range mstates {
 		f, r, z := st.check(q.limits[i].Count, q.n, now)
-		states[i] = limitState{remaining: f, retry: r, reset: z}
 		if r != 0 {
 			q.allowed = false
 		}
+		if blocked > 0 { // as decide in algorithms.lua
+			f = 0
+			if r >= 0 {
+				r = max(r, blocked)
+			}
+			z = max(z, blocked)
+		}
+		states[i] = limitState{remaining: f, retry: r, reset: z}
 	}
 	if q.allowed && q.commit {
 		for i, st := range mstates {
@@ -347,8 +362,8 @@ func (s *memoryStore) reserve(_ context.Context, q *query, longest int64) (reser
 	sh, now := s.lock(q)
 	defer sh.mu.Unlock()
 	var buf [4]*memState
-	states := sh.states(q.key, q.limits, now, buf[:0])
-	at := now
+	states, blocked := sh.states(q.key, q.limits, now, buf[:0])
+	at := now + blocked
 	for i, st := range states {
 		_, retry, _ := st.check(q.limits[i].Count, q.n, now)
 		if retry < 0 {
@@ -395,6 +410,19 @@ func (s *memoryStore) release(_ context.Context, q *query, r reservation) error 
 	return nil
 }
 
+func (s *memoryStore) block(_ context.Context, q *query, d int64) error {
+	sh, now := s.lock(q)
+	defer sh.mu.Unlock()
+	mk := sh.keys[q.key]
+	if mk == nil {
+		mk = &memKey{}
+		sh.keys[q.key] = mk
+	}
+	mk.blocked = max(mk.blocked, now+d)
+	sh.touch(q.key)
+	return nil
+}
+
 func (s *memoryStore) reset(_ context.Context, q *query) error {
 	sh := s.shard(q.key)
 	sh.mu.Lock()
@@ -403,6 +431,7 @@ func (s *memoryStore) reset(_ context.Context, q *query) error {
 	if mk == nil {
 		return nil
 	}
+	mk.blocked = 0
 	for _, l := range q.limits {
 		if st := mk.find(l); st != nil {
 			st.clear()

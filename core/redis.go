@@ -22,16 +22,18 @@ var (
 	releaseLua string
 	//go:embed lua/reset.lua
 	resetLua string
+	//go:embed lua/block.lua
+	blockLua string
 )
 
 // redisStore runs the algorithms as Lua scripts: one EVALSHA per call, with
 // an EVAL when the server has not cached the script (NOSCRIPT). Calls from
 // concurrent goroutines share round trips through the batcher.
 type redisStore struct {
-	rdb                                redis.Scripter
-	prefix                             string
-	allowS, reserveS, releaseS, resetS *script
-	batch                              *batcher
+	rdb                                        redis.Scripter
+	prefix                                     string
+	allowS, reserveS, releaseS, resetS, blockS *script
+	batch                                      *batcher
 	// allowBatchS runs the allow calls of one batch in one script call; nil
 	// unless rdb is a single server (a Cluster or Ring spreads the keys).
 	allowBatchS *script
@@ -45,6 +47,7 @@ func newRedisStore(rdb redis.Scripter, prefix string) *redisStore {
 		reserveS: newScript(algorithmsLua + reserveLua),
 		releaseS: newScript(releaseLua),
 		resetS:   newScript(resetLua),
+		blockS:   newScript(algorithmsLua + blockLua),
 		batch:    newBatcher(rdb),
 	}
 	if _, single := rdb.(*redis.Client); single { // also NewFailoverClient
@@ -53,16 +56,17 @@ func newRedisStore(rdb redis.Scripter, prefix string) *redisStore {
 	return s
 }
 
-// newCall returns a batcher call of script s with q's storage keys.
-func (s *redisStore) newCall(sc *script, q *query) *call {
+// newCall returns a batcher call of script s with the storage keys of q's
+// limits, after q's block key when block is set.
+func (s *redisStore) newCall(sc *script, q *query, block bool) *call {
 	c := s.batch.newCall(len(q.limits))
 	c.script = sc
-	c.keys = appendKeys(c.keys, s.prefix, q.key, q.limits)
+	c.keys = appendKeys(c.keys, s.prefix, q.key, q.limits, block)
 	return c
 }
 
 func (s *redisStore) allow(ctx context.Context, q *query) error {
-	c := s.newCall(s.allowS, q)
+	c := s.newCall(s.allowS, q, true)
 	c.merged = s.allowBatchS
 	commit := 0
 	if q.commit {
@@ -102,7 +106,7 @@ func parseAllow(reply any, q *query) error {
 }
 
 func (s *redisStore) reserve(ctx context.Context, q *query, longest int64) (reservation, error) {
-	c := s.newCall(s.reserveS, q)
+	c := s.newCall(s.reserveS, q, true)
 	c.args = append(c.args, q.n, q.now, longest)
 	for _, l := range q.limits {
 		c.args = append(c.args, l.Count, micros(l.Window))
@@ -133,7 +137,7 @@ func (s *redisStore) reserve(ctx context.Context, q *query, longest int64) (rese
 }
 
 func (s *redisStore) release(ctx context.Context, q *query, r reservation) error {
-	c := s.newCall(s.releaseS, q)
+	c := s.newCall(s.releaseS, q, false)
 	c.args = append(c.args, q.n)
 	for _, m := range r.members {
 		c.args = append(c.args, m)
@@ -145,8 +149,17 @@ func (s *redisStore) release(ctx context.Context, q *query, r reservation) error
 }
 
 func (s *redisStore) reset(ctx context.Context, q *query) error {
-	if _, err := s.batch.run(ctx, s.newCall(s.resetS, q)); err != nil {
+	if _, err := s.batch.run(ctx, s.newCall(s.resetS, q, true)); err != nil {
 		return fmt.Errorf("ratewindow: reset script: %w", err)
+	}
+	return nil
+}
+
+func (s *redisStore) block(ctx context.Context, q *query, d int64) error {
+	c := s.newCall(s.blockS, q, true)
+	c.args = append(c.args, q.now, d)
+	if _, err := s.batch.run(ctx, c); err != nil {
+		return fmt.Errorf("ratewindow: block script: %w", err)
 	}
 	return nil
 }

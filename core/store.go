@@ -18,8 +18,11 @@ type store interface {
 	reserve(ctx context.Context, q *query, longest int64) (reservation, error)
 	// release gives back a reservation.
 	release(ctx context.Context, q *query, r reservation) error
-	// reset forgets every unit of q.key under q.limits.
+	// reset forgets every unit of q.key under q.limits, and its block.
 	reset(ctx context.Context, q *query) error
+	// block makes q.key exhausted under any limits for d µs from now,
+	// unless it is blocked longer already (see Limiter.Block).
+	block(ctx context.Context, q *query, d int64) error
 }
 
 // query is one call's input, validated, and the decision the store made.

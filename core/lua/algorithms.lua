@@ -231,9 +231,33 @@ local function counter_add(key, count, window, n, now, s)
   return reset
 end
 
+-- A block (Limiter.Block) makes a key exhausted under any limits until a
+-- time: its block key holds that time in µs, and expires with it. A later
+-- block never shortens an earlier one.
+
+-- blocked_for returns the µs the key stays blocked at now, 0 when it is not.
+local function blocked_for(key, now)
+  local untl = tonumber(redis.call('GET', key) or 0) or 0
+  if untl > now then return untl - now end
+  return 0
+end
+
+-- block blocks the key for d µs from now, unless it is blocked longer
+-- already, and returns the µs it stays blocked.
+local function block(key, d, now)
+  local untl = now + d
+  local cur = tonumber(redis.call('GET', key) or 0) or 0
+  if cur > untl then untl = cur end
+  redis.call('SET', key, untl, 'PX', math.max(math.ceil((untl - now) / 1000), 1))
+  return untl - now
+end
+
 -- decide decides whether n units fit under every limit of one key and, when
 -- they do and commit is set, records them under every limit: all or none.
--- The storage keys are keys[first .. first+nlim-1]; args[at] holds n,
+-- keys[first] is the key's block key; the storage keys of the limits are
+-- keys[first+1 .. first+nlim]. A blocked key is denied under every limit,
+-- with a retry and reset of at least the block's time left, and nothing
+-- recorded. args[at] holds n,
 -- args[at+1] commit ('1' or '0'), then 4 values per limit from args[at+3]
 -- (args[at+2], the time, is read by the caller into now): algorithm
 -- ('0' log, '1' buckets, '2' counter), count, window µs, precision µs.
@@ -244,9 +268,10 @@ end
 local function decide(keys, first, nlim, args, at, now)
   local n = tonumber(args[at])
   local commit = args[at + 1] == '1'
-  local states, allowed = {}, true
+  local blocked = blocked_for(keys[first], now)
+  local states, allowed = {}, blocked == 0
   for i = 1, nlim do
-    local key, a = keys[first + i - 1], at + 4 * i - 1
+    local key, a = keys[first + i], at + 4 * i - 1
     local alg, count = args[a], tonumber(args[a + 1])
     local window, prec = tonumber(args[a + 2]), tonumber(args[a + 3])
     local s
@@ -258,12 +283,17 @@ local function decide(keys, first, nlim, args, at, now)
       s = counter_check(key, count, window, n, now)
     end
     if s.retry ~= 0 then allowed = false end
+    if blocked > 0 then
+      s.free = 0
+      if s.retry >= 0 and s.retry < blocked then s.retry = blocked end
+      if s.reset < blocked then s.reset = blocked end
+    end
     states[i] = s
   end
 
   local out = {allowed and 1 or 0}
   for i = 1, nlim do
-    local s, key, a = states[i], keys[first + i - 1], at + 4 * i - 1
+    local s, key, a = states[i], keys[first + i], at + 4 * i - 1
     if allowed and commit then
       local alg, window = args[a], tonumber(args[a + 2])
       if alg == '0' then

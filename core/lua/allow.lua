@@ -3,7 +3,8 @@
 -- none. A denied request changes nothing but dropping expired state.
 -- Runs after algorithms.lua (see decide there).
 --
--- KEYS[i]  storage key of limit i; all keys share one hash tag
+-- KEYS[1]    the key's block key (see Limiter.Block)
+-- KEYS[i+1]  storage key of limit i; all keys share one hash tag
 -- ARGV[1]  n: units asked, > 0
 -- ARGV[2]  commit: 1 records the units when they fit, 0 only looks (Peek)
 -- ARGV[3]  now in µs, or 0 to read the server's TIME
@@ -14,4 +15,4 @@
 -- remaining counts after the units were recorded; retry is 0 for a limit
 -- that admits, -1 for one that never can.
 
-return decide(KEYS, 1, #KEYS, ARGV, 1, now_us(ARGV[3]))
+return decide(KEYS, 1, #KEYS - 1, ARGV, 1, now_us(ARGV[3]))

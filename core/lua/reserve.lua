@@ -1,25 +1,27 @@
 -- reserve.lua: the throttler. Finds the earliest time at or after now when
 -- n units fit under every sliding-log limit of one key, counting the
--- reservations already made, and records the units at that time in the same
--- call, unless that time is further away than the caller can wait.
+-- reservations already made and any block of the key (placed after it),
+-- and records the units at that time in the same call, unless that time is
+-- further away than the caller can wait.
 -- Runs after algorithms.lua.
 --
--- KEYS[i]  sliding-log key of limit i; all keys share one hash tag
+-- KEYS[1]    the key's block key (see Limiter.Block)
+-- KEYS[i+1]  sliding-log key of limit i; all keys share one hash tag
 -- ARGV[1]  n: units asked, > 0
 -- ARGV[2]  now in µs, or 0 to read the server's TIME
 -- ARGV[3]  longest acceptable wait in µs, or -1 for no bound
 -- ARGV[2i+2], ARGV[2i+3]  limit i: count, window µs
 --
 -- Returns {reserved (1 or 0), wait µs (-1: never fits), then, when reserved,
--- the n members recorded in each key, key after key}.
+-- the n members recorded in each log key, key after key}.
 
 local n = tonumber(ARGV[1])
 local now = now_us(ARGV[2])
 local longest = tonumber(ARGV[3])
 
-local at, states = now, {}
-for i, key in ipairs(KEYS) do
-  local s = log_check(key, tonumber(ARGV[2 * i + 2]), tonumber(ARGV[2 * i + 3]), n, now)
+local at, states = now + blocked_for(KEYS[1], now), {}
+for i = 1, #KEYS - 1 do
+  local s = log_check(KEYS[i + 1], tonumber(ARGV[2 * i + 2]), tonumber(ARGV[2 * i + 3]), n, now)
   if s.retry < 0 then return {0, -1} end
   if now + s.retry > at then at = now + s.retry end
   states[i] = s
@@ -27,8 +29,8 @@ end
 if longest >= 0 and at - now > longest then return {0, at - now} end
 
 local out = {1, at - now}
-for i, key in ipairs(KEYS) do
-  local members = log_add(key, tonumber(ARGV[2 * i + 3]), n, at, now, states[i])
+for i = 1, #KEYS - 1 do
+  local members = log_add(KEYS[i + 1], tonumber(ARGV[2 * i + 3]), n, at, now, states[i])
   for _, m in ipairs(members) do out[#out + 1] = m end
 end
 return out
