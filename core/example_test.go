@@ -108,3 +108,19 @@ func ExampleResult_BackendErr() {
 	// redis failed; the failure mode answered
 	// allowed: true
 }
+
+func ExampleParseLimits() {
+	limits, err := core.ParseLimits("10/s, 1000/h") // from configuration
+	if err != nil {
+		panic(err)
+	}
+	for _, l := range limits {
+		fmt.Println(l)
+	}
+	_, err = core.ParseLimits("10/x")
+	fmt.Println(err)
+	// Output:
+	// 10 per 1s (sliding-log)
+	// 1000 per 1h0m0s (sliding-log)
+	// ratewindow: invalid limit: item 1 of "10/x": window "x" in "10/x": want a unit (ms, s, m, h, d) or a duration such as 15m
+}

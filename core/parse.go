@@ -1,0 +1,83 @@
+package core
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ParseLimits reads limits from configuration: a comma-separated list of
+// "<count>/<window>", where the window is a unit (ms, s, m, h, d) or a
+// number and a unit ("15m", "1h30m", "500ms"):
+//
+//	"10/s"          10 per second
+//	"1000/h"        1000 per hour
+//	"5/15m"         5 per 15 minutes
+//	"10/s, 1000/h"  both at once
+//
+// The limits are sliding logs; change one with Limit.With. Spaces around
+// items are ignored. Anything else is an error that wraps ErrInvalidLimit
+// and quotes the item, as is a list whose limits fail validation.
+func ParseLimits(s string) ([]Limit, error) {
+	var limits []Limit
+	for i, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		lim, err := parseLimit(item)
+		switch {
+		case errors.Is(err, ErrInvalidLimit): // Validate's, prefixed already
+			return nil, fmt.Errorf("item %d of %q: %w", i+1, s, err)
+		case err != nil:
+			return nil, fmt.Errorf("%w: item %d of %q: %w", ErrInvalidLimit, i+1, s, err)
+		}
+		limits = append(limits, lim)
+	}
+	if err := validateLimits(limits); err != nil {
+		return nil, fmt.Errorf("%q: %w", s, err)
+	}
+	return limits, nil
+}
+
+// parseLimit reads one "<count>/<window>".
+func parseLimit(item string) (Limit, error) {
+	count, window, ok := strings.Cut(item, "/")
+	if item == "" || !ok {
+		return Limit{}, fmt.Errorf("%q is not <count>/<window>, such as 10/s or 5/15m", item)
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(count), 10, 64)
+	if err != nil || n <= 0 {
+		return Limit{}, fmt.Errorf("count %q in %q is not a whole number above 0", count, item)
+	}
+	w, err := parseWindow(strings.TrimSpace(window))
+	if err != nil {
+		return Limit{}, fmt.Errorf("window %q in %q: %w", window, item, err)
+	}
+	lim := Per(n, w)
+	if err := lim.Validate(); err != nil {
+		return Limit{}, err
+	}
+	return lim, nil
+}
+
+// parseWindow reads a window: a unit alone is one of it; "d" is 24h.
+func parseWindow(s string) (time.Duration, error) {
+	if s == "" {
+		return 0, fmt.Errorf("empty; want a unit (ms, s, m, h, d) or a duration such as 15m")
+	}
+	if s[0] < '0' || s[0] > '9' {
+		s = "1" + s
+	}
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.ParseInt(days, 10, 64)
+		if err != nil || n <= 0 || n > int64(MaxBlock/(24*time.Hour)) {
+			return 0, fmt.Errorf("not a number of days")
+		}
+		return time.Duration(n) * 24 * time.Hour, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("want a unit (ms, s, m, h, d) or a duration such as 15m")
+	}
+	return d, nil
+}

@@ -1,0 +1,54 @@
+package core
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+)
+
+func TestParseLimits(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want []Limit
+	}{
+		{"10/s", []Limit{PerSecond(10)}},
+		{"1000/h", []Limit{PerHour(1000)}},
+		{"5/15m", []Limit{Per(5, 15*time.Minute)}},
+		{"10/s, 1000/h", []Limit{PerSecond(10), PerHour(1000)}},
+		{" 3/500ms ,2/1h30m", []Limit{Per(3, 500*time.Millisecond), Per(2, 90*time.Minute)}},
+		{"100/d", []Limit{Per(100, 24*time.Hour)}},
+		{"7/2d", []Limit{Per(7, 48*time.Hour)}},
+		{"1/m", []Limit{PerMinute(1)}},
+	} {
+		got, err := ParseLimits(c.in)
+		if err != nil || !slices.Equal(got, c.want) {
+			t.Errorf("ParseLimits(%q) = %v, %v; want %v", c.in, got, err, c.want)
+		}
+	}
+}
+
+func TestParseLimitsErrors(t *testing.T) {
+	for _, c := range []struct{ in, msg string }{
+		{"", `ratewindow: invalid limit: item 1 of "": "" is not <count>/<window>, such as 10/s or 5/15m`},
+		{"10", `ratewindow: invalid limit: item 1 of "10": "10" is not <count>/<window>, such as 10/s or 5/15m`},
+		{"10/s,", `ratewindow: invalid limit: item 2 of "10/s,": "" is not <count>/<window>, such as 10/s or 5/15m`},
+		{"x/s", `ratewindow: invalid limit: item 1 of "x/s": count "x" in "x/s" is not a whole number above 0`},
+		{"0/s", `ratewindow: invalid limit: item 1 of "0/s": count "0" in "0/s" is not a whole number above 0`},
+		{"-1/s", `ratewindow: invalid limit: item 1 of "-1/s": count "-1" in "-1/s" is not a whole number above 0`},
+		{"10/x", `ratewindow: invalid limit: item 1 of "10/x": window "x" in "10/x": want a unit (ms, s, m, h, d) or a duration such as 15m`},
+		{"10/", `ratewindow: invalid limit: item 1 of "10/": window "" in "10/": empty; want a unit (ms, s, m, h, d) or a duration such as 15m`},
+		{"10/-5s", `ratewindow: invalid limit: item 1 of "10/-5s": window "-5s" in "10/-5s": want a unit (ms, s, m, h, d) or a duration such as 15m`},
+		{"10/500us", `item 1 of "10/500us": ratewindow: invalid limit: window 500µs must be at least 1ms`},
+		{"10/s, 20/s", `"10/s, 20/s": limits 0 and 1: ratewindow: invalid limit: two sliding-log limits with the window 1s would share storage`},
+	} {
+		got, err := ParseLimits(c.in)
+		if got != nil || !errors.Is(err, ErrInvalidLimit) {
+			t.Errorf("ParseLimits(%q) = %v, %v; want an ErrInvalidLimit", c.in, got, err)
+			continue
+		}
+		if err.Error() != c.msg {
+			t.Errorf("ParseLimits(%q):\n got %s\nwant %s", c.in, err, c.msg)
+		}
+	}
+}
