@@ -38,6 +38,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 
@@ -143,4 +144,13 @@ func normalize(p string) string {
 		p = strings.TrimSuffix(p, "/")
 	}
 	return p
+}
+
+// LimitByIP returns chi middleware that admits n requests per window from
+// each client IP (see core.ByIP). It panics at start-up when n < 1 or the
+// window is invalid.
+//
+//	r.Use(chimw.LimitByIP(l, 100, time.Minute))
+func LimitByIP(l *core.Limiter, n int64, window time.Duration) func(http.Handler) http.Handler {
+	return Limit(l, core.ByIP(n, window))
 }

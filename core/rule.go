@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/ratewindow/ratewindow/keyfuncs"
 )
@@ -439,4 +440,14 @@ func prepare(r *http.Request, route string) (*http.Request, *shown) {
 		ctx = st
 	}
 	return r.WithContext(ctx), st
+}
+
+// ByIP returns the Rule of the adapters' LimitByIP: n requests per window
+// for each client IP (keyfuncs.IP, no trusted proxy), named after the limit
+// ("ip-100-per-1m"), so that two such rules with different limits never
+// share counters. Two with the same limit do share them, on every route
+// they guard: give a Rule its own Name to keep them apart.
+func ByIP(n int64, window time.Duration) Rule {
+	lim := Per(n, window)
+	return Rule{Name: "ip-" + lim.PolicyName(), Limits: []Limit{lim}, Key: keyfuncs.IP()}
 }

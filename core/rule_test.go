@@ -262,3 +262,21 @@ func ExampleNewEnforcer() {
 	// 200 "10-per-1m";r=2;t=60 retry-after=""
 	// 429 "10-per-1m";r=2;t=60 retry-after="60"
 }
+
+func TestByIP(t *testing.T) {
+	r := core.ByIP(100, time.Minute)
+	if r.Name != "ip-100-per-1m" || len(r.Limits) != 1 || r.Limits[0] != core.PerMinute(100) || r.Validate() != nil {
+		t.Fatalf("core.ByIP(100, 1m) = %+v", r)
+	}
+	req := httptest.NewRequest(http.MethodGet, "/", nil)
+	req.RemoteAddr = "203.0.113.9:4000"
+	if k, err := r.Key(req); k != "ip:203.0.113.9" || err != nil {
+		t.Fatalf("key %q, %v", k, err)
+	}
+	if core.ByIP(5, time.Second).Name == r.Name {
+		t.Fatal("two limits, one name: they would share counters")
+	}
+	if err := core.ByIP(0, time.Minute).Validate(); !errors.Is(err, core.ErrInvalidLimit) {
+		t.Fatalf("core.ByIP(0): %v", err)
+	}
+}

@@ -23,6 +23,7 @@ package echomw
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -94,4 +95,13 @@ func Limit(l *core.Limiter, rule core.Rule) echo.MiddlewareFunc {
 		panic(fmt.Errorf("%w (echomw.Limit)", err))
 	}
 	return mw
+}
+
+// LimitByIP returns echo middleware that admits n requests per window from
+// each client IP (see core.ByIP). It panics at start-up when n < 1 or the
+// window is invalid.
+//
+//	e.Use(echomw.LimitByIP(l, 100, time.Minute))
+func LimitByIP(l *core.Limiter, n int64, window time.Duration) echo.MiddlewareFunc {
+	return Limit(l, core.ByIP(n, window))
 }

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -90,4 +92,21 @@ func ExampleLimitWithConfig() {
 	// 203.0.113.5 200 "\"1-per-1m\";r=0;t=60" "results\n"
 	// 203.0.113.5 429 "\"1-per-1m\";r=0;t=60" "Too Many Requests\n"
 	// 198.51.100.10 200 "" "results\n"
+}
+
+func TestLimitByIP(t *testing.T) {
+	l := core.NewMemory()
+	e := echo.New()
+	e.Use(echomw.LimitByIP(l, 2, time.Minute), echomw.LimitByIP(l, 5, time.Hour))
+	e.GET("/", func(c echo.Context) error { return nil })
+	var codes []int
+	for _, ip := range []string{"203.0.113.9", "203.0.113.9", "203.0.113.9", "198.51.100.1"} {
+		rec, req := httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/", nil)
+		req.RemoteAddr = ip + ":4000"
+		e.ServeHTTP(rec, req)
+		codes = append(codes, rec.Code)
+	}
+	if !slices.Equal(codes, []int{200, 200, 429, 200}) {
+		t.Fatalf("codes %v, want [200 200 429 200]", codes)
+	}
 }

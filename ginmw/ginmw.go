@@ -18,6 +18,7 @@ package ginmw
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -50,4 +51,13 @@ func Limit(l *core.Limiter, rule core.Rule) gin.HandlerFunc {
 		panic(fmt.Errorf("%w (ginmw.Limit)", err))
 	}
 	return h
+}
+
+// LimitByIP returns a gin.HandlerFunc that admits n requests per window
+// from each client IP (see core.ByIP). It panics at start-up when n < 1 or
+// the window is invalid.
+//
+//	r.Use(ginmw.LimitByIP(l, 100, time.Minute))
+func LimitByIP(l *core.Limiter, n int64, window time.Duration) gin.HandlerFunc {
+	return Limit(l, core.ByIP(n, window))
 }

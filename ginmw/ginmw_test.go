@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -70,4 +72,22 @@ func ExampleLimit() {
 	// Output:
 	// 200 remaining=0 retry-after="" "welcome\n"
 	// 429 remaining=0 retry-after="60" "Too Many Requests\n"
+}
+
+func TestLimitByIP(t *testing.T) {
+	gin.SetMode(gin.TestMode)
+	l := core.NewMemory()
+	e := gin.New()
+	e.Use(ginmw.LimitByIP(l, 2, time.Minute), ginmw.LimitByIP(l, 5, time.Hour))
+	e.GET("/", func(c *gin.Context) {})
+	var codes []int
+	for _, ip := range []string{"203.0.113.9", "203.0.113.9", "203.0.113.9", "198.51.100.1"} {
+		rec, req := httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/", nil)
+		req.RemoteAddr = ip + ":4000"
+		e.ServeHTTP(rec, req)
+		codes = append(codes, rec.Code)
+	}
+	if !slices.Equal(codes, []int{200, 200, 429, 200}) {
+		t.Fatalf("codes %v, want [200 200 429 200]", codes)
+	}
 }

@@ -3,6 +3,7 @@ package nethttp
 import (
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/ratewindow/ratewindow/core"
 	"github.com/ratewindow/ratewindow/internal/httpx"
@@ -123,4 +124,13 @@ func (h routed) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r, ok := h.e.Handle(w, r, route); ok {
 		h.next.ServeHTTP(w, r)
 	}
+}
+
+// LimitByIP returns middleware that admits n requests per window from each
+// client IP (see core.ByIP): the shortest useful start. It panics at
+// start-up when n < 1 or the window is invalid.
+//
+//	http.ListenAndServe(":8080", nethttp.LimitByIP(l, 100, time.Minute)(mux))
+func LimitByIP(l *core.Limiter, n int64, window time.Duration) func(http.Handler) http.Handler {
+	return Limit(l, core.ByIP(n, window))
 }

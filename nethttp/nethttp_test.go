@@ -4,8 +4,10 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ratewindow/ratewindow/core"
 	"github.com/ratewindow/ratewindow/keyfuncs"
@@ -112,4 +114,19 @@ func panicText(v any) string {
 		return v
 	}
 	return ""
+}
+
+func TestLimitByIP(t *testing.T) {
+	l := core.NewMemory()
+	h := nethttp.LimitByIP(l, 2, time.Minute)(nethttp.LimitByIP(l, 5, time.Hour)(http.NotFoundHandler()))
+	var codes []int
+	for _, ip := range []string{"203.0.113.9", "203.0.113.9", "203.0.113.9", "198.51.100.1"} {
+		rec, req := httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/", nil)
+		req.RemoteAddr = ip + ":4000"
+		h.ServeHTTP(rec, req)
+		codes = append(codes, rec.Code)
+	}
+	if !slices.Equal(codes, []int{404, 404, 429, 404}) {
+		t.Fatalf("codes %v, want [404 404 429 404]", codes)
+	}
 }
