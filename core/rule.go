@@ -91,7 +91,11 @@ type Rule struct {
 	// the client accepts it or ProblemJSON is set.
 	OnDenied func(http.ResponseWriter, *http.Request, Result)
 	// OnError is called with every key-function, cost or backend error,
-	// before the failure mode answers. It is the place to log. If it writes
+	// before the failure mode answers. It is the place to log. Without it,
+	// the errors are logged with log/slog's default logger, at most one
+	// line per second per rule (with the number of errors left unlogged),
+	// so that a key function that always fails, which under FailOpen
+	// switches the rule off, never goes unnoticed. If it writes
 	// a response (calls WriteHeader or Write), the request stops there;
 	// otherwise the Limiter's failure mode decides: FailOpen passes the
 	// request without rate-limit fields, FailClosed answers 503 Service
@@ -179,6 +183,7 @@ type Enforcer struct {
 	dryRun   bool
 	problem  bool
 	hdr      headerSet
+	logs     errorLog // OnError's default
 }
 
 // NewEnforcer validates rule and prepares what every request of it shares:
@@ -328,12 +333,15 @@ func (e *Enforcer) apply(w http.ResponseWriter, r *http.Request, st *shown, res 
 // is the failure mode's answer from the Limiter. It reports whether the
 // request passes.
 func (e *Enforcer) failed(w http.ResponseWriter, r *http.Request, st *shown, err error, res Result, decided bool) bool {
+	err = ruleError{e.name, err}
 	if e.onError != nil {
 		ew := &errorWriter{ResponseWriter: w}
-		e.onError(ew, r, fmt.Errorf("ratewindow: rule %s: %w", e.name, err))
+		e.onError(ew, r, err)
 		if ew.wrote {
 			return false
 		}
+	} else {
+		e.logs.log(err, e.l.mode)
 	}
 	switch e.l.mode {
 	case FailClosed:

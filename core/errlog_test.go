@@ -1,0 +1,72 @@
+package core
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+// TestErrorLogDefault: without OnError, a rule's key errors are logged with
+// slog's default logger, once per second at most, naming the rule once and
+// counting the lines left out. (Not parallel: it swaps slog's default.)
+func TestErrorLogDefault(t *testing.T) {
+	var buf bytes.Buffer
+	prev := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{
+		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey {
+				return slog.Attr{}
+			}
+			return a
+		},
+	})))
+	t.Cleanup(func() { slog.SetDefault(prev) })
+
+	e, err := NewEnforcer(NewMemory(), Rule{Name: "login", Limits: []Limit{PerMinute(5)},
+		Key: func(*http.Request) (string, error) { return "", errors.New("ratewindow: header missing") }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve := func() int {
+		rec := httptest.NewRecorder()
+		if _, ok := e.Handle(rec, httptest.NewRequest(http.MethodGet, "/", nil), ""); ok {
+			return http.StatusOK // fail-open: the request passes
+		}
+		return rec.Code
+	}
+	for i := range 100 {
+		if code := serve(); code != http.StatusOK {
+			t.Fatalf("request %d: %d", i, code)
+		}
+	}
+	want := `level=WARN msg="ratewindow: a rule could not decide; the failure mode answered" error="ratewindow: rule login: header missing" failure_mode=fail-open errors_not_logged=0` + "\n"
+	if got := buf.String(); got != want {
+		t.Fatalf("log:\n%s\nwant one line:\n%s", got, want)
+	}
+	// the next line, a second later, counts the 99 left out
+	e.logs.next.Store(0)
+	buf.Reset()
+	serve()
+	if got := buf.String(); !strings.Contains(got, "errors_not_logged=99\n") {
+		t.Fatalf("second line: %s", got)
+	}
+}
+
+func TestRuleErrorPrefixOnce(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{errors.New("ratewindow: header missing"), "ratewindow: rule login: header missing"},
+		{errors.New("no user"), "ratewindow: rule login: no user"},
+	} {
+		err := ruleError{"login", c.err}
+		if err.Error() != c.want || !errors.Is(err, c.err) {
+			t.Errorf("%q, Is %v; want %q", err.Error(), errors.Is(err, c.err), c.want)
+		}
+	}
+}
