@@ -44,6 +44,7 @@ type batcher struct {
 	wake     chan struct{}
 
 	calls sync.Pool
+	dials *dialErrors // the client's failed dials; nil: not watched
 }
 
 // maxInFlight is how many round trips one Limiter has in flight at once.
@@ -77,7 +78,7 @@ type script struct {
 func newScript(src string) *script { return &script{redis.NewScript(src), src} }
 
 func newBatcher(rdb redis.Scripter) *batcher {
-	b := &batcher{rdb: rdb, wake: make(chan struct{}, 1), boundsReads: boundsReads(rdb)}
+	b := &batcher{rdb: rdb, wake: make(chan struct{}, 1), boundsReads: boundsReads(rdb), dials: watchDials(rdb)}
 	if p, ok := rdb.(interface{ Pipeline() redis.Pipeliner }); ok {
 		b.pipe = p.Pipeline
 	}
@@ -117,9 +118,17 @@ func (b *batcher) run(ctx context.Context, c *call) (any, error) {
 		b.inflight++
 		b.mu.Unlock()
 		if b.boundsReads || ctx.Done() == nil {
-			return b.direct(ctx, c)
+			reply, err := b.direct(ctx, c)
+			if err != nil && ctx.Err() != nil {
+				err = b.noReply(ctx)
+			}
+			return reply, err
 		}
-		return detach(ctx, func(ctx context.Context) (any, error) { return b.direct(ctx, c) })
+		reply, err := detach(ctx, func(ctx context.Context) (any, error) { return b.direct(ctx, c) })
+		if err != nil && ctx.Err() != nil {
+			err = b.noReply(ctx)
+		}
+		return reply, err
 	}
 	b.queue = append(b.queue, c)
 	b.mu.Unlock()
@@ -130,8 +139,14 @@ func (b *batcher) run(ctx context.Context, c *call) (any, error) {
 		return reply, err
 	case <-ctx.Done():
 		// The flusher still holds c and will fill it; it is not reused.
-		return nil, fmt.Errorf("ratewindow: no reply from redis: %w", context.Cause(ctx))
+		return nil, b.noReply(ctx)
 	}
+}
+
+// noReply is the error of a call that ctx ended before its reply: ctx's
+// cause, and the client's last failed dial when there is a recent one.
+func (b *batcher) noReply(ctx context.Context) error {
+	return b.dials.explain(fmt.Errorf("no reply from redis: %w", context.Cause(ctx)))
 }
 
 // direct sends c alone and gives its slot back when the reply is in.
@@ -392,6 +407,6 @@ func detach[T any](ctx context.Context, f func(context.Context) (T, error)) (T, 
 		return o.v, o.err
 	case <-ctx.Done():
 		var zero T
-		return zero, fmt.Errorf("ratewindow: no reply from redis: %w", context.Cause(ctx))
+		return zero, fmt.Errorf("no reply from redis: %w", context.Cause(ctx))
 	}
 }

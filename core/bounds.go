@@ -14,6 +14,7 @@ type bounds struct {
 	next    store // the Redis scripts
 	timeout time.Duration
 	breaker *breaker
+	dials   *dialErrors // explains the open circuit; may be nil
 }
 
 // within runs f behind b's breaker, with a context bounded by b's timeout
@@ -23,7 +24,7 @@ func within[T any](b *bounds, ctx context.Context, f func(context.Context) (T, e
 	var zero T
 	ok, probe := b.breaker.allow(time.Now().UnixNano())
 	if !ok {
-		return zero, backendError{ErrCircuitOpen}
+		return zero, backendError{b.dials.explain(ErrCircuitOpen)}
 	}
 	cctx, cancel := ctx, context.CancelFunc(func() {})
 	if b.timeout > 0 {

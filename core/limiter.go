@@ -60,8 +60,9 @@ func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
 	if c.mode == FailLocal {
 		local = newMemoryStore(l.micros)
 	}
-	l.decider = &failover{next: &bounds{next: scripts, timeout: c.timeout, breaker: br}, mode: c.mode, local: local, share: c.share}
-	l.waiter = &failover{next: &bounds{next: scripts, timeout: c.waitTime, breaker: br}, mode: c.mode, local: local, share: c.share}
+	dials := scripts.batch.dials
+	l.decider = &failover{next: &bounds{next: scripts, timeout: c.timeout, breaker: br, dials: dials}, mode: c.mode, local: local, share: c.share}
+	l.waiter = &failover{next: &bounds{next: scripts, timeout: c.waitTime, breaker: br, dials: dials}, mode: c.mode, local: local, share: c.share}
 	return l, nil
 }
 
