@@ -36,7 +36,9 @@ type Limiter struct {
 // *redis.Client, *redis.ClusterClient, *redis.Ring or a failover client:
 // every call is one script run on the keys of one hash slot.
 //
-// New does not contact Redis: call Check at start-up (and in readiness
+// New adds a hook to rdb (when it takes hooks) that only watches failed
+// dials, so that a decision that times out while Redis is unreachable says
+// why. It does not contact Redis: call Check at start-up (and in readiness
 // probes) to learn whether Redis is reachable, authorised and configured
 // so that it never evicts the Limiter's keys.
 func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
