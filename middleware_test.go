@@ -62,6 +62,12 @@ type app struct {
 type adapter struct {
 	name  string
 	build func(l *core.Limiter, a app) http.Handler
+	// byIP serves GET / behind LimitByIP(l, 2, time.Minute) and
+	// LimitByIP(l, 5, time.Hour).
+	byIP func(l *core.Limiter) http.Handler
+	// newErr is the adapter's New's error for rule; limit calls its Limit.
+	newErr func(l *core.Limiter, rule core.Rule) error
+	limit  func(l *core.Limiter, rule core.Rule)
 }
 
 var paramRE = regexp.MustCompile(`\{(\w+)\}`)
@@ -84,7 +90,14 @@ var adapters = []adapter{
 			h = nethttp.Limit(l, a.global[i], nethttp.WithMux(mux))(h)
 		}
 		return h
-	}},
+	},
+		func(l *core.Limiter) http.Handler {
+			h := http.HandlerFunc(okHandler)
+			return nethttp.LimitByIP(l, 2, time.Minute)(nethttp.LimitByIP(l, 5, time.Hour)(h))
+		},
+		func(l *core.Limiter, rule core.Rule) error { _, err := nethttp.New(l, rule); return err },
+		func(l *core.Limiter, rule core.Rule) { nethttp.Limit(l, rule) },
+	},
 	{"chi", func(l *core.Limiter, a app) http.Handler {
 		r := chi.NewRouter()
 		for _, rule := range a.global {
@@ -98,7 +111,16 @@ var adapters = []adapter{
 			r.With(mws...).Get(rt.path, okHandler)
 		}
 		return r
-	}},
+	},
+		func(l *core.Limiter) http.Handler {
+			r := chi.NewRouter()
+			r.Use(chimw.LimitByIP(l, 2, time.Minute), chimw.LimitByIP(l, 5, time.Hour))
+			r.Get("/", okHandler)
+			return r
+		},
+		func(l *core.Limiter, rule core.Rule) error { _, err := chimw.New(l, rule); return err },
+		func(l *core.Limiter, rule core.Rule) { chimw.Limit(l, rule) },
+	},
 	{"gin", func(l *core.Limiter, a app) http.Handler {
 		e := gin.New()
 		for _, rule := range a.global {
@@ -112,7 +134,16 @@ var adapters = []adapter{
 			e.GET(colonPath(rt.path), append(hs, gin.WrapF(okHandler))...)
 		}
 		return e
-	}},
+	},
+		func(l *core.Limiter) http.Handler {
+			e := gin.New()
+			e.Use(ginmw.LimitByIP(l, 2, time.Minute), ginmw.LimitByIP(l, 5, time.Hour))
+			e.GET("/", gin.WrapF(okHandler))
+			return e
+		},
+		func(l *core.Limiter, rule core.Rule) error { _, err := ginmw.New(l, rule); return err },
+		func(l *core.Limiter, rule core.Rule) { ginmw.Limit(l, rule) },
+	},
 	{"echo", func(l *core.Limiter, a app) http.Handler {
 		e := echo.New()
 		for _, rule := range a.global {
@@ -126,7 +157,16 @@ var adapters = []adapter{
 			e.GET(colonPath(rt.path), echo.WrapHandler(http.HandlerFunc(okHandler)), mws...)
 		}
 		return e
-	}},
+	},
+		func(l *core.Limiter) http.Handler {
+			e := echo.New()
+			e.Use(echomw.LimitByIP(l, 2, time.Minute), echomw.LimitByIP(l, 5, time.Hour))
+			e.GET("/", echo.WrapHandler(http.HandlerFunc(okHandler)))
+			return e
+		},
+		func(l *core.Limiter, rule core.Rule) error { _, err := echomw.New(l, rule); return err },
+		func(l *core.Limiter, rule core.Rule) { echomw.Limit(l, rule) },
+	},
 }
 
 // step is one request and the exact response expected.
@@ -749,5 +789,48 @@ func checkStep(t *testing.T, h http.Handler, i int, st step) {
 	if rec.Code != st.status || rec.Body.String() != st.body || !maps.Equal(got, want) {
 		t.Errorf("request %d (%s from %s, %v):\ngot  %d %q %v\nwant %d %q %v", i+1, path, req.RemoteAddr, st.header,
 			rec.Code, rec.Body.String(), got, st.status, st.body, want)
+	}
+}
+
+// TestLimitByIP: every adapter's one-liner limits each client IP, and two
+// of them with different limits keep their own counters.
+func TestLimitByIP(t *testing.T) {
+	for _, ad := range adapters {
+		t.Run(ad.name, func(t *testing.T) {
+			h := ad.byIP(core.NewMemory())
+			var codes []int
+			for _, ip := range []string{"203.0.113.9", "203.0.113.9", "203.0.113.9", "198.51.100.1"} {
+				rec, req := httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/", nil)
+				req.RemoteAddr = ip + ":4000"
+				h.ServeHTTP(rec, req)
+				codes = append(codes, rec.Code)
+			}
+			if !slices.Equal(codes, []int{200, 200, 429, 200}) {
+				t.Fatalf("codes %v, want [200 200 429 200]", codes)
+			}
+		})
+	}
+}
+
+// TestInvalidRule: New returns a bad rule's error; Limit panics with it at
+// start-up, naming itself.
+func TestInvalidRule(t *testing.T) {
+	for _, ad := range adapters {
+		t.Run(ad.name, func(t *testing.T) {
+			if err := ad.newErr(core.NewMemory(), core.Rule{Name: "x"}); !errors.Is(err, core.ErrNoLimits) {
+				t.Errorf("New() = %v, want ErrNoLimits", err)
+			}
+			defer func() {
+				err, _ := recover().(error)
+				pkg := map[string]string{"chi": "chimw", "gin": "ginmw", "echo": "echomw"}[ad.name]
+				if pkg == "" {
+					pkg = ad.name
+				}
+				if !errors.Is(err, core.ErrInvalidRule) || !strings.Contains(err.Error(), "("+pkg+".Limit)") {
+					t.Errorf("Limit panicked with %v, want an ErrInvalidRule naming %s.Limit", err, pkg)
+				}
+			}()
+			ad.limit(core.NewMemory(), core.Rule{Limits: []core.Limit{core.PerMinute(1)}})
+		})
 	}
 }

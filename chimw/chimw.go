@@ -43,6 +43,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/ratewindow/ratewindow/core"
+	"github.com/ratewindow/ratewindow/internal/must"
 )
 
 // New returns chi middleware that limits requests by rule on l, or an
@@ -71,11 +72,7 @@ func New(l *core.Limiter, rule core.Rule) (func(http.Handler) http.Handler, erro
 // Limit is New for use at start-up: it panics with the error of an invalid
 // rule.
 func Limit(l *core.Limiter, rule core.Rule) func(http.Handler) http.Handler {
-	mw, err := New(l, rule)
-	if err != nil {
-		panic(fmt.Errorf("%w (chimw.Limit)", err))
-	}
-	return mw
+	return must.Build(New(l, rule))
 }
 
 // routed is the middleware, with chi's route pattern as the route, as

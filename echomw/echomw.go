@@ -22,12 +22,12 @@ package echomw
 
 import (
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/ratewindow/ratewindow/core"
+	"github.com/ratewindow/ratewindow/internal/must"
 )
 
 // Config configures the middleware of LimitWithConfig.
@@ -74,11 +74,7 @@ func (c Config) ToMiddleware() (echo.MiddlewareFunc, error) {
 // LimitWithConfig returns the middleware of c. It panics when c is invalid,
 // at start-up, as echo's own WithConfig functions do.
 func LimitWithConfig(c Config) echo.MiddlewareFunc {
-	mw, err := c.ToMiddleware()
-	if err != nil {
-		panic(fmt.Errorf("%w (echomw.LimitWithConfig)", err))
-	}
-	return mw
+	return must.Build(c.ToMiddleware())
 }
 
 // New returns middleware that limits requests by rule on l, or an error
@@ -90,11 +86,7 @@ func New(l *core.Limiter, rule core.Rule) (echo.MiddlewareFunc, error) {
 // Limit returns middleware that limits requests by rule on l. It panics
 // when the rule is invalid, at start-up.
 func Limit(l *core.Limiter, rule core.Rule) echo.MiddlewareFunc {
-	mw, err := New(l, rule)
-	if err != nil {
-		panic(fmt.Errorf("%w (echomw.Limit)", err))
-	}
-	return mw
+	return must.Build(New(l, rule))
 }
 
 // LimitByIP returns echo middleware that admits n requests per window from

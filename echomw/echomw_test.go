@@ -1,14 +1,11 @@
 package echomw_test
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -53,16 +50,13 @@ func TestInvalidConfig(t *testing.T) {
 	if _, err := (echomw.Config{Rule: core.Rule{Name: "x", Limits: []core.Limit{core.PerMinute(1)}}}).ToMiddleware(); err == nil || !strings.HasPrefix(err.Error(), "ratewindow: ") {
 		t.Errorf("ToMiddleware without a Limiter = %v, want an error", err)
 	}
-	if _, err := echomw.New(core.NewMemory(), core.Rule{Name: "x"}); !errors.Is(err, core.ErrNoLimits) {
-		t.Errorf("New() = %v, want ErrNoLimits", err)
-	}
 	defer func() {
 		err, _ := recover().(error)
-		if !errors.Is(err, core.ErrInvalidRule) || !strings.Contains(err.Error(), "echomw.Limit") {
-			t.Errorf("Limit panicked with %v, want an ErrInvalidRule naming echomw.Limit", err)
+		if err == nil || !strings.Contains(err.Error(), "(echomw.LimitWithConfig)") {
+			t.Errorf("LimitWithConfig panicked with %v, want an error naming echomw.LimitWithConfig", err)
 		}
 	}()
-	echomw.Limit(core.NewMemory(), core.Rule{Limits: []core.Limit{core.PerMinute(1)}})
+	echomw.LimitWithConfig(echomw.Config{})
 }
 
 func ExampleLimitWithConfig() {
@@ -92,21 +86,4 @@ func ExampleLimitWithConfig() {
 	// 203.0.113.5 200 "\"1-per-1m\";r=0;t=60" "results\n"
 	// 203.0.113.5 429 "\"1-per-1m\";r=0;t=60" "Too Many Requests\n"
 	// 198.51.100.10 200 "" "results\n"
-}
-
-func TestLimitByIP(t *testing.T) {
-	l := core.NewMemory()
-	e := echo.New()
-	e.Use(echomw.LimitByIP(l, 2, time.Minute), echomw.LimitByIP(l, 5, time.Hour))
-	e.GET("/", func(c echo.Context) error { return nil })
-	var codes []int
-	for _, ip := range []string{"203.0.113.9", "203.0.113.9", "203.0.113.9", "198.51.100.1"} {
-		rec, req := httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/", nil)
-		req.RemoteAddr = ip + ":4000"
-		e.ServeHTTP(rec, req)
-		codes = append(codes, rec.Code)
-	}
-	if !slices.Equal(codes, []int{200, 200, 429, 200}) {
-		t.Fatalf("codes %v, want [200 200 429 200]", codes)
-	}
 }

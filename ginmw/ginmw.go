@@ -17,12 +17,12 @@
 package ginmw
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/ratewindow/ratewindow/core"
+	"github.com/ratewindow/ratewindow/internal/must"
 )
 
 // New returns a gin.HandlerFunc that limits requests by rule on l, or an
@@ -46,11 +46,7 @@ func New(l *core.Limiter, rule core.Rule) (gin.HandlerFunc, error) {
 // Limit is New for use at start-up: it panics with the error of an invalid
 // rule.
 func Limit(l *core.Limiter, rule core.Rule) gin.HandlerFunc {
-	h, err := New(l, rule)
-	if err != nil {
-		panic(fmt.Errorf("%w (ginmw.Limit)", err))
-	}
-	return h
+	return must.Build(New(l, rule))
 }
 
 // LimitByIP returns a gin.HandlerFunc that admits n requests per window

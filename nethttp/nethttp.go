@@ -7,6 +7,7 @@ import (
 
 	"github.com/ratewindow/ratewindow/core"
 	"github.com/ratewindow/ratewindow/internal/httpx"
+	"github.com/ratewindow/ratewindow/internal/must"
 )
 
 // Option configures the middleware of New and Limit. Build one with the
@@ -89,11 +90,7 @@ func New(l *core.Limiter, rule core.Rule, opts ...Option) (func(http.Handler) ht
 // Limit is New for use at start-up: it panics with the error of an invalid
 // rule.
 func Limit(l *core.Limiter, rule core.Rule, opts ...Option) func(http.Handler) http.Handler {
-	mw, err := New(l, rule, opts...)
-	if err != nil {
-		panic(fmt.Errorf("%w (nethttp.Limit)", err))
-	}
-	return mw
+	return must.Build(New(l, rule, opts...))
 }
 
 // plain is the middleware with Request.Pattern as the route.
