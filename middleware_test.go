@@ -834,3 +834,60 @@ func TestInvalidRule(t *testing.T) {
 		})
 	}
 }
+
+// TestFrameworkKey: ginmw.Key and echomw.Key read what earlier middleware
+// stored in the framework's context; a request without it is a key error.
+func TestFrameworkKey(t *testing.T) {
+	rule := func(key keyfuncs.Func, errs *[]error) core.Rule {
+		return core.Rule{Name: "orders", Limits: []core.Limit{core.PerMinute(1)}, Key: key,
+			OnError: func(_ http.ResponseWriter, _ *http.Request, err error) { *errs = append(*errs, err) }}
+	}
+	apps := map[string]func(l *core.Limiter, errs *[]error) http.Handler{
+		"gin": func(l *core.Limiter, errs *[]error) http.Handler {
+			e := gin.New()
+			auth := func(c *gin.Context) {
+				if u := c.GetHeader("X-User"); u != "" {
+					c.Set("user", u)
+				}
+			}
+			e.GET("/", auth, ginmw.Limit(l, rule(ginmw.Key("user"), errs)), gin.WrapF(okHandler))
+			return e
+		},
+		"echo": func(l *core.Limiter, errs *[]error) http.Handler {
+			e := echo.New()
+			auth := func(next echo.HandlerFunc) echo.HandlerFunc {
+				return func(c echo.Context) error {
+					if u := c.Request().Header.Get("X-User"); u != "" {
+						c.Set("user", u)
+					}
+					return next(c)
+				}
+			}
+			e.GET("/", echo.WrapHandler(http.HandlerFunc(okHandler)), auth, echomw.Limit(l, rule(echomw.Key("user"), errs)))
+			return e
+		},
+	}
+	for name, build := range apps {
+		t.Run(name, func(t *testing.T) {
+			var errs []error
+			var keys []string
+			l := core.NewMemory(core.WithObserver(func(ev core.Event) { keys = append(keys, ev.Key) }))
+			h := build(l, &errs)
+			var codes []int
+			for _, user := range []string{"ann", "ann", "bob", ""} {
+				rec, req := httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/", nil)
+				if user != "" {
+					req.Header.Set("X-User", user)
+				}
+				h.ServeHTTP(rec, req)
+				codes = append(codes, rec.Code)
+			}
+			if !slices.Equal(codes, []int{200, 429, 200, 200}) || !slices.Equal(keys, []string{"orders:user:ann", "orders:user:ann", "orders:user:bob"}) {
+				t.Fatalf("codes %v, keys %q", codes, keys)
+			}
+			if len(errs) != 1 || !errors.Is(errs[0], keyfuncs.ErrNoKey) {
+				t.Fatalf("OnError got %v, want one ErrNoKey", errs)
+			}
+		})
+	}
+}

@@ -269,7 +269,16 @@ var errEmptyKey = fmt.Errorf("%w: the key function returned an empty key", keyfu
 // context, so that a second rule on the same route shows the most
 // restrictive of the two. It returns nil and false when it has answered.
 func (e *Enforcer) Handle(w http.ResponseWriter, r *http.Request, route string) (*http.Request, bool) {
+	return e.HandleFrom(w, r, route, nil)
+}
+
+// HandleFrom is Handle for a framework with a request context of its own,
+// fc (*gin.Context, echo.Context): the rule's functions can read it back
+// with FrameworkContext, for values that earlier middleware stored there
+// (ginmw.Key, echomw.Key). It allocates nothing more than Handle.
+func (e *Enforcer) HandleFrom(w http.ResponseWriter, r *http.Request, route string, fc any) (*http.Request, bool) {
 	r, st := prepare(r, route)
+	st.framework = fc
 	if e.skip != nil && e.skip(r) {
 		return r, true
 	}
@@ -383,17 +392,30 @@ type shownKey struct{}
 // rules show the most restrictive one, in whatever order they run.
 type shown struct {
 	context.Context
-	e   *Enforcer
-	res Result
+	e         *Enforcer
+	res       Result
+	framework any // the adapter's own request context (HandleFrom)
 }
 
-// Value returns the shown itself for shownKey, else the parent's value.
+// frameworkKey is the context key of FrameworkContext.
+type frameworkKey struct{}
+
+// Value returns the shown itself for shownKey, the framework's context for
+// frameworkKey, else the parent's value.
 func (s *shown) Value(key any) any {
-	if key == (shownKey{}) {
+	switch key {
+	case shownKey{}:
 		return s
+	case frameworkKey{}:
+		return s.framework
 	}
 	return s.Context.Value(key)
 }
+
+// FrameworkContext returns the framework's own context of a request that an
+// adapter passed to Enforcer.HandleFrom (*gin.Context for ginmw,
+// echo.Context for echomw), or nil.
+func FrameworkContext(r *http.Request) any { return r.Context().Value(frameworkKey{}) }
 
 // replace reports whether res of rule e is more restrictive than the shown
 // decision, and if so records it. A nil s always replaces.

@@ -22,7 +22,10 @@ package echomw
 
 import (
 	"errors"
+	"net/http"
 	"time"
+
+	"github.com/ratewindow/ratewindow/keyfuncs"
 
 	"github.com/labstack/echo/v4"
 
@@ -61,7 +64,7 @@ func (c Config) ToMiddleware() (echo.MiddlewareFunc, error) {
 			if skip(ec) {
 				return next(ec)
 			}
-			r, ok := e.Handle(ec.Response(), ec.Request(), ec.Path())
+			r, ok := e.HandleFrom(ec.Response(), ec.Request(), ec.Path(), ec)
 			if !ok {
 				return nil
 			}
@@ -96,4 +99,21 @@ func Limit(l *core.Limiter, rule core.Rule) echo.MiddlewareFunc {
 //	e.Use(echomw.LimitByIP(l, 100, time.Minute))
 func LimitByIP(l *core.Limiter, n int64, window time.Duration) echo.MiddlewareFunc {
 	return Limit(l, core.ByIP(n, window))
+}
+
+// Key keys a request by a value that earlier echo middleware stored with
+// c.Set(name, value), such as the user an authentication middleware found:
+// name + ":" + the value (see keyfuncs.Value). A request without it is a
+// key error (keyfuncs.ErrNoKey), answered by OnError and the failure mode.
+// It works in the middleware of this package, which hands the echo.Context
+// to the rule.
+func Key(name string) keyfuncs.Func {
+	return keyfuncs.Value(name, func(r *http.Request) (any, bool) {
+		c, ok := core.FrameworkContext(r).(echo.Context)
+		if !ok {
+			return nil, false
+		}
+		v := c.Get(name)
+		return v, v != nil
+	})
 }

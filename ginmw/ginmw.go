@@ -17,7 +17,10 @@
 package ginmw
 
 import (
+	"net/http"
 	"time"
+
+	"github.com/ratewindow/ratewindow/keyfuncs"
 
 	"github.com/gin-gonic/gin"
 
@@ -33,7 +36,7 @@ func New(l *core.Limiter, rule core.Rule) (gin.HandlerFunc, error) {
 		return nil, err
 	}
 	return func(c *gin.Context) {
-		r, ok := e.Handle(c.Writer, c.Request, c.FullPath())
+		r, ok := e.HandleFrom(c.Writer, c.Request, c.FullPath(), c)
 		if !ok {
 			c.Abort()
 			return
@@ -56,4 +59,23 @@ func Limit(l *core.Limiter, rule core.Rule) gin.HandlerFunc {
 //	r.Use(ginmw.LimitByIP(l, 100, time.Minute))
 func LimitByIP(l *core.Limiter, n int64, window time.Duration) gin.HandlerFunc {
 	return Limit(l, core.ByIP(n, window))
+}
+
+// Key keys a request by a value that earlier gin middleware stored with
+// c.Set(name, value), such as the user an authentication middleware found:
+// name + ":" + the value (see keyfuncs.Value). A request without it is a
+// key error (keyfuncs.ErrNoKey), answered by OnError and the failure mode.
+// It works in the middleware of this package, which hands the
+// *gin.Context to the rule.
+//
+//	auth := func(c *gin.Context) { c.Set("user", userID(c)) }
+//	r.POST("/orders", auth, ginmw.Limit(l, core.Rule{Name: "orders", Limits: limits, Key: ginmw.Key("user")}), order)
+func Key(name string) keyfuncs.Func {
+	return keyfuncs.Value(name, func(r *http.Request) (any, bool) {
+		c, ok := core.FrameworkContext(r).(*gin.Context)
+		if !ok {
+			return nil, false
+		}
+		return c.Get(name)
+	})
 }

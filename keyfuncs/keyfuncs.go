@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/ratewindow/ratewindow/internal/httpx"
@@ -294,3 +295,39 @@ func (e *orError) Error() string {
 
 // Unwrap returns the error of every key function, in order.
 func (e *orError) Unwrap() []error { return e.errs }
+
+// Value keys a request by a value that get finds for it, such as one that
+// earlier middleware stored in a framework's context: name + ":" + the
+// value (strings as they are, integers in decimal, a fmt.Stringer by its
+// String, anything else as fmt.Sprint prints it). When get finds nothing,
+// nil, or a value that prints empty, the error matches ErrNoKey.
+// ginmw.Key and echomw.Key are built on it.
+func Value(name string, get func(*http.Request) (any, bool)) Func {
+	prefix := name + ":"
+	missing := fmt.Errorf("%w: no value %q", ErrNoKey, name)
+	return func(r *http.Request) (string, error) {
+		v, ok := get(r)
+		if !ok || v == nil {
+			return "", missing
+		}
+		var s string
+		switch v := v.(type) {
+		case string:
+			s = v
+		case int:
+			s = strconv.Itoa(v)
+		case int64:
+			s = strconv.FormatInt(v, 10)
+		case uint64:
+			s = strconv.FormatUint(v, 10)
+		case fmt.Stringer:
+			s = v.String()
+		default:
+			s = fmt.Sprint(v)
+		}
+		if s == "" {
+			return "", missing
+		}
+		return prefix + s, nil
+	}
+}

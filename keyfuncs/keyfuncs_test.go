@@ -917,3 +917,25 @@ func BenchmarkOr(b *testing.B) {
 		}
 	}
 }
+
+type stringer struct{}
+
+func (stringer) String() string { return "s" }
+
+func TestValue(t *testing.T) {
+	for _, c := range []struct {
+		v    any
+		ok   bool
+		want string
+	}{
+		{"ann", true, "user:ann"}, {42, true, "user:42"}, {int64(-7), true, "user:-7"},
+		{uint64(9), true, "user:9"}, {stringer{}, true, "user:s"}, {3.5, true, "user:3.5"},
+		{nil, true, ""}, {"", true, ""}, {"x", false, ""},
+	} {
+		key := keyfuncs.Value("user", func(*http.Request) (any, bool) { return c.v, c.ok })
+		got, err := key(httptest.NewRequest(http.MethodGet, "/", nil))
+		if got != c.want || (c.want == "") != errors.Is(err, keyfuncs.ErrNoKey) {
+			t.Errorf("Value(%v, %v) = %q, %v; want %q", c.v, c.ok, got, err, c.want)
+		}
+	}
+}
