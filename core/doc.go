@@ -43,6 +43,14 @@
 // Every stored key carries a TTL of about one window (two for the counter),
 // so idle keys vanish.
 //
+// # Bounds
+//
+// A Limit's Window is from 1ms to MaxWindow (a year); a SlidingBuckets
+// window holds at most MaxBuckets buckets; a SlidingLog Count is at most
+// MaxLogCount; one call or Rule has at most MaxLimits limits. Anything
+// beyond is rejected with ErrInvalidLimit before Redis is called, so every
+// script's work and every time stays in range.
+//
 // # Failures
 //
 // Every call to Redis is bounded by WithTimeout. When Redis fails, the

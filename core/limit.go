@@ -57,19 +57,32 @@ type Limit struct {
 	Name string
 	// Count is the number of units admitted in any Window. It must be > 0.
 	Count int64
-	// Window is the length of the sliding window. It must be at least 1ms.
+	// Window is the length of the sliding window: from 1ms to MaxWindow.
 	Window time.Duration
 	// Algorithm selects how units are counted. The zero value is SlidingLog.
 	Algorithm Algorithm
 	// Precision is the sub-window length of SlidingBuckets. Zero means
-	// Window/60, at least 1ms. It must be between 1ms and Window when set.
-	// Other algorithms ignore it.
+	// Window/60, at least 1ms. It must be between 1ms and Window when set,
+	// and a window may hold at most MaxBuckets of them. Other algorithms
+	// ignore it.
 	Precision time.Duration
 }
 
-// MaxLogCount is the largest Count of a SlidingLog limit, which stores one
-// member per unit. Larger limits belong to SlidingBuckets.
-const MaxLogCount = 1 << 20
+// Bounds of a Limit, and of the limits of one call. They keep every
+// script's work and every number in range: times are µs in Lua doubles,
+// exact to 2^53 µs (285 years), and durations are int64 ns (292 years).
+const (
+	// MaxLogCount is the largest Count of a SlidingLog limit, which stores
+	// one member per unit. Larger limits belong to SlidingBuckets.
+	MaxLogCount = 1 << 20
+	// MaxWindow is the longest Window: a year (and a day).
+	MaxWindow = 366 * 24 * time.Hour
+	// MaxBuckets is the most sub-windows of Precision that a SlidingBuckets
+	// limit's Window may hold: each is a field that its decisions read.
+	MaxBuckets = 1024
+	// MaxLimits is the most limits of one call or Rule.
+	MaxLimits = 16
+)
 
 // Per returns a SlidingLog limit of n units per window.
 func Per(n int64, window time.Duration) Limit { return Limit{Count: n, Window: window} }
@@ -94,19 +107,29 @@ func (l Limit) String() string {
 // Validate reports whether the limit can be enforced. Errors wrap
 // ErrInvalidLimit.
 func (l Limit) Validate() error {
-	switch {
-	case l.Count <= 0:
-		return fmt.Errorf("%w: count %d must be > 0", ErrInvalidLimit, l.Count)
-	case l.Window < time.Millisecond:
-		return fmt.Errorf("%w: window %s must be at least 1ms", ErrInvalidLimit, l.Window)
-	case l.Algorithm > SlidingCounter:
-		return fmt.Errorf("%w: unknown %s", ErrInvalidLimit, l.Algorithm)
-	case l.Algorithm == SlidingLog && l.Count > MaxLogCount:
-		return fmt.Errorf("%w: count %d is above MaxLogCount %d for a sliding log; use SlidingBuckets", ErrInvalidLimit, l.Count, MaxLogCount)
-	case l.Precision != 0 && (l.Precision < time.Millisecond || l.Precision > l.Window):
-		return fmt.Errorf("%w: precision %s must be between 1ms and the window %s", ErrInvalidLimit, l.Precision, l.Window)
+	if p := l.problem(); p != "" {
+		return fmt.Errorf("%w: %s", ErrInvalidLimit, p)
 	}
 	return nil
+}
+
+// problem says what is wrong with l, or "".
+func (l Limit) problem() string {
+	switch {
+	case l.Count <= 0:
+		return fmt.Sprintf("count %d must be > 0", l.Count)
+	case l.Window < time.Millisecond || l.Window > MaxWindow:
+		return fmt.Sprintf("window %s must be from 1ms to MaxWindow (%s)", l.Window, MaxWindow)
+	case l.Algorithm > SlidingCounter:
+		return "unknown " + l.Algorithm.String()
+	case l.Algorithm == SlidingLog && l.Count > MaxLogCount:
+		return fmt.Sprintf("count %d is above MaxLogCount %d for a sliding log; use SlidingBuckets", l.Count, MaxLogCount)
+	case l.Precision != 0 && (l.Precision < time.Millisecond || l.Precision > l.Window):
+		return fmt.Sprintf("precision %s must be between 1ms and the window %s", l.Precision, l.Window)
+	case l.Algorithm == SlidingBuckets && (l.Window+l.precision()-1)/l.precision() > MaxBuckets:
+		return fmt.Sprintf("a window of %s holds %d buckets of %s, above MaxBuckets %d: use a longer Precision", l.Window, (l.Window+l.precision()-1)/l.precision(), l.precision(), MaxBuckets)
+	}
+	return ""
 }
 
 // PolicyName is the limit's name for the RateLimit-Policy header: Name, or

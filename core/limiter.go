@@ -150,8 +150,8 @@ func (l *Limiter) Reset(ctx context.Context, key string, limits ...Limit) error 
 	return l.decider.reset(ctx, &query{key: key, n: 1, limits: limits})
 }
 
-// MaxBlock is the longest Block.
-const MaxBlock = 366 * 24 * time.Hour
+// MaxBlock is the longest Block: MaxWindow.
+const MaxBlock = MaxWindow
 
 // Block makes key exhausted under any limits for d, on every replica:
 // until then Allow, AllowN and Peek deny it with RetryAfter of at least the

@@ -25,16 +25,13 @@ func ParseLimits(s string) ([]Limit, error) {
 	for i, item := range strings.Split(s, ",") {
 		item = strings.TrimSpace(item)
 		lim, err := parseLimit(item)
-		switch {
-		case errors.Is(err, ErrInvalidLimit): // Validate's, prefixed already
-			return nil, fmt.Errorf("item %d of %q: %w", i+1, s, err)
-		case err != nil:
+		if err != nil {
 			return nil, fmt.Errorf("%w: item %d of %q: %w", ErrInvalidLimit, i+1, s, err)
 		}
 		limits = append(limits, lim)
 	}
 	if err := validateLimits(limits); err != nil {
-		return nil, fmt.Errorf("%q: %w", s, err)
+		return nil, fmt.Errorf("%w (in %q)", err, s)
 	}
 	return limits, nil
 }
@@ -54,8 +51,8 @@ func parseLimit(item string) (Limit, error) {
 		return Limit{}, fmt.Errorf("window %q in %q: %w", window, item, err)
 	}
 	lim := Per(n, w)
-	if err := lim.Validate(); err != nil {
-		return Limit{}, err
+	if p := lim.problem(); p != "" {
+		return Limit{}, errors.New(p)
 	}
 	return lim, nil
 }
@@ -70,7 +67,7 @@ func parseWindow(s string) (time.Duration, error) {
 	}
 	if days, ok := strings.CutSuffix(s, "d"); ok {
 		n, err := strconv.ParseInt(days, 10, 64)
-		if err != nil || n <= 0 || n > int64(MaxBlock/(24*time.Hour)) {
+		if err != nil || n <= 0 || n > int64(MaxWindow/(24*time.Hour)) {
 			return 0, fmt.Errorf("not a number of days")
 		}
 		return time.Duration(n) * 24 * time.Hour, nil

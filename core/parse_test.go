@@ -39,8 +39,8 @@ func TestParseLimitsErrors(t *testing.T) {
 		{"10/x", `ratewindow: invalid limit: item 1 of "10/x": window "x" in "10/x": want a unit (ms, s, m, h, d) or a duration such as 15m`},
 		{"10/", `ratewindow: invalid limit: item 1 of "10/": window "" in "10/": empty; want a unit (ms, s, m, h, d) or a duration such as 15m`},
 		{"10/-5s", `ratewindow: invalid limit: item 1 of "10/-5s": window "-5s" in "10/-5s": want a unit (ms, s, m, h, d) or a duration such as 15m`},
-		{"10/500us", `item 1 of "10/500us": ratewindow: invalid limit: window 500µs must be at least 1ms`},
-		{"10/s, 20/s", `"10/s, 20/s": limits 0 and 1: ratewindow: invalid limit: two sliding-log limits with the window 1s would share storage`},
+		{"10/500us", `ratewindow: invalid limit: item 1 of "10/500us": window 500µs must be from 1ms to MaxWindow (8784h0m0s)`},
+		{"10/s, 20/s", `ratewindow: invalid limit: limits #0 and #1 would share storage (two sliding-log limits with the window 1s) (in "10/s, 20/s")`},
 	} {
 		got, err := ParseLimits(c.in)
 		if got != nil || !errors.Is(err, ErrInvalidLimit) {

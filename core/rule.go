@@ -127,7 +127,7 @@ func (r Rule) Validate() error {
 	case r.Headers > None:
 		return fmt.Errorf("%w %q: unknown %s", ErrInvalidRule, r.Name, r.Headers)
 	case len(r.Limits) == 0:
-		return fmt.Errorf("%w %q: %w", ErrInvalidRule, r.Name, ErrNoLimits)
+		return fmt.Errorf("%w %q: %w", ErrInvalidRule, r.Name, unprefixed{ErrNoLimits})
 	}
 	for i := 0; i < len(r.Name); i++ {
 		if c := r.Name[i]; c <= ' ' || c > '~' || c == ':' || c == '{' || c == '}' {
@@ -135,16 +135,16 @@ func (r Rule) Validate() error {
 		}
 	}
 	if err := validateLimits(r.Limits); err != nil {
-		return fmt.Errorf("%w %q: %w", ErrInvalidRule, r.Name, err)
+		return fmt.Errorf("%w %q: %w", ErrInvalidRule, r.Name, unprefixed{err})
 	}
 	for i, lim := range r.Limits {
 		name := lim.PolicyName()
 		if !printable(name) {
-			return fmt.Errorf("%w %q: limit %d: policy name %q is not printable ASCII", ErrInvalidRule, r.Name, i, name)
+			return fmt.Errorf("%w %q: limit #%d: policy name %q is not printable ASCII", ErrInvalidRule, r.Name, i, name)
 		}
 		for j, prev := range r.Limits[:i] {
 			if prev.PolicyName() == name {
-				return fmt.Errorf("%w %q: limits %d and %d have the policy name %q: set Limit.Name", ErrInvalidRule, r.Name, j, i, name)
+				return fmt.Errorf("%w %q: limits #%d and #%d have the policy name %q: set Limit.Name", ErrInvalidRule, r.Name, j, i, name)
 			}
 		}
 	}

@@ -33,7 +33,7 @@ func TestRuleValidate(t *testing.T) {
 		{"space", core.Rule{Name: "a b", Limits: []core.Limit{minute}}, []error{core.ErrInvalidRule}, "no space, ':'"},
 		{"non-ASCII", core.Rule{Name: "café", Limits: []core.Limit{minute}}, []error{core.ErrInvalidRule}, "printable ASCII"},
 		{"no limits", core.Rule{Name: "a"}, []error{core.ErrInvalidRule, core.ErrNoLimits}, "no limits"},
-		{"bad limit", core.Rule{Name: "a", Limits: []core.Limit{minute, {Count: 0, Window: time.Second}}}, []error{core.ErrInvalidRule, core.ErrInvalidLimit}, "limit 1"},
+		{"bad limit", core.Rule{Name: "a", Limits: []core.Limit{minute, {Count: 0, Window: time.Second}}}, []error{core.ErrInvalidRule, core.ErrInvalidLimit}, "invalid limit #1: count 0"},
 		{"shared storage", core.Rule{Name: "a", Limits: []core.Limit{minute, {Name: "other", Count: 5, Window: time.Minute}}}, []error{core.ErrInvalidRule, core.ErrInvalidLimit}, "share storage"},
 		{"same policy name", core.Rule{Name: "a", Limits: []core.Limit{{Name: "x", Count: 1, Window: time.Second}, {Name: "x", Count: 9, Window: time.Hour}}}, []error{core.ErrInvalidRule}, `policy name "x"`},
 		{"policy name not printable", core.Rule{Name: "a", Limits: []core.Limit{{Name: "bad\nname", Count: 1, Window: time.Second}}}, []error{core.ErrInvalidRule}, "not printable ASCII"},
@@ -55,8 +55,8 @@ func TestRuleValidate(t *testing.T) {
 					t.Errorf("Validate() = %v, does not match %v", err, w)
 				}
 			}
-			if !strings.HasPrefix(err.Error(), "ratewindow: ") || !strings.Contains(err.Error(), tc.msg) {
-				t.Errorf("Validate() = %q, want it to start with \"ratewindow: \" and say %q", err, tc.msg)
+			if !strings.HasPrefix(err.Error(), "ratewindow: ") || strings.Count(err.Error(), "ratewindow: ") != 1 || !strings.Contains(err.Error(), tc.msg) {
+				t.Errorf("Validate() = %q, want it to start with \"ratewindow: \" (once) and say %q", err, tc.msg)
 			}
 			if _, nerr := core.NewEnforcer(core.NewMemory(), tc.rule); nerr == nil || nerr.Error() != err.Error() {
 				t.Errorf("NewEnforcer() = %v, want %v", nerr, err)

@@ -1,6 +1,9 @@
 package core
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // validate checks a call's input before anything is sent or stored.
 func validate(key string, n int64, limits []Limit) error {
@@ -15,18 +18,31 @@ func validate(key string, n int64, limits []Limit) error {
 	return validateLimits(limits)
 }
 
-// validateLimits checks each limit, and that no two would share storage
-// (the same algorithm and window). Rule.Validate uses it too.
+// validateLimits checks each limit, that there are at most MaxLimits, and
+// that no two would share storage (the same algorithm and window).
+// Rule.Validate and ParseLimits use it too. Limits are numbered from 0, as
+// in the slice: "ratewindow: invalid limit #1: count 0 must be > 0".
 func validateLimits(limits []Limit) error {
+	if len(limits) > MaxLimits {
+		return fmt.Errorf("%w: %d limits in one call, above MaxLimits %d", ErrInvalidLimit, len(limits), MaxLimits)
+	}
 	for i, lim := range limits {
-		if err := lim.Validate(); err != nil {
-			return fmt.Errorf("limit %d: %w", i, err)
+		if p := lim.problem(); p != "" {
+			return fmt.Errorf("%w #%d: %s", ErrInvalidLimit, i, p)
 		}
 		for j, prev := range limits[:i] {
 			if prev.Algorithm == lim.Algorithm && prev.Window == lim.Window {
-				return fmt.Errorf("limits %d and %d: %w: two %s limits with the window %s would share storage", j, i, ErrInvalidLimit, lim.Algorithm, lim.Window)
+				return fmt.Errorf("%w: limits #%d and #%d would share storage (two %s limits with the window %s)", ErrInvalidLimit, j, i, lim.Algorithm, lim.Window)
 			}
 		}
 	}
 	return nil
 }
+
+// unprefixed is err without its leading "ratewindow: ", for wrapping by an
+// error that has the prefix already: the message says it once, and
+// errors.Is still finds every sentinel.
+type unprefixed struct{ err error }
+
+func (e unprefixed) Error() string { return strings.TrimPrefix(e.err.Error(), "ratewindow: ") }
+func (e unprefixed) Unwrap() error { return e.err }

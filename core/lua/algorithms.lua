@@ -115,7 +115,10 @@ local function buckets_check(key, count, window, prec, n, now)
       if not newest or b > newest then newest = b end
     end
   end
-  if #stale > 0 then redis.call('HDEL', key, unpack(stale)) end
+  -- in chunks: Lua's unpack takes a few thousand values at most
+  for i = 1, #stale, 1000 do
+    redis.call('HDEL', key, unpack(stale, i, math.min(i + 999, #stale)))
+  end
   local s = {free = count - used, retry = 0, reset = 0}
   if s.free < 0 then s.free = 0 end
   if newest then

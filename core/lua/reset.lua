@@ -7,4 +7,8 @@
 --
 -- Returns the number of keys deleted.
 
-return redis.call('DEL', unpack(KEYS))
+local deleted = 0
+for i = 1, #KEYS, 1000 do -- in chunks: unpack takes a few thousand values at most
+  deleted = deleted + redis.call('DEL', unpack(KEYS, i, math.min(i + 999, #KEYS)))
+end
+return deleted

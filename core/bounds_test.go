@@ -1,0 +1,116 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"math"
+	"testing"
+	"time"
+)
+
+// TestBounds: limits beyond the documented maxima are rejected at the call
+// with ErrInvalidLimit, by every method and by Rule.Validate, and write
+// nothing; limits at the maxima work on every backend, with exact, positive
+// RetryAfter and ResetAfter.
+func TestBounds(t *testing.T) {
+	ctx := context.Background()
+	tooMany := make([]Limit, MaxLimits+1)
+	atMost := make([]Limit, MaxLimits)
+	for i := range tooMany {
+		tooMany[i] = Per(1, time.Duration(i+1)*time.Second)
+	}
+	copy(atMost, tooMany)
+	bad := []struct {
+		name   string
+		limits []Limit
+	}{
+		{"too many limits", tooMany},
+		{"window above MaxWindow", []Limit{Per(1, MaxWindow+time.Millisecond)}},
+		{"the largest duration", []Limit{Per(1, math.MaxInt64).With(SlidingBuckets)}},
+		{"buckets above MaxBuckets", []Limit{{Count: 10, Window: 10 * time.Second, Algorithm: SlidingBuckets, Precision: time.Millisecond}}},
+	}
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			e := b.new(t)
+			for _, c := range bad {
+				calls := map[string]error{
+					"Allow": func() error { _, err := e.lim.Allow(ctx, "k", c.limits...); return err }(),
+					"Peek":  func() error { _, err := e.lim.Peek(ctx, "k", c.limits...); return err }(),
+					"Reset": e.lim.Reset(ctx, "k", c.limits...),
+					"Wait":  e.lim.Wait(ctx, "k", c.limits...),
+					"Rule":  Rule{Name: "r", Limits: c.limits}.Validate(),
+				}
+				for call, err := range calls {
+					if !errors.Is(err, ErrInvalidLimit) {
+						t.Errorf("%s, %s: %v, want ErrInvalidLimit", c.name, call, err)
+					}
+				}
+			}
+			if keys := e.storedKeys(); len(keys) != 0 {
+				t.Fatalf("rejected calls stored %v", keys)
+			}
+			// at the maxima: MaxLimits limits, decided and reset
+			r, err := e.lim.Allow(ctx, "many", atMost...)
+			e.expect("MaxLimits limits", r, err, want{true, 0, 0, MaxLimits * time.Second})
+			if err := e.lim.Reset(ctx, "many", atMost...); err != nil {
+				t.Fatal(err)
+			}
+			r, err = e.lim.Allow(ctx, "many", atMost...)
+			e.expect("after Reset", r, err, want{true, 0, 0, MaxLimits * time.Second})
+			// a window of MaxWindow: exact and positive
+			for _, lim := range []Limit{Per(1, MaxWindow), Per(1, MaxWindow).With(SlidingBuckets)} {
+				key := "year-" + lim.Algorithm.String()
+				r, err := e.lim.Allow(ctx, key, lim)
+				wantReset := MaxWindow
+				if lim.Algorithm == SlidingBuckets { // to the end of the current bucket
+					wantReset = r.ResetAfter
+					if wantReset <= MaxWindow || wantReset > MaxWindow+lim.precision() {
+						t.Fatalf("%s: ResetAfter %s", lim, wantReset)
+					}
+				}
+				e.expect(lim.String(), r, err, want{true, 0, 0, wantReset})
+				r, err = e.lim.Allow(ctx, key, lim)
+				e.expect(lim.String()+", denied", r, err, want{false, 0, wantReset, wantReset})
+			}
+			r, err = e.lim.Allow(ctx, "year-counter", Per(1, MaxWindow).With(SlidingCounter))
+			if err != nil || !r.Allowed || r.ResetAfter <= 0 || r.ResetAfter > 2*MaxWindow {
+				t.Fatalf("counter over MaxWindow: %+v %v", r, err)
+			}
+		})
+	}
+}
+
+// TestBucketsAtMaxBuckets fills a sliding-buckets limit of MaxBuckets
+// buckets, one unit per bucket, and decides again once every bucket has
+// gone stale: the script drops them all (in chunks) and admits.
+func TestBucketsAtMaxBuckets(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			e := b.new(t)
+			ctx := context.Background()
+			// 10ms buckets: the keys' real TTLs (about a window) outlast
+			// the thousand calls on a loaded machine
+			n, prec := int64(MaxBuckets), 10*time.Millisecond
+			if e.mini != nil {
+				n = 64 // miniredis's Lua reads a thousand fields slowly: a thousand times is seconds
+			}
+			lim := Limit{Count: n, Window: time.Duration(n) * prec, Algorithm: SlidingBuckets, Precision: prec}
+			if err := lim.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			for i := range n {
+				if r, err := e.lim.Allow(ctx, "k", lim); err != nil || !r.Allowed || r.BackendErr != nil {
+					t.Fatalf("unit %d: %+v %v", i, r, err)
+				}
+				e.advance(prec)
+			}
+			r, err := e.lim.Allow(ctx, "k", lim)
+			e.expect("full", r, err, want{false, 0, prec, lim.Window})
+			e.advance(2 * lim.Window)
+			r, err = e.lim.Allow(ctx, "k", lim)
+			e.expect("every bucket stale", r, err, want{true, n - 1, 0, lim.Window + prec})
+		})
+	}
+}
