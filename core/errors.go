@@ -23,6 +23,14 @@ var (
 	// ErrNeverFits is returned by Wait when the cost exceeds a limit's Count:
 	// the request can never pass.
 	ErrNeverFits = errors.New("ratewindow: cost exceeds the limit")
+	// ErrEvictionPolicy is returned by Check when Redis would evict the
+	// Limiter's keys: maxmemory is set and maxmemory-policy is not
+	// noeviction.
+	ErrEvictionPolicy = errors.New("ratewindow: redis may evict the limiter's keys")
+	// ErrCheckIncomplete is returned by Check when it could not read the
+	// eviction policy: an ACL forbids both CONFIG GET and INFO, or the
+	// server answers neither.
+	ErrCheckIncomplete = errors.New("ratewindow: check incomplete")
 	// ErrInvalidDuration is returned by Block for a duration outside
 	// (0, MaxBlock].
 	ErrInvalidDuration = errors.New("ratewindow: invalid duration")

@@ -124,3 +124,17 @@ func ExampleParseLimits() {
 	// 1000 per 1h0m0s (sliding-log)
 	// ratewindow: invalid limit: item 1 of "10/x": window "x" in "10/x": want a unit (ms, s, m, h, d) or a duration such as 15m
 }
+
+func ExampleLimiter_Check() {
+	ctx := context.Background()
+	// core.New(rdb): Check pings every master, runs a script on the
+	// Limiter's keys and reads the eviction policy. Call it at start-up and
+	// in readiness probes.
+	l := core.NewMemory()
+	if err := l.Check(ctx); err != nil {
+		fmt.Println("not ready:", err)
+		return
+	}
+	fmt.Println("ready")
+	// Output: ready
+}

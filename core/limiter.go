@@ -23,7 +23,7 @@ import (
 type Limiter struct {
 	decider store // the chain for Allow, AllowN, Peek and Reset
 	waiter  store // the same chain, bounded by the wait timeout, for Wait
-	store   store // its bottom, the backend itself: Redis scripts or memory
+	store   base  // its bottom, the backend itself: Redis scripts or memory
 	mode    FailureMode
 	clock   func() time.Time
 	cache   *denyCache

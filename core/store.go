@@ -25,6 +25,13 @@ type store interface {
 	block(ctx context.Context, q *query, d int64) error
 }
 
+// base is the bottom of the chain: the Redis scripts or the memory
+// store. Check asks it directly, past the breaker and the failure mode.
+type base interface {
+	store
+	check(ctx context.Context) error
+}
+
 // query is one call's input, validated, and the decision the store made.
 type query struct {
 	key    string

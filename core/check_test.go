@@ -1,0 +1,179 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratewindow/ratewindow/internal/redistest"
+)
+
+// TestCheck runs Limiter.Check against real servers configured to pass and
+// to fail it, each on a dedicated redis-server.
+func TestCheck(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	// acl creates user name with password "pw" and the given rules, and
+	// returns a client logged in as that user
+	acl := func(t *testing.T, p *redistest.Process, name string, rules ...string) *redis.Client {
+		t.Helper()
+		args := []any{"ACL", "SETUSER", name, "on", ">pw"}
+		for _, r := range rules {
+			args = append(args, r)
+		}
+		if err := p.Client(t).Do(ctx, args...).Err(); err != nil {
+			t.Fatal(err)
+		}
+		c := redis.NewClient(&redis.Options{Addr: p.Addr, Username: name, Password: "pw", MaxRetries: -1})
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	set := func(t *testing.T, p *redistest.Process, kv ...string) {
+		t.Helper()
+		for i := 0; i < len(kv); i += 2 {
+			if err := p.Client(t).ConfigSet(ctx, kv[i], kv[i+1]).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	cases := []struct {
+		name string
+		// client returns the client to check, after setting the server up
+		client func(t *testing.T, p *redistest.Process) *redis.Client
+		want   error  // nil, or a sentinel the error matches
+		says   string // a part of the error's text
+	}{
+		{"no maxmemory", func(t *testing.T, p *redistest.Process) *redis.Client { return p.Client(t) }, nil, ""},
+		{"maxmemory with noeviction", func(t *testing.T, p *redistest.Process) *redis.Client {
+			set(t, p, "maxmemory", "100mb", "maxmemory-policy", "noeviction")
+			return p.Client(t)
+		}, nil, ""},
+		{"allkeys-lru", func(t *testing.T, p *redistest.Process) *redis.Client {
+			set(t, p, "maxmemory", "100mb", "maxmemory-policy", "allkeys-lru")
+			return p.Client(t)
+		}, ErrEvictionPolicy, "maxmemory-policy allkeys-lru"},
+		{"volatile-ttl", func(t *testing.T, p *redistest.Process) *redis.Client {
+			set(t, p, "maxmemory", "100mb", "maxmemory-policy", "volatile-ttl")
+			return p.Client(t)
+		}, ErrEvictionPolicy, "maxmemory-policy volatile-ttl"},
+		{"volatile-lru", func(t *testing.T, p *redistest.Process) *redis.Client {
+			set(t, p, "maxmemory", "100mb", "maxmemory-policy", "volatile-lru")
+			return p.Client(t)
+		}, ErrEvictionPolicy, "maxmemory-policy volatile-lru"},
+		{"a policy without maxmemory", func(t *testing.T, p *redistest.Process) *redis.Client {
+			set(t, p, "maxmemory-policy", "allkeys-lru")
+			return p.Client(t)
+		}, nil, ""},
+		{"wrong password", func(t *testing.T, p *redistest.Process) *redis.Client {
+			acl(t, p, "limiter", "~*", "+@all")
+			c := redis.NewClient(&redis.Options{Addr: p.Addr, Username: "limiter", Password: "wrong", MaxRetries: -1})
+			t.Cleanup(func() { c.Close() })
+			return c
+		}, nil, "WRONGPASS"},
+		{"no CONFIG and no INFO", func(t *testing.T, p *redistest.Process) *redis.Client {
+			return acl(t, p, "limiter", "~rw:*", "+@all", "-config", "-info")
+		}, ErrCheckIncomplete, "NOPERM"},
+		{"INFO where CONFIG is forbidden", func(t *testing.T, p *redistest.Process) *redis.Client {
+			return acl(t, p, "limiter", "~rw:*", "+@all", "-config")
+		}, nil, ""},
+		{"INFO where CONFIG is forbidden, evicting", func(t *testing.T, p *redistest.Process) *redis.Client {
+			set(t, p, "maxmemory", "100mb", "maxmemory-policy", "allkeys-lfu")
+			return acl(t, p, "limiter", "~rw:*", "+@all", "-config")
+		}, ErrEvictionPolicy, "maxmemory-policy allkeys-lfu"},
+		{"no EVAL", func(t *testing.T, p *redistest.Process) *redis.Client {
+			return acl(t, p, "limiter", "~rw:*", "+@all", "-eval")
+		}, nil, "EVAL on rw:{check}:check: NOPERM"},
+		{"no EVALSHA", func(t *testing.T, p *redistest.Process) *redis.Client {
+			return acl(t, p, "limiter", "~rw:*", "+@all", "-evalsha")
+		}, nil, "EVALSHA on rw:{check}:check: NOPERM"},
+		{"no access to the prefix", func(t *testing.T, p *redistest.Process) *redis.Client {
+			return acl(t, p, "limiter", "~other:*", "+@all")
+		}, nil, "NOPERM"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			p := redistest.Start(t)
+			l, err := New(c.client(t, p))
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = l.Check(ctx)
+			switch {
+			case c.want == nil && c.says == "":
+				if err != nil {
+					t.Fatalf("Check: %v, want nil", err)
+				}
+			case err == nil:
+				t.Fatalf("Check: nil, want an error saying %q", c.says)
+			case c.want != nil && !errors.Is(err, c.want):
+				t.Fatalf("Check: %v, want %v", err, c.want)
+			case !strings.Contains(err.Error(), c.says) || !strings.Contains(err.Error(), p.Addr):
+				t.Fatalf("Check: %q, want it to say %q and name %s", err, c.says, p.Addr)
+			}
+		})
+	}
+}
+
+// TestCheckCluster: Check asks every master, and names the one that would
+// evict.
+func TestCheckCluster(t *testing.T) {
+	cl := redistest.NewCluster(t)
+	cc := cl.Client(t)
+	ctx := context.Background()
+	l, err := New(cc, WithPrefix(uniquePrefix(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Check(ctx); err != nil {
+		t.Fatalf("Check: %v", err)
+	}
+	// one master set to evict (with room to spare: nothing is evicted)
+	bad := redis.NewClient(&redis.Options{Addr: cl.Addrs[1]})
+	t.Cleanup(func() { bad.Close() })
+	prev, err := bad.ConfigGet(ctx, "maxmemory*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		bad.ConfigSet(ctx, "maxmemory", prev["maxmemory"])
+		bad.ConfigSet(ctx, "maxmemory-policy", prev["maxmemory-policy"])
+	})
+	if err := bad.ConfigSet(ctx, "maxmemory", "10gb").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := bad.ConfigSet(ctx, "maxmemory-policy", "volatile-lru").Err(); err != nil {
+		t.Fatal(err)
+	}
+	err = l.Check(ctx)
+	if !errors.Is(err, ErrEvictionPolicy) || !strings.Contains(err.Error(), cl.Addrs[1]) {
+		t.Fatalf("Check: %v, want ErrEvictionPolicy naming %s", err, cl.Addrs[1])
+	}
+}
+
+// TestCheckOther: a Redis nobody listens at, miniredis (no CONFIG, no INFO
+// memory) and the memory Limiter.
+func TestCheckOther(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1}) // loopback, a closed port
+	t.Cleanup(func() { down.Close() })
+	l, _ := New(down)
+	if err := l.Check(ctx); !errors.Is(err, syscall.ECONNREFUSED) || !strings.HasPrefix(err.Error(), "ratewindow: check: redis at 127.0.0.1:1: dial tcp") {
+		t.Fatalf("unreachable: %v, want the refused dial", err)
+	}
+	m := redistest.Mini(t)
+	mc := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { mc.Close() })
+	l, _ = New(mc)
+	if err := l.Check(ctx); !errors.Is(err, ErrCheckIncomplete) {
+		t.Fatalf("miniredis: %v, want ErrCheckIncomplete", err)
+	}
+	if err := NewMemory().Check(ctx); err != nil {
+		t.Fatalf("memory: %v", err)
+	}
+}
