@@ -92,6 +92,13 @@ func newApp(ctx context.Context, name string, getenv func(string) string, out io
 		return nil, err
 	}
 	a.Limiter = lim
+	// Check: reachable, authorised, allowed to run the scripts, and no
+	// eviction of the Limiter's keys. The embedded miniredis cannot tell
+	// its eviction policy (it has none): that alone is fine here.
+	if err := lim.Check(ctx); err != nil && !(a.mini != nil && errors.Is(err, core.ErrCheckIncomplete)) {
+		a.close()
+		return nil, fmt.Errorf("redis is not ready for ratewindow: %w", err)
+	}
 	a.Rules = newRules(a.onError)
 	for _, r := range a.Rules.all() {
 		if err := r.Validate(); err != nil {
