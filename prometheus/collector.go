@@ -1,4 +1,4 @@
-package prometheus
+package ratewindowprom
 
 import (
 	"sync"
@@ -95,7 +95,7 @@ func (c *Collector) Observe(e core.Event) {
 		return
 	}
 	switch {
-	case e.Failed:
+	case e.Failed, e.Op != core.OpWait && e.Err != nil: // no decision of Redis's
 		m.failed.Inc()
 	case e.Result.Allowed:
 		m.allowed.Inc()

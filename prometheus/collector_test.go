@@ -1,4 +1,4 @@
-package prometheus
+package ratewindowprom
 
 import (
 	"context"
@@ -120,7 +120,7 @@ func TestCollectorWithLimiter(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 4 {
-		if r, err := down.Allow(ctx, "user:42", core.PerMinute(3)); err == nil || r.Allowed {
+		if r, err := down.Allow(ctx, "user:42", core.PerMinute(3)); err != nil || r.BackendErr == nil || r.Allowed {
 			t.Fatalf("fail-closed: %+v %v", r, err)
 		}
 	}

@@ -1,11 +1,20 @@
-// Package prometheus exports the decisions of ratewindow Limiters as
+// Package ratewindowprom exports the decisions of ratewindow Limiters as
 // Prometheus metrics. It is a module of its own, so that the main module
 // does not depend on the Prometheus client.
 //
+// Its import path ends in "prometheus", and its name is ratewindowprom, so
+// that a file can use it beside the client library's own prometheus
+// package without an alias:
+//
+//	import (
+//		"github.com/prometheus/client_golang/prometheus"
+//		"github.com/ratewindow/ratewindow/prometheus" // package ratewindowprom
+//	)
+//
 // A Collector is both the Limiter's observer and a prometheus.Collector:
 //
-//	c := prometheus.NewCollector(prometheus.Opts{})
-//	registry.MustRegister(c)
+//	c := ratewindowprom.NewCollector(ratewindowprom.Opts{})
+//	prometheus.MustRegister(c)
 //	l, err := core.New(rdb, core.WithObserver(c.Observe))
 //
 // # Metrics
@@ -22,8 +31,9 @@
 //
 // outcome is "allowed" or "denied" for the answers of Redis (or of the deny
 // cache), and "error" when Redis gave no answer in time and the failure
-// mode answered instead; mode is then "fail-open", "fail-closed" or
-// "fail-local". A Wait counts as allowed when the caller may proceed.
+// mode answered instead (mode is then "fail-open", "fail-closed" or
+// "fail-local"), or when no decision was made because the caller's context
+// ended first. A Wait counts as allowed when the caller may proceed.
 //
 // ratewindow_deny_cache_hits_total counts the denials answered from memory
 // without a round trip; they are also counted as denied decisions.
@@ -32,4 +42,4 @@
 // decisions, including deny-cache hits and failures; it leaves out Wait,
 // whose duration is mostly the wait itself. Peek is not a decision: it is
 // counted only when Redis fails.
-package prometheus
+package ratewindowprom

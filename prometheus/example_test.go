@@ -1,20 +1,20 @@
-package prometheus_test
+package ratewindowprom_test
 
 import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 
-	prom "github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ratewindow/ratewindow/core"
 	"github.com/ratewindow/ratewindow/nethttp"
-	"github.com/ratewindow/ratewindow/prometheus"
+	"github.com/ratewindow/ratewindow/prometheus" // package ratewindowprom
 )
 
 func ExampleCollector() {
-	metrics := prometheus.NewCollector(prometheus.Opts{})
-	registry := prom.NewRegistry()
+	metrics := ratewindowprom.NewCollector(ratewindowprom.Opts{})
+	registry := prometheus.NewRegistry()
 	registry.MustRegister(metrics)
 
 	// core.New(redisClient, ...) in production
