@@ -1,39 +1,119 @@
-// Command echo is an echo server rate-limited by ratewindow: a global limit
+// Command echo is a echo server rate-limited by ratewindow: a global limit
 // per client IP, a stricter one per user on POST /login, and an export that
 // costs 5 units. Run it with
 //
 //	go run ./_examples/echo
 //
 // It uses REDIS_URL when set, else an embedded Redis, and listens on ADDR
-// (default 127.0.0.1:8080).
+// (default 127.0.0.1:8080). It reads top to bottom: Redis, the Limiter and
+// its readiness check, the rules, the routes with their middleware, and the
+// server.
 package main
 
 import (
+	"context"
+	"errors"
+	"log"
+	"net"
 	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/ratewindow/ratewindow/_examples/internal/exampleapp"
+	"github.com/ratewindow/ratewindow/_examples/internal/redisenv"
+	"github.com/ratewindow/ratewindow/core"
 	"github.com/ratewindow/ratewindow/echomw"
+	"github.com/ratewindow/ratewindow/keyfuncs"
 )
 
 func main() {
-	exampleapp.Main("echo", func(a *exampleapp.App) http.Handler {
-		l, rules := a.Limiter, a.Rules
-		e := echo.New()
-		e.Use(echomw.Limit(l, rules.Global))
-		e.GET("/", func(c echo.Context) error {
-			return c.String(http.StatusOK, exampleapp.Home("echo"))
-		})
-		e.GET("/healthz", func(c echo.Context) error {
-			return c.String(http.StatusOK, "ok\n")
-		})
-		e.POST("/login", func(c echo.Context) error {
-			return c.String(exampleapp.Login(c.Request().Header.Get("X-User")))
-		}, echomw.Limit(l, rules.Login))
-		e.GET("/export", func(c echo.Context) error {
-			return c.Blob(http.StatusOK, "text/csv", []byte(exampleapp.ExportCSV))
-		}, echomw.Limit(l, rules.Export))
-		return e
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	// Redis: REDIS_URL, or an embedded one for a first try.
+	rdb, embedded, closeRedis, err := redisenv.Open()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer closeRedis()
+
+	// One Limiter per process, shared by every rule. Check says whether
+	// Redis is reachable, lets us run the scripts, and will not evict our
+	// keys; the embedded miniredis has no eviction policy to read.
+	l, err := core.New(rdb, core.WithPrefix("rw:example:"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := l.Check(ctx); err != nil && !(embedded && errors.Is(err, core.ErrCheckIncomplete)) {
+		log.Fatalf("redis is not ready for ratewindow: %v", err)
+	}
+
+	// OnError sees key and Redis errors; it writes no response, so the
+	// failure mode (fail open, the default) decides.
+	onError := func(_ http.ResponseWriter, r *http.Request, err error) {
+		log.Printf("%s %s: %v", r.Method, r.URL.Path, err)
+	}
+	global := core.Rule{ // every route but the health check, per client IP
+		Name:    "global",
+		Limits:  []core.Limit{core.PerSecond(20), core.PerMinute(300)},
+		Key:     keyfuncs.IP(), // behind a proxy: keyfuncs.IP(netip.MustParsePrefix("10.0.0.0/8"))
+		Skip:    func(r *http.Request) bool { return r.URL.Path == "/healthz" },
+		OnError: onError,
+	}
+	login := core.Rule{ // 5 attempts a minute per user and route
+		Name:   "login",
+		Limits: []core.Limit{core.PerMinute(5)},
+		// a real server takes the user from its session: keyfuncs.User(...)
+		Key:     keyfuncs.Join(keyfuncs.Header("X-User"), keyfuncs.Route()),
+		Headers: core.Both, // X-RateLimit-* and the IETF RateLimit, RateLimit-Policy
+		OnError: onError,
+	}
+	export := core.Rule{ // 20 units a minute per client IP; an export costs 5
+		Name:    "export",
+		Limits:  []core.Limit{core.PerMinute(20)},
+		Cost:    func(*http.Request) int64 { return 5 },
+		OnError: onError,
+	}
+
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.Use(echomw.Limit(l, global))
+	e.GET("/", func(c echo.Context) error {
+		return c.String(http.StatusOK, "ratewindow echo example: POST /login (X-User header), GET /export, GET /healthz\n")
 	})
+	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })
+	e.POST("/login", func(c echo.Context) error {
+		user := c.Request().Header.Get("X-User")
+		if user == "" {
+			return c.String(http.StatusBadRequest, "X-User header required\n")
+		}
+		return c.String(http.StatusOK, "welcome, "+user+"\n")
+	}, echomw.Limit(l, login))
+	e.GET("/export", func(c echo.Context) error {
+		return c.Blob(http.StatusOK, "text/csv", []byte("id,name\n1,alice\n2,bob\n"))
+	}, echomw.Limit(l, export))
+	handler := e
+
+	// The server, until SIGINT or SIGTERM; requests in flight finish.
+	ln, err := net.Listen("tcp", redisenv.Addr())
+	if err != nil {
+		log.Fatal(err)
+	}
+	log.SetFlags(log.Ltime)
+	log.SetOutput(os.Stdout)
+	log.Printf("limits: global 20/s and 300/min per IP; login 5/min per user; export 20 units/min per IP, 5 a call")
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}
+	os.Stdout.WriteString("listening on http://" + ln.Addr().String() + "\n")
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		log.Fatal(err)
+	}
 }

@@ -1,45 +1,119 @@
-// Command nethttp is a net/http server rate-limited by ratewindow: a global
-// limit per client IP, a stricter one per user on POST /login, and an
-// export that costs 5 units. Run it with
+// Command nethttp is a net/http server rate-limited by ratewindow: a global limit
+// per client IP, a stricter one per user on POST /login, and an export that
+// costs 5 units. Run it with
 //
 //	go run ./_examples/nethttp
 //
 // It uses REDIS_URL when set, else an embedded Redis, and listens on ADDR
-// (default 127.0.0.1:8080).
+// (default 127.0.0.1:8080). It reads top to bottom: Redis, the Limiter and
+// its readiness check, the rules, the routes with their middleware, and the
+// server.
 package main
 
 import (
-	"io"
+	"context"
+	"errors"
+	"log"
+	"net"
 	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
 
-	"github.com/ratewindow/ratewindow/_examples/internal/exampleapp"
+	"github.com/ratewindow/ratewindow/_examples/internal/redisenv"
+	"github.com/ratewindow/ratewindow/core"
+	"github.com/ratewindow/ratewindow/keyfuncs"
 	"github.com/ratewindow/ratewindow/nethttp"
 )
 
 func main() {
-	exampleapp.Main("net/http", func(a *exampleapp.App) http.Handler {
-		l, rules := a.Limiter, a.Rules
-		mux := http.NewServeMux()
-		mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
-			io.WriteString(w, exampleapp.Home("net/http"))
-		})
-		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-			io.WriteString(w, "ok\n")
-		})
-		// keyfuncs.Route() reads r.Pattern, which the mux sets before it calls
-		// the handler it matched: wrap the handler, not the mux.
-		mux.Handle("POST /login", nethttp.Limit(l, rules.Login)(http.HandlerFunc(
-			func(w http.ResponseWriter, r *http.Request) {
-				code, body := exampleapp.Login(r.Header.Get("X-User"))
-				w.WriteHeader(code)
-				io.WriteString(w, body)
-			})))
-		mux.Handle("GET /export", nethttp.Limit(l, rules.Export)(http.HandlerFunc(
-			func(w http.ResponseWriter, r *http.Request) {
-				w.Header().Set("Content-Type", "text/csv")
-				io.WriteString(w, exampleapp.ExportCSV)
-			})))
-		// The global limit wraps the whole mux: it keys by IP, not by route.
-		return nethttp.Limit(l, rules.Global)(mux)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	// Redis: REDIS_URL, or an embedded one for a first try.
+	rdb, embedded, closeRedis, err := redisenv.Open()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer closeRedis()
+
+	// One Limiter per process, shared by every rule. Check says whether
+	// Redis is reachable, lets us run the scripts, and will not evict our
+	// keys; the embedded miniredis has no eviction policy to read.
+	l, err := core.New(rdb, core.WithPrefix("rw:example:"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := l.Check(ctx); err != nil && !(embedded && errors.Is(err, core.ErrCheckIncomplete)) {
+		log.Fatalf("redis is not ready for ratewindow: %v", err)
+	}
+
+	// OnError sees key and Redis errors; it writes no response, so the
+	// failure mode (fail open, the default) decides.
+	onError := func(_ http.ResponseWriter, r *http.Request, err error) {
+		log.Printf("%s %s: %v", r.Method, r.URL.Path, err)
+	}
+	global := core.Rule{ // every route but the health check, per client IP
+		Name:    "global",
+		Limits:  []core.Limit{core.PerSecond(20), core.PerMinute(300)},
+		Key:     keyfuncs.IP(), // behind a proxy: keyfuncs.IP(netip.MustParsePrefix("10.0.0.0/8"))
+		Skip:    func(r *http.Request) bool { return r.URL.Path == "/healthz" },
+		OnError: onError,
+	}
+	login := core.Rule{ // 5 attempts a minute per user and route
+		Name:   "login",
+		Limits: []core.Limit{core.PerMinute(5)},
+		// a real server takes the user from its session: keyfuncs.User(...)
+		Key:     keyfuncs.Join(keyfuncs.Header("X-User"), keyfuncs.Route()),
+		Headers: core.Both, // X-RateLimit-* and the IETF RateLimit, RateLimit-Policy
+		OnError: onError,
+	}
+	export := core.Rule{ // 20 units a minute per client IP; an export costs 5
+		Name:    "export",
+		Limits:  []core.Limit{core.PerMinute(20)},
+		Cost:    func(*http.Request) int64 { return 5 },
+		OnError: onError,
+	}
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("ratewindow net/http example: POST /login (X-User header), GET /export, GET /healthz\n"))
 	})
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
+	// keyfuncs.Route() reads r.Pattern, which the mux sets before it calls
+	// the handler it matched: wrap the handler, not the mux.
+	mux.Handle("POST /login", nethttp.Limit(l, login)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-User") == "" {
+			http.Error(w, "X-User header required", http.StatusBadRequest)
+			return
+		}
+		w.Write([]byte("welcome, " + r.Header.Get("X-User") + "\n"))
+	})))
+	mux.Handle("GET /export", nethttp.Limit(l, export)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/csv")
+		w.Write([]byte("id,name\n1,alice\n2,bob\n"))
+	})))
+	// The global limit wraps the whole mux: it keys by IP, not by route.
+	handler := nethttp.Limit(l, global)(mux)
+
+	// The server, until SIGINT or SIGTERM; requests in flight finish.
+	ln, err := net.Listen("tcp", redisenv.Addr())
+	if err != nil {
+		log.Fatal(err)
+	}
+	log.SetFlags(log.Ltime)
+	log.SetOutput(os.Stdout)
+	log.Printf("limits: global 20/s and 300/min per IP; login 5/min per user; export 20 units/min per IP, 5 a call")
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}
+	os.Stdout.WriteString("listening on http://" + ln.Addr().String() + "\n")
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		log.Fatal(err)
+	}
 }
