@@ -9,15 +9,21 @@ const (
 	OpAllow Op = iota // Allow, AllowN and the HTTP middleware
 	OpPeek            // Peek
 	OpWait            // Wait and WaitN (one event per call)
+	// OpRefused: an upstream refused a request sent through a throttler
+	// (nethttp.Transport); the key was blocked for Result.RetryAfter, and
+	// Event.Retried says whether the request goes again.
+	OpRefused
 )
 
-// String returns "allow", "peek" or "wait".
+// String returns "allow", "peek", "wait" or "refused".
 func (o Op) String() string {
 	switch o {
 	case OpPeek:
 		return "peek"
 	case OpWait:
 		return "wait"
+	case OpRefused:
+		return "refused"
 	}
 	return "allow"
 }
@@ -36,6 +42,9 @@ type Event struct {
 	Latency time.Duration
 	// CacheHit reports that the deny cache answered without a round trip.
 	CacheHit bool
+	// Retried reports, for OpRefused, that the refused request is sent
+	// again (after the block).
+	Retried bool
 	// Failed reports that Redis gave no answer (an error, the timeout, the
 	// open circuit breaker) and the failure mode answered: Result is then
 	// the failure mode's, named by Fallback, and Err (and

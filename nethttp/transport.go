@@ -1,8 +1,11 @@
 package nethttp
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -42,6 +45,31 @@ import (
 // every host has its own quota. As for the middleware, the Limiter's key
 // is the rule's Name, ":", and the key.
 //
+// # Obeying the upstream
+//
+// When a response refuses the request (429 Too Many Requests, or 503 with
+// Retry-After) or says the quota is spent (an IETF RateLimit field with
+// r=0), the Transport blocks the rule's key on every replica
+// (core.Limiter.Block) for the time the upstream asked: Retry-After, as
+// delta-seconds or an HTTP-date, else the t of the RateLimit field, else
+// DefaultBlock; never longer than MaxBlock, so that a hostile upstream
+// cannot freeze the fleet. A refused request is then sent again, up to
+// MaxRetries times, when it can be replayed (no body, or GetBody set): it
+// waits for its slot like any other, so the quota still holds. Only the
+// last answer reaches the caller: when the next slot lies past the
+// request's deadline, the caller gets the upstream's refusal, body intact,
+// not an error.
+//
+// # Slots that survive the trip
+//
+// Requests that leave exactly a window apart can still arrive closer
+// together, as each trip takes its own time, and a strict upstream then
+// refuses the later one. The Transport therefore widens each limit's
+// Window by Margin (default 1% of the window, at least 1ms): at 10 per
+// second it sends at most 10 per 1.01s, 1% below the nominal rate, and
+// absorbs 10ms of arrival jitter. Every replica must use the same Margin:
+// the window is part of the Redis key.
+//
 // A Transport is safe for concurrent use. Its fields must not change after
 // its first request, and it must not be copied after that. NewTransport
 // checks the rule at construction; a Transport built as a literal checks
@@ -60,11 +88,31 @@ type Transport struct {
 	// before it is sent; not for a request that Skip passes or that fails.
 	// It is called on the goroutine of RoundTrip: keep it fast.
 	OnWait func(*http.Request, time.Duration)
+	// MaxRetries is how many times a refused request is sent again. Zero
+	// means DefaultMaxRetries; a negative value turns retrying off.
+	MaxRetries int
+	// MaxBlock caps the time an upstream's refusal blocks the key. Zero
+	// means DefaultMaxBlock.
+	MaxBlock time.Duration
+	// DefaultBlock is how long a refusal that names no time blocks the key.
+	// Zero means DefaultRefusalBlock.
+	DefaultBlock time.Duration
+	// Margin widens each limit's Window, so that slots survive the
+	// jitter of the trip (see above). Zero means 1% of each window, at
+	// least 1ms; a negative value, none.
+	Margin time.Duration
 
 	once sync.Once
 	enf  *core.Enforcer
 	err  error
 }
+
+// Defaults of the Transport's fields.
+const (
+	DefaultMaxRetries   = 3
+	DefaultMaxBlock     = time.Minute
+	DefaultRefusalBlock = time.Second
+)
 
 // NewTransport returns a Transport that sends requests with base (nil:
 // http.DefaultTransport) when l and rule admit them, or the error of an
@@ -84,6 +132,7 @@ func (t *Transport) prepare() (*core.Enforcer, error) {
 		if rule.Key == nil {
 			rule.Key = hostKey
 		}
+		rule.Limits = widened(rule.Limits, t.Margin)
 		t.enf, t.err = core.NewEnforcer(t.Limiter, rule)
 		if t.err != nil {
 			t.err = fmt.Errorf("%w (nethttp.Transport)", t.err)
@@ -92,7 +141,8 @@ func (t *Transport) prepare() (*core.Enforcer, error) {
 	return t.enf, t.err
 }
 
-// RoundTrip waits until the rule admits req, then sends it with Base.
+// RoundTrip waits until the rule admits req, then sends it with Base; a
+// refused request blocks the key and goes again (see Transport).
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	enf, err := t.prepare()
 	if err != nil {
@@ -109,14 +159,185 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, closeBody(req, fmt.Errorf("ratewindow: transport rule %q: %w", enf.Name(), err))
 	}
-	start := time.Now()
-	if err := enf.Wait(req.Context(), key, n); err != nil {
-		return nil, closeBody(req, fmt.Errorf("ratewindow: transport rule %q: %w", enf.Name(), err))
+	retries := t.MaxRetries
+	if retries == 0 {
+		retries = DefaultMaxRetries
 	}
-	if t.OnWait != nil {
-		t.OnWait(req, time.Since(start))
+	ctx := req.Context()
+	var last *http.Response // the refusal the next attempt would replace
+	for attempt := 0; ; attempt++ {
+		start := time.Now()
+		if err := enf.Wait(ctx, key, n); err != nil {
+			if last != nil && errors.Is(err, core.ErrWaitExceedsDeadline) {
+				return last, nil // the upstream's answer, body intact
+			}
+			if last != nil {
+				drainClose(last.Body)
+			}
+			return nil, closeBody(req, fmt.Errorf("ratewindow: transport rule %q: %w", enf.Name(), err))
+		}
+		if t.OnWait != nil {
+			t.OnWait(req, time.Since(start))
+		}
+		send := req
+		if attempt > 0 {
+			drainClose(last.Body)
+			if send, err = replay(req); err != nil {
+				return nil, fmt.Errorf("ratewindow: transport rule %q: replay: %w", enf.Name(), err)
+			}
+		}
+		resp, err := t.base().RoundTrip(send)
+		if err != nil {
+			return nil, err
+		}
+		d, refused, spent := refusal(resp, time.Now())
+		if !refused && !spent {
+			return resp, nil
+		}
+		if d <= 0 {
+			d = t.defaultBlock()
+		}
+		d = min(d, t.maxBlock())
+		retry := refused && attempt < retries && replayable(req)
+		// the refusal is the fleet's: blocking is best effort, the
+		// response or the retry goes on whatever Redis says
+		_ = enf.Refused(ctx, key, d, retry)
+		if !retry {
+			return resp, nil
+		}
+		last = resp
 	}
-	return t.base().RoundTrip(req)
+}
+
+// widened returns limits with each Window widened by margin (see
+// Transport.Margin).
+func widened(limits []core.Limit, margin time.Duration) []core.Limit {
+	if margin < 0 {
+		return limits
+	}
+	out := make([]core.Limit, len(limits))
+	for i, l := range limits {
+		m := margin
+		if m == 0 {
+			m = max(l.Window/100, time.Millisecond)
+		}
+		l.Window += m
+		out[i] = l
+	}
+	return out
+}
+
+func (t *Transport) maxBlock() time.Duration {
+	if t.MaxBlock > 0 {
+		return t.MaxBlock
+	}
+	return DefaultMaxBlock
+}
+
+func (t *Transport) defaultBlock() time.Duration {
+	if t.DefaultBlock > 0 {
+		return t.DefaultBlock
+	}
+	return DefaultRefusalBlock
+}
+
+// replayable reports whether req can be sent again: no body, or GetBody.
+func replayable(req *http.Request) bool {
+	return req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
+}
+
+// replay returns a copy of req with a fresh body.
+func replay(req *http.Request) (*http.Request, error) {
+	r := req.Clone(req.Context())
+	if req.Body != nil && req.Body != http.NoBody {
+		body, err := req.GetBody()
+		if err != nil {
+			return nil, err
+		}
+		r.Body = body
+	}
+	return r, nil
+}
+
+// drainClose reads a little of a body that is thrown away, so that the
+// connection can be reused, and closes it.
+func drainClose(body io.ReadCloser) {
+	_, _ = io.CopyN(io.Discard, body, 4<<10)
+	_ = body.Close()
+}
+
+// refusal reads a response: refused for 429, or 503 with Retry-After;
+// spent when a RateLimit field item says r=0; d is the time the upstream
+// asked for (Retry-After, else the RateLimit t), or 0 when it names none.
+func refusal(resp *http.Response, now time.Time) (d time.Duration, refused, spent bool) {
+	retryAfter, hasRetry := parseRetryAfter(resp.Header.Get("Retry-After"), now)
+	refused = resp.StatusCode == http.StatusTooManyRequests ||
+		(resp.StatusCode == http.StatusServiceUnavailable && hasRetry)
+	t, spent := parseRateLimit(resp.Header.Values("RateLimit"))
+	switch {
+	case hasRetry && (refused || spent):
+		return retryAfter, refused, spent
+	case spent:
+		return t, refused, spent
+	}
+	return 0, refused, spent
+}
+
+// parseRetryAfter reads a Retry-After value: delta-seconds, or an
+// HTTP-date (a time past is 0). ok is false when there is none or it is
+// malformed.
+func parseRetryAfter(v string, now time.Time) (d time.Duration, ok bool) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, false
+	}
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if secs < 0 {
+			return 0, false
+		}
+		return time.Duration(min(secs, int64(core.MaxBlock/time.Second))) * time.Second, true
+	}
+	at, err := http.ParseTime(v)
+	if err != nil {
+		return 0, false
+	}
+	return max(at.Sub(now), 0), true
+}
+
+// parseRateLimit reads IETF RateLimit field values (draft-10 and -11: a
+// list of items `"name";r=0;t=5`): spent when an item has r=0, and then
+// the longest t of those items. Malformed items are skipped.
+func parseRateLimit(values []string) (t time.Duration, spent bool) {
+	for _, v := range values {
+		for _, item := range strings.Split(v, ",") {
+			params := strings.Split(item, ";")
+			if len(params) < 2 {
+				continue
+			}
+			r, tt := int64(-1), int64(0)
+			for _, p := range params[1:] {
+				name, val, ok := strings.Cut(strings.TrimSpace(p), "=")
+				if !ok {
+					continue
+				}
+				n, err := strconv.ParseInt(val, 10, 64)
+				if err != nil || n < 0 {
+					continue
+				}
+				switch name {
+				case "r":
+					r = n
+				case "t":
+					tt = min(n, int64(core.MaxBlock/time.Second))
+				}
+			}
+			if r == 0 {
+				spent = true
+				t = max(t, time.Duration(tt)*time.Second)
+			}
+		}
+	}
+	return t, spent
 }
 
 // CloseIdleConnections closes the idle connections of Base, when it can,

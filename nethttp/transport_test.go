@@ -206,7 +206,8 @@ func TestTransportContext(t *testing.T) {
 	srv := newArrivals(t)
 	l := newLimiter(t)
 	rule := core.Rule{Name: "api", Limits: []core.Limit{core.PerHour(1)}}
-	client := &http.Client{Transport: &nethttp.Transport{Limiter: l, Rule: rule}}
+	// no margin: the test peeks at the rule's own limits
+	client := &http.Client{Transport: &nethttp.Transport{Limiter: l, Rule: rule, Margin: -1}}
 	defer client.CloseIdleConnections()
 	ctx := context.Background()
 	if err := get(ctx, client, srv.URL); err != nil {
