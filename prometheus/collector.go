@@ -39,6 +39,7 @@ type Collector struct {
 	cacheHits *prom.CounterVec
 	errors    *prom.CounterVec
 	duration  *prom.HistogramVec
+	refusals  *prom.CounterVec
 
 	rules sync.Map // rule name → *ruleMetrics
 }
@@ -49,6 +50,7 @@ type ruleMetrics struct {
 	cacheHits               prom.Counter
 	errors                  [core.FailLocal + 1]prom.Counter // by failure mode
 	duration                prom.Observer
+	refused, retried        prom.Counter // upstream refusals, without and with a retry
 }
 
 // NewCollector returns a Collector with the metrics of the package
@@ -69,6 +71,11 @@ func NewCollector(opts Opts) *Collector {
 			Help:        "Denials answered from the deny cache without a round trip to Redis.",
 			ConstLabels: opts.ConstLabels,
 		}, []string{"rule"}),
+		refusals: prom.NewCounterVec(prom.CounterOpts{
+			Name:        "ratewindow_upstream_refusals_total",
+			Help:        "Refusals by an upstream of requests sent through a throttler (nethttp.Transport), which blocked the key for the fleet; retried says whether the request went again.",
+			ConstLabels: opts.ConstLabels,
+		}, []string{"rule", "retried"}),
 		errors: prom.NewCounterVec(prom.CounterOpts{
 			Name:        "ratewindow_backend_errors_total",
 			Help:        "Calls that Redis did not answer in time (an error, the timeout or the open circuit breaker), by the failure mode that answered instead.",
@@ -88,6 +95,14 @@ func NewCollector(opts Opts) *Collector {
 //	core.WithObserver(c.Observe)
 func (c *Collector) Observe(e core.Event) {
 	m := c.forRule(e.Rule)
+	if e.Op == core.OpRefused { // no decision: an upstream's answer
+		if e.Retried {
+			m.retried.Inc()
+		} else {
+			m.refused.Inc()
+		}
+		return
+	}
 	if e.Failed && int(e.Fallback) < len(m.errors) {
 		m.errors[e.Fallback].Inc()
 	}
@@ -120,6 +135,8 @@ func (c *Collector) forRule(rule string) *ruleMetrics {
 		failed:    c.decisions.WithLabelValues(rule, OutcomeError),
 		cacheHits: c.cacheHits.WithLabelValues(rule),
 		duration:  c.duration.WithLabelValues(rule),
+		refused:   c.refusals.WithLabelValues(rule, "false"),
+		retried:   c.refusals.WithLabelValues(rule, "true"),
 	}
 	for mode := range m.errors {
 		m.errors[mode] = c.errors.WithLabelValues(rule, core.FailureMode(mode).String())
@@ -135,6 +152,7 @@ func (c *Collector) Describe(ch chan<- *prom.Desc) {
 	c.cacheHits.Describe(ch)
 	c.errors.Describe(ch)
 	c.duration.Describe(ch)
+	c.refusals.Describe(ch)
 }
 
 // Collect sends the current values of the metrics. It implements
@@ -144,6 +162,7 @@ func (c *Collector) Collect(ch chan<- prom.Metric) {
 	c.cacheHits.Collect(ch)
 	c.errors.Collect(ch)
 	c.duration.Collect(ch)
+	c.refusals.Collect(ch)
 }
 
 var _ prom.Collector = (*Collector)(nil)

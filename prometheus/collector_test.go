@@ -80,7 +80,7 @@ ratewindow_decision_duration_seconds_bucket{rule="login",le="+Inf"} 5
 ratewindow_decision_duration_seconds_sum{rule="login"} 0.10451
 ratewindow_decision_duration_seconds_count{rule="login"} 5
 `
-	if err := testutil.CollectAndCompare(c, strings.NewReader(want)); err != nil {
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "ratewindow_backend_errors_total", "ratewindow_decision_duration_seconds", "ratewindow_decisions_total", "ratewindow_deny_cache_hits_total"); err != nil {
 		t.Fatal(err)
 	}
 	if problems, err := testutil.CollectAndLint(c); err != nil || len(problems) != 0 {
@@ -152,5 +152,27 @@ func BenchmarkObserve(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		c.Observe(e)
+	}
+}
+
+// TestCollectorRefusals: upstream refusals are counted apart, never as
+// decisions.
+func TestCollectorRefusals(t *testing.T) {
+	c := NewCollector(Opts{})
+	c.Observe(core.Event{Op: core.OpRefused, Rule: "api", Retried: true})
+	c.Observe(core.Event{Op: core.OpRefused, Rule: "api"})
+	c.Observe(core.Event{Op: core.OpRefused, Rule: "api", Retried: true})
+	for _, m := range []struct {
+		c    prom.Collector
+		want float64
+	}{
+		{c.refusals.WithLabelValues("api", "true"), 2},
+		{c.refusals.WithLabelValues("api", "false"), 1},
+		{c.decisions.WithLabelValues("api", OutcomeDenied), 0},
+		{c.decisions.WithLabelValues("api", OutcomeError), 0},
+	} {
+		if got := testutil.ToFloat64(m.c); got != m.want {
+			t.Errorf("%v = %v, want %v", m.c, got, m.want)
+		}
 	}
 }

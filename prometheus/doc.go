@@ -23,6 +23,7 @@
 //	ratewindow_deny_cache_hits_total{rule}           counter
 //	ratewindow_backend_errors_total{rule, mode}      counter
 //	ratewindow_decision_duration_seconds{rule}       histogram
+//	ratewindow_upstream_refusals_total{rule, retried} counter
 //
 // rule is the Rule's Name for decisions of the HTTP middleware, and empty
 // for direct calls of the Limiter (Allow, AllowN, Wait).
@@ -34,6 +35,11 @@
 // mode answered instead (mode is then "fail-open", "fail-closed" or
 // "fail-local"), or when no decision was made because the caller's context
 // ended first. A Wait counts as allowed when the caller may proceed.
+//
+// ratewindow_upstream_refusals_total counts the refusals (429, 503 with
+// Retry-After, RateLimit r=0) of an upstream called through
+// nethttp.Transport; each blocked the key for every replica, and retried
+// is "true" when the request went again.
 //
 // ratewindow_deny_cache_hits_total counts the denials answered from memory
 // without a round trip; they are also counted as denied decisions.
