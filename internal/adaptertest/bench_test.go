@@ -1,4 +1,4 @@
-package ratewindow_test
+package adaptertest_test
 
 import (
 	"net/http"
