@@ -93,7 +93,7 @@ func TestThrottle(t *testing.T) {
 		limits []core.Limit
 		want   error
 	}{
-		{"past the deadline", func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 50*time.Millisecond) },
+		{"past the deadline", func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 10*time.Second) },
 			l, "full", []core.Limit{core.PerHour(1)}, core.ErrWaitExceedsDeadline},
 		{"cancelled", func() (context.Context, context.CancelFunc) {
 			c, cancel := context.WithCancel(ctx)
