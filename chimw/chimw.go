@@ -85,7 +85,7 @@ type routed struct {
 
 func (h routed) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r, ok := h.e.Handle(w, r, h.routes.route(r)); ok {
-		h.next.ServeHTTP(w, r)
+		h.e.ServeNext(w, r, h.next) // captures the status for Rule.CountIf
 	}
 }
 

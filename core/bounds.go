@@ -102,6 +102,11 @@ func (b *bounds) reset(ctx context.Context, q *query) error {
 	return err
 }
 
+func (b *bounds) refund(ctx context.Context, q *query) error {
+	_, err := within(b, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, b.next.refund(ctx, q) })
+	return err
+}
+
 // backendError is a failure of Redis: an error reply, a lost connection,
 // the timeout, or the open circuit.
 type backendError struct{ err error }

@@ -77,10 +77,7 @@ func (f *failover) reserve(ctx context.Context, q *query, longest int64) (reserv
 	case FailOpen:
 		return reservation{ok: true, failed: err}, nil
 	case FailLocal:
-		lq := *q
-		lq.limits = append([]Limit(nil), q.limits...)
-		f.localQuery(&lq)
-		r, lerr := f.local.reserve(ctx, &lq, longest)
+		r, lerr := f.local.reserve(ctx, f.localCopy(q), longest)
 		r.local, r.failed = true, err
 		return r, lerr
 	}
@@ -113,4 +110,32 @@ func (f *failover) reset(ctx context.Context, q *query) error {
 		_ = f.local.reset(ctx, q)
 	}
 	return f.next.reset(ctx, q)
+}
+
+// refund gives back units recorded by the local store (q.local: the
+// failure mode decided) there, and any others in Redis. When Redis fails,
+// FailLocal gives back the local store's newest units (it decided while
+// Redis was down), and Redis's failure is returned.
+func (f *failover) refund(ctx context.Context, q *query) error {
+	if q.local {
+		if f.local == nil {
+			return nil // FailOpen recorded nothing
+		}
+		return f.local.refund(ctx, f.localCopy(q))
+	}
+	err := f.next.refund(ctx, q)
+	if err != nil && f.local != nil && isBackendError(err) {
+		lq := f.localCopy(q)
+		lq.at = 0
+		_ = f.local.refund(ctx, lq)
+	}
+	return err
+}
+
+// localCopy returns a copy of q for the local store, leaving q as it is.
+func (f *failover) localCopy(q *query) *query {
+	lq := *q
+	lq.limits = append([]Limit(nil), q.limits...)
+	f.localQuery(&lq)
+	return &lq
 }

@@ -1,6 +1,9 @@
 package core
 
 import (
+	"crypto/sha256"
+	"encoding/base64"
+	"math/bits"
 	"net/http"
 	"strconv"
 	"strings"
@@ -23,27 +26,41 @@ const (
 	hdrNoSniff     = "X-Content-Type-Options"
 )
 
-// ProblemQuotaExceeded is the problem type of a denial in an
-// application/problem+json body (draft-ietf-httpapi-ratelimit-headers-10,
-// section 5.1).
-const ProblemQuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+// Problem types of draft-ietf-httpapi-ratelimit-headers-11 (section 5),
+// for application/problem+json bodies. Both bodies list the policies
+// concerned in their "violated-policies" member.
+const (
+	// ProblemQuotaExceeded is the problem type of a denial (429): the
+	// policies listed denied the request.
+	ProblemQuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+	// ProblemReducedCapacity is the problem type of the 503 of a Limiter
+	// that fails closed: the backend cannot decide, so every policy of the
+	// rule is listed.
+	ProblemReducedCapacity = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
+)
 
 const (
-	problemTitle     = "Request cannot be satisfied as assigned quota has been exceeded"
-	problemType      = "application/problem+json"
-	textType         = "text/plain; charset=utf-8"
-	textTooMany      = "Too Many Requests\n"
-	textUnavailable  = "Service Unavailable\n"
-	jsonUnavailable  = `{"type":"about:blank","title":"Service Unavailable","status":503}`
-	maxSFInteger     = 999_999_999_999_999 // RFC 8941: at most 15 digits
-	unavailableRetry = "1"
+	problemTitle            = "Request cannot be satisfied as assigned quota has been exceeded"
+	reducedCapacityTitle    = "Request cannot be satisfied due to temporary server capacity constraints"
+	problemType             = "application/problem+json"
+	textType                = "text/plain; charset=utf-8"
+	textTooMany             = "Too Many Requests\n"
+	textUnavailable         = "Service Unavailable\n"
+	maxSFInteger            = 999_999_999_999_999 // RFC 8941: at most 15 digits
+	unavailableRetry        = "1"
+	partitionKeyBytes       = 12 // of the SHA-256 of the key, in pk
+	partitionKeyParamLength = len(";pk=::") + (partitionKeyBytes+2)/3*4
 )
 
 // headerSet holds the header values of a rule's limits that never change,
 // computed once when the middleware is built.
 type headerSet struct {
-	policy string // RateLimit-Policy: every limit of the rule
+	policy string   // RateLimit-Policy: every limit of the rule
+	items  []string // its items, one per limit, for adding pk to each
 	limits []limitHeaders
+	// unavailable is the application/problem+json body of FailClosed's
+	// 503: temporary-reduced-capacity, every policy listed
+	unavailable []byte
 }
 
 // limitHeaders holds the precomputed values of one limit.
@@ -56,26 +73,47 @@ type limitHeaders struct {
 }
 
 func newHeaderSet(limits []Limit) headerSet {
-	hs := headerSet{limits: make([]limitHeaders, len(limits))}
+	hs := headerSet{limits: make([]limitHeaders, len(limits)), items: make([]string, len(limits))}
 	var policy []byte
+	names := make([]string, len(limits))
 	for i, l := range limits {
 		hs.limits[i] = newLimitHeaders(l)
 		if i > 0 {
 			policy = append(policy, ", "...)
 		}
-		policy = appendPolicyItem(policy, l)
+		hs.items[i] = string(appendPolicyItem(nil, l))
+		policy = append(policy, hs.items[i]...)
+		names[i] = l.PolicyName()
 	}
 	hs.policy = string(policy)
+	hs.unavailable = appendProblem(nil, ProblemReducedCapacity, reducedCapacityTitle, http.StatusServiceUnavailable, names...)
 	return hs
+}
+
+// appendProblem appends an application/problem+json body of a problem
+// type of draft-ietf-httpapi-ratelimit-headers-11 listing policies.
+func appendProblem(b []byte, typ, title string, status int, policies ...string) []byte {
+	b = append(b, `{"type":"`...)
+	b = append(b, typ...)
+	b = append(b, `","title":"`...)
+	b = append(b, title...)
+	b = append(b, `","status":`...)
+	b = strconv.AppendInt(b, int64(status), 10)
+	b = append(b, `,"violated-policies":[`...)
+	for i, p := range policies {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, p)
+	}
+	return append(b, "]}"...)
 }
 
 func newLimitHeaders(l Limit) limitHeaders {
 	name := l.PolicyName()
 	item := appendSFString(nil, name)
 	item = append(item, ";r="...)
-	body := append([]byte(nil), `{"type":"`+ProblemQuotaExceeded+`","title":"`+problemTitle+`","status":429,"violated-policies":[`...)
-	body = appendJSONString(body, name)
-	body = append(body, "]}"...)
+	body := appendProblem(nil, ProblemQuotaExceeded, problemTitle, http.StatusTooManyRequests, name)
 	return limitHeaders{
 		limit:      l,
 		count:      strconv.FormatInt(max(l.Count, 0), 10),
@@ -112,13 +150,15 @@ func (hs *headerSet) lookup(l Limit) *limitHeaders {
 // seconds until it is full again, rounded up (on a denial, never less than
 // Retry-After).
 //
-// IETF: RateLimit-Policy lists every limit of the rule with its quota q and
-// window w in seconds (rounded up, at least 1); RateLimit names the binding
-// limit with the remaining units r and t: when allowed, the seconds until
-// the limit is full again; when denied, the seconds until the request
-// would pass, which is also Retry-After; absent when it never can.
-// Integers above 15 digits are capped, as structured fields require.
-func (hs *headerSet) write(h http.Header, style HeaderStyle, res Result) {
+// IETF (draft-ietf-httpapi-ratelimit-headers-11): RateLimit-Policy lists
+// every limit of the rule with its quota q and window w in seconds
+// (rounded up, at least 1); RateLimit names the binding limit with the
+// remaining units r and t: when allowed, the seconds until the limit is
+// full again; when denied, the seconds until the request would pass, which
+// is also Retry-After; absent when it never can. Integers above 15 digits
+// are capped, as structured fields require. pk, when not empty, is the
+// partition key parameter (";pk=:...:"), added to every item of both.
+func (hs *headerSet) write(h http.Header, style HeaderStyle, res Result, pk string) {
 	if style == None || style > Both {
 		return
 	}
@@ -151,6 +191,17 @@ func (hs *headerSet) write(h http.Header, style HeaderStyle, res Result) {
 			b = append(b, ";t="...)
 			b = strconv.AppendInt(b, min(retrySeconds(res.RetryAfter), maxSFInteger), 10)
 		}
+		b = append(b, pk...)
+	}
+	ends[2] = len(b)
+	if pk != "" && style != XRateLimit {
+		for i, item := range hs.items {
+			if i > 0 {
+				b = append(b, ", "...)
+			}
+			b = append(b, item...)
+			b = append(b, pk...)
+		}
 	}
 	str := string(b)
 	v := make([]string, 5)
@@ -161,7 +212,10 @@ func (hs *headerSet) write(h http.Header, style HeaderStyle, res Result) {
 		h[hdrXReset] = v[2:3:3]
 	}
 	if style != XRateLimit {
-		v[3], v[4] = hs.policy, str[ends[1]:]
+		v[3], v[4] = hs.policy, str[ends[1]:ends[2]]
+		if pk != "" {
+			v[3] = str[ends[2]:]
+		}
 		h[hdrPolicy] = v[3:4:4]
 		h[hdrRateLimit] = v[4:5:5]
 	}
@@ -178,33 +232,61 @@ func clearRateHeaders(h http.Header) {
 }
 
 // writeDenied writes the default answer to a denial: 429 with a short text
-// body, or the quota-exceeded problem when problem is set.
+// body, or the quota-exceeded problem when problem is set, listing the
+// policies that denied (the binding one's body is kept ready; several are
+// written afresh).
 func (hs *headerSet) writeDenied(w http.ResponseWriter, res Result, problem bool) {
 	h := w.Header()
 	if problem {
-		lh := hs.lookup(res.Limit)
+		body, size := hs.lookup(res.Limit).problem, ""
+		if bits.OnesCount16(res.violated) > 1 {
+			var names []string
+			for i := range hs.limits {
+				if res.violated&(1<<i) != 0 {
+					names = append(names, hs.limits[i].limit.PolicyName())
+				}
+			}
+			body = appendProblem(nil, ProblemQuotaExceeded, problemTitle, http.StatusTooManyRequests, names...)
+		} else {
+			size = hs.lookup(res.Limit).problemLen
+		}
+		if size == "" {
+			size = strconv.Itoa(len(body))
+		}
 		h[hdrContentType] = []string{problemType}
-		h[hdrContentLen] = []string{lh.problemLen}
+		h[hdrContentLen] = []string{size}
 		w.WriteHeader(http.StatusTooManyRequests)
-		_, _ = w.Write(lh.problem)
+		_, _ = w.Write(body)
 		return
 	}
 	writeText(w, http.StatusTooManyRequests, textTooMany)
 }
 
 // writeUnavailable answers 503 Service Unavailable with Retry-After, for a
-// Limiter that fails closed.
-func writeUnavailable(w http.ResponseWriter, problem bool) {
+// Limiter that fails closed: a short text, or the
+// temporary-reduced-capacity problem when problem is set.
+func (hs *headerSet) writeUnavailable(w http.ResponseWriter, problem bool) {
 	h := w.Header()
 	h[hdrRetryAfter] = []string{unavailableRetry}
 	if problem {
 		h[hdrContentType] = []string{problemType}
-		h[hdrContentLen] = []string{strconv.Itoa(len(jsonUnavailable))}
+		h[hdrContentLen] = []string{strconv.Itoa(len(hs.unavailable))}
 		w.WriteHeader(http.StatusServiceUnavailable)
-		_, _ = w.Write([]byte(jsonUnavailable))
+		_, _ = w.Write(hs.unavailable)
 		return
 	}
 	writeText(w, http.StatusServiceUnavailable, textUnavailable)
+}
+
+// partitionKey returns the pk parameter of key: ";pk=:" and the base64 of
+// the first partitionKeyBytes of its SHA-256, then ":" (a structured-field
+// byte sequence).
+func partitionKey(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	b := make([]byte, 0, partitionKeyParamLength)
+	b = append(b, ";pk=:"...)
+	b = base64.StdEncoding.AppendEncode(b, sum[:partitionKeyBytes])
+	return string(append(b, ':'))
 }
 
 func writeText(w http.ResponseWriter, code int, body string) {

@@ -126,7 +126,7 @@ func TestHeaderSetWrite(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := http.Header{}
-			hs.write(h, tc.style, tc.res)
+			hs.write(h, tc.style, tc.res, "")
 			got := map[string]string{}
 			for k, vs := range h {
 				got[k] = strings.Join(vs, "\n")
@@ -162,9 +162,21 @@ func TestWriteDenied(t *testing.T) {
 	}
 
 	rec = httptest.NewRecorder()
-	writeUnavailable(rec, true)
-	if rec.Code != 503 || rec.Body.String() != jsonUnavailable || rec.Header().Get("Retry-After") != "1" || !json.Valid(rec.Body.Bytes()) {
-		t.Errorf("unavailable: %d %v %q", rec.Code, rec.Header(), rec.Body)
+	hs.writeUnavailable(rec, true)
+	want = `{"type":"https://iana.org/assignments/http-problem-types#temporary-reduced-capacity","title":"Request cannot be satisfied due to temporary server capacity constraints","status":503,"violated-policies":["q\"\\"]}`
+	if rec.Code != 503 || rec.Body.String() != want || rec.Header().Get("Retry-After") != "1" || !json.Valid(rec.Body.Bytes()) ||
+		rec.Header().Get("Content-Length") != strconv.Itoa(len(want)) {
+		t.Errorf("unavailable: %d %v %s", rec.Code, rec.Header(), rec.Body)
+	}
+
+	// two limits denied: both are listed, in the rule's order
+	two := []Limit{PerSecond(2), PerMinute(5)}
+	hs = newHeaderSet(two)
+	rec = httptest.NewRecorder()
+	hs.writeDenied(rec, Result{Limit: two[1], RetryAfter: time.Minute, violated: 0b11}, true)
+	want = `{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Request cannot be satisfied as assigned quota has been exceeded","status":429,"violated-policies":["2-per-1s","5-per-1m"]}`
+	if rec.Body.String() != want || rec.Header().Get("Content-Length") != strconv.Itoa(len(want)) {
+		t.Errorf("two violated: %v %s", rec.Header(), rec.Body)
 	}
 }
 
@@ -192,7 +204,7 @@ func FuzzHeaders(f *testing.F) {
 		}
 		h := http.Header{}
 		st := HeaderStyle(style % 4)
-		hs.write(h, st, res)
+		hs.write(h, st, res, "")
 
 		for _, k := range []string{hdrXLimit, hdrXRemaining, hdrXReset} {
 			v, ok := h[k]

@@ -15,16 +15,30 @@ const maxRawKey = 128
 // "rw:{ip:203.0.113.9}:block". No limit's name is a word.
 const blockName = "block"
 
-// appendKeys appends to dst the block key of key when block is set, then
-// the storage key of every limit of key, with one allocation per key:
+// penaltyName ends the name of a key's penalty key, which counts its
+// denials under a Rule's Penalty: "rw:{ip:203.0.113.9}:penalty".
+const penaltyName = "penalty"
+
+// Which of a key's own keys appendKeys puts before its limits' keys.
+const (
+	withBlock   = 1 << iota // the block key
+	withPenalty             // the penalty key, after the block key
+)
+
+// appendKeys appends to dst the block key of key and its penalty key, as
+// own (withBlock, withPenalty) says, then the storage key of every limit of
+// key, with one allocation per key:
 // "<prefix>{<key>}:" (see appendTag) and the limit's name (see
 // appendLimit), such as "rw:{ip:203.0.113.9}:l1m".
-func appendKeys(dst []string, prefix, key string, limits []Limit, block bool) []string {
+func appendKeys(dst []string, prefix, key string, limits []Limit, own int) []string {
 	var buf [160]byte
 	b := appendTag(buf[:0], prefix, key)
 	tag := len(b)
-	if block {
+	if own&withBlock != 0 {
 		dst = append(dst, string(append(b[:tag], blockName...)))
+	}
+	if own&withPenalty != 0 {
+		dst = append(dst, string(append(b[:tag], penaltyName...)))
 	}
 	for _, l := range limits {
 		dst = append(dst, string(appendLimit(b[:tag], l)))

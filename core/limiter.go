@@ -122,19 +122,22 @@ func (l *Limiter) queryTime() int64 {
 // or ctx ending first. When Redis fails, the Limiter's failure mode
 // decides and the error is nil: Result.BackendErr then holds the failure.
 func (l *Limiter) Allow(ctx context.Context, key string, limits ...Limit) (Result, error) {
-	return l.decide(ctx, OpAllow, "", key, 1, limits)
+	r, _, err := l.decide(ctx, OpAllow, "", key, 1, limits, nil)
+	return r, err
 }
 
 // AllowN is Allow for n units at once, such as the cost of an expensive
 // request. A cost above a limit's Count is denied with RetryAfter < 0.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64, limits ...Limit) (Result, error) {
-	return l.decide(ctx, OpAllow, "", key, n, limits)
+	r, _, err := l.decide(ctx, OpAllow, "", key, n, limits, nil)
+	return r, err
 }
 
 // Peek reports whether one unit would be allowed now, and what remains,
 // without recording anything. Its errors are those of Allow.
 func (l *Limiter) Peek(ctx context.Context, key string, limits ...Limit) (Result, error) {
-	return l.decide(ctx, OpPeek, "", key, 1, limits)
+	r, _, err := l.decide(ctx, OpPeek, "", key, 1, limits, nil)
+	return r, err
 }
 
 // Reset forgets every unit recorded for key under limits, lifts the key's
@@ -148,6 +151,37 @@ func (l *Limiter) Reset(ctx context.Context, key string, limits ...Limit) error 
 		l.cache.forget(key)
 	}
 	return l.decider.reset(ctx, &query{key: key, n: 1, limits: limits})
+}
+
+// Refund gives back n units of key under every limit: units recorded
+// within the last window, the newest first (reservations in the future are
+// never given back), never going below empty. Remaining and RetryAfter
+// reflect it at once, on every replica; this Limiter's cached denials of
+// key are forgotten. It undoes a charge, such as a login counter after the
+// login succeeded; Rule.CountIf is built on it.
+//
+// On a sliding log the newest units go, which may be another request's
+// when requests of the key overlap: the count is the same, and the units
+// left are older, so the limit frees up no later than it would have. A
+// Redis failure is returned: no failure mode answers for Refund.
+func (l *Limiter) Refund(ctx context.Context, key string, n int64, limits ...Limit) error {
+	if err := validate(key, n, limits); err != nil {
+		return err
+	}
+	if l.cache != nil {
+		l.cache.forget(key)
+	}
+	return l.decider.refund(ctx, &query{key: key, n: n, limits: limits, now: l.queryTime()})
+}
+
+// refundAt gives back the n units of key that the decision at at (µs; the
+// query's at) recorded: exactly those on a sliding log. local reports that
+// the failure mode's local store recorded them.
+func (l *Limiter) refundAt(ctx context.Context, key string, n int64, limits []Limit, at int64, local bool) error {
+	if l.cache != nil {
+		l.cache.forget(key)
+	}
+	return l.decider.refund(ctx, &query{key: key, n: n, limits: limits, now: l.queryTime(), at: at, local: local})
 }
 
 // MaxBlock is the longest Block: MaxWindow.
@@ -174,10 +208,12 @@ func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) error 
 }
 
 // decide validates, consults the deny cache, asks the chain and picks the
-// binding limit. rule is the Rule's name for observers.
-func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, limits []Limit) (Result, error) {
+// binding limit. rule is the Rule's name for observers; pen its Penalty,
+// or nil. It also returns the time in µs the store decided at (the time of
+// the units it recorded), 0 when unknown.
+func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, limits []Limit, pen *Penalty) (Result, int64, error) {
 	if err := validate(key, n, limits); err != nil {
-		return Result{}, err
+		return Result{}, 0, err
 	}
 	var start time.Time
 	if l.observer != nil {
@@ -187,33 +223,39 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 	var cachedAt int64
 	if l.cache != nil && commit {
 		cachedAt = l.now().UnixNano()
-		if r, ok := l.cache.get(key, n, limits, cachedAt); ok {
+		// under a penalty only a ban is answered from the cache: every
+		// other denial must reach the store, which counts it
+		if r, ok := l.cache.get(key, n, limits, cachedAt); ok && (pen == nil || r.blocked) {
 			l.observe(Event{Op: op, Rule: rule, Key: key, Result: r, CacheHit: true}, start)
-			return r, nil
+			return r, 0, nil
 		}
 	}
 	// the query is pooled and holds a copy of limits: the caller's
 	// variadic slice stays on its stack, and a decision allocates nothing
 	q := l.queries.Get().(*query)
-	q.key, q.n, q.limits, q.commit, q.now = key, n, append(q.limits[:0], limits...), commit, l.queryTime()
+	q.key, q.n, q.limits, q.commit, q.now, q.penalty = key, n, append(q.limits[:0], limits...), commit, l.queryTime(), pen
 	err := l.decider.allow(ctx, q)
-	var r Result
+	var (
+		r      Result
+		banned bool
+		at     int64
+	)
 	if err == nil {
-		r = q.result()
+		r, banned, at = q.result(), q.banned, q.at
 	}
-	q.key, q.backendErr = "", nil // keep no reference in the pool but the limits' names
+	q.key, q.backendErr, q.penalty = "", nil, nil // keep no reference in the pool but the limits' names
 	l.queries.Put(q)
 	if err == nil && l.cache != nil && commit && !r.Allowed && r.BackendErr == nil {
 		l.cache.put(key, n, limits, cachedAt, r)
 	}
 	if l.observer != nil {
-		ev := Event{Op: op, Rule: rule, Key: key, Result: r, Err: err}
+		ev := Event{Op: op, Rule: rule, Key: key, Result: r, Err: err, Banned: banned}
 		if r.BackendErr != nil {
 			ev.Err, ev.Failed, ev.Fallback = r.BackendErr, true, l.mode
 		}
 		l.observe(ev, start)
 	}
-	return r, err
+	return r, at, err
 }
 
 func (l *Limiter) observe(ev Event, start time.Time) {
@@ -233,11 +275,17 @@ func (q *query) result() Result {
 		s := q.states[i]
 		b.add(lim, q.allowed, s.remaining, s.retry, s.reset)
 	}
-	r := Result{Allowed: q.allowed, Limit: b.limit, Remaining: b.remaining, ResetAfter: usec(b.reset), BackendErr: q.backendErr}
+	r := Result{Allowed: q.allowed, Limit: b.limit, Remaining: b.remaining, ResetAfter: usec(b.reset), BackendErr: q.backendErr,
+		blocked: q.blocked}
 	if !q.allowed {
 		r.RetryAfter = usec(b.retry)
 		if b.retry < 0 {
 			r.RetryAfter = -1
+		}
+		for i, s := range q.states {
+			if s.retry != 0 || q.blocked {
+				r.violated |= 1 << i
+			}
 		}
 	}
 	return r

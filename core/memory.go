@@ -4,6 +4,7 @@ import (
 	"context"
 	"hash/maphash"
 	"math"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -36,7 +37,9 @@ type memShard struct {
 type memKey struct {
 	states  []*memState
 	blocked int64 // µs; the end of the key's block, 0: none
-	expires int64 // µs; the latest expiry of its states and block
+	// denials counted towards the key's penalty until denialsEnd (µs)
+	denials, denialsEnd int64
+	expires             int64 // µs; the latest expiry of its states, block and denials
 }
 
 // memState is one limit's state: the fields of its algorithm are used.
@@ -154,12 +157,15 @@ func statePrecision(l Limit) int64 {
 
 // touch updates the key's expiry after its states changed, and forgets it
 // when every state is empty.
-func (sh *memShard) touch(key string) {
+func (sh *memShard) touch(key string, now int64) {
 	mk := sh.keys[key]
 	if mk == nil {
 		return
 	}
-	mk.expires = mk.blocked
+	if mk.denialsEnd <= now {
+		mk.denials, mk.denialsEnd = 0, 0
+	}
+	mk.expires = max(mk.blocked, mk.denialsEnd)
 	for _, st := range mk.states {
 		mk.expires = max(mk.expires, st.expires)
 	}
@@ -328,34 +334,145 @@ func floorDiv(a, b int64) int64 {
 	return q
 }
 
+// allow mirrors decide in algorithms.lua.
 func (s *memoryStore) allow(_ context.Context, q *query) error {
 	sh, now := s.lock(q)
 	defer sh.mu.Unlock()
 	var buf [4]*memState
 	mstates, blocked := sh.states(q.key, q.limits, now, buf[:0])
 	states := q.decided(blocked == 0)
+	q.at, q.blocked = now, blocked > 0
 	for i, st := range mstates {
 		f, r, z := st.check(q.limits[i].Count, q.n, now)
 		if r != 0 {
 			q.allowed = false
 		}
-		if blocked > 0 { // as decide in algorithms.lua
-			f = 0
-			if r >= 0 {
-				r = max(r, blocked)
-			}
-			z = max(z, blocked)
-		}
 		states[i] = limitState{remaining: f, retry: r, reset: z}
 	}
-	if q.allowed && q.commit {
-		for i, st := range mstates {
+	if p := q.penalty; p != nil && !q.allowed && q.commit && blocked == 0 {
+		if blocked = sh.penalize(q.key, p, now); blocked > 0 {
+			q.blocked, q.banned = true, true
+		}
+	}
+	for i, st := range mstates {
+		if q.allowed && q.commit {
 			states[i].reset = st.add(q.n, now, now)
 			states[i].remaining -= q.n
 		}
+		if blocked > 0 {
+			states[i].remaining = 0
+			if states[i].retry >= 0 {
+				states[i].retry = max(states[i].retry, blocked)
+			}
+			states[i].reset = max(states[i].reset, blocked)
+		}
 	}
-	sh.touch(q.key)
+	sh.touch(q.key, now)
 	return nil
+}
+
+// penalize mirrors penalize in algorithms.lua: it counts a denial of key
+// and bans the key at the penalty's count, returning the ban's µs (0:
+// none).
+func (sh *memShard) penalize(key string, p *Penalty, now int64) int64 {
+	mk := sh.keys[key]
+	if mk.denialsEnd <= now {
+		mk.denials, mk.denialsEnd = 0, now+max(micros(p.Within), 1)
+	}
+	if mk.denials++; mk.denials < p.Denials {
+		return 0
+	}
+	mk.denials, mk.denialsEnd = 0, 0
+	mk.blocked = max(mk.blocked, now+micros(p.Ban))
+	return mk.blocked - now
+}
+
+// refund mirrors refund.lua.
+func (s *memoryStore) refund(_ context.Context, q *query) error {
+	sh, now := s.lock(q)
+	defer sh.mu.Unlock()
+	mk := sh.keys[q.key]
+	if mk == nil {
+		return nil
+	}
+	for _, l := range q.limits {
+		if st := mk.find(l); st != nil && (st.expires == 0 || st.expires > now) {
+			st.refund(l.Count, q.n, now, q.at)
+		}
+	}
+	sh.touch(q.key, now)
+	return nil
+}
+
+// refund gives back up to n units recorded within the window: those at
+// time at, or with at 0 the newest at or before now. It returns how many.
+func (st *memState) refund(count, n, now, at int64) int64 {
+	var given int64
+	switch st.alg {
+	case SlidingLog:
+		st.logCheck(count, 1, now) // drops the units that left
+		lo, hi := now-st.window, now
+		if at > 0 {
+			if at <= lo || at > now {
+				return 0
+			}
+			lo, hi = at-1, at
+		}
+		// the units in (lo, hi], the newest first
+		j := sort.Search(len(st.log), func(i int) bool { return st.log[i] > hi })
+		i := j
+		for i > 0 && st.log[i-1] > lo && int64(j-i) < n {
+			i--
+		}
+		given = int64(j - i)
+		st.log = append(st.log[:i], st.log[j:]...)
+		if len(st.log) == 0 {
+			st.expires = 0
+		}
+	case SlidingBuckets:
+		st.bucketsCheck(count, 1, now) // drops the buckets that left
+		current := floorDiv(now, st.prec)
+		for i := len(st.buckets) - 1; i >= 0 && given < n; i-- {
+			b := &st.buckets[i]
+			if b.index > current || (at > 0 && b.index != floorDiv(at, st.prec)) {
+				continue
+			}
+			take := min(n-given, b.count)
+			b.count -= take
+			given += take
+		}
+		st.buckets = slices.DeleteFunc(st.buckets, func(b bucket) bool { return b.count == 0 })
+		if len(st.buckets) == 0 {
+			st.expires = 0
+		} else {
+			st.expires = (st.buckets[len(st.buckets)-1].index+1)*st.prec + st.window
+		}
+	default:
+		c := st.roll(now)
+		fromCur, fromPrev := true, true
+		if at > 0 {
+			w := floorDiv(at, st.window)
+			fromCur, fromPrev = w == c, w == c-1
+		}
+		if fromCur {
+			given = min(n, st.cur)
+			st.cur -= given
+		}
+		if fromPrev {
+			take := min(n-given, st.prev)
+			st.prev -= take
+			given += take
+		}
+		switch {
+		case st.cur > 0:
+			st.expires = (c + 2) * st.window
+		case st.prev > 0:
+			st.expires = (c + 1) * st.window
+		default:
+			st.expires = 0
+		}
+	}
+	return given
 }
 
 func (s *memoryStore) reserve(_ context.Context, q *query, longest int64) (reservation, error) {
@@ -367,25 +484,24 @@ func (s *memoryStore) reserve(_ context.Context, q *query, longest int64) (reser
 	for i, st := range states {
 		_, retry, _ := st.check(q.limits[i].Count, q.n, now)
 		if retry < 0 {
-			sh.touch(q.key)
+			sh.touch(q.key, now)
 			return reservation{wait: -1}, nil
 		}
 		at = max(at, now+retry)
 	}
 	if longest >= 0 && at-now > longest {
-		sh.touch(q.key)
+		sh.touch(q.key, now)
 		return reservation{wait: at - now}, nil
 	}
 	for _, st := range states {
 		st.add(q.n, at, now)
 	}
-	sh.touch(q.key)
+	sh.touch(q.key, now)
 	return reservation{ok: true, wait: at - now, at: at}, nil
 }
 
 func (s *memoryStore) release(_ context.Context, q *query, r reservation) error {
-	sh := s.shard(q.key)
-	sh.mu.Lock()
+	sh, now := s.lock(q)
 	defer sh.mu.Unlock()
 	mk := sh.keys[q.key]
 	if mk == nil {
@@ -406,7 +522,7 @@ func (s *memoryStore) release(_ context.Context, q *query, r reservation) error 
 			}
 		}
 	}
-	sh.touch(q.key)
+	sh.touch(q.key, now)
 	return nil
 }
 
@@ -419,24 +535,23 @@ func (s *memoryStore) block(_ context.Context, q *query, d int64) error {
 		sh.keys[q.key] = mk
 	}
 	mk.blocked = max(mk.blocked, now+d)
-	sh.touch(q.key)
+	sh.touch(q.key, now)
 	return nil
 }
 
 func (s *memoryStore) reset(_ context.Context, q *query) error {
-	sh := s.shard(q.key)
-	sh.mu.Lock()
+	sh, now := s.lock(q)
 	defer sh.mu.Unlock()
 	mk := sh.keys[q.key]
 	if mk == nil {
 		return nil
 	}
-	mk.blocked = 0
+	mk.blocked, mk.denials, mk.denialsEnd = 0, 0, 0
 	for _, l := range q.limits {
 		if st := mk.find(l); st != nil {
 			st.clear()
 		}
 	}
-	sh.touch(q.key)
+	sh.touch(q.key, now)
 	return nil
 }

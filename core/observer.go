@@ -45,6 +45,9 @@ type Event struct {
 	// Retried reports, for OpRefused, that the refused request is sent
 	// again (after the block).
 	Retried bool
+	// Banned reports that this denial reached the Rule's Penalty: the key
+	// is banned from now on, on every replica, for Result.RetryAfter.
+	Banned bool
 	// Failed reports that Redis gave no answer (an error, the timeout, the
 	// open circuit breaker) and the failure mode answered: Result is then
 	// the failure mode's, named by Fallback, and Err (and

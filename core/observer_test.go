@@ -54,7 +54,7 @@ func TestObserverEvents(t *testing.T) {
 		{"fail-open", openRec, func() error { r, err := open.Allow(ctx, "k", perMin); return decisionErr(r, err) },
 			Event{Op: OpAllow, Key: "k", Failed: true, Fallback: FailOpen, Result: Result{Allowed: true, Limit: perMin, Remaining: 2}}, true},
 		{"fail-closed", closedRec, func() error { r, err := closed.Allow(ctx, "k", perMin); return decisionErr(r, err) },
-			Event{Op: OpAllow, Key: "k", Failed: true, Fallback: FailClosed, Result: Result{Limit: perMin, RetryAfter: time.Second, ResetAfter: time.Second}}, true},
+			Event{Op: OpAllow, Key: "k", Failed: true, Fallback: FailClosed, Result: Result{Limit: perMin, RetryAfter: time.Second, ResetAfter: time.Second, violated: 1}}, true},
 		{"fail-local", localRec, func() error { r, err := local.Allow(ctx, "k", perMin); return decisionErr(r, err) },
 			Event{Op: OpAllow, Key: "k", Failed: true, Fallback: FailLocal, Result: Result{Allowed: true, Limit: Limit{Count: 1, Window: time.Minute}, Remaining: 0, ResetAfter: time.Minute}}, true},
 		{"wait, fail-open proceeds", openRec, func() error { return open.Wait(ctx, "w", perMin) },

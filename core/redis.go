@@ -24,16 +24,18 @@ var (
 	resetLua string
 	//go:embed lua/block.lua
 	blockLua string
+	//go:embed lua/refund.lua
+	refundLua string
 )
 
 // redisStore runs the algorithms as Lua scripts: one EVALSHA per call, with
 // an EVAL when the server has not cached the script (NOSCRIPT). Calls from
 // concurrent goroutines share round trips through the batcher.
 type redisStore struct {
-	rdb                                        redis.Scripter
-	prefix                                     string
-	allowS, reserveS, releaseS, resetS, blockS *script
-	batch                                      *batcher
+	rdb                                                 redis.Scripter
+	prefix                                              string
+	allowS, reserveS, releaseS, resetS, blockS, refundS *script
+	batch                                               *batcher
 	// allowBatchS runs the allow calls of one batch in one script call; nil
 	// unless rdb is a single server (a Cluster or Ring spreads the keys).
 	allowBatchS *script
@@ -48,6 +50,7 @@ func newRedisStore(rdb redis.Scripter, prefix string) *redisStore {
 		releaseS: newScript(releaseLua),
 		resetS:   newScript(resetLua),
 		blockS:   newScript(algorithmsLua + blockLua),
+		refundS:  newScript(algorithmsLua + refundLua),
 		batch:    newBatcher(rdb),
 	}
 	if _, single := rdb.(*redis.Client); single { // also NewFailoverClient
@@ -57,22 +60,31 @@ func newRedisStore(rdb redis.Scripter, prefix string) *redisStore {
 }
 
 // newCall returns a batcher call of script s with the storage keys of q's
-// limits, after q's block key when block is set.
-func (s *redisStore) newCall(sc *script, q *query, block bool) *call {
+// limits, after q's own keys named by own (see appendKeys).
+func (s *redisStore) newCall(sc *script, q *query, own int) *call {
 	c := s.batch.newCall(len(q.limits))
 	c.script = sc
-	c.keys = appendKeys(c.keys, s.prefix, q.key, q.limits, block)
+	c.keys = appendKeys(c.keys, s.prefix, q.key, q.limits, own)
 	return c
 }
 
 func (s *redisStore) allow(ctx context.Context, q *query) error {
-	c := s.newCall(s.allowS, q, true)
+	own := withBlock
+	if q.penalty != nil {
+		own |= withPenalty
+	}
+	c := s.newCall(s.allowS, q, own)
 	c.merged = s.allowBatchS
 	commit := 0
 	if q.commit {
 		commit = 1
 	}
 	c.args = append(c.args, q.n, commit, q.now)
+	if p := q.penalty; p != nil {
+		c.args = append(c.args, p.Denials, micros(p.Within), micros(p.Ban))
+	} else {
+		c.args = append(c.args, 0, 0, 0)
+	}
 	for _, l := range q.limits {
 		c.args = append(c.args, int(l.Algorithm), l.Count, micros(l.Window), micros(l.precision()))
 	}
@@ -83,30 +95,31 @@ func (s *redisStore) allow(ctx context.Context, q *query) error {
 	return parseAllow(reply, q)
 }
 
-// parseAllow reads allow.lua's reply into q: {allowed, then per limit
-// remaining, retry, reset}.
+// parseAllow reads allow.lua's reply into q: {allowed, blocked, now, then
+// per limit remaining, retry, reset}.
 func parseAllow(reply any, q *query) error {
 	vals, ok := reply.([]any)
 	if !ok {
 		return fmt.Errorf("%w: allow returned %T", ErrUnexpectedReply, reply)
 	}
-	if len(vals) != 1+3*len(q.limits) {
+	if len(vals) != 3+3*len(q.limits) {
 		return fmt.Errorf("%w: allow returned %d values for %d limits", ErrUnexpectedReply, len(vals), len(q.limits))
 	}
-	var buf [1 + 3*4]int64
+	var buf [3 + 3*4]int64
 	ints, err := appendInts(buf[:0], vals)
 	if err != nil {
 		return err
 	}
 	states := q.decided(ints[0] == 1)
+	q.blocked, q.banned, q.at = ints[1] > 0, ints[1] == 2, ints[2]
 	for i := range states {
-		states[i] = limitState{remaining: ints[1+3*i], retry: ints[2+3*i], reset: ints[3+3*i]}
+		states[i] = limitState{remaining: ints[3+3*i], retry: ints[4+3*i], reset: ints[5+3*i]}
 	}
 	return nil
 }
 
 func (s *redisStore) reserve(ctx context.Context, q *query, longest int64) (reservation, error) {
-	c := s.newCall(s.reserveS, q, true)
+	c := s.newCall(s.reserveS, q, withBlock)
 	c.args = append(c.args, q.n, q.now, longest)
 	for _, l := range q.limits {
 		c.args = append(c.args, l.Count, micros(l.Window))
@@ -137,7 +150,7 @@ func (s *redisStore) reserve(ctx context.Context, q *query, longest int64) (rese
 }
 
 func (s *redisStore) release(ctx context.Context, q *query, r reservation) error {
-	c := s.newCall(s.releaseS, q, false)
+	c := s.newCall(s.releaseS, q, 0)
 	c.args = append(c.args, q.n)
 	for _, m := range r.members {
 		c.args = append(c.args, m)
@@ -149,17 +162,33 @@ func (s *redisStore) release(ctx context.Context, q *query, r reservation) error
 }
 
 func (s *redisStore) reset(ctx context.Context, q *query) error {
-	if _, err := s.batch.run(ctx, s.newCall(s.resetS, q, true)); err != nil {
+	if _, err := s.batch.run(ctx, s.newCall(s.resetS, q, withBlock|withPenalty)); err != nil {
 		return fmt.Errorf("ratewindow: reset script: %w", err)
 	}
 	return nil
 }
 
 func (s *redisStore) block(ctx context.Context, q *query, d int64) error {
-	c := s.newCall(s.blockS, q, true)
+	c := s.newCall(s.blockS, q, withBlock)
 	c.args = append(c.args, q.now, d)
 	if _, err := s.batch.run(ctx, c); err != nil {
 		return fmt.Errorf("ratewindow: block script: %w", err)
+	}
+	return nil
+}
+
+func (s *redisStore) refund(ctx context.Context, q *query) error {
+	c := s.newCall(s.refundS, q, 0)
+	c.args = append(c.args, q.n, q.now, q.at)
+	for _, l := range q.limits {
+		c.args = append(c.args, int(l.Algorithm), l.Count, micros(l.Window), micros(l.precision()))
+	}
+	reply, err := s.batch.run(ctx, c)
+	if err != nil {
+		return fmt.Errorf("ratewindow: refund script: %w", err)
+	}
+	if vals, ok := reply.([]any); !ok || len(vals) != len(q.limits) {
+		return fmt.Errorf("%w: refund returned %v for %d limits", ErrUnexpectedReply, reply, len(q.limits))
 	}
 	return nil
 }

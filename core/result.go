@@ -28,6 +28,13 @@ type Result struct {
 	// denied with a RetryAfter of a second, FailLocal this process's own
 	// decision on its share of each limit. Log it; branch on Allowed.
 	BackendErr error
+
+	// violated has bit i set for each limit i (of the call's limits) that
+	// denied: the violated policies of the problem+json body. MaxLimits
+	// fits.
+	violated uint16
+	// blocked: the key is blocked (Limiter.Block, or a Penalty's ban)
+	blocked bool
 }
 
 // Never reports whether the request can never pass: its cost exceeds Count.

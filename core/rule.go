@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"net/http"
 	"slices"
 	"strconv"
@@ -23,10 +24,15 @@ const (
 	// rounded up). It is the default.
 	XRateLimit HeaderStyle = iota
 	// IETF writes the RateLimit-Policy and RateLimit fields of
-	// draft-ietf-httpapi-ratelimit-headers-10:
+	// draft-ietf-httpapi-ratelimit-headers-11 (a draft, not yet an RFC):
 	//
 	//	RateLimit-Policy: "100-per-1m";q=100;w=60, "5-per-1s";q=5;w=1
 	//	RateLimit: "100-per-1m";r=42;t=60
+	//
+	// With Rule.PartitionKey, both also carry the request's partition key
+	// (pk). The quota unit (qu) is left out: it is "requests", the
+	// default, as every unit of a Limit is a request (or a share of one,
+	// by Rule.Cost).
 	IETF
 	// Both writes the fields of XRateLimit and of IETF.
 	Both
@@ -111,6 +117,74 @@ type Rule struct {
 	// ProblemJSON answers every denial with an application/problem+json
 	// body, whatever the client's Accept header.
 	ProblemJSON bool
+
+	// LimitsFor, when set, returns the limits of a request, chosen per
+	// request: by the tenant's plan from a header, a token's claim or a
+	// lookup. It returns none for the default, Limits (which must still be
+	// valid). An error, or limits that are not valid (see Validate), are
+	// handled like a key error: OnError, then the failure mode. Limits of
+	// the same algorithm and window share their stored state, so when a
+	// tenant's plan changes mid-window its history carries over and only
+	// the Count changes. Returning the same slices (one per plan) is
+	// cheapest: each set of limits is validated once and its header values
+	// kept, for up to 1024 distinct sets per rule. nethttp.Transport uses
+	// Limits only.
+	LimitsFor func(*http.Request) ([]Limit, error)
+	// CountIf, when set, counts only the requests whose response status it
+	// accepts: a request is checked and charged before the handler as
+	// usual, and its units are given back after the handler (Limiter.Refund
+	// of exactly its own units) when CountIf(status) is false. Charging
+	// first keeps requests in flight counted, so the limit stays exact
+	// under concurrency. For failed logins only:
+	//
+	//	CountIf: func(status int) bool { return status == 401 || status == 403 },
+	//
+	// A handler that panics counts as 500. A refund adds a round trip to
+	// Redis after the handler; its error goes to OnError (the response is
+	// written by then).
+	CountIf func(status int) bool
+	// Penalty, when set, bans a key that keeps being denied: see Penalty.
+	Penalty *Penalty
+	// PartitionKey adds the partition key parameter (pk) of
+	// draft-ietf-httpapi-ratelimit-headers-11 to the IETF fields: the first
+	// 12 bytes of the SHA-256 of the request's key, as a structured-field
+	// byte sequence, so that a client can tell its partitions apart. It is
+	// a digest, never the key itself; a key from a small space (an IP
+	// address) can still be found from it by trying every value.
+	PartitionKey bool
+}
+
+// Penalty bans a key that keeps hitting its limits (a penalty box): after
+// Denials denials of one key within Within, the key is banned for Ban on
+// every replica. While banned, every request of the key is denied, with a
+// Retry-After of the ban's time left, and counted nowhere; the deny cache
+// answers them without a round trip. A ban is the same stored state as
+// Limiter.Block: Reset lifts it.
+//
+// The denials are counted atomically with the decisions that deny, in the
+// same script call; the first counted denial starts the Within period,
+// and the ban starts the count afresh.
+type Penalty struct {
+	// Denials is the number of denials that bans the key: at least 1.
+	Denials int64
+	// Within is the time, from the first denial counted, in which Denials
+	// denials ban the key: from 1ms to MaxWindow.
+	Within time.Duration
+	// Ban is how long a ban lasts: from 1ms to MaxBlock.
+	Ban time.Duration
+}
+
+// problem describes what is wrong with p, or returns "".
+func (p Penalty) problem() string {
+	switch {
+	case p.Denials < 1:
+		return fmt.Sprintf("Penalty.Denials %d must be at least 1", p.Denials)
+	case p.Within < time.Millisecond || p.Within > MaxWindow:
+		return fmt.Sprintf("Penalty.Within %s must be in [1ms, %s]", p.Within, MaxWindow)
+	case p.Ban < time.Millisecond || p.Ban > MaxBlock:
+		return fmt.Sprintf("Penalty.Ban %s must be in [1ms, %s]", p.Ban, MaxBlock)
+	}
+	return ""
 }
 
 // maxRuleName is the longest Rule.Name.
@@ -134,17 +208,31 @@ func (r Rule) Validate() error {
 			return fmt.Errorf("%w %q: Name may hold printable ASCII but no space, ':', '{' or '}'", ErrInvalidRule, r.Name)
 		}
 	}
-	if err := validateLimits(r.Limits); err != nil {
+	if r.Penalty != nil {
+		if p := r.Penalty.problem(); p != "" {
+			return fmt.Errorf("%w %q: %s", ErrInvalidRule, r.Name, p)
+		}
+	}
+	if err := ruleLimits(r.Limits); err != nil {
 		return fmt.Errorf("%w %q: %w", ErrInvalidRule, r.Name, unprefixed{err})
 	}
-	for i, lim := range r.Limits {
+	return nil
+}
+
+// ruleLimits checks the limits of a rule: those of every call (see
+// validateLimits), with printable policy names, unique within the rule.
+func ruleLimits(limits []Limit) error {
+	if err := validateLimits(limits); err != nil {
+		return err
+	}
+	for i, lim := range limits {
 		name := lim.PolicyName()
 		if !printable(name) {
-			return fmt.Errorf("%w %q: limit #%d: policy name %q is not printable ASCII", ErrInvalidRule, r.Name, i, name)
+			return fmt.Errorf("%w #%d: policy name %q is not printable ASCII", ErrInvalidLimit, i, name)
 		}
-		for j, prev := range r.Limits[:i] {
+		for j, prev := range limits[:i] {
 			if prev.PolicyName() == name {
-				return fmt.Errorf("%w %q: limits #%d and #%d have the policy name %q: set Limit.Name", ErrInvalidRule, r.Name, j, i, name)
+				return fmt.Errorf("%w: limits #%d and #%d have the policy name %q: set Limit.Name", ErrInvalidLimit, j, i, name)
 			}
 		}
 	}
@@ -170,20 +258,25 @@ func printable(s string) bool {
 // their framework's request and response to Handle. It is safe for
 // concurrent use.
 type Enforcer struct {
-	l        *Limiter
-	name     string
-	prefix   string // name + ":"
-	limits   []Limit
-	key      func(*http.Request) (string, error)
-	cost     func(*http.Request) int64
-	skip     func(*http.Request) bool
-	onDenied func(http.ResponseWriter, *http.Request, Result)
-	onError  func(http.ResponseWriter, *http.Request, error)
-	style    HeaderStyle
-	dryRun   bool
-	problem  bool
-	hdr      headerSet
-	logs     errorLog // OnError's default
+	l         *Limiter
+	name      string
+	prefix    string // name + ":"
+	limits    []Limit
+	key       func(*http.Request) (string, error)
+	cost      func(*http.Request) int64
+	skip      func(*http.Request) bool
+	onDenied  func(http.ResponseWriter, *http.Request, Result)
+	onError   func(http.ResponseWriter, *http.Request, error)
+	limitsFor func(*http.Request) ([]Limit, error)
+	countIf   func(int) bool
+	penalty   *Penalty
+	style     HeaderStyle
+	dryRun    bool
+	problem   bool
+	pk        bool
+	hdr       headerSet
+	sets      limitSets // LimitsFor's limits, validated, with their headers
+	logs      errorLog  // OnError's default
 }
 
 // NewEnforcer validates rule and prepares what every request of it shares:
@@ -208,18 +301,27 @@ func NewEnforcer(l *Limiter, rule Rule) (*Enforcer, error) {
 		style:    rule.Headers,
 		dryRun:   rule.DryRun,
 		problem:  rule.ProblemJSON,
+
+		limitsFor: rule.LimitsFor,
+		countIf:   rule.CountIf,
+		pk:        rule.PartitionKey,
+	}
+	if rule.Penalty != nil {
+		p := *rule.Penalty
+		e.penalty = &p
 	}
 	if e.key == nil {
 		e.key = keyfuncs.IP()
 	}
 	e.hdr = newHeaderSet(e.limits)
+	e.sets.seed = maphash.MakeSeed()
 	return e, nil
 }
 
 // Name returns the rule's name.
 func (e *Enforcer) Name() string { return e.name }
 
-// Limits returns a copy of the rule's limits.
+// Limits returns a copy of the rule's limits (Rule.Limits).
 func (e *Enforcer) Limits() []Limit { return slices.Clone(e.limits) }
 
 // Key returns the Limiter key of r under the rule: the rule's Name, ":",
@@ -284,20 +386,110 @@ func (e *Enforcer) HandleFrom(w http.ResponseWriter, r *http.Request, route stri
 	}
 	key, err := e.Key(r)
 	if err != nil {
-		return passOn(r, e.failed(w, r, st, err, Result{}, false))
+		return passOn(r, e.failed(w, r, st, &e.hdr, "", err, Result{}, false))
 	}
 	n, err := e.Cost(r)
 	if err != nil {
-		return passOn(r, e.failed(w, r, st, err, Result{}, false))
+		return passOn(r, e.failed(w, r, st, &e.hdr, key, err, Result{}, false))
 	}
-	res, err := e.l.decide(r.Context(), OpAllow, e.name, key, n, e.limits)
+	limits, hs := e.limits, &e.hdr
+	if e.limitsFor != nil {
+		if limits, hs, err = e.requestLimits(r); err != nil {
+			return passOn(r, e.failed(w, r, st, &e.hdr, key, err, Result{}, false))
+		}
+	}
+	res, at, err := e.l.decide(r.Context(), OpAllow, e.name, key, n, limits, e.penalty)
+	var pass bool
 	switch {
 	case err != nil: // no decision: the request's context ended
-		return passOn(r, e.failed(w, r, st, err, Result{}, false))
+		return passOn(r, e.failed(w, r, st, hs, key, err, Result{}, false))
 	case res.BackendErr != nil: // the failure mode's decision
-		return passOn(r, e.failed(w, r, st, res.BackendErr, res, true))
+		pass = e.failed(w, r, st, hs, key, res.BackendErr, res, true)
+	default:
+		pass = e.apply(w, r, st, hs, key, res)
 	}
-	return passOn(r, e.apply(w, r, st, res))
+	// a charge to settle after the handler: units were recorded, by Redis
+	// or by FailLocal's local store (FailOpen records none)
+	if pass && e.countIf != nil && res.Allowed && (res.BackendErr == nil || e.l.mode == FailLocal) {
+		st.charges = append(st.charges, charge{e: e, key: key, n: n, limits: limits, at: at, local: res.BackendErr != nil})
+	}
+	return passOn(r, pass)
+}
+
+// requestLimits returns the limits LimitsFor gives r, or the rule's when
+// it gives none, and their header values. A set of limits seen before is
+// found by its hash, with no allocation; a new one is validated first.
+func (e *Enforcer) requestLimits(r *http.Request) ([]Limit, *headerSet, error) {
+	limits, err := e.limitsFor(r)
+	switch {
+	case err != nil:
+		return nil, nil, fmt.Errorf("the rule's LimitsFor: %w", err)
+	case len(limits) == 0:
+		return e.limits, &e.hdr, nil
+	}
+	set, err := e.sets.get(limits)
+	if err != nil {
+		return nil, nil, fmt.Errorf("the rule's LimitsFor: %w", err)
+	}
+	return set.limits, &set.hdr, nil
+}
+
+// Settles reports whether the rule settles a request's charge after its
+// handler (Rule.CountIf): an adapter then calls Settle with the response
+// status once the handler has returned (ServeNext does both for
+// net/http).
+func (e *Enforcer) Settles() bool { return e.countIf != nil }
+
+// Settle gives back the units the rule charged r in Handle when
+// Rule.CountIf rejects status, the response's status. r is the request
+// Handle returned (or one derived from it). It does nothing for a rule
+// without CountIf, a request that was not charged, or one settled before.
+func (e *Enforcer) Settle(r *http.Request, status int) {
+	if e.countIf == nil {
+		return
+	}
+	st, _ := r.Context().Value(shownKey{}).(*shown)
+	if st == nil {
+		return
+	}
+	for i := range st.charges {
+		c := &st.charges[i]
+		if c.e != e || c.settled {
+			continue
+		}
+		c.settled = true
+		if e.countIf(status) {
+			return
+		}
+		// the client may be gone: the units go back all the same
+		ctx := context.WithoutCancel(r.Context())
+		if err := e.l.refundAt(ctx, c.key, c.n, c.limits, c.at, c.local); err != nil {
+			e.report(r, fmt.Errorf("refund after status %d: %w", status, err))
+		}
+		return
+	}
+}
+
+// ServeNext serves r with next: the adapters' call of the next handler for
+// a request Handle passed. For a rule with CountIf, it captures the
+// response status through a ResponseWriter that keeps http.Flusher,
+// http.Hijacker, io.ReaderFrom and http.ResponseController working (it
+// has Unwrap), then calls Settle; a panic counts as 500 and goes on up.
+func (e *Enforcer) ServeNext(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	if e.countIf == nil {
+		next.ServeHTTP(w, r)
+		return
+	}
+	sw := &statusWriter{ResponseWriter: w}
+	returned := false
+	defer func() {
+		if !returned { // the handler panicked
+			e.Settle(r, http.StatusInternalServerError)
+		}
+	}()
+	next.ServeHTTP(sw, r)
+	returned = true
+	e.Settle(r, sw.code())
 }
 
 // passOn returns r and true when the request passes, else nil and false.
@@ -309,8 +501,9 @@ func passOn(r *http.Request, pass bool) (*http.Request, bool) {
 }
 
 // apply answers a decision: the rate-limit fields, and a denial unless the
-// rule is a dry run. It reports whether the request passes.
-func (e *Enforcer) apply(w http.ResponseWriter, r *http.Request, st *shown, res Result) bool {
+// rule is a dry run. It reports whether the request passes. hs holds the
+// header values of the request's limits.
+func (e *Enforcer) apply(w http.ResponseWriter, r *http.Request, st *shown, hs *headerSet, key string, res Result) bool {
 	h := w.Header()
 	if res.Allowed || e.dryRun {
 		if e.style != None {
@@ -319,29 +512,38 @@ func (e *Enforcer) apply(w http.ResponseWriter, r *http.Request, st *shown, res 
 				if earlier {
 					clearRateHeaders(h)
 				}
-				e.hdr.write(h, e.style, res)
+				hs.write(h, e.style, res, e.partition(key))
 			}
 		}
 		return true
 	}
 	clearRateHeaders(h)
-	e.hdr.write(h, e.style, res)
+	hs.write(h, e.style, res, e.partition(key))
 	if !res.Never() {
 		h[hdrRetryAfter] = []string{strconv.FormatInt(retrySeconds(res.RetryAfter), 10)}
 	}
 	if e.onDenied != nil {
 		e.onDenied(w, r, res)
 	} else {
-		e.hdr.writeDenied(w, res, e.problem || acceptsProblem(r.Header[hdrAccept]))
+		hs.writeDenied(w, res, e.problem || acceptsProblem(r.Header[hdrAccept]))
 	}
 	return false
 }
 
-// failed handles an error of the key function, the cost function or the
-// backend: OnError first, then the failure mode. decided reports that res
-// is the failure mode's answer from the Limiter. It reports whether the
-// request passes.
-func (e *Enforcer) failed(w http.ResponseWriter, r *http.Request, st *shown, err error, res Result, decided bool) bool {
+// partition returns the pk parameter of key's IETF fields, or "" when the
+// rule has none.
+func (e *Enforcer) partition(key string) string {
+	if !e.pk || key == "" {
+		return ""
+	}
+	return partitionKey(key)
+}
+
+// failed handles an error of the key function, the cost function, LimitsFor
+// or the backend: OnError first, then the failure mode. decided reports
+// that res is the failure mode's answer from the Limiter. It reports
+// whether the request passes.
+func (e *Enforcer) failed(w http.ResponseWriter, r *http.Request, st *shown, hs *headerSet, key string, err error, res Result, decided bool) bool {
 	err = ruleError{e.name, err}
 	if e.onError != nil {
 		ew := &errorWriter{ResponseWriter: w}
@@ -357,15 +559,34 @@ func (e *Enforcer) failed(w http.ResponseWriter, r *http.Request, st *shown, err
 		if e.dryRun {
 			return true
 		}
-		writeUnavailable(w, e.problem || acceptsProblem(r.Header[hdrAccept]))
+		hs.writeUnavailable(w, e.problem || acceptsProblem(r.Header[hdrAccept]))
 		return false
 	case FailLocal:
 		if decided {
-			return e.apply(w, r, st, res)
+			return e.apply(w, r, st, hs, key, res)
 		}
 	}
 	return true
 }
+
+// report hands an error that comes after the response (a refund's) to
+// OnError, with a ResponseWriter that discards what it writes, or to the
+// default log.
+func (e *Enforcer) report(r *http.Request, err error) {
+	err = ruleError{e.name, err}
+	if e.onError != nil {
+		e.onError(discard{}, r, err)
+		return
+	}
+	e.logs.log(err, e.l.mode)
+}
+
+// discard is a ResponseWriter that writes nowhere.
+type discard struct{}
+
+func (discard) Header() http.Header         { return http.Header{} }
+func (discard) Write(b []byte) (int, error) { return len(b), nil }
+func (discard) WriteHeader(int)             {}
 
 // errorWriter records whether OnError wrote a response.
 type errorWriter struct {
@@ -394,7 +615,20 @@ type shown struct {
 	context.Context
 	e         *Enforcer
 	res       Result
-	framework any // the adapter's own request context (HandleFrom)
+	framework any      // the adapter's own request context (HandleFrom)
+	charges   []charge // units to settle after the handler (CountIf)
+}
+
+// charge is what a rule with CountIf took from a request, to give back by
+// its response's status.
+type charge struct {
+	e       *Enforcer
+	key     string
+	n       int64
+	limits  []Limit
+	at      int64 // µs: the decision's time, the units' own
+	local   bool  // FailLocal's local store recorded them
+	settled bool
 }
 
 // frameworkKey is the context key of FrameworkContext.

@@ -131,7 +131,8 @@ func TestHandleKeyErrors(t *testing.T) {
 		{"empty key", core.NewMemory(), core.Rule{Key: empty}, keyfuncs.ErrNoKey, 200, "ok"},
 		{"closed", closedLimiter(t), core.Rule{Key: failing}, errKey, 503, "Service Unavailable\n"},
 		{"closed dry run passes", closedLimiter(t), core.Rule{Key: failing, DryRun: true}, errKey, 200, "ok"},
-		{"closed problem", closedLimiter(t), core.Rule{Key: failing, ProblemJSON: true}, errKey, 503, `{"type":"about:blank","title":"Service Unavailable","status":503}`},
+		{"closed problem", closedLimiter(t), core.Rule{Key: failing, ProblemJSON: true}, errKey, 503,
+			`{"type":"https://iana.org/assignments/http-problem-types#temporary-reduced-capacity","title":"Request cannot be satisfied due to temporary server capacity constraints","status":503,"violated-policies":["1-per-1m"]}`},
 		{"cost", core.NewMemory(), core.Rule{Cost: func(*http.Request) int64 { return -1 }}, core.ErrInvalidCost, 200, "ok"},
 		{"OnError answers", closedLimiter(t), core.Rule{Key: failing, OnError: func(w http.ResponseWriter, _ *http.Request, _ error) {
 			http.Error(w, "who are you?", http.StatusUnauthorized)

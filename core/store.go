@@ -23,6 +23,9 @@ type store interface {
 	// block makes q.key exhausted under any limits for d µs from now,
 	// unless it is blocked longer already (see Limiter.Block).
 	block(ctx context.Context, q *query, d int64) error
+	// refund gives back up to q.n units of q.key under every limit: those
+	// recorded at q.at, or with q.at 0 the newest ones (see Limiter.Refund).
+	refund(ctx context.Context, q *query) error
 }
 
 // base is the bottom of the chain: the Redis scripts or the memory
@@ -39,10 +42,22 @@ type query struct {
 	limits []Limit // the failure mode may scale their Counts (FailLocal)
 	commit bool
 	now    int64 // µs since the epoch; 0: the store's own clock
+	// penalty counts a committed denial towards a ban (Rule.Penalty); nil:
+	// none
+	penalty *Penalty
 
 	allowed    bool
 	states     []limitState // one per limit
+	blocked    bool         // the key is blocked (Limiter.Block, or a ban)
+	banned     bool         // this denial reached the penalty and banned the key
 	backendErr error        // the failure the failure mode answered
+	// at is the time in µs the store decided at, the time of the units it
+	// recorded; for refund, the time of the units to give back (0: the
+	// newest)
+	at int64
+	// local: for refund, the units were recorded by the failure mode's
+	// local store (FailLocal answered the decision)
+	local bool
 }
 
 // limitState is one limit's part of a decision.
@@ -55,7 +70,7 @@ type limitState struct {
 // decided sets q's outcome to allowed, with room for one state per limit,
 // and returns the states to fill.
 func (q *query) decided(allowed bool) []limitState {
-	q.allowed = allowed
+	q.allowed, q.blocked, q.banned, q.at = allowed, false, false, 0
 	if n := len(q.limits); cap(q.states) >= n {
 		q.states = q.states[:n]
 		clear(q.states)

@@ -69,9 +69,37 @@ func (c Config) ToMiddleware() (echo.MiddlewareFunc, error) {
 				return nil
 			}
 			ec.SetRequest(r)
-			return next(ec)
+			if !e.Settles() {
+				return next(ec)
+			}
+			return serveCounted(e, r, ec, next)
 		}
 	}, nil
+}
+
+// serveCounted runs next for a rule with CountIf and settles by the
+// response's status: the one written, or, when next returned an error
+// before writing (echo's error handler writes it later), the error's: an
+// *echo.HTTPError's code, else 500. A panic counts as 500.
+func serveCounted(e *core.Enforcer, r *http.Request, ec echo.Context, next echo.HandlerFunc) error {
+	returned := false
+	defer func() {
+		if !returned {
+			e.Settle(r, http.StatusInternalServerError)
+		}
+	}()
+	err := next(ec)
+	returned = true
+	status := ec.Response().Status
+	if err != nil && !ec.Response().Committed {
+		status = http.StatusInternalServerError
+		var he *echo.HTTPError
+		if errors.As(err, &he) {
+			status = he.Code
+		}
+	}
+	e.Settle(r, status)
+	return err
 }
 
 // LimitWithConfig returns the middleware of c. It panics when c is invalid,

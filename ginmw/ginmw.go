@@ -42,7 +42,21 @@ func New(l *core.Limiter, rule core.Rule) (gin.HandlerFunc, error) {
 			return
 		}
 		c.Request = r
+		if !e.Settles() {
+			c.Next()
+			return
+		}
+		// Rule.CountIf: settle by the status the handlers wrote; a panic
+		// (on its way to gin's Recovery) counts as 500
+		returned := false
+		defer func() {
+			if !returned {
+				e.Settle(r, http.StatusInternalServerError)
+			}
+		}()
 		c.Next()
+		returned = true
+		e.Settle(r, c.Writer.Status())
 	}, nil
 }
 

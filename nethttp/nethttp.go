@@ -101,7 +101,7 @@ type plain struct {
 
 func (h plain) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r, ok := h.e.Handle(w, r, ""); ok {
-		h.next.ServeHTTP(w, r)
+		h.e.ServeNext(w, r, h.next) // captures the status for Rule.CountIf
 	}
 }
 
@@ -119,7 +119,7 @@ func (h routed) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		route = h.route(r)
 	}
 	if r, ok := h.e.Handle(w, r, route); ok {
-		h.next.ServeHTTP(w, r)
+		h.e.ServeNext(w, r, h.next)
 	}
 }
 

@@ -217,11 +217,20 @@ local function counter_check(key, count, window, n, now)
   return s
 end
 
--- counter_add records n units in the current window; s is counter_check's
--- state of the same call.
-local function counter_add(key, count, window, n, now, s)
-  local c, prev, cur = s.c, s.prev, s.cur + n
-  local reset = (c + 2) * window - now
+-- counter_write stores the counts of window c (prev, cur) for a limit of
+-- count, with the TTL the state needs: until the end of the window after
+-- the newest unit's. A state with no unit left is deleted. It returns the
+-- reset: µs until the limit is back to its full Count.
+local function counter_write(key, count, window, c, prev, cur, now)
+  local reset
+  if cur > 0 then
+    reset = (c + 2) * window - now
+  elseif prev > 0 then
+    reset = (c + 1) * window - now
+  else
+    redis.call('DEL', key)
+    return 0
+  end
   local ms = math.ceil(reset / 1000)
   if ms < 1 then ms = 1 end
   local v
@@ -232,6 +241,85 @@ local function counter_add(key, count, window, n, now, s)
   end
   redis.call('SET', key, v, 'PX', ms)
   return reset
+end
+
+-- counter_add records n units in the current window; s is counter_check's
+-- state of the same call.
+local function counter_add(key, count, window, n, now, s)
+  return counter_write(key, count, window, s.c, s.prev, s.cur + n, now)
+end
+
+-- Refunds (Limiter.Refund, Rule.CountIf) give back up to n units recorded
+-- within the last window, never going below empty, and return how many
+-- they gave back. at > 0 names the time the units were recorded (the time
+-- of the decision that took them), so that exactly those units go; at = 0
+-- gives back the newest units recorded at or before now. Reservations
+-- (units in the future) are never refunded.
+
+local function log_refund(key, window, n, now, at)
+  local lo, hi = string.format('(%d', now - window), now
+  if at > 0 then
+    if at <= now - window or at > now then return 0 end
+    lo, hi = at, at
+  end
+  local m = redis.call('ZREVRANGEBYSCORE', key, hi, lo, 'LIMIT', 0, n)
+  for i = 1, #m, 1000 do -- in chunks, as unpack requires
+    redis.call('ZREM', key, unpack(m, i, math.min(i + 999, #m)))
+  end
+  return #m
+end
+
+local function buckets_refund(key, window, prec, n, now, at)
+  local oldest = math.floor((now - window) / prec)
+  local current, ring = math.floor(now / prec), bucket_ring(window, prec)
+  local live = {} -- {index, field, count}, the newest first
+  if at > 0 then
+    local b = math.floor(at / prec)
+    if b < oldest or b > current then return 0 end
+    local c = tonumber(redis.call('HGET', key, b % ring) or 0) or 0
+    live[1] = {b, b % ring, c}
+  else
+    local h = redis.call('HGETALL', key)
+    for i = 1, #h, 2 do
+      local b = current - (current - tonumber(h[i])) % ring
+      if b >= oldest then live[#live + 1] = {b, h[i], tonumber(h[i + 1])} end
+    end
+    table.sort(live, function(x, y) return x[1] > y[1] end)
+  end
+  local given = 0
+  for _, e in ipairs(live) do
+    if given == n then break end
+    local take = math.min(n - given, e[3])
+    if take > 0 then
+      if take == e[3] then
+        redis.call('HDEL', key, e[2])
+      else
+        redis.call('HINCRBY', key, e[2], -take)
+      end
+      given = given + take
+    end
+  end
+  return given
+end
+
+local function counter_refund(key, count, window, n, now, at)
+  local c, prev, cur = counter_state(key, window, now)
+  local from_cur, from_prev = true, true
+  if at > 0 then
+    local w = math.floor(at / window)
+    from_cur, from_prev = w == c, w == c - 1
+  end
+  local given = 0
+  if from_cur then
+    given = math.min(n, cur)
+    cur = cur - given
+  end
+  if from_prev then
+    local take = math.min(n - given, prev)
+    prev, given = prev - take, given + take
+  end
+  if given > 0 then counter_write(key, count, window, c, prev, cur, now) end
+  return given
 end
 
 -- A block (Limiter.Block) makes a key exhausted under any limits until a
@@ -255,26 +343,61 @@ local function block(key, d, now)
   return untl - now
 end
 
+-- penalize counts a denial of a key under its Rule's Penalty and, at the
+-- Penalty's number of denials within its time, bans the key: the same
+-- block as Limiter.Block. The penalty key holds "<end µs> <denials>": the
+-- denials counted since the first one, until end (the first one's time
+-- plus within); it expires then. Returns the µs of the ban, 0 when none
+-- started.
+local function penalize(block_key, penalty_key, denials, within, ban, now)
+  local v = redis.call('GET', penalty_key)
+  local ends, count = 0, 0
+  if v then
+    local se, sc = string.match(v, '^(%d+) (%d+)$')
+    ends, count = tonumber(se) or 0, tonumber(sc) or 0
+  end
+  if ends <= now then ends, count = now + within, 0 end
+  count = count + 1
+  if count < denials then
+    redis.call('SET', penalty_key, string.format('%d %d', ends, count), 'PX', math.max(math.ceil((ends - now) / 1000), 1))
+    return 0
+  end
+  redis.call('DEL', penalty_key)
+  return block(block_key, ban, now)
+end
+
 -- decide decides whether n units fit under every limit of one key and, when
 -- they do and commit is set, records them under every limit: all or none.
--- keys[first] is the key's block key; the storage keys of the limits are
--- keys[first+1 .. first+nlim]. A blocked key is denied under every limit,
--- with a retry and reset of at least the block's time left, and nothing
--- recorded. args[at] holds n,
--- args[at+1] commit ('1' or '0'), then 4 values per limit from args[at+3]
--- (args[at+2], the time, is read by the caller into now): algorithm
--- ('0' log, '1' buckets, '2' counter), count, window µs, precision µs.
+-- The decision's nkeys keys start at keys[first]: the key's block key, then
+-- its penalty key when it has a penalty, then the storage keys of the
+-- limits. A blocked key is denied under every limit, with a retry and reset
+-- of at least the block's time left, and nothing recorded.
 --
--- Returns {allowed (1 or 0), then per limit: remaining, retry µs, reset µs}.
+-- args[at] holds n, args[at+1] commit ('1' or '0'), args[at+2] the time
+-- (read by the caller into now), args[at+3 .. at+5] the penalty: denials
+-- (0: none), within µs, ban µs; then 4 values per limit from args[at+6]:
+-- algorithm ('0' log, '1' buckets, '2' counter), count, window µs,
+-- precision µs.
+--
+-- A committed denial of a key that is not blocked counts towards its
+-- penalty; the denial that reaches it bans the key (see penalize), and its
+-- retry and reset are the ban's.
+--
+-- Returns {allowed (1 or 0), blocked (0: no, 1: the key is blocked, 2: this
+-- denial banned it), now, then per limit: remaining, retry µs, reset µs}.
 -- remaining counts after the units were recorded; retry is 0 for a limit
 -- that admits, -1 for one that never can.
-local function decide(keys, first, nlim, args, at, now)
+local function decide(keys, first, nkeys, args, at, now)
   local n = tonumber(args[at])
   local commit = args[at + 1] == '1'
+  local denials = tonumber(args[at + 3])
+  local lk = first + 1 -- the first limit's key
+  if denials > 0 then lk = first + 2 end
+  local nlim = nkeys - (lk - first)
   local blocked = blocked_for(keys[first], now)
   local states, allowed = {}, blocked == 0
   for i = 1, nlim do
-    local key, a = keys[first + i], at + 4 * i - 1
+    local key, a = keys[lk + i - 1], at + 4 * i + 2
     local alg, count = args[a], tonumber(args[a + 1])
     local window, prec = tonumber(args[a + 2]), tonumber(args[a + 3])
     local s
@@ -286,17 +409,20 @@ local function decide(keys, first, nlim, args, at, now)
       s = counter_check(key, count, window, n, now)
     end
     if s.retry ~= 0 then allowed = false end
-    if blocked > 0 then
-      s.free = 0
-      if s.retry >= 0 and s.retry < blocked then s.retry = blocked end
-      if s.reset < blocked then s.reset = blocked end
-    end
     states[i] = s
   end
 
-  local out = {allowed and 1 or 0}
+  local status = 0
+  if blocked > 0 then
+    status = 1
+  elseif not allowed and commit and denials > 0 then
+    blocked = penalize(keys[first], keys[first + 1], denials, tonumber(args[at + 4]), tonumber(args[at + 5]), now)
+    if blocked > 0 then status = 2 end
+  end
+
+  local out = {allowed and 1 or 0, status, now}
   for i = 1, nlim do
-    local s, key, a = states[i], keys[first + i], at + 4 * i - 1
+    local s, key, a = states[i], keys[lk + i - 1], at + 4 * i + 2
     if allowed and commit then
       local alg, window = args[a], tonumber(args[a + 2])
       if alg == '0' then
@@ -308,6 +434,11 @@ local function decide(keys, first, nlim, args, at, now)
         s.reset = counter_add(key, tonumber(args[a + 1]), window, n, now, s)
       end
       s.free = s.free - n
+    end
+    if blocked > 0 then
+      s.free = 0
+      if s.retry >= 0 and s.retry < blocked then s.retry = blocked end
+      if s.reset < blocked then s.reset = blocked end
     end
     out[#out + 1] = s.free
     out[#out + 1] = s.retry

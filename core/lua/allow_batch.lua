@@ -5,12 +5,12 @@
 -- exactly as allow.lua; the server's TIME is read once for all of them.
 -- Runs after algorithms.lua (see decide there).
 --
--- KEYS     the keys of every decision, decision after decision: its block
---          key, then the storage keys of its limits (as allow.lua's KEYS)
+-- KEYS     the keys of every decision, decision after decision, as
+--          allow.lua's KEYS
 -- ARGV[1]  the number of decisions
--- then per decision: its number of keys k (1 + its limits), followed by
---          the values allow.lua takes as ARGV (n, commit, now, then 4 per
---          limit)
+-- then per decision: its number of keys k, followed by the values
+--          allow.lua takes as ARGV (n, commit, now, the penalty's three,
+--          then 4 per limit)
 --
 -- Returns one entry per decision: allow.lua's reply, or an error reply when
 -- that decision failed (such as WRONGTYPE on a key that is not ours); the
@@ -25,7 +25,7 @@ for d = 1, tonumber(ARGV[1]) do
     if not server_now then server_now = now_us(0) end
     now = server_now
   end
-  local ok, reply = pcall(decide, KEYS, key, k - 1, ARGV, at + 1, now)
+  local ok, reply = pcall(decide, KEYS, key, k, ARGV, at + 1, now)
   if ok then
     out[d] = reply
   elseif type(reply) == 'table' and reply.err then
@@ -33,7 +33,9 @@ for d = 1, tonumber(ARGV[1]) do
   else
     out[d] = redis.error_reply(tostring(reply))
   end
+  local limits = k - 1 -- keys but the block key and the penalty key
+  if tonumber(ARGV[at + 4]) > 0 then limits = k - 2 end
   key = key + k
-  at = at + 4 * k
+  at = at + 7 + 4 * limits
 end
 return out

@@ -1,8 +1,8 @@
 -- reset.lua: forgets every unit counted for one key under the given limits,
--- and lifts the key's block.
+-- lifts the key's block and forgets the denials counted for its penalty.
 --
--- KEYS  the key's block key and the storage keys of the limits; all keys
---       share one hash tag
+-- KEYS  the key's block key, its penalty key and the storage keys of the
+--       limits; all keys share one hash tag
 -- ARGV  none
 --
 -- Returns the number of keys deleted.

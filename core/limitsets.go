@@ -1,0 +1,70 @@
+package core
+
+import (
+	"hash/maphash"
+	"slices"
+	"sync"
+)
+
+// maxLimitSets bounds the sets of limits a rule's LimitsFor keeps: beyond,
+// a new set is validated on every request and not kept.
+const maxLimitSets = 1024
+
+// limitSets keeps the sets of limits a rule's LimitsFor returned, validated,
+// with their header values, found by a hash of their contents: a lookup
+// allocates nothing, whether LimitsFor returns the same slices or builds
+// new ones.
+type limitSets struct {
+	seed maphash.Seed
+	mu   sync.RWMutex
+	m    map[uint64][]*limitSet
+	n    int
+}
+
+// limitSet is one set of limits and its header values.
+type limitSet struct {
+	limits []Limit // a copy: the caller may change its slice
+	hdr    headerSet
+}
+
+func (ls *limitSets) hash(limits []Limit) uint64 {
+	var h uint64
+	for _, l := range limits {
+		h = h*31 + maphash.Comparable(ls.seed, l)
+	}
+	return h
+}
+
+// get returns the set of limits, validated (as Rule.Limits are), or the
+// validation's error.
+func (ls *limitSets) get(limits []Limit) (*limitSet, error) {
+	h := ls.hash(limits)
+	ls.mu.RLock()
+	for _, s := range ls.m[h] {
+		if slices.Equal(s.limits, limits) {
+			ls.mu.RUnlock()
+			return s, nil
+		}
+	}
+	ls.mu.RUnlock()
+	if err := ruleLimits(limits); err != nil {
+		return nil, err
+	}
+	s := &limitSet{limits: slices.Clone(limits)}
+	s.hdr = newHeaderSet(s.limits)
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	for _, o := range ls.m[h] {
+		if slices.Equal(o.limits, limits) {
+			return o, nil // another request kept it first
+		}
+	}
+	if ls.n < maxLimitSets {
+		if ls.m == nil {
+			ls.m = make(map[uint64][]*limitSet)
+		}
+		ls.m[h] = append(ls.m[h], s)
+		ls.n++
+	}
+	return s, nil
+}

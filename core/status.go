@@ -1,0 +1,84 @@
+package core
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+)
+
+// statusWriter records the status of a response, for Rule.CountIf. It
+// keeps what the ResponseWriter it wraps can do: Flush and Hijack pass
+// through (through http.ResponseController, which also finds them behind
+// other wrappers), ReadFrom keeps sendfile, and Unwrap lets
+// http.ResponseController reach every other method (deadlines, full
+// duplex).
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+// code returns the response's status: the first final status written,
+// 200 when the handler wrote a body or nothing at all (as net/http sends).
+func (w *statusWriter) code() int {
+	if w.status == 0 {
+		return http.StatusOK
+	}
+	return w.status
+}
+
+// WriteHeader records the first final status (1xx but 101 are interim).
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 && (code >= 200 || code == http.StatusSwitchingProtocols) {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// ReadFrom copies src to the response, with the wrapped writer's ReadFrom
+// when it has one (sendfile).
+func (w *statusWriter) ReadFrom(src io.Reader) (int64, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	if rf, ok := w.ResponseWriter.(io.ReaderFrom); ok {
+		return rf.ReadFrom(src)
+	}
+	return io.Copy(writerOnly{w.ResponseWriter}, src)
+}
+
+// writerOnly hides a ReaderFrom, so that io.Copy does not call it back.
+type writerOnly struct{ io.Writer }
+
+// Flush sends what is buffered (http.Flusher).
+func (w *statusWriter) Flush() { _ = w.FlushError() }
+
+// FlushError sends what is buffered, and says when it cannot; it is what
+// http.ResponseController.Flush calls.
+func (w *statusWriter) FlushError() error {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Hijack hands the connection over (http.Hijacker), when the wrapped writer
+// can; a hijacked response counts as 101 Switching Protocols unless a
+// status was written.
+func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, rw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err == nil && w.status == 0 {
+		w.status = http.StatusSwitchingProtocols
+	}
+	return c, rw, err
+}
+
+// Unwrap returns the wrapped ResponseWriter, for http.ResponseController.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
