@@ -72,6 +72,25 @@ func BenchmarkAdapters(b *testing.B) {
 			mux.Handle("GET /users/{id}", nethttp.Limit(l, rule)(http.HandlerFunc(benchHandler)))
 			return mux
 		}},
+		{"nethttp/limits-for", func(l *core.Limiter) http.Handler {
+			// a plan per request: the same limits as benchRule, found by
+			// their contents (a new slice each time)
+			mux := http.NewServeMux()
+			rule := benchRule()
+			rule.LimitsFor = func(*http.Request) ([]core.Limit, error) {
+				return []core.Limit{{Count: 1e9, Window: time.Hour, Algorithm: core.SlidingCounter}}, nil
+			}
+			mux.Handle("GET /users/{id}", nethttp.Limit(l, rule)(http.HandlerFunc(benchHandler)))
+			return mux
+		}},
+		{"nethttp/count-if", func(l *core.Limiter) http.Handler {
+			// a status to capture, a charge to settle; 200 is counted
+			mux := http.NewServeMux()
+			rule := benchRule()
+			rule.CountIf = func(s int) bool { return s == http.StatusOK }
+			mux.Handle("GET /users/{id}", nethttp.Limit(l, rule)(http.HandlerFunc(benchHandler)))
+			return mux
+		}},
 		{"chi/bare", func(*core.Limiter) http.Handler {
 			r := chi.NewRouter()
 			r.Get("/users/{id}", benchHandler)

@@ -1,6 +1,8 @@
 package adaptertest_test
 
 import (
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -13,9 +15,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/dunglas/httpsfv"
 	"github.com/gin-gonic/gin"
 	"github.com/go-chi/chi/v5"
 	"github.com/labstack/echo/v4"
@@ -36,11 +40,17 @@ func TestMain(m *testing.M) {
 }
 
 // okHandler is the handler behind every route, the same in every framework.
-func okHandler(w http.ResponseWriter, _ *http.Request) {
+// It answers 200, or the status a request asks for in X-Status (such as a
+// failed login's 401), for Rule.CountIf.
+func okHandler(w http.ResponseWriter, r *http.Request) {
+	status := http.StatusOK
+	if s, err := strconv.Atoi(r.Header.Get("X-Status")); err == nil {
+		status = s
+	}
 	h := w.Header()
 	h.Set("Content-Type", "text/plain; charset=utf-8")
 	h.Set("Content-Length", "3")
-	w.WriteHeader(http.StatusOK)
+	w.WriteHeader(status)
 	_, _ = io.WriteString(w, "ok\n")
 }
 
@@ -56,6 +66,15 @@ type route struct {
 type app struct {
 	global []core.Rule
 	routes []route
+	// handler serves every route; default okHandler
+	handler http.HandlerFunc
+}
+
+func (a app) h() http.HandlerFunc {
+	if a.handler != nil {
+		return a.handler
+	}
+	return okHandler
 }
 
 // adapter builds app with one framework.
@@ -79,7 +98,7 @@ var adapters = []adapter{
 	{"nethttp", func(l *core.Limiter, a app) http.Handler {
 		mux := http.NewServeMux()
 		for _, rt := range a.routes {
-			var h http.Handler = http.HandlerFunc(okHandler)
+			var h http.Handler = a.h()
 			for i := len(rt.rules) - 1; i >= 0; i-- {
 				h = nethttp.Limit(l, rt.rules[i])(h)
 			}
@@ -108,7 +127,7 @@ var adapters = []adapter{
 			for _, rule := range rt.rules {
 				mws = append(mws, chimw.Limit(l, rule))
 			}
-			r.With(mws...).Get(rt.path, okHandler)
+			r.With(mws...).Get(rt.path, a.h())
 		}
 		return r
 	},
@@ -131,7 +150,7 @@ var adapters = []adapter{
 			for _, rule := range rt.rules {
 				hs = append(hs, ginmw.Limit(l, rule))
 			}
-			e.GET(colonPath(rt.path), append(hs, gin.WrapF(okHandler))...)
+			e.GET(colonPath(rt.path), append(hs, gin.WrapF(a.h()))...)
 		}
 		return e
 	},
@@ -154,7 +173,7 @@ var adapters = []adapter{
 			for _, rule := range rt.rules {
 				mws = append(mws, echomw.Limit(l, rule))
 			}
-			e.GET(colonPath(rt.path), echo.WrapHandler(http.HandlerFunc(okHandler)), mws...)
+			e.GET(colonPath(rt.path), echo.WrapHandler(a.h()), mws...)
 		}
 		return e
 	},
@@ -199,6 +218,8 @@ type scenario struct {
 	wantErrors int
 	// wantDenied, when set, lists Result.Allowed == false per observed event.
 	wantAllowed []bool
+	// wantBanned, when set, lists Event.Banned per observed event.
+	wantBanned []bool
 }
 
 // Expected responses.
@@ -247,14 +268,42 @@ func tooMany(retry int, rate map[string]string) step {
 	return s
 }
 
-// problem is a denial with the application/problem+json body.
-func problem(retry int, policy string, rate map[string]string) step {
-	body := `{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Request cannot be satisfied as assigned quota has been exceeded","status":429,"violated-policies":["` + policy + `"]}`
+// problem is a denial with the application/problem+json body, listing the
+// policies that denied.
+func problem(retry int, policy string, rate map[string]string, more ...string) step {
+	body := `{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Request cannot be satisfied as assigned quota has been exceeded","status":429,"violated-policies":["` +
+		strings.Join(append([]string{policy}, more...), `","`) + `"]}`
 	return step{status: 429, body: body, want: merge(fields(
 		"Content-Type", "application/problem+json",
 		"Content-Length", strconv.Itoa(len(body)),
 		"Retry-After", strconv.Itoa(retry),
 	), rate)}
+}
+
+// answered is a request the handler answered with status (X-Status).
+func answered(status int, rate map[string]string) step {
+	s := ok(rate).with("X-Status", strconv.Itoa(status))
+	s.status = status
+	return s
+}
+
+// pk is the partition-key parameter of key: the structured-field byte
+// sequence of the first 12 bytes of its SHA-256.
+func pk(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return ";pk=:" + base64.StdEncoding.EncodeToString(sum[:12]) + ":"
+}
+
+// unavailableProblem is the problem+json 503 of a Limiter that fails
+// closed, listing the rule's policies.
+func unavailableProblem(policies ...string) step {
+	body := `{"type":"https://iana.org/assignments/http-problem-types#temporary-reduced-capacity","title":"Request cannot be satisfied due to temporary server capacity constraints","status":503,"violated-policies":["` +
+		strings.Join(policies, `","`) + `"]}`
+	return step{status: 503, body: body, want: fields(
+		"Content-Type", "application/problem+json",
+		"Content-Length", strconv.Itoa(len(body)),
+		"Retry-After", "1",
+	)}
 }
 
 // unavailable is the 503 of a Limiter that fails closed.
@@ -559,6 +608,96 @@ func scenarios() []scenario {
 			),
 			wantKeys: []string{"rule-a:ip:192.0.2.1", "rule-b:ip:192.0.2.1", "rule-a:ip:192.0.2.1", "rule-b:ip:192.0.2.1"},
 		},
+		{
+			name: "LimitsFor: two plans, and a plan change mid-window keeps the history",
+			app:  on(plans("plans")),
+			steps: steps(
+				// the default limits when LimitsFor gives none
+				ok(merge(xrl(1, 0, 60), ietf(`"1-per-1m";q=1;w=60`, `"1-per-1m";r=0;t=60`))).with("X-Api-Key", "k0"),
+				ok(merge(xrl(2, 1, 60), ietf(`"free";q=2;w=60`, `"free";r=1;t=60`))).with("X-Api-Key", "k1", "X-Plan", "free"),
+				ok(merge(xrl(4, 3, 60), ietf(`"pro";q=4;w=60`, `"pro";r=3;t=60`))).with("X-Api-Key", "k2", "X-Plan", "pro"),
+				ok(merge(xrl(2, 0, 60), ietf(`"free";q=2;w=60`, `"free";r=0;t=60`))).with("X-Api-Key", "k1", "X-Plan", "free"),
+				tooMany(60, merge(xrl(2, 0, 60), ietf(`"free";q=2;w=60`, `"free";r=0;t=60`))).with("X-Api-Key", "k1", "X-Plan", "free"),
+				// k1 upgrades: its two units are still counted, under 4
+				ok(merge(xrl(4, 1, 60), ietf(`"pro";q=4;w=60`, `"pro";r=1;t=60`))).with("X-Api-Key", "k1", "X-Plan", "pro"),
+				ok(merge(xrl(4, 0, 60), ietf(`"pro";q=4;w=60`, `"pro";r=0;t=60`))).with("X-Api-Key", "k1", "X-Plan", "pro"),
+				tooMany(60, merge(xrl(4, 0, 60), ietf(`"pro";q=4;w=60`, `"pro";r=0;t=60`))).with("X-Api-Key", "k1", "X-Plan", "pro"),
+				// and back: over the free plan at once
+				tooMany(60, merge(xrl(2, 0, 60), ietf(`"free";q=2;w=60`, `"free";r=0;t=60`))).with("X-Api-Key", "k1", "X-Plan", "free"),
+			),
+			wantKeys: []string{"plans:h:x-api-key:k0", "plans:h:x-api-key:k1", "plans:h:x-api-key:k2", "plans:h:x-api-key:k1", "plans:h:x-api-key:k1",
+				"plans:h:x-api-key:k1", "plans:h:x-api-key:k1", "plans:h:x-api-key:k1", "plans:h:x-api-key:k1"},
+		},
+		{
+			name: "LimitsFor: an error or invalid limits are key errors (OnError, then fail open)",
+			app:  on(plans("plans-bad")),
+			steps: steps(
+				ok(nil).with("X-Api-Key", "k1", "X-Plan", "gold"),   // unknown plan: an error
+				ok(nil).with("X-Api-Key", "k1", "X-Plan", "broken"), // a limit of Count 0
+				ok(nil).with("X-Api-Key", "k1", "X-Plan", "twice"),  // two limits of one policy name
+				ok(merge(xrl(2, 1, 60), ietf(`"free";q=2;w=60`, `"free";r=1;t=60`))).with("X-Api-Key", "k1", "X-Plan", "free"),
+			),
+			wantKeys:   []string{"plans-bad:h:x-api-key:k1"},
+			wantErrors: 3,
+		},
+		{
+			name: "CountIf: 200s never exhaust the limit, 401s do",
+			app:  on(with(perMinute("failed-logins", 2), func(r *core.Rule) { r.CountIf = failedLogin })),
+			steps: steps(
+				repeat(4, answered(200, xrl(2, 1, 60))),
+				answered(401, xrl(2, 1, 60)),
+				answered(200, xrl(2, 0, 60)), // charged, then given back
+				answered(403, xrl(2, 0, 60)),
+				tooMany(60, xrl(2, 0, 60)).with("X-Status", "200"),
+			),
+			wantAllowed: []bool{true, true, true, true, true, true, true, false},
+		},
+		{
+			name: "CountIf: a 500 counts when CountIf says so, and a refund frees the slot at once",
+			app: on(with(perMinute("errors", 1), func(r *core.Rule) {
+				r.CountIf = func(status int) bool { return status >= 500 }
+			})),
+			steps: steps(
+				answered(404, xrl(1, 0, 60)),
+				answered(500, xrl(1, 0, 60)),
+				tooMany(60, xrl(1, 0, 60)),
+			),
+		},
+		{
+			name: "Penalty: the second denial bans the client for an hour; bans are answered by the deny cache",
+			app: on(with(perMinute("penalty", 1), func(r *core.Rule) {
+				r.Penalty = &core.Penalty{Denials: 2, Within: time.Minute, Ban: time.Hour}
+			})),
+			steps: steps(
+				ok(xrl(1, 0, 60)),
+				tooMany(60, xrl(1, 0, 60)),
+				tooMany(3600, xrl(1, 0, 3600)),
+				tooMany(3600, xrl(1, 0, 3600)),
+				ok(xrl(1, 0, 60)).from("198.51.100.7:1"), // another client
+			),
+			wantAllowed: []bool{true, false, false, false, true},
+			wantBanned:  []bool{false, false, true, false, false},
+		},
+		{
+			name: "draft-11: the partition key, a digest of the key, on both fields",
+			app: on(with(perMinute("pk", 2), func(r *core.Rule) {
+				r.Headers, r.PartitionKey = core.IETF, true
+			})),
+			steps: steps(
+				ok(ietf(`"2-per-1m";q=2;w=60`+pk("pk:ip:192.0.2.1"), `"2-per-1m";r=1;t=60`+pk("pk:ip:192.0.2.1"))),
+				ok(ietf(`"2-per-1m";q=2;w=60`+pk("pk:ip:198.51.100.7"), `"2-per-1m";r=1;t=60`+pk("pk:ip:198.51.100.7"))).from("198.51.100.7:1"),
+			),
+		},
+		{
+			name: "draft-11: problem+json lists every policy that denied",
+			app: on(core.Rule{Name: "violated", Headers: core.IETF, ProblemJSON: true, Limits: []core.Limit{
+				core.PerMinute(1), core.PerHour(1), core.PerSecond(5),
+			}}),
+			steps: steps(
+				ok(ietf(`"1-per-1m";q=1;w=60, "1-per-1h";q=1;w=3600, "5-per-1s";q=5;w=1`, `"1-per-1h";r=0;t=3600`)),
+				problem(3600, "1-per-1m", ietf(`"1-per-1m";q=1;w=60, "1-per-1h";q=1;w=3600, "5-per-1s";q=5;w=1`, `"1-per-1h";r=0;t=3600`), "1-per-1h"),
+			),
+		},
 		stacked("stacked rules show the most restrictive (loose outside)", false),
 		stacked("stacked rules show the most restrictive (strict outside)", true),
 		{
@@ -597,6 +736,14 @@ func scenarios() []scenario {
 			app:        on(perMinute("closed", 5)),
 			steps:      steps(unavailable(), unavailable()),
 			wantErrors: 2,
+		},
+		{
+			name:       "Redis does not answer: fail closed with the temporary-reduced-capacity problem",
+			backend:    silentRedis,
+			opts:       []core.Option{core.WithFailureMode(core.FailClosed)},
+			app:        on(core.Rule{Name: "closed-problem", Limits: []core.Limit{core.PerMinute(5), core.PerHour(50)}}),
+			steps:      steps(unavailableProblem("5-per-1m", "50-per-1h").with("Accept", "application/problem+json")),
+			wantErrors: 1,
 		},
 		{
 			name:       "Redis does not answer: fail open without headers",
@@ -649,6 +796,43 @@ func stacked(name string, strictOutside bool) scenario {
 	}
 }
 
+// plans returns a rule that limits each API key (X-Api-Key) by the plan the
+// request names (X-Plan), both fields: free 2 a minute, pro 4; no plan
+// gives the default, 1 a minute; other plans are errors or invalid.
+func plans(name string) core.Rule {
+	free := []core.Limit{{Name: "free", Count: 2, Window: time.Minute}}
+	pro := []core.Limit{{Name: "pro", Count: 4, Window: time.Minute}}
+	return core.Rule{
+		Name:    name,
+		Limits:  []core.Limit{core.PerMinute(1)},
+		Key:     keyfuncs.Header("X-Api-Key"),
+		Headers: core.Both,
+		LimitsFor: func(r *http.Request) ([]core.Limit, error) {
+			switch p := r.Header.Get("X-Plan"); p {
+			case "":
+				return nil, nil
+			case "free":
+				return free, nil
+			case "pro":
+				// a new slice every time, equal to the last one
+				return []core.Limit{{Name: "pro", Count: 4, Window: time.Minute}}, nil
+			case "broken":
+				return []core.Limit{{Name: "broken", Count: 0, Window: time.Minute}}, nil
+			case "twice":
+				return []core.Limit{{Name: "x", Count: 1, Window: time.Minute}, {Name: "x", Count: 1, Window: time.Hour}}, nil
+			default:
+				_ = pro
+				return nil, fmt.Errorf("unknown plan %q", p)
+			}
+		},
+	}
+}
+
+// failedLogin counts failed logins only.
+func failedLogin(status int) bool {
+	return status == http.StatusUnauthorized || status == http.StatusForbidden
+}
+
 func repeatString(n int, s string) []string {
 	out := make([]string, n)
 	for i := range out {
@@ -662,6 +846,7 @@ type recorder struct {
 	mu      sync.Mutex
 	keys    []string
 	allowed []bool
+	banned  []bool
 	errs    []error
 }
 
@@ -670,6 +855,7 @@ func (rec *recorder) observe(ev core.Event) {
 	defer rec.mu.Unlock()
 	rec.keys = append(rec.keys, ev.Key)
 	rec.allowed = append(rec.allowed, ev.Result.Allowed)
+	rec.banned = append(rec.banned, ev.Banned)
 }
 
 func (rec *recorder) onError(_ http.ResponseWriter, _ *http.Request, err error) {
@@ -735,6 +921,9 @@ func testAdapters(t *testing.T, rdb redis.Scripter, cluster bool) {
 					if sc.wantAllowed != nil && !slices.Equal(rec.allowed, sc.wantAllowed) {
 						t.Errorf("observed Allowed %v, want %v", rec.allowed, sc.wantAllowed)
 					}
+					if sc.wantBanned != nil && !slices.Equal(rec.banned, sc.wantBanned) {
+						t.Errorf("observed Banned %v, want %v", rec.banned, sc.wantBanned)
+					}
 					if len(rec.errs) != sc.wantErrors {
 						t.Errorf("OnError called with %v, want %d calls", rec.errs, sc.wantErrors)
 					}
@@ -789,6 +978,61 @@ func checkStep(t *testing.T, h http.Handler, i int, st step) {
 	if rec.Code != st.status || rec.Body.String() != st.body || !maps.Equal(got, want) {
 		t.Errorf("request %d (%s from %s, %v):\ngot  %d %q %v\nwant %d %q %v", i+1, path, req.RemoteAddr, st.header,
 			rec.Code, rec.Body.String(), got, st.status, st.body, want)
+	}
+	checkStructuredFields(t, rec.Header())
+}
+
+// checkStructuredFields parses the IETF fields of a response as
+// structured-field lists (RFC 8941, with github.com/dunglas/httpsfv) and
+// checks them against draft-ietf-httpapi-ratelimit-headers-11: every item
+// a String; RateLimit-Policy with an Integer q >= 0 and w >= 1, RateLimit
+// with r >= 0 and an optional t >= 0; pk, when present, a Byte Sequence;
+// no other parameter.
+func checkStructuredFields(t *testing.T, h http.Header) {
+	t.Helper()
+	for field, params := range map[string]map[string]bool{ // parameter: required
+		"Ratelimit-Policy": {"q": true, "w": true, "pk": false},
+		"Ratelimit":        {"r": true, "t": false, "pk": false},
+	} {
+		vs, present := h[field]
+		if !present {
+			continue
+		}
+		list, err := httpsfv.UnmarshalList(vs)
+		if err != nil || len(list) == 0 {
+			t.Errorf("%s %q: not a structured-field list: %v", field, vs, err)
+			continue
+		}
+		for _, m := range list {
+			item, ok := m.(httpsfv.Item)
+			if _, isString := item.Value.(string); !ok || !isString {
+				t.Errorf("%s %q: an item is not a String: %#v", field, vs, m)
+				continue
+			}
+			for _, name := range item.Params.Names() {
+				if _, known := params[name]; !known {
+					t.Errorf("%s %q: unknown parameter %s", field, vs, name)
+				}
+			}
+			for name, required := range params {
+				v, ok := item.Params.Get(name)
+				switch {
+				case !ok:
+					if required {
+						t.Errorf("%s %q: no %s", field, vs, name)
+					}
+				case name == "pk":
+					if b, isBytes := v.([]byte); !isBytes || len(b) != 12 {
+						t.Errorf("%s %q: pk is %#v, want 12 bytes", field, vs, v)
+					}
+				default:
+					n, isInt := v.(int64)
+					if !isInt || n < 0 || (name == "w" && n < 1) {
+						t.Errorf("%s %q: %s is %#v", field, vs, name, v)
+					}
+				}
+			}
+		}
 	}
 }
 
@@ -889,5 +1133,102 @@ func TestFrameworkKey(t *testing.T) {
 				t.Fatalf("OnError got %v, want one ErrNoKey", errs)
 			}
 		})
+	}
+}
+
+// TestCountIfInFlight: under CountIf, requests in flight stay counted, so
+// no more than Count run at once; once they answer with a status CountIf
+// rejects, their units are back and as many run again. On real Redis, in
+// every adapter.
+func TestCountIfInFlight(t *testing.T) {
+	rdb := redistest.New(t).Client(t)
+	for _, ad := range adapters {
+		t.Run(ad.name, func(t *testing.T) {
+			l, err := core.New(rdb, core.WithPrefix(fmt.Sprintf("inflight:%d:%s:", time.Now().UnixNano(), ad.name)), core.WithTimeout(5*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var inHandler atomic.Int32
+			release := make(chan struct{})
+			a := on(with(perMinute("in-flight", 3), func(r *core.Rule) { r.CountIf = failedLogin }))
+			a.handler = func(w http.ResponseWriter, r *http.Request) {
+				inHandler.Add(1)
+				<-release
+				okHandler(w, r)
+			}
+			h := ad.build(l, a)
+			for round := 1; round <= 2; round++ {
+				inHandler.Store(0)
+				release = make(chan struct{})
+				var denied, done atomic.Int32
+				var wg sync.WaitGroup
+				for range 10 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						defer done.Add(1)
+						rec := httptest.NewRecorder()
+						req := httptest.NewRequest(http.MethodGet, "/users/1", nil)
+						req.RemoteAddr = "192.0.2.1:4711"
+						h.ServeHTTP(rec, req)
+						if rec.Code == http.StatusTooManyRequests {
+							denied.Add(1)
+						}
+					}()
+				}
+				// every request is answered (429) or in its handler
+				deadline := time.Now().Add(20 * time.Second)
+				for done.Load()+inHandler.Load() < 10 && time.Now().Before(deadline) {
+					time.Sleep(time.Millisecond)
+				}
+				running := inHandler.Load()
+				close(release)
+				wg.Wait()
+				if running != 3 || denied.Load() != 7 {
+					t.Fatalf("round %d: %d in their handlers at once and %d denied, want 3 and 7", round, running, denied.Load())
+				}
+			}
+		})
+	}
+}
+
+// TestCountIfPanic: a handler that panics counts as 500, and the panic
+// goes on up, in every adapter.
+func TestCountIfPanic(t *testing.T) {
+	for _, ad := range adapters {
+		for _, c := range []struct {
+			name    string
+			countIf func(int) bool
+			after   int // the status of the next request
+		}{
+			{"counted as 500", func(s int) bool { return s >= 500 }, 429},
+			{"not counted: refunded", failedLogin, 200},
+		} {
+			t.Run(ad.name+"/"+c.name, func(t *testing.T) {
+				a := on(with(perMinute("panics", 1), func(r *core.Rule) { r.CountIf = c.countIf }))
+				a.handler = func(w http.ResponseWriter, r *http.Request) {
+					if r.Header.Get("X-Panic") != "" {
+						panic("boom")
+					}
+					okHandler(w, r)
+				}
+				h := ad.build(core.NewMemory(), a)
+				func() {
+					defer func() {
+						if p := recover(); p != "boom" {
+							t.Fatalf("recovered %v, want the handler's panic", p)
+						}
+					}()
+					req := httptest.NewRequest(http.MethodGet, "/users/1", nil)
+					req.Header.Set("X-Panic", "1")
+					h.ServeHTTP(httptest.NewRecorder(), req)
+				}()
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/users/1", nil))
+				if rec.Code != c.after {
+					t.Fatalf("after the panic: %d, want %d", rec.Code, c.after)
+				}
+			})
+		}
 	}
 }
