@@ -2,9 +2,12 @@
 # Examples: vet, test and build every package under _examples (the ./...
 # patterns of the main CI step skip directories that start with "_"), then
 # smoke-test each example server: start it on a free port of 127.0.0.1 with
-# the embedded Redis (REDIS_URL unset), log in as one user until the login
-# limit answers 429 with Retry-After, check that an export costs 5 units,
-# and stop the server with SIGTERM. Run from the repository root.
+# the embedded Redis (REDIS_URL unset); log in successfully a few times (not
+# counted), then with a wrong password until the login limit answers 429
+# with Retry-After, and on until the client is banned (Retry-After of the
+# 15-minute ban, even for a right password); check that the API's limits
+# follow the plan of the API key, that an export costs 5 units, and stop
+# the server with SIGTERM. Run from the repository root.
 set -Eeuo pipefail
 trap 'echo "FAIL: $0 line $LINENO: $BASH_COMMAND" >&2' ERR
 
@@ -65,10 +68,11 @@ header() {
 	sed -n "s/^$1: *//Ip" "$2" | tr -d '\r' | head -n 1
 }
 
-# post_login URL NAME sends one login attempt and prints the status code.
+# post_login URL NAME PASSWORD sends one login attempt and prints the
+# status code.
 post_login() {
 	curl -sS --max-time 5 -o /dev/null -D "$tmp/$2.headers" -w '%{http_code}' \
-		-X POST -H 'X-User: smoke' "$1/login"
+		-X POST -H 'X-User: smoke' -H "X-Password: $3" "$1/login"
 }
 
 smoke() {
@@ -86,10 +90,16 @@ smoke() {
 	[ -n "$url" ] || fail "$name" "printed no address within ${start_timeout}s"
 	grep -q '^redis: *embedded miniredis' "$out" || fail "$name" "did not say it uses the embedded Redis"
 
+	# Successful logins give their unit back: never a 429.
+	for ((n = 1; n <= 3; n++)); do
+		code="$(post_login "$url" "$name" letmein)" || fail "$name" "curl failed on login $n"
+		[ "$code" = 200 ] || fail "$name" "successful login $n answered $code"
+	done
+	# Failed ones are counted: 401 until the limit, then 429.
 	for ((n = 1; n <= max_requests; n++)); do
-		code="$(post_login "$url" "$name")" || fail "$name" "curl failed on login attempt $n"
+		code="$(post_login "$url" "$name" wrong)" || fail "$name" "curl failed on login attempt $n"
 		case "$code" in
-		200) ;;
+		401) ;;
 		429) break ;;
 		*) fail "$name" "login attempt $n answered $code" ;;
 		esac
@@ -97,6 +107,29 @@ smoke() {
 	[ "$code" = 429 ] || fail "$name" "no 429 after $max_requests login attempts"
 	retry="$(header Retry-After "$tmp/$name.headers")"
 	[[ "$retry" =~ ^[1-9][0-9]*$ ]] || fail "$name" "the 429 has no valid Retry-After (got '$retry')"
+	# The third denial within a minute bans the client for 15 minutes,
+	# whatever its password.
+	for pw in wrong wrong letmein; do
+		code="$(post_login "$url" "$name" "$pw")" || fail "$name" "curl failed after the 429"
+		[ "$code" = 429 ] || fail "$name" "a login after the 429 answered $code"
+	done
+	ban="$(header Retry-After "$tmp/$name.headers")"
+	[[ "$ban" =~ ^[0-9]+$ ]] && [ "$ban" -ge 840 ] && [ "$ban" -le 900 ] ||
+		fail "$name" "the ban's Retry-After is '$ban', want about 900"
+
+	# The global limit (20 a second per IP) counts every request above:
+	# the rest starts in the next second.
+	sleep 1.1
+
+	# The API's limits follow the plan of the API key.
+	local policy
+	curl -sS --max-time 5 -o /dev/null -D "$tmp/$name.api" -H 'X-Api-Key: free-key' "$url/api/orders" ||
+		fail "$name" "curl failed on the API"
+	policy="$(header RateLimit-Policy "$tmp/$name.api")"
+	[ "$policy" = '"free";q=10;w=60' ] || fail "$name" "the free plan's RateLimit-Policy is '$policy'"
+	curl -sS --max-time 5 -o /dev/null -D "$tmp/$name.api" "$url/api/orders" || fail "$name" "curl failed on the API"
+	policy="$(header RateLimit-Policy "$tmp/$name.api")"
+	[ "$policy" = '"anonymous";q=5;w=60' ] || fail "$name" "without a key, RateLimit-Policy is '$policy'"
 
 	# The export costs 5 of 20 units a minute: 4 pass, the 5th is denied.
 	local codes=""
@@ -119,7 +152,7 @@ smoke() {
 	pid=""
 	[ "$rc" = 0 ] || fail "$name" "exited with status $rc after SIGTERM"
 
-	echo "ok   $name: $url/login answered 429 (Retry-After: $retry) on attempt $n, export cost 5, clean exit on SIGTERM"
+	echo "ok   $name: failed logins answered 429 (Retry-After: $retry) on attempt $n, then a ban (Retry-After: $ban); plans; export cost 5; clean exit on SIGTERM"
 }
 
 section "examples: smoke test (embedded Redis, 127.0.0.1, free port)"

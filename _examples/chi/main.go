@@ -1,6 +1,7 @@
 // Command chi is a chi server rate-limited by ratewindow: a global limit
-// per client IP, a stricter one per user on POST /login, and an export that
-// costs 5 units. Run it with
+// per client IP; failed logins per IP on POST /login, with a ban for a
+// client that keeps failing; an API whose limits follow the plan of the
+// caller's API key; and an export that costs 5 units. Run it with
 //
 //	go run ./_examples/chi
 //
@@ -63,13 +64,38 @@ func main() {
 		Skip:    func(r *http.Request) bool { return r.URL.Path == "/healthz" },
 		OnError: onError,
 	}
-	login := core.Rule{ // 5 attempts a minute per user and route
-		Name:   "login",
-		Limits: []core.Limit{core.PerMinute(5)},
-		// a real server takes the user from its session: keyfuncs.User(...)
-		Key:     keyfuncs.Join(keyfuncs.Header("X-User"), keyfuncs.Route()),
+	// Failed logins only, per client IP: a successful login (200) gives its
+	// unit back, a wrong password (401) keeps it. An IP denied 3 times
+	// within a minute is banned for 15 minutes, on every replica.
+	login := core.Rule{
+		Name:    "login",
+		Limits:  []core.Limit{core.PerMinute(5)},
+		Key:     keyfuncs.IP(),
+		CountIf: func(status int) bool { return status == http.StatusUnauthorized },
+		Penalty: &core.Penalty{Denials: 3, Within: time.Minute, Ban: 15 * time.Minute},
 		Headers: core.Both, // X-RateLimit-* and the IETF RateLimit, RateLimit-Policy
 		OnError: onError,
+	}
+	// The API's limits follow the plan of the caller's API key (a real
+	// server looks it up, or reads it from a token's claims); callers
+	// without a known key get the rule's Limits, per IP.
+	plans := map[string][]core.Limit{
+		"free-key": {{Name: "free", Count: 10, Window: time.Minute}},
+		"pro-key":  {{Name: "pro", Count: 100, Window: time.Minute}, {Name: "pro-burst", Count: 10, Window: time.Second}},
+	}
+	byIP := keyfuncs.IP()
+	api := core.Rule{
+		Name:   "api",
+		Limits: []core.Limit{{Name: "anonymous", Count: 5, Window: time.Minute}},
+		Key: func(r *http.Request) (string, error) {
+			if k := r.Header.Get("X-Api-Key"); plans[k] != nil {
+				return "key:" + k, nil
+			}
+			return byIP(r)
+		},
+		LimitsFor: func(r *http.Request) ([]core.Limit, error) { return plans[r.Header.Get("X-Api-Key")], nil },
+		Headers:   core.IETF,
+		OnError:   onError,
 	}
 	export := core.Rule{ // 20 units a minute per client IP; an export costs 5
 		Name:    "export",
@@ -81,15 +107,19 @@ func main() {
 	r := chi.NewRouter()
 	r.Use(chimw.Limit(l, global))
 	r.Get("/", func(w http.ResponseWriter, r *http.Request) {
-		w.Write([]byte("ratewindow chi example: POST /login (X-User header), GET /export, GET /healthz\n"))
+		w.Write([]byte("ratewindow chi example: POST /login (X-User, X-Password: letmein), GET /api/orders (X-Api-Key: free-key or pro-key), GET /export, GET /healthz\n"))
 	})
 	r.Get("/healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
 	r.With(chimw.Limit(l, login)).Post("/login", func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("X-User") == "" {
-			http.Error(w, "X-User header required", http.StatusBadRequest)
+		if r.Header.Get("X-User") == "" || r.Header.Get("X-Password") != "letmein" {
+			http.Error(w, "wrong user or password", http.StatusUnauthorized)
 			return
 		}
 		w.Write([]byte("welcome, " + r.Header.Get("X-User") + "\n"))
+	})
+	r.With(chimw.Limit(l, api)).Get("/api/orders", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`[{"id":1,"total":42}]` + "\n"))
 	})
 	r.With(chimw.Limit(l, export)).Get("/export", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/csv")
@@ -104,7 +134,7 @@ func main() {
 	}
 	log.SetFlags(log.Ltime)
 	log.SetOutput(os.Stdout)
-	log.Printf("limits: global 20/s and 300/min per IP; login 5/min per user; export 20 units/min per IP, 5 a call")
+	log.Printf("limits: global 20/s and 300/min per IP; login 5 failed/min per IP, banned 15m after 3 denials; api by plan (free-key 10/min, pro-key 100/min and 10/s, others 5/min per IP); export 20 units/min per IP, 5 a call")
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}
 	os.Stdout.WriteString("listening on http://" + ln.Addr().String() + "\n")
 	go func() {

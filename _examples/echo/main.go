@@ -1,6 +1,7 @@
 // Command echo is a echo server rate-limited by ratewindow: a global limit
-// per client IP, a stricter one per user on POST /login, and an export that
-// costs 5 units. Run it with
+// per client IP; failed logins per IP on POST /login, with a ban for a
+// client that keeps failing; an API whose limits follow the plan of the
+// caller's API key; and an export that costs 5 units. Run it with
 //
 //	go run ./_examples/echo
 //
@@ -63,13 +64,38 @@ func main() {
 		Skip:    func(r *http.Request) bool { return r.URL.Path == "/healthz" },
 		OnError: onError,
 	}
-	login := core.Rule{ // 5 attempts a minute per user and route
-		Name:   "login",
-		Limits: []core.Limit{core.PerMinute(5)},
-		// a real server takes the user from its session: keyfuncs.User(...)
-		Key:     keyfuncs.Join(keyfuncs.Header("X-User"), keyfuncs.Route()),
+	// Failed logins only, per client IP: a successful login (200) gives its
+	// unit back, a wrong password (401) keeps it. An IP denied 3 times
+	// within a minute is banned for 15 minutes, on every replica.
+	login := core.Rule{
+		Name:    "login",
+		Limits:  []core.Limit{core.PerMinute(5)},
+		Key:     keyfuncs.IP(),
+		CountIf: func(status int) bool { return status == http.StatusUnauthorized },
+		Penalty: &core.Penalty{Denials: 3, Within: time.Minute, Ban: 15 * time.Minute},
 		Headers: core.Both, // X-RateLimit-* and the IETF RateLimit, RateLimit-Policy
 		OnError: onError,
+	}
+	// The API's limits follow the plan of the caller's API key (a real
+	// server looks it up, or reads it from a token's claims); callers
+	// without a known key get the rule's Limits, per IP.
+	plans := map[string][]core.Limit{
+		"free-key": {{Name: "free", Count: 10, Window: time.Minute}},
+		"pro-key":  {{Name: "pro", Count: 100, Window: time.Minute}, {Name: "pro-burst", Count: 10, Window: time.Second}},
+	}
+	byIP := keyfuncs.IP()
+	api := core.Rule{
+		Name:   "api",
+		Limits: []core.Limit{{Name: "anonymous", Count: 5, Window: time.Minute}},
+		Key: func(r *http.Request) (string, error) {
+			if k := r.Header.Get("X-Api-Key"); plans[k] != nil {
+				return "key:" + k, nil
+			}
+			return byIP(r)
+		},
+		LimitsFor: func(r *http.Request) ([]core.Limit, error) { return plans[r.Header.Get("X-Api-Key")], nil },
+		Headers:   core.IETF,
+		OnError:   onError,
 	}
 	export := core.Rule{ // 20 units a minute per client IP; an export costs 5
 		Name:    "export",
@@ -82,16 +108,19 @@ func main() {
 	e.HideBanner, e.HidePort = true, true
 	e.Use(echomw.Limit(l, global))
 	e.GET("/", func(c echo.Context) error {
-		return c.String(http.StatusOK, "ratewindow echo example: POST /login (X-User header), GET /export, GET /healthz\n")
+		return c.String(http.StatusOK, "ratewindow echo example: POST /login (X-User, X-Password: letmein), GET /api/orders (X-Api-Key: free-key or pro-key), GET /export, GET /healthz\n")
 	})
 	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })
 	e.POST("/login", func(c echo.Context) error {
 		user := c.Request().Header.Get("X-User")
-		if user == "" {
-			return c.String(http.StatusBadRequest, "X-User header required\n")
+		if user == "" || c.Request().Header.Get("X-Password") != "letmein" {
+			return c.String(http.StatusUnauthorized, "wrong user or password\n")
 		}
 		return c.String(http.StatusOK, "welcome, "+user+"\n")
 	}, echomw.Limit(l, login))
+	e.GET("/api/orders", func(c echo.Context) error {
+		return c.Blob(http.StatusOK, "application/json", []byte(`[{"id":1,"total":42}]`+"\n"))
+	}, echomw.Limit(l, api))
 	e.GET("/export", func(c echo.Context) error {
 		return c.Blob(http.StatusOK, "text/csv", []byte("id,name\n1,alice\n2,bob\n"))
 	}, echomw.Limit(l, export))
@@ -104,7 +133,7 @@ func main() {
 	}
 	log.SetFlags(log.Ltime)
 	log.SetOutput(os.Stdout)
-	log.Printf("limits: global 20/s and 300/min per IP; login 5/min per user; export 20 units/min per IP, 5 a call")
+	log.Printf("limits: global 20/s and 300/min per IP; login 5 failed/min per IP, banned 15m after 3 denials; api by plan (free-key 10/min, pro-key 100/min and 10/s, others 5/min per IP); export 20 units/min per IP, 5 a call")
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}
 	os.Stdout.WriteString("listening on http://" + ln.Addr().String() + "\n")
 	go func() {
