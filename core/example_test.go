@@ -3,6 +3,8 @@ package core_test
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -137,4 +139,91 @@ func ExampleLimiter_Check() {
 	}
 	fmt.Println("ready")
 	// Output: ready
+}
+
+func ExampleLimiter_Refund() {
+	ctx := context.Background()
+	l := core.NewMemory()
+	attempts := core.PerMinute(3)
+	for range 3 {
+		_, _ = l.Allow(ctx, "login:alice", attempts)
+	}
+	// the third attempt succeeded: forget the failed ones
+	_ = l.Refund(ctx, "login:alice", 3, attempts)
+	r, _ := l.Peek(ctx, "login:alice", attempts)
+	fmt.Println(r.Allowed, r.Remaining)
+	// Output: true 3
+}
+
+// Count failed logins only, and ban a client that keeps failing.
+func ExampleRule_countIf() {
+	l := core.NewMemory()
+	e, err := core.NewEnforcer(l, core.Rule{
+		Name:    "login",
+		Limits:  []core.Limit{core.PerMinute(2)},
+		CountIf: func(status int) bool { return status == http.StatusUnauthorized },
+		Penalty: &core.Penalty{Denials: 2, Within: time.Minute, Ban: time.Hour},
+	})
+	if err != nil {
+		panic(err)
+	}
+	login := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Password") != "letmein" {
+			w.WriteHeader(http.StatusUnauthorized)
+		}
+	})
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r, ok := e.Handle(w, r, ""); ok {
+			e.ServeNext(w, r, login) // what every adapter does
+		}
+	})
+	for _, password := range []string{"letmein", "letmein", "letmein", "wrong", "wrong", "wrong", "wrong", "letmein"} {
+		req := httptest.NewRequest(http.MethodPost, "/login", nil)
+		req.Header.Set("X-Password", password)
+		rec := httptest.NewRecorder()
+		handler.ServeHTTP(rec, req)
+		line := fmt.Sprint(password, " ", rec.Code)
+		if ra := rec.Header().Get("Retry-After"); ra != "" {
+			line += " " + ra
+		}
+		fmt.Println(line)
+	}
+	// Output:
+	// letmein 200
+	// letmein 200
+	// letmein 200
+	// wrong 401
+	// wrong 401
+	// wrong 429 60
+	// wrong 429 3600
+	// letmein 429 3600
+}
+
+// Limits chosen per request, by the plan of the caller's API key.
+func ExampleRule_limitsFor() {
+	plans := map[string][]core.Limit{
+		"free-key": {{Name: "free", Count: 1, Window: time.Minute}},
+		"pro-key":  {{Name: "pro", Count: 100, Window: time.Minute}},
+	}
+	e, err := core.NewEnforcer(core.NewMemory(), core.Rule{
+		Name:      "api",
+		Limits:    []core.Limit{{Name: "anonymous", Count: 10, Window: time.Hour}},
+		Key:       func(r *http.Request) (string, error) { return r.Header.Get("X-Api-Key"), nil },
+		LimitsFor: func(r *http.Request) ([]core.Limit, error) { return plans[r.Header.Get("X-Api-Key")], nil },
+		Headers:   core.IETF,
+	})
+	if err != nil {
+		panic(err)
+	}
+	for _, key := range []string{"free-key", "pro-key", "other-key"} {
+		req := httptest.NewRequest(http.MethodGet, "/orders", nil)
+		req.Header.Set("X-Api-Key", key)
+		rec := httptest.NewRecorder()
+		e.Handle(rec, req, "")
+		fmt.Println(key, rec.Header().Get("RateLimit"))
+	}
+	// Output:
+	// free-key "free";r=0;t=60
+	// pro-key "pro";r=99;t=60
+	// other-key "anonymous";r=9;t=3600
 }
