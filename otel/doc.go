@@ -15,6 +15,7 @@
 //	ratewindow.deny_cache.hits         counter    {decision}  ratewindow.rule
 //	ratewindow.failure_mode.answers    counter    {decision}  ratewindow.rule, ratewindow.failure_mode
 //	ratewindow.upstream.refusals       counter    {refusal}   ratewindow.rule, ratewindow.retried
+//	ratewindow.bans                    counter    {ban}       ratewindow.rule
 //
 // ratewindow.rule is the Rule's Name (empty for direct calls of the
 // Limiter). ratewindow.outcome is "allowed" or "denied" when Redis (or the

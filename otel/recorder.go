@@ -28,8 +28,8 @@ const (
 // Observe method to core.WithObserver. It is safe for concurrent use; one
 // Recorder may observe many Limiters.
 type Recorder struct {
-	decisions, cacheHits, answers, refusals metric.Int64Counter
-	duration                                metric.Float64Histogram
+	decisions, cacheHits, answers, refusals, bans metric.Int64Counter
+	duration                                      metric.Float64Histogram
 
 	rules sync.Map // rule name → *ruleAttrs
 }
@@ -62,6 +62,9 @@ func New(mp metric.MeterProvider) (*Recorder, error) {
 	err = errors.Join(err, e)
 	r.refusals, e = m.Int64Counter("ratewindow.upstream.refusals", metric.WithUnit("{refusal}"),
 		metric.WithDescription("Refusals by an upstream of requests sent through nethttp.Transport, which blocked the key for the fleet."))
+	err = errors.Join(err, e)
+	r.bans, e = m.Int64Counter("ratewindow.bans", metric.WithUnit("{ban}"),
+		metric.WithDescription("Keys banned by a rule's Penalty: denials that reached its count and started a ban on every replica."))
 	err = errors.Join(err, e)
 	r.duration, e = m.Float64Histogram("ratewindow.decision.duration", metric.WithUnit("s"),
 		metric.WithDescription("Time taken by rate-limit decisions, including deny-cache hits and failures; Wait is not included."),
@@ -103,6 +106,9 @@ func (r *Recorder) Observe(e core.Event) {
 	}
 	if e.CacheHit {
 		r.cacheHits.Add(ctx, 1, a.rule)
+	}
+	if e.Banned {
+		r.bans.Add(ctx, 1, a.rule)
 	}
 	if e.Op != core.OpWait {
 		r.duration.Record(ctx, e.Latency.Seconds(), a.rule)

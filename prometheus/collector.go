@@ -40,6 +40,7 @@ type Collector struct {
 	errors    *prom.CounterVec
 	duration  *prom.HistogramVec
 	refusals  *prom.CounterVec
+	bans      *prom.CounterVec
 
 	rules sync.Map // rule name → *ruleMetrics
 }
@@ -48,6 +49,7 @@ type Collector struct {
 type ruleMetrics struct {
 	allowed, denied, failed prom.Counter
 	cacheHits               prom.Counter
+	bans                    prom.Counter
 	errors                  [core.FailLocal + 1]prom.Counter // by failure mode
 	duration                prom.Observer
 	refused, retried        prom.Counter // upstream refusals, without and with a retry
@@ -76,6 +78,11 @@ func NewCollector(opts Opts) *Collector {
 			Help:        "Refusals by an upstream of requests sent through a throttler (nethttp.Transport), which blocked the key for the fleet; retried says whether the request went again.",
 			ConstLabels: opts.ConstLabels,
 		}, []string{"rule", "retried"}),
+		bans: prom.NewCounterVec(prom.CounterOpts{
+			Name:        "ratewindow_bans_total",
+			Help:        "Keys banned by a rule's Penalty: denials that reached its count and started a ban on every replica.",
+			ConstLabels: opts.ConstLabels,
+		}, []string{"rule"}),
 		errors: prom.NewCounterVec(prom.CounterOpts{
 			Name:        "ratewindow_backend_errors_total",
 			Help:        "Calls that Redis did not answer in time (an error, the timeout or the open circuit breaker), by the failure mode that answered instead.",
@@ -120,6 +127,9 @@ func (c *Collector) Observe(e core.Event) {
 	if e.CacheHit {
 		m.cacheHits.Inc()
 	}
+	if e.Banned {
+		m.bans.Inc()
+	}
 	if e.Op != core.OpWait {
 		m.duration.Observe(e.Latency.Seconds())
 	}
@@ -134,6 +144,7 @@ func (c *Collector) forRule(rule string) *ruleMetrics {
 		denied:    c.decisions.WithLabelValues(rule, OutcomeDenied),
 		failed:    c.decisions.WithLabelValues(rule, OutcomeError),
 		cacheHits: c.cacheHits.WithLabelValues(rule),
+		bans:      c.bans.WithLabelValues(rule),
 		duration:  c.duration.WithLabelValues(rule),
 		refused:   c.refusals.WithLabelValues(rule, "false"),
 		retried:   c.refusals.WithLabelValues(rule, "true"),
@@ -153,6 +164,7 @@ func (c *Collector) Describe(ch chan<- *prom.Desc) {
 	c.errors.Describe(ch)
 	c.duration.Describe(ch)
 	c.refusals.Describe(ch)
+	c.bans.Describe(ch)
 }
 
 // Collect sends the current values of the metrics. It implements
@@ -163,6 +175,7 @@ func (c *Collector) Collect(ch chan<- prom.Metric) {
 	c.errors.Collect(ch)
 	c.duration.Collect(ch)
 	c.refusals.Collect(ch)
+	c.bans.Collect(ch)
 }
 
 var _ prom.Collector = (*Collector)(nil)

@@ -176,3 +176,22 @@ func TestCollectorRefusals(t *testing.T) {
 		}
 	}
 }
+
+// TestCollectorBans: a denial that started a Penalty's ban is a denied
+// decision and a ban.
+func TestCollectorBans(t *testing.T) {
+	c := NewCollector(Opts{})
+	c.Observe(core.Event{Op: core.OpAllow, Rule: "login"})
+	c.Observe(core.Event{Op: core.OpAllow, Rule: "login", Banned: true})
+	for _, m := range []struct {
+		c    prom.Collector
+		want float64
+	}{
+		{c.bans.WithLabelValues("login"), 1},
+		{c.decisions.WithLabelValues("login", OutcomeDenied), 2},
+	} {
+		if got := testutil.ToFloat64(m.c); got != m.want {
+			t.Errorf("%v = %v, want %v", m.c, got, m.want)
+		}
+	}
+}

@@ -24,6 +24,7 @@
 //	ratewindow_backend_errors_total{rule, mode}      counter
 //	ratewindow_decision_duration_seconds{rule}       histogram
 //	ratewindow_upstream_refusals_total{rule, retried} counter
+//	ratewindow_bans_total{rule}                      counter
 //
 // rule is the Rule's Name for decisions of the HTTP middleware, and empty
 // for direct calls of the Limiter (Allow, AllowN, Wait).
@@ -40,6 +41,9 @@
 // Retry-After, RateLimit r=0) of an upstream called through
 // nethttp.Transport; each blocked the key for every replica, and retried
 // is "true" when the request went again.
+//
+// ratewindow_bans_total counts the bans a rule's Penalty started: each
+// denial that reached the Penalty's count (it is also a denied decision).
 //
 // ratewindow_deny_cache_hits_total counts the denials answered from memory
 // without a round trip; they are also counted as denied decisions.
