@@ -68,6 +68,8 @@ type app struct {
 	routes []route
 	// handler serves every route; default okHandler
 	handler http.HandlerFunc
+	// handlerFor, when set, builds handler with the scenario's Limiter
+	handlerFor func(l *core.Limiter) http.HandlerFunc
 }
 
 func (a app) h() http.HandlerFunc {
@@ -190,12 +192,13 @@ var adapters = []adapter{
 
 // step is one request and the exact response expected.
 type step struct {
-	path   string      // default "/users/1"
-	remote string      // RemoteAddr; default "192.0.2.1:4711"
-	header http.Header // request header fields
-	status int
-	want   map[string]string // every response header field, values joined by "\n"
-	body   string
+	advance time.Duration // moves the Limiter's clock before the request
+	path    string        // default "/users/1"
+	remote  string        // RemoteAddr; default "192.0.2.1:4711"
+	header  http.Header   // request header fields
+	status  int
+	want    map[string]string // every response header field, values joined by "\n"
+	body    string
 }
 
 // backend selects the scenario's Redis.
@@ -318,8 +321,9 @@ func unavailable() step {
 
 // Request modifiers.
 
-func (s step) at(path string) step     { s.path = path; return s }
-func (s step) from(remote string) step { s.remote = remote; return s }
+func (s step) at(path string) step        { s.path = path; return s }
+func (s step) after(d time.Duration) step { s.advance = d; return s }
+func (s step) from(remote string) step    { s.remote = remote; return s }
 func (s step) with(kv ...string) step {
 	h := http.Header{}
 	for k, vs := range s.header {
@@ -679,6 +683,43 @@ func scenarios() []scenario {
 			wantBanned:  []bool{false, false, true, false, false},
 		},
 		{
+			name: "Refund: Retry-After follows at once, never below empty",
+			app: app{
+				routes: []route{
+					{path: "/users/{id}", rules: []core.Rule{perMinute("refund", 2)}},
+					{path: "/refund/{n}"}, // gives back n units of the client's key
+				},
+				handlerFor: refundHandler("refund:ip:192.0.2.1", core.PerMinute(2)),
+			},
+			steps: steps(
+				ok(xrl(2, 1, 60)),
+				ok(xrl(2, 0, 60)).after(10*time.Second),
+				tooMany(50, xrl(2, 0, 60)), // the unit of t0 leaves first
+				ok(nil).at("/refund/1"),    // the newest, of t10, goes
+				ok(xrl(2, 0, 60)),
+				tooMany(50, xrl(2, 0, 60)),
+				ok(nil).at("/refund/5"), // more than there is: empty, no less
+				ok(xrl(2, 1, 60)),
+				ok(xrl(2, 0, 60)),
+				tooMany(60, xrl(2, 0, 60)),
+			),
+		},
+		{
+			name: "Penalty: the ban outlasts the window and ends on time",
+			app: on(with(perMinute("penalty-ends", 1), func(r *core.Rule) {
+				r.Penalty = &core.Penalty{Denials: 2, Within: time.Minute, Ban: 5 * time.Minute}
+			})),
+			steps: steps(
+				ok(xrl(1, 0, 60)),
+				tooMany(60, xrl(1, 0, 60)),
+				tooMany(300, xrl(1, 0, 300)),
+				tooMany(240, xrl(1, 0, 240)).after(time.Minute), // the window has passed; the ban has not
+				tooMany(1, xrl(1, 0, 1)).after(239*time.Second),
+				ok(xrl(1, 0, 60)).after(time.Second),
+			),
+			wantBanned: []bool{false, false, true, false, false, false},
+		},
+		{
 			name: "draft-11: the partition key, a digest of the key, on both fields",
 			app: on(with(perMinute("pk", 2), func(r *core.Rule) {
 				r.Headers, r.PartitionKey = core.IETF, true
@@ -828,6 +869,23 @@ func plans(name string) core.Rule {
 	}
 }
 
+// refundHandler answers /refund/{n} by giving back n units of key under
+// limits (Limiter.Refund), and every other route with okHandler.
+func refundHandler(key string, limits ...core.Limit) func(*core.Limiter) http.HandlerFunc {
+	return func(l *core.Limiter) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			if rest, found := strings.CutPrefix(r.URL.Path, "/refund/"); found {
+				n, _ := strconv.ParseInt(rest, 10, 64)
+				if err := l.Refund(r.Context(), key, n, limits...); err != nil {
+					http.Error(w, err.Error(), http.StatusInternalServerError)
+					return
+				}
+			}
+			okHandler(w, r)
+		}
+	}
+}
+
 // failedLogin counts failed logins only.
 func failedLogin(status int) bool {
 	return status == http.StatusUnauthorized || status == http.StatusForbidden
@@ -881,6 +939,7 @@ func testAdapters(t *testing.T, rdb redis.Scripter, cluster bool) {
 			for _, ad := range adapters {
 				t.Run(ad.name, func(t *testing.T) {
 					rec := &recorder{}
+					var clock sync.Mutex
 					now := time.Now()
 					client := redis.Scripter(rdb)
 					opts := []core.Option{
@@ -889,7 +948,7 @@ func testAdapters(t *testing.T, rdb redis.Scripter, cluster bool) {
 						// A frozen clock (passed to the scripts instead of
 						// Redis TIME): the exact Retry-After and Reset values
 						// do not depend on how fast the requests run.
-						core.WithClock(func() time.Time { return now }),
+						core.WithClock(func() time.Time { clock.Lock(); defer clock.Unlock(); return now }),
 						// A generous timeout: scenarios that expect Redis
 						// to answer must not fail open under a loaded CI.
 						core.WithTimeout(5 * time.Second),
@@ -909,8 +968,15 @@ func testAdapters(t *testing.T, rdb redis.Scripter, cluster bool) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					h := ad.build(l, withOnError(sc.app, rec.onError))
+					a := withOnError(sc.app, rec.onError)
+					if a.handlerFor != nil {
+						a.handler = a.handlerFor(l)
+					}
+					h := ad.build(l, a)
 					for j, st := range sc.steps {
+						clock.Lock()
+						now = now.Add(st.advance)
+						clock.Unlock()
 						checkStep(t, h, j, st)
 					}
 					rec.mu.Lock()
@@ -944,7 +1010,7 @@ func withOnError(a app, f func(http.ResponseWriter, *http.Request, error)) app {
 		}
 		return out
 	}
-	b := app{global: set(a.global)}
+	b := app{global: set(a.global), handler: a.handler, handlerFor: a.handlerFor}
 	for _, rt := range a.routes {
 		b.routes = append(b.routes, route{path: rt.path, rules: set(rt.rules)})
 	}
