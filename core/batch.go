@@ -2,7 +2,10 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"runtime"
+	"runtime/metrics"
 	"sync"
 	"time"
 
@@ -134,13 +137,97 @@ func (b *batcher) run(ctx context.Context, c *call) (any, error) {
 	b.mu.Unlock()
 	select {
 	case <-c.done:
-		reply, err := c.reply, c.err
-		b.recycle(c)
-		return reply, err
 	case <-ctx.Done():
-		// The flusher still holds c and will fill it; it is not reused.
-		return nil, b.noReply(ctx)
+		if _, ok, starved := awaitLate(ctx, c.done); !ok {
+			// The flusher still holds c and will fill it; it is not reused.
+			return nil, starvedError(b.noReply(ctx), starved)
+		}
 	}
+	reply, err := c.reply, c.err
+	b.recycle(c)
+	return reply, err
+}
+
+// errTimeout is the cause of a decision's context ending at the Limiter's
+// timeout (see bounds), as opposed to the caller's own deadline.
+var errTimeout = fmt.Errorf("%w", context.DeadlineExceeded)
+
+// lateAllowance is how late a goroutine may see the Limiter's timeout and
+// still be taken at its word: later than that, the process was starved of
+// CPU (a flood of requests, a busy machine) while the reply may have been
+// waiting for its reader just as long.
+const lateAllowance = 25 * time.Millisecond
+
+// awaitLate is called when ctx is done while a reply is awaited on done.
+// When ctx ended at the Limiter's timeout and this goroutine saw it late,
+// the process, not Redis, was slow: it waits on for as long as it was late,
+// and again while it keeps waking late, so that a reply held up by the
+// process's own overload is not taken for a Redis failure. It reports
+// the value received and true, or false when none came, and whether it
+// saw the process starved; a caller's own deadline or cancellation never
+// waits.
+func awaitLate[T any](ctx context.Context, done <-chan T) (v T, ok, starved bool) {
+	select {
+	case v := <-done: // the reply is in already
+		return v, true, false
+	default:
+	}
+	if context.Cause(ctx) != errTimeout {
+		return v, false, false
+	}
+	dl, _ := ctx.Deadline()
+	late := time.Since(dl)
+	for late > lateAllowance {
+		starved = true
+		t := time.NewTimer(late)
+		due := time.Now().Add(late)
+		select {
+		case v := <-done:
+			t.Stop()
+			return v, true, true
+		case <-t.C:
+		}
+		late = time.Since(due)
+	}
+	select {
+	case v := <-done:
+		return v, true, starved
+	default:
+		return v, false, starved || busy()
+	}
+}
+
+// busyRunnable is how many runnable goroutines per P (GOMAXPROCS) make a
+// process busy: its goroutines queue for the CPU, and a reply read by one
+// of them waits its turn.
+const busyRunnable = 8
+
+// busy reports whether the process is saturated: more runnable goroutines
+// than busyRunnable per P. A goroutine readied by the network waits behind
+// them, while one readied by a timer runs first, so a timeout seen on time
+// can still be the process's own delay. It reads the runtime's metrics,
+// only when a call has timed out.
+func busy() bool {
+	s := []metrics.Sample{{Name: "/sched/goroutines/runnable:goroutines"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return false
+	}
+	return s[0].Value.Uint64() > uint64(busyRunnable*runtime.GOMAXPROCS(0))
+}
+
+// errStarved marks a reply that did not come in time while the process
+// was starved of CPU: the wait says nothing of Redis's health, so the
+// circuit breaker does not count it (the failure mode still answers the
+// call).
+var errStarved = errors.New("this process was starved of CPU meanwhile")
+
+// starvedError returns err, marked with errStarved when starved.
+func starvedError(err error, starved bool) error {
+	if !starved {
+		return err
+	}
+	return fmt.Errorf("%w (%w)", err, errStarved)
 }
 
 // noReply is the error of a call that ctx ended before its reply: ctx's
@@ -348,6 +435,11 @@ func (b *batcher) plan(live []*call) []*sent {
 }
 
 func (b *batcher) finish(c *call, reply any, err error) {
+	if err != nil && context.Cause(c.ctx) == errTimeout && errors.Is(err, context.DeadlineExceeded) {
+		// the call's time ran out in this process's queue, before or
+		// while it was sent: the process's overload, not Redis's
+		err = starvedError(err, true)
+	}
 	c.reply, c.err = reply, err
 	c.done <- struct{}{}
 }
@@ -406,7 +498,11 @@ func detach[T any](ctx context.Context, f func(context.Context) (T, error)) (T, 
 	case o := <-done:
 		return o.v, o.err
 	case <-ctx.Done():
+		o, ok, starved := awaitLate(ctx, done)
+		if ok {
+			return o.v, o.err
+		}
 		var zero T
-		return zero, fmt.Errorf("no reply from redis: %w", context.Cause(ctx))
+		return zero, starvedError(fmt.Errorf("no reply from redis: %w", context.Cause(ctx)), starved)
 	}
 }

@@ -28,7 +28,7 @@ func within[T any](b *bounds, ctx context.Context, f func(context.Context) (T, e
 	}
 	cctx, cancel := ctx, context.CancelFunc(func() {})
 	if b.timeout > 0 {
-		cctx, cancel = context.WithTimeout(ctx, b.timeout)
+		cctx, cancel = context.WithTimeoutCause(ctx, b.timeout, errTimeout)
 	}
 	v, err := f(cctx) // the batcher returns at cctx's deadline, whatever the client
 	cancel()
@@ -41,6 +41,11 @@ func within[T any](b *bounds, ctx context.Context, f func(context.Context) (T, e
 			b.breaker.abandon()
 		}
 		return zero, err
+	case errors.Is(err, errStarved): // the process was slow, not Redis
+		if probe {
+			b.breaker.abandon()
+		}
+		return zero, backendError{err}
 	}
 	b.breaker.failure(time.Now().UnixNano())
 	return zero, backendError{err}

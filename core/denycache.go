@@ -15,6 +15,14 @@ import (
 //
 // It holds at most size denials: the size is split over the shards, and a
 // full shard evicts a key, preferring one whose denials have all expired.
+//
+// A denial that has expired is asked again by one request at a time (its
+// probe): the others of the same key, cost and limits wait for that answer
+// instead of stampeding the backend together. A denied probe renews the
+// denial, and the waiters are answered by it; an admitted one lets the
+// next waiter ask. A hot key that keeps being denied thus sends the
+// backend one request at a time per Limiter, and each waiter's answer is
+// one the backend gave after it arrived.
 type denyCache struct {
 	seed   maphash.Seed
 	shards []denyShard
@@ -38,6 +46,12 @@ type denial struct {
 	limits []Limit
 	until  int64 // ns on the Limiter's clock
 	result Result
+	probe  *probe // the request asking the backend again; nil: none
+}
+
+// probe is one request asking the backend about an expired denial.
+type probe struct {
+	done chan struct{} // closed when its answer is in
 }
 
 // newDenyCache returns a cache of at most size (> 0) denials.
@@ -59,8 +73,46 @@ func (c *denyCache) shard(key string) *denyShard {
 }
 
 // get returns the cached denial of (key, n, limits) at now (ns), with its
-// durations counted down.
-func (c *denyCache) get(key string, n int64, limits []Limit, now int64) (Result, bool) {
+// durations counted down, and true. When the denial has expired, it
+// returns the stale denial (due again in a millisecond) and a probe: wait
+// is false when this caller is to ask the backend (and must call settle
+// with p afterwards), true when another caller is asking already and p is
+// the probe to wait for.
+func (c *denyCache) get(key string, n int64, limits []Limit, now int64) (r Result, ok bool, p *probe, wait bool) {
+	sh := c.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	ds := sh.m[key]
+	i := findDenial(ds, n, limits)
+	if i < 0 {
+		return Result{}, false, nil, false
+	}
+	d := &ds[i]
+	if now >= d.until {
+		// the stale denial, for a probe the process's own overload keeps
+		// from an answer (see Limiter.decide): due again at once
+		r = d.result
+		elapsed := time.Duration(now-d.until) + r.RetryAfter
+		r.RetryAfter = time.Millisecond
+		r.ResetAfter = max(r.ResetAfter-elapsed, r.RetryAfter)
+		if d.probe != nil {
+			return r, false, d.probe, true
+		}
+		d.probe = &probe{done: make(chan struct{})}
+		return r, false, d.probe, false
+	}
+	r = d.result
+	left := time.Duration(d.until - now)
+	elapsed := r.RetryAfter - left
+	r.RetryAfter = left
+	r.ResetAfter = max(r.ResetAfter-elapsed, left)
+	return r, true, nil, false
+}
+
+// last returns the latest denial of (key, n, limits), expired or not, with
+// its durations counted down to now (an expired one is due again in a
+// millisecond), and whether there is one. It starts no probe.
+func (c *denyCache) last(key string, n int64, limits []Limit, now int64) (Result, bool) {
 	sh := c.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -69,17 +121,27 @@ func (c *denyCache) get(key string, n int64, limits []Limit, now int64) (Result,
 	if i < 0 {
 		return Result{}, false
 	}
-	d := ds[i]
-	if now >= d.until {
-		sh.drop(key, ds, i)
-		return Result{}, false
-	}
-	r := d.result
-	left := time.Duration(d.until - now)
+	r := ds[i].result
+	left := time.Duration(ds[i].until - now)
 	elapsed := r.RetryAfter - left
-	r.RetryAfter = left
-	r.ResetAfter = max(r.ResetAfter-elapsed, left)
+	r.RetryAfter = max(left, time.Millisecond)
+	r.ResetAfter = max(r.ResetAfter-elapsed, r.RetryAfter)
 	return r, true
+}
+
+// settle ends probe p of (key, n, limits): the denial is no longer being
+// asked, and p's waiters wake up to look again (a denial put meanwhile
+// answers them; otherwise the first becomes the next probe).
+func (c *denyCache) settle(key string, n int64, limits []Limit, p *probe) {
+	sh := c.shard(key)
+	sh.mu.Lock()
+	if ds := sh.m[key]; ds != nil {
+		if i := findDenial(ds, n, limits); i >= 0 && ds[i].probe == p {
+			ds[i].probe = nil
+		}
+	}
+	sh.mu.Unlock()
+	close(p.done)
 }
 
 // put remembers a denial made at now (ns) until its RetryAfter has passed.
@@ -93,7 +155,7 @@ func (c *denyCache) put(key string, n int64, limits []Limit, now int64, r Result
 	defer sh.mu.Unlock()
 	ds := sh.m[key]
 	if i := findDenial(ds, n, limits); i >= 0 {
-		ds[i].until, ds[i].result = until, r
+		ds[i].until, ds[i].result = until, r // a probe, if any, settles itself
 		return
 	}
 	switch {

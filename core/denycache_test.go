@@ -230,7 +230,7 @@ func TestDenyCacheEntries(t *testing.T) {
 	c := newDenyCache(4) // 4 shards of 1
 
 	c.put("a", 1, lim, 0, r)
-	got, ok := c.get("a", 1, lim, int64(4*time.Second))
+	got, ok, _, _ := c.get("a", 1, lim, int64(4*time.Second))
 	if want := (Result{Limit: lim[0], RetryAfter: 6 * time.Second, ResetAfter: 46 * time.Second}); !ok || got != want {
 		t.Fatalf("counted down: %+v %v, want %+v", got, ok, want)
 	}
@@ -238,13 +238,28 @@ func TestDenyCacheEntries(t *testing.T) {
 		n      int64
 		limits []Limit
 	}{{2, lim}, {1, []Limit{PerMinute(2)}}, {1, []Limit{lim[0], PerHour(5)}}} {
-		if _, ok := c.get("a", miss.n, miss.limits, 0); ok {
+		if _, ok, p, _ := c.get("a", miss.n, miss.limits, 0); ok || p != nil {
 			t.Fatalf("hit for n=%d limits %v", miss.n, miss.limits)
 		}
 	}
-	if _, ok := c.get("a", 1, lim, int64(10*time.Second)); ok || c.len() != 0 {
-		t.Fatalf("hit at RetryAfter, or the entry stayed: %d", c.len())
+	// expired: the first caller probes, the next ones wait for it
+	_, ok, p, wait := c.get("a", 1, lim, int64(10*time.Second))
+	if ok || p == nil || wait {
+		t.Fatalf("at RetryAfter: hit %v, probe %v, wait %v; want the probe", ok, p, wait)
 	}
+	if _, ok, p2, wait := c.get("a", 1, lim, int64(11*time.Second)); ok || p2 != p || !wait {
+		t.Fatalf("while probing: hit %v, probe %v, wait %v; want to wait for the probe", ok, p2, wait)
+	}
+	c.settle("a", 1, lim, p) // admitted: the waiters look again
+	select {
+	case <-p.done:
+	default:
+		t.Fatal("settle did not wake the waiters")
+	}
+	if _, _, p3, wait := c.get("a", 1, lim, int64(11*time.Second)); p3 == nil || p3 == p || wait {
+		t.Fatal("after an admitted probe, the next caller does not probe")
+	}
+	c.forget("a")
 	c.put("a", 1, lim, 0, Result{Allowed: true})
 	c.put("a", 1, lim, 0, Result{RetryAfter: -1})
 	if c.len() != 0 {
@@ -260,7 +275,7 @@ func TestDenyCacheEntries(t *testing.T) {
 		t.Fatalf("one key holds %d denials", c.len())
 	}
 	for n := int64(1); n <= denialsPerKey+2; n++ {
-		if _, ok := c.get("k", n, lim, 1); ok != (n > 2) {
+		if _, ok, _, _ := c.get("k", n, lim, 1); ok != (n > 2) {
 			t.Fatalf("cost %d: hit %v", n, ok)
 		}
 	}
@@ -284,7 +299,7 @@ func TestDenyCacheEntries(t *testing.T) {
 	c.put(same[2], 1, lim, 0, r)
 	c.put(same[3], 1, lim, 10, r)
 	for i, want := range []bool{true, false, true, true} {
-		if _, ok := c.get(same[i], 1, lim, 10); ok != want {
+		if _, ok, _, _ := c.get(same[i], 1, lim, 10); ok != want {
 			t.Fatalf("key %d cached %v, want %v", i, ok, want)
 		}
 	}

@@ -207,6 +207,10 @@ func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) error 
 	return l.decider.block(ctx, &query{key: key, now: l.queryTime()}, micros(d))
 }
 
+// starvedRetries is how many times a decision goes again after running out
+// of time in a starved process.
+const starvedRetries = 3
+
 // decide validates, consults the deny cache, asks the chain and picks the
 // binding limit. rule is the Rule's name for observers; pen its Penalty,
 // or nil. It also returns the time in µs the store decided at (the time of
@@ -220,14 +224,38 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 		start = time.Now()
 	}
 	commit := op != OpPeek
-	var cachedAt int64
+	var (
+		cachedAt int64
+		probing  *probe // this call asks about an expired denial: settle it
+		stale    Result // the expired denial it asks about
+	)
 	if l.cache != nil && commit {
-		cachedAt = l.now().UnixNano()
-		// under a penalty only a ban is answered from the cache: every
-		// other denial must reach the store, which counts it
-		if r, ok := l.cache.get(key, n, limits, cachedAt); ok && (pen == nil || r.blocked) {
-			l.observe(Event{Op: op, Rule: rule, Key: key, Result: r, CacheHit: true}, start)
-			return r, 0, nil
+		for {
+			cachedAt = l.now().UnixNano()
+			r, ok, p, wait := l.cache.get(key, n, limits, cachedAt)
+			// under a penalty only a ban is answered from the cache: every
+			// other denial must reach the store, which counts it
+			if ok && (pen == nil || r.blocked) {
+				l.observe(Event{Op: op, Rule: rule, Key: key, Result: r, CacheHit: true}, start)
+				return r, 0, nil
+			}
+			if p == nil || pen != nil {
+				if p != nil && !wait {
+					l.cache.settle(key, n, limits, p)
+				}
+				break
+			}
+			if !wait {
+				probing, stale = p, r
+				break
+			}
+			select { // another request of the key asks: its answer is ours
+			case <-p.done:
+			case <-ctx.Done():
+				err := ctx.Err()
+				l.observe(Event{Op: op, Rule: rule, Key: key, Err: err}, start)
+				return Result{}, 0, err
+			}
 		}
 	}
 	// the query is pooled and holds a copy of limits: the caller's
@@ -235,6 +263,20 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 	q := l.queries.Get().(*query)
 	q.key, q.n, q.limits, q.commit, q.now, q.penalty = key, n, append(q.limits[:0], limits...), commit, l.queryTime(), pen
 	err := l.decider.allow(ctx, q)
+	// A call that ran out of time because this process was starved (a
+	// flood) goes again, up to starvedRetries times, unless a denial of the
+	// key is cached (it answers: see below): waiting in the process's own
+	// queue is no failure of Redis. FailLocal's answer recorded local
+	// units, so it stands.
+	for tries := 0; err == nil && l.mode != FailLocal && tries < starvedRetries && errors.Is(q.backendErr, errStarved) && ctx.Err() == nil; tries++ {
+		if l.cache != nil && commit {
+			if _, ok := l.cache.last(key, n, limits, l.now().UnixNano()); ok {
+				break
+			}
+		}
+		q.limits, q.now, q.backendErr = append(q.limits[:0], limits...), l.queryTime(), nil
+		err = l.decider.allow(ctx, q)
+	}
 	var (
 		r      Result
 		banned bool
@@ -248,8 +290,23 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 	if err == nil && l.cache != nil && commit && !r.Allowed && r.BackendErr == nil {
 		l.cache.put(key, n, limits, cachedAt, r)
 	}
+	cacheHit := false
+	if err == nil && l.cache != nil && commit && errors.Is(r.BackendErr, errStarved) {
+		// Redis did not answer in time because this process was starved
+		// (a flood), not because Redis failed: a key denied a moment ago
+		// stays denied rather than fall to the failure mode, so the limit
+		// holds under the flood.
+		if probing != nil {
+			r, banned, at, cacheHit = stale, false, 0, true
+		} else if d, ok := l.cache.last(key, n, limits, l.now().UnixNano()); ok {
+			r, banned, at, cacheHit = d, false, 0, true
+		}
+	}
+	if probing != nil {
+		l.cache.settle(key, n, limits, probing)
+	}
 	if l.observer != nil {
-		ev := Event{Op: op, Rule: rule, Key: key, Result: r, Err: err, Banned: banned}
+		ev := Event{Op: op, Rule: rule, Key: key, Result: r, Err: err, Banned: banned, CacheHit: cacheHit}
 		if r.BackendErr != nil {
 			ev.Err, ev.Failed, ev.Fallback = r.BackendErr, true, l.mode
 		}

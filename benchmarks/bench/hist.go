@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"encoding/json"
 	"math/bits"
 	"time"
 )
@@ -65,4 +66,26 @@ func (h *hist) quantile(q float64) time.Duration {
 		}
 	}
 	return time.Duration(histValue(len(h.counts) - 1))
+}
+
+// MarshalJSON writes h for another process (the flood's children).
+func (h *hist) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Counts []uint32
+		N      uint64
+	}{h.counts[:], h.n})
+}
+
+// UnmarshalJSON reads what MarshalJSON wrote.
+func (h *hist) UnmarshalJSON(b []byte) error {
+	var v struct {
+		Counts []uint32
+		N      uint64
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	copy(h.counts[:], v.Counts)
+	h.n = v.N
+	return nil
 }

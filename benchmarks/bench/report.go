@@ -180,6 +180,17 @@ func (r *Report) Markdown(w io.Writer) error {
 	}
 	p("\n")
 
+	if len(r.Flood) > 0 {
+		p("## Flood: %d replicas hit one key\n\n", cfg.FloodProcesses)
+		p("%d OS processes (replicas), each with its own client, a Limiter with the default options (100 ms timeout, fail open) and %d goroutines, hit one key limited to 100 per second as hard as they can for %s. ", cfg.FloodProcesses, cfg.FloodGoroutines, cfg.FloodFor)
+		p("The worst 1 s window is fleet-wide, counted as above; every decision the failure mode answered was admitted.\n\n")
+		p("| algorithm | worst 1 s window | admitted in all | decisions | answered by the failure mode | p99 |\n|---|---:|---:|---:|---:|---:|\n")
+		for _, f := range r.Flood {
+			p("| %s | %d | %d in %s | %s | %d | %s |\n", f.Contender, f.Worst, f.Admitted, f.For, thousands(f.Decisions), f.FailureAnswers, dur(f.P99))
+		}
+		p("\n")
+	}
+
 	p("## Redis memory per key\n\n")
 	if r.MemoryNote != "" {
 		p("%s.\n\n", r.MemoryNote)

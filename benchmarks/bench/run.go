@@ -43,6 +43,10 @@ type Config struct {
 	AdmitGoroutines int
 	// DenyFor is how long each side of the deny-cache row runs.
 	DenyFor time.Duration
+	// FloodProcesses OS processes with FloodGoroutines goroutines each hit
+	// one key limited to 100 a second for FloodFor (see Flood).
+	FloodProcesses, FloodGoroutines int
+	FloodFor                        time.Duration
 	// Flush allows FLUSHALL before each memory measurement. Set it only for
 	// a server nobody else uses.
 	Flush bool
@@ -54,8 +58,9 @@ type Config struct {
 	// ContextTimeout sets go-redis's ContextTimeoutEnabled on the client
 	// every contender shares.
 	ContextTimeout bool
-	// ThroughputOnly skips everything but the throughput grid.
-	ThroughputOnly bool
+	// ThroughputOnly skips everything but the throughput grid; FloodOnly
+	// everything but the flood.
+	ThroughputOnly, FloodOnly bool
 	// Log receives progress lines; nil discards them.
 	Log io.Writer
 }
@@ -67,6 +72,7 @@ func FullConfig() Config {
 		Rounds: 3, Slice: time.Second, Count: 1_000_000, Window: time.Second,
 		MemKeys: 100_000, MemRequests: 10,
 		AdmitFor: 3 * time.Second, AdmitGoroutines: 64, DenyFor: time.Second,
+		FloodProcesses: 3, FloodGoroutines: 64, FloodFor: 10 * time.Second,
 	}
 }
 
@@ -76,6 +82,7 @@ func QuickConfig() Config {
 	c.Rounds, c.Slice = 1, 150*time.Millisecond
 	c.MemKeys = 5_000
 	c.AdmitFor, c.DenyFor = 1200*time.Millisecond, 200*time.Millisecond
+	c.FloodFor = 1500 * time.Millisecond
 	return c
 }
 
@@ -160,6 +167,7 @@ type Report struct {
 	MemoryNote string
 	Admission  []Admission
 	Deny       []Deny
+	Flood      []Flood
 	Started    time.Time
 	Took       time.Duration
 }
@@ -187,6 +195,11 @@ func Run(ctx context.Context, srv *Server, cfg Config) (*Report, error) {
 	if len(rep.Contenders) == 0 {
 		return nil, errors.New("bench: no contender matches -only")
 	}
+	if cfg.FloodOnly {
+		err := runFlood(ctx, srv, &cfg, rep)
+		rep.Took = time.Since(rep.Started)
+		return rep, err
+	}
 	if err := runThroughput(ctx, rdb, &cfg, rep); err != nil {
 		return nil, err
 	}
@@ -199,6 +212,11 @@ func Run(ctx context.Context, srv *Server, cfg Config) (*Report, error) {
 	}
 	if err := runAdmission(ctx, rdb, &cfg, rep); err != nil {
 		return nil, err
+	}
+	if cfg.FloodProcesses > 0 {
+		if err := runFlood(ctx, srv, &cfg, rep); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.Flush || srv.Own {
 		if err := runMemory(ctx, rdb, &cfg, rep); err != nil {

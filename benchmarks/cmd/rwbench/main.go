@@ -20,8 +20,10 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/ratewindow/ratewindow/benchmarks/bench"
+	"github.com/ratewindow/ratewindow/core"
 )
 
 func main() {
@@ -45,10 +47,23 @@ func run() error {
 	slice := flag.Duration("slice", 0, "time per contender per round (default 1s, 150ms with -quick)")
 	rounds := flag.Int("rounds", 0, "rounds per setting (default 3, 1 with -quick)")
 	memKeys := flag.Int("memkeys", 0, "keys of the memory measurement (default 100000, 5000 with -quick)")
+	flood := flag.Bool("flood", true, "run the flood scenario (several processes on one key)")
+	floodOnly := flag.Bool("flood-only", false, "run the flood scenario only")
+	floodFor := flag.Duration("flood-for", 0, "length of the flood (default 10s, 1.5s with -quick)")
+	// the flood's child processes
+	floodChild := flag.Bool("flood-child", false, "internal: run one process of the flood")
+	floodAddr := flag.String("flood-addr", "", "internal")
+	floodKey := flag.String("flood-key", "", "internal")
+	floodAlg := flag.Int("flood-alg", 0, "internal")
+	floodG := flag.Int("flood-g", 64, "internal")
+	floodStart := flag.Int64("flood-start", 0, "internal")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	if *floodChild {
+		return bench.FloodChild(ctx, *floodAddr, *floodKey, core.Algorithm(*floodAlg), *floodG, *floodFor, time.Unix(0, *floodStart))
+	}
 
 	cfg := bench.FullConfig()
 	if *quick {
@@ -80,6 +95,13 @@ func run() error {
 	}
 	if *memKeys > 0 {
 		cfg.MemKeys = *memKeys
+	}
+	if !*flood {
+		cfg.FloodProcesses = 0
+	}
+	cfg.FloodOnly = *floodOnly
+	if *floodFor > 0 {
+		cfg.FloodFor = *floodFor
 	}
 	if *only != "" {
 		re, err := regexp.Compile(*only)
