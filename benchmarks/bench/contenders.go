@@ -13,6 +13,7 @@ import (
 	httprateredis "github.com/go-chi/httprate-redis"
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 	ulule "github.com/ulule/limiter/v3"
 	ulredis "github.com/ulule/limiter/v3/drivers/store/redis"
 
@@ -50,6 +51,7 @@ func Contenders() []Contender {
 		{Name: "go-redis/redis_rate v10", Method: "GCRA, Lua", Peer: true, New: newRedisRate},
 		{Name: "go-chi/httprate-redis", Method: "sliding counter, MGET + MULTI INCR", Peer: true, New: newHTTPRate},
 		{Name: "plain sliding log", Method: "ZSET + UUID members, one EVALSHA", New: newPlainLog},
+		{Name: "plain sliding log, rueidis", Method: "the same script, rueidis auto-pipelining", New: newRueidisLog},
 	}
 }
 
@@ -175,6 +177,25 @@ func newPlainLog(rdb *redis.Client, count int, window time.Duration) (func() Dec
 	return func() Decide {
 		return func(ctx context.Context, key string) (bool, error) {
 			n, err := script.Run(ctx, rdb, []string{"slog:" + key}, win, lim, uuid()).Int()
+			return n == 1, err
+		}
+	}, nil
+}
+
+// newRueidisLog is the plain sliding log sent through rueidis, whose
+// client pipelines concurrent commands on shared connections by itself
+// (auto-pipelining): the reference for what batching alone can reach.
+func newRueidisLog(rdb *redis.Client, count int, window time.Duration) (func() Decide, error) {
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{rdb.Options().Addr}, DisableCache: true})
+	if err != nil {
+		return nil, err
+	}
+	script := rueidis.NewLuaScript(plainLogLua)
+	win := strconv.FormatInt(window.Microseconds(), 10)
+	lim := strconv.Itoa(count)
+	return func() Decide {
+		return func(ctx context.Context, key string) (bool, error) {
+			n, err := script.Exec(ctx, client, []string{"rlog:" + key}, []string{win, lim, uuid()}).AsInt64()
 			return n == 1, err
 		}
 	}, nil

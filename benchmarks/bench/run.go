@@ -68,7 +68,7 @@ type Config struct {
 // FullConfig is a normal run: a few minutes on 2 cores.
 func FullConfig() Config {
 	return Config{
-		Goroutines: []int{1, 16, 64}, Keys: []int{1, 100_000},
+		Goroutines: []int{1, 16, 64, 256}, Keys: []int{1, 100_000},
 		Rounds: 3, Slice: time.Second, Count: 1_000_000, Window: time.Second,
 		MemKeys: 100_000, MemRequests: 10,
 		AdmitFor: 3 * time.Second, AdmitGoroutines: 64, DenyFor: time.Second,

@@ -42,7 +42,7 @@ func run() error {
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	ctxTimeout := flag.Bool("ctxtimeout", false, "set go-redis's ContextTimeoutEnabled on the shared client")
 	speedOnly := flag.Bool("speed", false, "measure decisions per second only (no deny cache, worst window or memory)")
-	goroutines := flag.String("g", "", "comma-separated goroutine counts (default 1,16,64)")
+	goroutines := flag.String("g", "", "comma-separated goroutine counts (default 1,16,64,256)")
 	keys := flag.String("keys", "", "comma-separated key counts (default 1,100000)")
 	slice := flag.Duration("slice", 0, "time per contender per round (default 1s, 150ms with -quick)")
 	rounds := flag.Int("rounds", 0, "rounds per setting (default 3, 1 with -quick)")
