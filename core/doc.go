@@ -71,7 +71,21 @@
 //	}
 //
 // keeps a fail-open service up while Redis is down. A small circuit
-// breaker stops paying the timeout on every call while Redis is down. Denials are remembered in a
-// local deny cache until their RetryAfter passes, answering repeat requests
-// without a round trip; this never changes a decision.
+// breaker stops paying the timeout on every call while Redis is down.
+// Denials are remembered in a local deny cache until their RetryAfter
+// passes, answering repeat requests without a round trip; this never
+// changes a decision. When one expires, one request of the key asks Redis
+// again while the others wait for its answer. A decision that times out
+// because the process itself is starved of CPU (a flood) is waited for or
+// sent again, is not counted by the circuit breaker, and leaves a key that
+// was just denied denied, so the limit holds under a flood.
+//
+// # Beyond allow and deny
+//
+// Refund gives units back (undo a charge); Block makes a key exhausted on
+// every replica for a while; Wait and WaitN throttle instead of rejecting.
+// For HTTP, a Rule can choose its limits per request (LimitsFor), count
+// only some responses (CountIf, built on Refund) and ban a key that keeps
+// being denied (Penalty, built on Block); an Enforcer applies it for every
+// adapter (nethttp, chimw, ginmw, echomw).
 package core
