@@ -74,71 +74,68 @@ func (c *denyCache) shard(key string) *denyShard {
 
 // get returns the cached denial of (key, n, limits) at now (ns), with its
 // durations counted down, and true. When the denial has expired, it
-// returns the stale denial (due again in a millisecond) and a probe: wait
-// is false when this caller is to ask the backend (and must call settle
-// with p afterwards), true when another caller is asking already and p is
-// the probe to wait for.
+// returns a probe instead: wait is false when this caller is to ask the
+// backend (and must call settle with p afterwards), true when another
+// caller is asking already and p is the probe to wait for.
 func (c *denyCache) get(key string, n int64, limits []Limit, now int64) (r Result, ok bool, p *probe, wait bool) {
-	sh := c.shard(key)
-	sh.mu.Lock()
+	sh, d := c.locked(key, n, limits)
 	defer sh.mu.Unlock()
-	ds := sh.m[key]
-	i := findDenial(ds, n, limits)
-	if i < 0 {
+	if d == nil {
 		return Result{}, false, nil, false
 	}
-	d := &ds[i]
-	if now >= d.until {
-		// the stale denial, for a probe the process's own overload keeps
-		// from an answer (see Limiter.decide): due again at once
-		r = d.result
-		elapsed := time.Duration(now-d.until) + r.RetryAfter
-		r.RetryAfter = time.Millisecond
-		r.ResetAfter = max(r.ResetAfter-elapsed, r.RetryAfter)
-		if d.probe != nil {
-			return r, false, d.probe, true
-		}
-		d.probe = &probe{done: make(chan struct{})}
-		return r, false, d.probe, false
+	if now < d.until {
+		return d.countedDown(now, 0), true, nil, false
 	}
-	r = d.result
-	left := time.Duration(d.until - now)
-	elapsed := r.RetryAfter - left
-	r.RetryAfter = left
-	r.ResetAfter = max(r.ResetAfter-elapsed, left)
-	return r, true, nil, false
+	if d.probe != nil {
+		return Result{}, false, d.probe, true
+	}
+	d.probe = &probe{done: make(chan struct{})}
+	return Result{}, false, d.probe, false
 }
 
 // last returns the latest denial of (key, n, limits), expired or not, with
 // its durations counted down to now (an expired one is due again in a
 // millisecond), and whether there is one. It starts no probe.
 func (c *denyCache) last(key string, n int64, limits []Limit, now int64) (Result, bool) {
-	sh := c.shard(key)
-	sh.mu.Lock()
+	sh, d := c.locked(key, n, limits)
 	defer sh.mu.Unlock()
-	ds := sh.m[key]
-	i := findDenial(ds, n, limits)
-	if i < 0 {
+	if d == nil {
 		return Result{}, false
 	}
-	r := ds[i].result
-	left := time.Duration(ds[i].until - now)
+	return d.countedDown(now, time.Millisecond), true
+}
+
+// locked returns key's shard, locked (the caller unlocks it), and the
+// denial of n units under limits in it, or nil.
+func (c *denyCache) locked(key string, n int64, limits []Limit) (*denyShard, *denial) {
+	sh := c.shard(key)
+	sh.mu.Lock()
+	ds := sh.m[key]
+	if i := findDenial(ds, n, limits); i >= 0 {
+		return sh, &ds[i]
+	}
+	return sh, nil
+}
+
+// countedDown returns d's denial at now (ns): RetryAfter is the time left
+// until d.until, at least least; ResetAfter counts down alike, never below
+// RetryAfter.
+func (d *denial) countedDown(now int64, least time.Duration) Result {
+	r := d.result
+	left := time.Duration(d.until - now)
 	elapsed := r.RetryAfter - left
-	r.RetryAfter = max(left, time.Millisecond)
+	r.RetryAfter = max(left, least)
 	r.ResetAfter = max(r.ResetAfter-elapsed, r.RetryAfter)
-	return r, true
+	return r
 }
 
 // settle ends probe p of (key, n, limits): the denial is no longer being
 // asked, and p's waiters wake up to look again (a denial put meanwhile
 // answers them; otherwise the first becomes the next probe).
 func (c *denyCache) settle(key string, n int64, limits []Limit, p *probe) {
-	sh := c.shard(key)
-	sh.mu.Lock()
-	if ds := sh.m[key]; ds != nil {
-		if i := findDenial(ds, n, limits); i >= 0 && ds[i].probe == p {
-			ds[i].probe = nil
-		}
+	sh, d := c.locked(key, n, limits)
+	if d != nil && d.probe == p {
+		d.probe = nil
 	}
 	sh.mu.Unlock()
 	close(p.done)

@@ -238,7 +238,8 @@ func clearRateHeaders(h http.Header) {
 func (hs *headerSet) writeDenied(w http.ResponseWriter, res Result, problem bool) {
 	h := w.Header()
 	if problem {
-		body, size := hs.lookup(res.Limit).problem, ""
+		var body []byte
+		var size string
 		if bits.OnesCount16(res.violated) > 1 {
 			var names []string
 			for i := range hs.limits {
@@ -247,11 +248,10 @@ func (hs *headerSet) writeDenied(w http.ResponseWriter, res Result, problem bool
 				}
 			}
 			body = appendProblem(nil, ProblemQuotaExceeded, problemTitle, http.StatusTooManyRequests, names...)
-		} else {
-			size = hs.lookup(res.Limit).problemLen
-		}
-		if size == "" {
 			size = strconv.Itoa(len(body))
+		} else {
+			lh := hs.lookup(res.Limit)
+			body, size = lh.problem, lh.problemLen
 		}
 		h[hdrContentType] = []string{problemType}
 		h[hdrContentLen] = []string{size}

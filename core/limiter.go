@@ -168,15 +168,12 @@ func (l *Limiter) Refund(ctx context.Context, key string, n int64, limits ...Lim
 	if err := validate(key, n, limits); err != nil {
 		return err
 	}
-	if l.cache != nil {
-		l.cache.forget(key)
-	}
-	return l.decider.refund(ctx, &query{key: key, n: n, limits: limits, now: l.queryTime()})
+	return l.refundAt(ctx, key, n, limits, 0, false)
 }
 
 // refundAt gives back the n units of key that the decision at at (µs; the
-// query's at) recorded: exactly those on a sliding log. local reports that
-// the failure mode's local store recorded them.
+// query's at) recorded: exactly those on a sliding log; with at 0, the
+// newest. local reports that the failure mode's local store recorded them.
 func (l *Limiter) refundAt(ctx context.Context, key string, n int64, limits []Limit, at int64, local bool) error {
 	if l.cache != nil {
 		l.cache.forget(key)
@@ -227,7 +224,6 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 	var (
 		cachedAt int64
 		probing  *probe // this call asks about an expired denial: settle it
-		stale    Result // the expired denial it asks about
 	)
 	if l.cache != nil && commit {
 		for {
@@ -246,7 +242,7 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 				break
 			}
 			if !wait {
-				probing, stale = p, r
+				probing = p
 				break
 			}
 			select { // another request of the key asks: its answer is ours
@@ -296,9 +292,7 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 		// (a flood), not because Redis failed: a key denied a moment ago
 		// stays denied rather than fall to the failure mode, so the limit
 		// holds under the flood.
-		if probing != nil {
-			r, banned, at, cacheHit = stale, false, 0, true
-		} else if d, ok := l.cache.last(key, n, limits, l.now().UnixNano()); ok {
+		if d, ok := l.cache.last(key, n, limits, l.now().UnixNano()); ok {
 			r, banned, at, cacheHit = d, false, 0, true
 		}
 	}

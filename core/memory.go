@@ -377,7 +377,7 @@ func (s *memoryStore) allow(_ context.Context, q *query) error {
 func (sh *memShard) penalize(key string, p *Penalty, now int64) int64 {
 	mk := sh.keys[key]
 	if mk.denialsEnd <= now {
-		mk.denials, mk.denialsEnd = 0, now+max(micros(p.Within), 1)
+		mk.denials, mk.denialsEnd = 0, now+micros(p.Within)
 	}
 	if mk.denials++; mk.denials < p.Denials {
 		return 0

@@ -85,9 +85,7 @@ func (s *redisStore) allow(ctx context.Context, q *query) error {
 	} else {
 		c.args = append(c.args, 0, 0, 0)
 	}
-	for _, l := range q.limits {
-		c.args = append(c.args, int(l.Algorithm), l.Count, micros(l.Window), micros(l.precision()))
-	}
+	c.args = appendLimitArgs(c.args, q.limits)
 	reply, err := s.batch.run(ctx, c)
 	if err != nil {
 		return fmt.Errorf("ratewindow: allow script: %w", err)
@@ -180,9 +178,7 @@ func (s *redisStore) block(ctx context.Context, q *query, d int64) error {
 func (s *redisStore) refund(ctx context.Context, q *query) error {
 	c := s.newCall(s.refundS, q, 0)
 	c.args = append(c.args, q.n, q.now, q.at)
-	for _, l := range q.limits {
-		c.args = append(c.args, int(l.Algorithm), l.Count, micros(l.Window), micros(l.precision()))
-	}
+	c.args = appendLimitArgs(c.args, q.limits)
 	reply, err := s.batch.run(ctx, c)
 	if err != nil {
 		return fmt.Errorf("ratewindow: refund script: %w", err)
@@ -191,6 +187,16 @@ func (s *redisStore) refund(ctx context.Context, q *query) error {
 		return fmt.Errorf("%w: refund returned %v for %d limits", ErrUnexpectedReply, reply, len(q.limits))
 	}
 	return nil
+}
+
+// appendLimitArgs appends the 4 script arguments of each limit, as
+// allow.lua and refund.lua take them: algorithm (0 log, 1 buckets, 2
+// counter), count, window µs, precision µs.
+func appendLimitArgs(args []any, limits []Limit) []any {
+	for _, l := range limits {
+		args = append(args, int(l.Algorithm), l.Count, micros(l.Window), micros(l.precision()))
+	}
+	return args
 }
 
 // appendInts appends a script's reply, converted to integers, to dst. Lua

@@ -435,16 +435,30 @@ func (e *Enforcer) requestLimits(r *http.Request) ([]Limit, *headerSet, error) {
 }
 
 // Settles reports whether the rule settles a request's charge after its
-// handler (Rule.CountIf): an adapter then calls Settle with the response
-// status once the handler has returned (ServeNext does both for
-// net/http).
+// handler (Rule.CountIf): an adapter then runs the next handlers through
+// SettleAfter (ServeNext does it for net/http).
 func (e *Enforcer) Settles() bool { return e.countIf != nil }
 
-// Settle gives back the units the rule charged r in Handle when
-// Rule.CountIf rejects status, the response's status. r is the request
-// Handle returned (or one derived from it). It does nothing for a rule
-// without CountIf, a request that was not charged, or one settled before.
-func (e *Enforcer) Settle(r *http.Request, status int) {
+// SettleAfter runs serve, which calls the next handlers of r (the request
+// Handle returned) and returns the response's status, then gives back the
+// units the rule charged r when Rule.CountIf rejects that status. A serve
+// that panics counts as 500, and the panic goes on up. It does nothing
+// more than serve for a rule without CountIf or a request not charged.
+func (e *Enforcer) SettleAfter(r *http.Request, serve func() (status int)) {
+	returned := false
+	defer func() {
+		if !returned { // the handler panicked
+			e.settle(r, http.StatusInternalServerError)
+		}
+	}()
+	status := serve()
+	returned = true
+	e.settle(r, status)
+}
+
+// settle gives back the units the rule charged r when Rule.CountIf rejects
+// status, once per request.
+func (e *Enforcer) settle(r *http.Request, status int) {
 	if e.countIf == nil {
 		return
 	}
@@ -464,7 +478,7 @@ func (e *Enforcer) Settle(r *http.Request, status int) {
 		// the client may be gone: the units go back all the same
 		ctx := context.WithoutCancel(r.Context())
 		if err := e.l.refundAt(ctx, c.key, c.n, c.limits, c.at, c.local); err != nil {
-			e.report(r, fmt.Errorf("refund after status %d: %w", status, err))
+			e.report(discard{}, r, fmt.Errorf("refund after status %d: %w", status, err))
 		}
 		return
 	}
@@ -474,22 +488,17 @@ func (e *Enforcer) Settle(r *http.Request, status int) {
 // a request Handle passed. For a rule with CountIf, it captures the
 // response status through a ResponseWriter that keeps http.Flusher,
 // http.Hijacker, io.ReaderFrom and http.ResponseController working (it
-// has Unwrap), then calls Settle; a panic counts as 500 and goes on up.
+// has Unwrap), and settles by it (see SettleAfter).
 func (e *Enforcer) ServeNext(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	if e.countIf == nil {
 		next.ServeHTTP(w, r)
 		return
 	}
 	sw := &statusWriter{ResponseWriter: w}
-	returned := false
-	defer func() {
-		if !returned { // the handler panicked
-			e.Settle(r, http.StatusInternalServerError)
-		}
-	}()
-	next.ServeHTTP(sw, r)
-	returned = true
-	e.Settle(r, sw.code())
+	e.SettleAfter(r, func() int {
+		next.ServeHTTP(sw, r)
+		return sw.code()
+	})
 }
 
 // passOn returns r and true when the request passes, else nil and false.
@@ -544,15 +553,8 @@ func (e *Enforcer) partition(key string) string {
 // that res is the failure mode's answer from the Limiter. It reports
 // whether the request passes.
 func (e *Enforcer) failed(w http.ResponseWriter, r *http.Request, st *shown, hs *headerSet, key string, err error, res Result, decided bool) bool {
-	err = ruleError{e.name, err}
-	if e.onError != nil {
-		ew := &errorWriter{ResponseWriter: w}
-		e.onError(ew, r, err)
-		if ew.wrote {
-			return false
-		}
-	} else {
-		e.logs.log(err, e.l.mode)
+	if e.report(w, r, err) {
+		return false
 	}
 	switch e.l.mode {
 	case FailClosed:
@@ -569,16 +571,17 @@ func (e *Enforcer) failed(w http.ResponseWriter, r *http.Request, st *shown, hs 
 	return true
 }
 
-// report hands an error that comes after the response (a refund's) to
-// OnError, with a ResponseWriter that discards what it writes, or to the
-// default log.
-func (e *Enforcer) report(r *http.Request, err error) {
+// report hands err, named by the rule, to OnError with w, and reports
+// whether OnError wrote a response; without OnError, to the default log.
+func (e *Enforcer) report(w http.ResponseWriter, r *http.Request, err error) (wrote bool) {
 	err = ruleError{e.name, err}
-	if e.onError != nil {
-		e.onError(discard{}, r, err)
-		return
+	if e.onError == nil {
+		e.logs.log(err, e.l.mode)
+		return false
 	}
-	e.logs.log(err, e.l.mode)
+	ew := &errorWriter{ResponseWriter: w}
+	e.onError(ew, r, err)
+	return ew.wrote
 }
 
 // discard is a ResponseWriter that writes nowhere.

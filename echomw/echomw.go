@@ -82,23 +82,18 @@ func (c Config) ToMiddleware() (echo.MiddlewareFunc, error) {
 // before writing (echo's error handler writes it later), the error's: an
 // *echo.HTTPError's code, else 500. A panic counts as 500.
 func serveCounted(e *core.Enforcer, r *http.Request, ec echo.Context, next echo.HandlerFunc) error {
-	returned := false
-	defer func() {
-		if !returned {
-			e.Settle(r, http.StatusInternalServerError)
+	var err error
+	e.SettleAfter(r, func() int {
+		err = next(ec)
+		if err == nil || ec.Response().Committed {
+			return ec.Response().Status
 		}
-	}()
-	err := next(ec)
-	returned = true
-	status := ec.Response().Status
-	if err != nil && !ec.Response().Committed {
-		status = http.StatusInternalServerError
 		var he *echo.HTTPError
 		if errors.As(err, &he) {
-			status = he.Code
+			return he.Code
 		}
-	}
-	e.Settle(r, status)
+		return http.StatusInternalServerError
+	})
 	return err
 }
 

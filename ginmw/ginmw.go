@@ -48,15 +48,10 @@ func New(l *core.Limiter, rule core.Rule) (gin.HandlerFunc, error) {
 		}
 		// Rule.CountIf: settle by the status the handlers wrote; a panic
 		// (on its way to gin's Recovery) counts as 500
-		returned := false
-		defer func() {
-			if !returned {
-				e.Settle(r, http.StatusInternalServerError)
-			}
-		}()
-		c.Next()
-		returned = true
-		e.Settle(r, c.Writer.Status())
+		e.SettleAfter(r, func() int {
+			c.Next()
+			return c.Writer.Status()
+		})
 	}, nil
 }
 
