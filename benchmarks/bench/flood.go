@@ -42,7 +42,6 @@ type FloodPart struct {
 	Decisions      int64
 	FailureAnswers int64
 	Hist           hist
-	Err            string
 }
 
 // floodAlgorithms are the algorithms the flood runs: those that never
