@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"runtime/metrics"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -48,6 +49,9 @@ type batcher struct {
 
 	calls sync.Pool
 	dials *dialErrors // the client's failed dials; nil: not watched
+
+	born  time.Time    // the origin of heard, on the monotonic clock
+	heard atomic.Int64 // ns since born: when Redis last answered
 }
 
 // maxInFlight is how many round trips one Limiter has in flight at once.
@@ -81,7 +85,7 @@ type script struct {
 func newScript(src string) *script { return &script{redis.NewScript(src), src} }
 
 func newBatcher(rdb redis.Scripter) *batcher {
-	b := &batcher{rdb: rdb, wake: make(chan struct{}, 1), boundsReads: boundsReads(rdb), dials: watchDials(rdb)}
+	b := &batcher{rdb: rdb, wake: make(chan struct{}, 1), boundsReads: boundsReads(rdb), dials: watchDials(rdb), born: time.Now()}
 	if p, ok := rdb.(interface{ Pipeline() redis.Pipeliner }); ok {
 		b.pipe = p.Pipeline
 	}
@@ -111,6 +115,43 @@ func (b *batcher) newCall(limits int) *call {
 // flusher goroutine sends everything queued as one pipeline, and so on
 // until the queue is empty.
 func (b *batcher) run(ctx context.Context, c *call) (any, error) {
+	sent := time.Since(b.born)
+	reply, err := b.wait(ctx, c)
+	if err != nil && context.Cause(ctx) == errTimeout && !errors.Is(err, errStarved) && b.answeredSince(ctx, sent) {
+		// Redis answered other calls while this one waited: its time ran
+		// out in a queue (this process's, or Redis's under load), not
+		// because Redis failed
+		err = starvedError(err, true)
+	}
+	return reply, err
+}
+
+// answeredSince reports whether Redis answered this client in the second
+// half of the wait of a call sent at sent (since born) whose ctx has ended:
+// Redis was alive well after the call was sent.
+func (b *batcher) answeredSince(ctx context.Context, sent time.Duration) bool {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return false
+	}
+	half := sent + dl.Sub(b.born.Add(sent))/2
+	return time.Duration(b.heard.Load()) > half
+}
+
+// answered notes when Redis answers: a reply, or an error reply of the
+// server (not a network error or a timeout). It reports whether err was
+// one.
+func (b *batcher) answered(err error) bool {
+	var re redis.Error
+	if err != nil && !errors.As(err, &re) {
+		return false
+	}
+	b.heard.Store(int64(time.Since(b.born)))
+	return true
+}
+
+// wait sends c and waits for its reply, or for ctx.
+func (b *batcher) wait(ctx context.Context, c *call) (any, error) {
 	if err := ctx.Err(); err != nil {
 		b.recycle(c)
 		return nil, err
@@ -240,6 +281,7 @@ func (b *batcher) noReply(ctx context.Context) error {
 func (b *batcher) direct(ctx context.Context, c *call) (any, error) {
 	// Script.Run: EVALSHA, and EVAL when the server lacks the script
 	reply, err := c.script.Run(ctx, b.rdb, c.keys, c.args...).Result()
+	b.answered(err)
 	b.recycle(c)
 	b.handOff()
 	return reply, err
@@ -348,6 +390,7 @@ func (b *batcher) send(batch []*call) {
 		for _, c := range live {
 			// Script.Run: EVALSHA, and EVAL when the server lacks the script
 			reply, err := c.script.Run(context.WithoutCancel(c.ctx), b.rdb, c.keys, c.args...).Result()
+			b.answered(err)
 			b.finish(c, reply, err)
 		}
 		return
@@ -377,6 +420,11 @@ func (b *batcher) send(batch []*call) {
 	}
 	if again != nil {
 		_, _ = again.Exec(ctx)
+	}
+	for _, s := range cmds {
+		if b.answered(s.cmd.Err()) {
+			break
+		}
 	}
 	for _, s := range cmds {
 		reply, err := s.cmd.Result()

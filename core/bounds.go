@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -22,10 +23,12 @@ type bounds struct {
 // caller's ctx ending first comes back as it is.
 func within[T any](b *bounds, ctx context.Context, f func(context.Context) (T, error)) (T, error) {
 	var zero T
-	ok, probe := b.breaker.allow(time.Now().UnixNano())
+	sent := time.Now().UnixNano()
+	ok, probe := b.breaker.allow(sent)
 	if !ok {
 		return zero, backendError{b.dials.explain(ErrCircuitOpen)}
 	}
+	healthy := b.breaker.healthy()
 	cctx, cancel := ctx, context.CancelFunc(func() {})
 	if b.timeout > 0 {
 		cctx, cancel = context.WithTimeoutCause(ctx, b.timeout, errTimeout)
@@ -47,9 +50,22 @@ func within[T any](b *bounds, ctx context.Context, f func(context.Context) (T, e
 		}
 		return zero, backendError{err}
 	}
-	b.breaker.failure(time.Now().UnixNano())
+	b.breaker.failure(sent, time.Now().UnixNano())
+	if healthy && context.Cause(cctx) == errTimeout {
+		// the first timeout after Redis answered: a slow moment until
+		// proven otherwise (see errFirstTimeout)
+		err = fmt.Errorf("%w (%w)", err, errFirstTimeout)
+	}
 	return zero, backendError{err}
 }
+
+// errFirstTimeout marks a timeout of a call sent while Redis was healthy
+// (it had answered, and no failure was counted since): a decision sends it
+// once more before the failure mode answers, so that one slow moment (a
+// loaded machine, a burst of callers) is not taken for an outage. Its
+// failure is counted by the circuit breaker, so the retry of a Redis that
+// is really gone times out unmarked.
+var errFirstTimeout = errors.New("the first timeout after Redis answered")
 
 func (b *bounds) allow(ctx context.Context, q *query) error {
 	_, err := within(b, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, b.next.allow(ctx, q) })

@@ -6,11 +6,24 @@ import "sync/atomic"
 // a row it opens for breakerPause, answering every decision with the
 // failure mode at once; then a single call probes Redis, and a success
 // closes it again while a failure opens it for another pause.
+//
+// Failures in a row are failures in sequence: a call that was sent before
+// the last counted failure ended is not counted, as it saw the same moment
+// of Redis. Many concurrent calls timing out together are one failure, so
+// a burst of calls at a slow moment (a cold start on a loaded machine) does
+// not open the breaker; a Redis that stays silent opens it after
+// breakerFailures timeouts, one after the other.
 type breaker struct {
 	failures  atomic.Int32
+	lastEnd   atomic.Int64 // ns on the process clock: when the last counted failure ended
 	openUntil atomic.Int64 // ns on the process clock; 0: closed
 	probing   atomic.Bool
+	answered  atomic.Bool // a call has succeeded
 }
+
+// healthy reports whether Redis has answered and no failure has been
+// counted since.
+func (b *breaker) healthy() bool { return b.answered.Load() && b.failures.Load() == 0 }
 
 const (
 	breakerFailures = 3
@@ -33,6 +46,9 @@ func (b *breaker) allow(now int64) (ok, probe bool) {
 }
 
 func (b *breaker) success() {
+	if !b.answered.Load() {
+		b.answered.Store(true)
+	}
 	if b.failures.Load() != 0 {
 		b.failures.Store(0)
 	}
@@ -42,7 +58,13 @@ func (b *breaker) success() {
 	}
 }
 
-func (b *breaker) failure(now int64) {
+// failure counts a call sent at start (ns) that failed at now (ns), unless
+// it overlapped the last counted failure.
+func (b *breaker) failure(start, now int64) {
+	last := b.lastEnd.Load()
+	if start < last || !b.lastEnd.CompareAndSwap(last, now) {
+		return // the same moment of Redis as a failure already counted
+	}
 	if b.failures.Add(1) >= breakerFailures {
 		b.openUntil.Store(now + breakerPause)
 		b.probing.Store(false)

@@ -454,7 +454,7 @@ func TestFaultBreakerAbandonedProbe(t *testing.T) {
 	var b breaker
 	now := int64(1e9)
 	for range breakerFailures {
-		b.failure(now)
+		b.failure(now, now)
 	}
 	if ok, _ := b.allow(now + 1); ok {
 		t.Fatal("open breaker allowed a call")
@@ -471,7 +471,7 @@ func TestFaultBreakerAbandonedProbe(t *testing.T) {
 	if ok, probe := b.allow(later); !ok || !probe {
 		t.Fatal("no probe after an abandoned one")
 	}
-	b.failure(later)
+	b.failure(later, later)
 	if ok, _ := b.allow(later + 1); ok {
 		t.Fatal("a failed probe did not open the breaker again")
 	}
@@ -483,6 +483,33 @@ func TestFaultBreakerAbandonedProbe(t *testing.T) {
 		if ok, probe := b.allow(later + breakerPause); !ok || probe {
 			t.Fatal("closed breaker: want plain calls")
 		}
+	}
+}
+
+// TestBreakerCountsFailuresInSequence: calls sent before the last counted
+// failure ended saw the same moment of Redis and are not counted again, so
+// a burst of concurrent timeouts does not open the breaker; failures one
+// after the other do.
+func TestBreakerCountsFailuresInSequence(t *testing.T) {
+	var b breaker
+	const timeout = int64(100e6)
+	sent := int64(1e9)
+	for i := range 64 { // 64 concurrent calls time out together
+		b.failure(sent+int64(i), sent+timeout+int64(i))
+	}
+	if ok, _ := b.allow(sent + 2*timeout); !ok {
+		t.Fatal("one burst of concurrent timeouts opened the breaker")
+	}
+	if got := b.failures.Load(); got != 1 {
+		t.Fatalf("a burst counted %d failures, want 1", got)
+	}
+	end := sent + timeout + 63
+	for range breakerFailures - 1 { // then calls one after the other
+		b.failure(end, end+timeout)
+		end += timeout
+	}
+	if ok, _ := b.allow(end + 1); ok {
+		t.Fatalf("%d failures in sequence left the breaker closed", breakerFailures)
 	}
 }
 

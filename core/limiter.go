@@ -208,6 +208,13 @@ func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) error 
 // of time in a starved process.
 const starvedRetries = 3
 
+// retryable reports whether a decision that failed with err goes again:
+// it ran out of time in a starved process, or it is the first timeout
+// after Redis answered.
+func retryable(err error) bool {
+	return err != nil && (errors.Is(err, errStarved) || errors.Is(err, errFirstTimeout))
+}
+
 // decide validates, consults the deny cache, asks the chain and picks the
 // binding limit. rule is the Rule's name for observers; pen its Penalty,
 // or nil. It also returns the time in µs the store decided at (the time of
@@ -260,11 +267,12 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 	q.key, q.n, q.limits, q.commit, q.now, q.penalty = key, n, append(q.limits[:0], limits...), commit, l.queryTime(), pen
 	err := l.decider.allow(ctx, q)
 	// A call that ran out of time because this process was starved (a
-	// flood) goes again, up to starvedRetries times, unless a denial of the
-	// key is cached (it answers: see below): waiting in the process's own
-	// queue is no failure of Redis. FailLocal's answer recorded local
-	// units, so it stands.
-	for tries := 0; err == nil && l.mode != FailLocal && tries < starvedRetries && errors.Is(q.backendErr, errStarved) && ctx.Err() == nil; tries++ {
+	// flood), or while Redis answered others, goes again, up to
+	// starvedRetries times, unless a denial of the key is cached (it
+	// answers: see below): waiting in a queue is no failure of Redis. The
+	// first timeout after Redis answered goes again once. FailLocal's
+	// answer recorded local units, so it stands.
+	for tries := 0; err == nil && l.mode != FailLocal && tries < starvedRetries && retryable(q.backendErr) && ctx.Err() == nil; tries++ {
 		if l.cache != nil && commit {
 			if _, ok := l.cache.last(key, n, limits, l.now().UnixNano()); ok {
 				break
@@ -287,11 +295,11 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 		l.cache.put(key, n, limits, cachedAt, r)
 	}
 	cacheHit := false
-	if err == nil && l.cache != nil && commit && errors.Is(r.BackendErr, errStarved) {
+	if err == nil && l.cache != nil && commit && retryable(r.BackendErr) {
 		// Redis did not answer in time because this process was starved
-		// (a flood), not because Redis failed: a key denied a moment ago
-		// stays denied rather than fall to the failure mode, so the limit
-		// holds under the flood.
+		// (a flood), or in a first slow moment, not because Redis was seen
+		// failing: a key denied a moment ago stays denied rather than fall
+		// to the failure mode, so the limit holds under the flood.
 		if d, ok := l.cache.last(key, n, limits, l.now().UnixNano()); ok {
 			r, banned, at, cacheHit = d, false, 0, true
 		}
