@@ -142,9 +142,10 @@ func (b *batcher) answeredSince(ctx context.Context, sent time.Duration) bool {
 // server (not a network error or a timeout). It reports whether err was
 // one.
 func (b *batcher) answered(err error) bool {
-	var re redis.Error
-	if err != nil && !errors.As(err, &re) {
-		return false
+	if err != nil {
+		if re := redis.Error(nil); !errors.As(err, &re) {
+			return false
+		}
 	}
 	b.heard.Store(int64(time.Since(b.born)))
 	return true
@@ -163,8 +164,17 @@ func (b *batcher) wait(ctx context.Context, c *call) (any, error) {
 		b.mu.Unlock()
 		if b.boundsReads || ctx.Done() == nil {
 			reply, err := b.direct(ctx, c)
-			if err != nil && ctx.Err() != nil {
-				err = b.noReply(ctx)
+			if err == nil {
+				return reply, nil
+			}
+			if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+				<-ctx.Done() // the read ended at the deadline; ctx's own timer may lag
+			}
+			if ctx.Err() != nil {
+				// the process was starved when this goroutine saw the
+				// deadline late, or with a crowd of runnable goroutines
+				// ahead of the reply's reader
+				err = starvedError(b.noReply(ctx), context.Cause(ctx) == errTimeout && (seenLate(ctx) || busy()))
 			}
 			return reply, err
 		}
@@ -216,8 +226,7 @@ func awaitLate[T any](ctx context.Context, done <-chan T) (v T, ok, starved bool
 	if context.Cause(ctx) != errTimeout {
 		return v, false, false
 	}
-	dl, _ := ctx.Deadline()
-	late := time.Since(dl)
+	late := lateBy(ctx)
 	for late > lateAllowance {
 		starved = true
 		t := time.NewTimer(late)
@@ -237,6 +246,16 @@ func awaitLate[T any](ctx context.Context, done <-chan T) (v T, ok, starved bool
 		return v, false, starved || busy()
 	}
 }
+
+// lateBy returns how long ago ctx's deadline passed.
+func lateBy(ctx context.Context) time.Duration {
+	dl, _ := ctx.Deadline()
+	return time.Since(dl)
+}
+
+// seenLate reports whether ctx's deadline passed more than lateAllowance
+// ago.
+func seenLate(ctx context.Context) bool { return lateBy(ctx) > lateAllowance }
 
 // busyRunnable is how many runnable goroutines per P (GOMAXPROCS) make a
 // process busy: its goroutines queue for the CPU, and a reply read by one
@@ -374,14 +393,12 @@ type sent struct {
 // send runs a batch and hands every caller its reply.
 func (b *batcher) send(batch []*call) {
 	live := batch[:0:0]
-	var ctx context.Context
 	for _, c := range batch {
 		if err := c.ctx.Err(); err != nil {
 			b.finish(c, nil, err) // its caller is gone: nothing is sent
 			continue
 		}
 		live = append(live, c)
-		ctx = laterDeadline(ctx, c.ctx)
 	}
 	switch {
 	case len(live) == 0:
@@ -395,12 +412,12 @@ func (b *batcher) send(batch []*call) {
 		}
 		return
 	}
-	ctx = context.WithoutCancel(ctx)
-	if dl, ok := ctx.Deadline(); ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, dl)
-		defer cancel()
-	}
+	// The batch is sent without a deadline (with the first caller's
+	// values): each caller leaves at its own deadline, and the replies are
+	// read to the end however late they come, so that a slow moment costs
+	// no connection; the client's ReadTimeout ends a wait on a silent
+	// server.
+	ctx := context.WithoutCancel(live[0].ctx)
 	cmds := b.plan(live)
 	pipe := b.pipe()
 	for _, s := range cmds {
@@ -490,25 +507,6 @@ func (b *batcher) finish(c *call, reply any, err error) {
 	}
 	c.reply, c.err = reply, err
 	c.done <- struct{}{}
-}
-
-// laterDeadline returns whichever of cur and next has the later deadline; a
-// context without a deadline is the latest of all. The batch is sent with
-// it, so that no caller still waiting loses its reply to another's
-// deadline.
-func laterDeadline(cur, next context.Context) context.Context {
-	if cur == nil {
-		return next
-	}
-	d1, ok1 := cur.Deadline()
-	if !ok1 {
-		return cur
-	}
-	d2, ok2 := next.Deadline()
-	if !ok2 || d2.After(d1) {
-		return next
-	}
-	return cur
 }
 
 // boundsReads reports whether rdb bounds its network reads by the context's

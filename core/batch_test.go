@@ -257,3 +257,46 @@ func TestBatchKeepsDeadline(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchHeard: a reply or an error reply of the server shows Redis
+// alive; a network error or a timeout does not. A call whose time ran out
+// while Redis answered in the second half of its wait is marked starved
+// (the breaker does not count it), one that heard nothing is not.
+func TestBatchHeard(t *testing.T) {
+	srv := redistest.New(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	serverErr := rdb.Do(ctx, "NOSUCHCOMMAND").Err()
+	for _, c := range []struct {
+		name  string
+		err   error
+		heard bool
+	}{
+		{"reply", nil, true},
+		{"error reply", serverErr, true},
+		{"wrapped error reply", fmt.Errorf("script: %w", serverErr), true},
+		{"timeout", context.DeadlineExceeded, false},
+		{"network", errors.New("dial tcp 127.0.0.1:1: connect: connection refused"), false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b := newBatcher(rdb)
+			if got := b.answered(c.err); got != c.heard || (b.heard.Load() != 0) != c.heard {
+				t.Fatalf("answered(%v) = %v, heard %d; want %v", c.err, got, b.heard.Load(), c.heard)
+			}
+		})
+	}
+	t.Run("second half", func(t *testing.T) {
+		b := newBatcher(rdb)
+		sent := time.Since(b.born)
+		cctx, cancel := context.WithDeadline(ctx, b.born.Add(sent+100*time.Millisecond))
+		defer cancel()
+		b.heard.Store(int64(sent + 40*time.Millisecond))
+		if b.answeredSince(cctx, sent) {
+			t.Fatal("a reply in the first half of the wait counted")
+		}
+		b.heard.Store(int64(sent + 60*time.Millisecond))
+		if !b.answeredSince(cctx, sent) {
+			t.Fatal("a reply in the second half of the wait did not count")
+		}
+	})
+}

@@ -14,7 +14,8 @@ import (
 )
 
 // TestFlood: three Limiters (three replicas, each with its own client and
-// the default options) with 64 goroutines each hammer one key limited to
+// the default options, each having served a decision before) with 64
+// goroutines each hammer one key limited to
 // 100 a second, on real Redis, starving the process of CPU. The limiter
 // must keep limiting: no decision is answered by the failure mode while
 // Redis is healthy (the circuit breaker never opens), and no more are
@@ -47,8 +48,22 @@ func TestFlood(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				// each replica has served before the flood: its client is
+				// connected and the server has its scripts
+				for i := 0; ; i++ {
+					r, err := l.Allow(context.Background(), "warm", PerSecond(1))
+					if err != nil || (r.BackendErr != nil && i == 20) {
+						t.Fatalf("warming up: %v %v", err, r.BackendErr)
+					}
+					if r.BackendErr == nil {
+						break
+					}
+				}
 				limiters = append(limiters, l)
 			}
+			failed.Store(0) // a slow warm-up is no part of the flood
+			opened.Store(0)
+			decisions.Store(0)
 			lim := PerSecond(100).With(alg)
 			ctx := context.Background()
 			start := time.Now()
