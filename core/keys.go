@@ -27,21 +27,40 @@ const (
 
 // appendKeys appends to dst the block key of key and its penalty key, as
 // own (withBlock, withPenalty) says, then the storage key of every limit of
-// key, with one allocation per key:
-// "<prefix>{<key>}:" (see appendTag) and the limit's name (see
-// appendLimit), such as "rw:{ip:203.0.113.9}:l1m".
+// key: "<prefix>{<key>}:" (see appendTag) and the limit's name (see
+// appendLimit), such as "rw:{ip:203.0.113.9}:l1m". The keys are built
+// into one buffer and share one string: one allocation in all.
 func appendKeys(dst []string, prefix, key string, limits []Limit, own int) []string {
-	var buf [160]byte
+	var buf [256]byte
 	b := appendTag(buf[:0], prefix, key)
 	tag := len(b)
-	if own&withBlock != 0 {
-		dst = append(dst, string(append(b[:tag], blockName...)))
+	var endsBuf [2 + MaxLimits]int
+	ends := endsBuf[:0] // where each key ends in b
+	if 2+len(limits) > len(endsBuf) {
+		ends = make([]int, 0, 2+len(limits))
 	}
-	if own&withPenalty != 0 {
-		dst = append(dst, string(append(b[:tag], penaltyName...)))
+	for i, suffix := range [2]string{blockName, penaltyName} {
+		if own&(withBlock<<i) == 0 {
+			continue
+		}
+		if len(ends) > 0 {
+			b = append(b, b[:tag]...)
+		}
+		b = append(b, suffix...)
+		ends = append(ends, len(b))
 	}
 	for _, l := range limits {
-		dst = append(dst, string(appendLimit(b[:tag], l)))
+		if len(ends) > 0 {
+			b = append(b, b[:tag]...)
+		}
+		b = appendLimit(b, l)
+		ends = append(ends, len(b))
+	}
+	all := string(b)
+	start := 0
+	for _, end := range ends {
+		dst = append(dst, all[start:end])
+		start = end
 	}
 	return dst
 }

@@ -30,3 +30,40 @@ func TestStorageKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestAppendKeys: the block and penalty keys as own asks, then one key per
+// limit, built with one allocation whatever their number.
+func TestAppendKeys(t *testing.T) {
+	limits := []Limit{PerSecond(1), PerMinute(10).With(SlidingBuckets), PerHour(100).With(SlidingCounter)}
+	cases := []struct {
+		own  int
+		want []string
+	}{
+		{0, []string{"rw:{k}:l1s", "rw:{k}:b1m", "rw:{k}:c1h"}},
+		{withBlock, []string{"rw:{k}:block", "rw:{k}:l1s", "rw:{k}:b1m", "rw:{k}:c1h"}},
+		{withBlock | withPenalty, []string{"rw:{k}:block", "rw:{k}:penalty", "rw:{k}:l1s", "rw:{k}:b1m", "rw:{k}:c1h"}},
+		{withPenalty, []string{"rw:{k}:penalty", "rw:{k}:l1s", "rw:{k}:b1m", "rw:{k}:c1h"}},
+	}
+	for _, c := range cases {
+		got := appendKeys([]string{"before"}, DefaultPrefix, "k", limits, c.own)
+		if len(got) != 1+len(c.want) || got[0] != "before" {
+			t.Fatalf("own %b: got %q", c.own, got)
+		}
+		for i, w := range c.want {
+			if got[1+i] != w {
+				t.Errorf("own %b: key %d is %q, want %q", c.own, i, got[1+i], w)
+			}
+		}
+	}
+	many := make([]Limit, MaxLimits+3) // beyond the stack's room: still right
+	for i := range many {
+		many[i] = Per(int64(i+1), time.Duration(i+1)*time.Second)
+	}
+	if got := appendKeys(nil, DefaultPrefix, "k", many, withBlock|withPenalty); len(got) != 2+len(many) || got[len(got)-1] != "rw:{k}:l19s" {
+		t.Fatalf("many limits: %d keys, last %q", len(got), got[len(got)-1])
+	}
+	dst := make([]string, 0, 8)
+	if n := testing.AllocsPerRun(100, func() { dst = appendKeys(dst[:0], DefaultPrefix, "k", limits, withBlock|withPenalty) }); n != 1 {
+		t.Errorf("%v allocations, want 1", n)
+	}
+}
