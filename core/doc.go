@@ -76,9 +76,11 @@
 // passes, answering repeat requests without a round trip; this never
 // changes a decision. When one expires, one request of the key asks Redis
 // again while the others wait for its answer. A decision that times out
-// because the process itself is starved of CPU (a flood) is waited for or
-// sent again, is not counted by the circuit breaker, and leaves a key that
-// was just denied denied, so the limit holds under a flood.
+// because the process itself is starved of CPU (a flood), or while Redis
+// answered its other calls, is waited for or sent again, is not counted by
+// the circuit breaker, and leaves a key that was just denied denied, so the
+// limit holds under a flood; the breaker counts failures one after the
+// other, never a burst of concurrent timeouts as many.
 //
 // # Beyond allow and deny
 //
