@@ -52,7 +52,7 @@ func within[T any](b *bounds, ctx context.Context, f func(context.Context) (T, e
 	}
 	b.breaker.failure(sent, time.Now().UnixNano())
 	if healthy && context.Cause(cctx) == errTimeout {
-		// the first timeout after Redis answered: a slow moment until
+		// the first timeout while Redis was healthy: a slow moment until
 		// proven otherwise (see errFirstTimeout)
 		err = fmt.Errorf("%w (%w)", err, errFirstTimeout)
 	}
@@ -60,12 +60,13 @@ func within[T any](b *bounds, ctx context.Context, f func(context.Context) (T, e
 }
 
 // errFirstTimeout marks a timeout of a call sent while Redis was healthy
-// (it had answered, and no failure was counted since): a decision sends it
-// once more before the failure mode answers, so that one slow moment (a
-// loaded machine, a burst of callers) is not taken for an outage. Its
-// failure is counted by the circuit breaker, so the retry of a Redis that
-// is really gone times out unmarked.
-var errFirstTimeout = errors.New("the first timeout after Redis answered")
+// (no failure counted since its last success, or since the start): a
+// decision sends it once more before the failure mode answers, so that one
+// slow moment (a loaded machine, a burst of callers, a cold start: the
+// first dial and script load) is not taken for an outage. Its failure is
+// counted by the circuit breaker, so the retry of a Redis that is really
+// gone times out unmarked.
+var errFirstTimeout = errors.New("the first timeout while Redis was healthy")
 
 func (b *bounds) allow(ctx context.Context, q *query) error {
 	_, err := within(b, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, b.next.allow(ctx, q) })

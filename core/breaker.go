@@ -18,12 +18,11 @@ type breaker struct {
 	lastEnd   atomic.Int64 // ns on the process clock: when the last counted failure ended
 	openUntil atomic.Int64 // ns on the process clock; 0: closed
 	probing   atomic.Bool
-	answered  atomic.Bool // a call has succeeded
 }
 
-// healthy reports whether Redis has answered and no failure has been
-// counted since.
-func (b *breaker) healthy() bool { return b.answered.Load() && b.failures.Load() == 0 }
+// healthy reports whether no failure has been counted since the last
+// success, or since the start.
+func (b *breaker) healthy() bool { return b.failures.Load() == 0 }
 
 const (
 	breakerFailures = 3
@@ -46,9 +45,6 @@ func (b *breaker) allow(now int64) (ok, probe bool) {
 }
 
 func (b *breaker) success() {
-	if !b.answered.Load() {
-		b.answered.Store(true)
-	}
 	if b.failures.Load() != 0 {
 		b.failures.Store(0)
 	}

@@ -210,7 +210,7 @@ const starvedRetries = 3
 
 // retryable reports whether a decision that failed with err goes again:
 // it ran out of time in a starved process, or it is the first timeout
-// after Redis answered.
+// while Redis was healthy.
 func retryable(err error) bool {
 	return err != nil && (errors.Is(err, errStarved) || errors.Is(err, errFirstTimeout))
 }
@@ -270,7 +270,7 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 	// flood), or while Redis answered others, goes again, up to
 	// starvedRetries times, unless a denial of the key is cached (it
 	// answers: see below): waiting in a queue is no failure of Redis. The
-	// first timeout after Redis answered goes again once. FailLocal's
+	// first timeout while Redis was healthy goes again once. FailLocal's
 	// answer recorded local units, so it stands.
 	for tries := 0; err == nil && l.mode != FailLocal && tries < starvedRetries && retryable(q.backendErr) && ctx.Err() == nil; tries++ {
 		if l.cache != nil && commit {

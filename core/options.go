@@ -51,9 +51,10 @@ func WithClock(now func() time.Time) Option { return Option{func(c *config) { c.
 // life: a call whose time ran out while Redis answered this client's other
 // calls, or while this process was starved of CPU, goes again (up to 3
 // times) and is not counted by the circuit breaker; and the first timeout
-// after Redis answered goes again once. A decision can so take a few
-// timeouts when the process or Redis is overloaded, and two at the start
-// of an outage; a Redis that never answered costs one.
+// while Redis was healthy (no failure counted since its last answer, or
+// since the start) goes again once. A decision can so take a few timeouts
+// when the process or Redis is overloaded, and the first decision of an
+// outage takes two.
 //
 // The bound holds whatever the client's options. A go-redis client created
 // with ContextTimeoutEnabled: true ends its own read at the deadline; any
