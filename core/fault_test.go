@@ -121,9 +121,10 @@ func faultLimiter(t *testing.T, rdb redis.Scripter, mode FailureMode, share floa
 }
 
 // TestFaultSilentServer: a server that accepts connections and never
-// answers costs every decision at most the timeout, with every client type
-// and default client options; the failure mode answers, with an error, and
-// the observer hears of each.
+// answers costs every decision at most the timeout (the first decision two:
+// the first timeout while Redis was healthy goes again), within the margin,
+// with every client type and default client options; the failure mode
+// answers, with an error, and the observer hears of each.
 func TestFaultSilentServer(t *testing.T) {
 	t.Parallel()
 	addr := redistest.Silent(t)

@@ -39,14 +39,17 @@ func appendKeys(dst []string, prefix, key string, limits []Limit, own int) []str
 	if 2+len(limits) > len(endsBuf) {
 		ends = make([]int, 0, 2+len(limits))
 	}
-	for i, suffix := range [2]string{blockName, penaltyName} {
-		if own&(withBlock<<i) == 0 {
+	for _, k := range [...]struct {
+		flag int
+		name string
+	}{{withBlock, blockName}, {withPenalty, penaltyName}} {
+		if own&k.flag == 0 {
 			continue
 		}
 		if len(ends) > 0 {
 			b = append(b, b[:tag]...)
 		}
-		b = append(b, suffix...)
+		b = append(b, k.name...)
 		ends = append(ends, len(b))
 	}
 	for _, l := range limits {
