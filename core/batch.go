@@ -180,7 +180,8 @@ func (b *batcher) wait(ctx context.Context, c *call) (any, error) {
 		}
 		reply, err := detach(ctx, func(ctx context.Context) (any, error) { return b.direct(ctx, c) })
 		if err != nil && ctx.Err() != nil {
-			err = b.noReply(ctx)
+			// detach saw whether the process was starved meanwhile
+			err = starvedError(b.noReply(ctx), errors.Is(err, errStarved))
 		}
 		return reply, err
 	}

@@ -146,7 +146,7 @@ func TestBatchMergedError(t *testing.T) {
 	s := newRedisStore(rdb, uniquePrefix(t))
 	lim := PerMinute(3)
 	bad := storageKey(keyTag(s.prefix, "bad"), lim)
-	if err := rdb.Set(context.Background(), bad, "not a sorted set", time.Minute).Err(); err != nil {
+	if err := rdb.Set(context.Background(), bad, "not a sliding log", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
 	calls := []*call{allowCall(s, "a", lim), allowCall(s, "bad", lim), allowCall(s, "b", lim)}

@@ -407,7 +407,7 @@ func TestConformance(t *testing.T) {
 				}
 			}
 			if e.rdb != nil {
-				n, err := e.rdb.ZCard(ctx, storageKey(keyTag(e.prefix, "burst"), PerHour(20))).Result()
+				n, err := storedLogLen(ctx, e.rdb, storageKey(keyTag(e.prefix, "burst"), PerHour(20)))
 				if err != nil || n != 20 {
 					t.Fatalf("log members: %d %v", n, err)
 				}

@@ -10,10 +10,13 @@
 //
 // # Algorithms
 //
-// SlidingLog keeps one sorted-set member per admitted unit. It is exact: no
-// window of length Window ever holds more than Count units, RetryAfter is
-// the exact time until enough of the oldest units leave, and Wait reserves
-// a future slot in one round trip. Memory grows with Count.
+// SlidingLog keeps the time of every admitted unit still in the window, in
+// order, in one string value: offsets from a base, 1 to 7 bytes each. It is
+// exact: no window of length Window ever holds more than Count units,
+// RetryAfter is the exact time until enough of the oldest units leave, and
+// Wait reserves a future slot in one round trip. A decision reads and
+// writes a fixed number of bytes, however many units the window holds;
+// memory grows with the units in the window (never more than Count).
 //
 // SlidingBuckets keeps a hash of counts per sub-window of Precision (default
 // Window/60, so about 61 fields, in Redis's compact encoding). A unit counts
@@ -37,7 +40,7 @@
 // # Keys
 //
 // Each limit of a key is stored at "<prefix>{<key>}:<algorithm><window>",
-// such as "rw:{ip:203.0.113.9}:l1m": all limits of one key share the
+// such as "rw:{ip:203.0.113.9}:r1m": all limits of one key share the
 // Redis Cluster hash tag, so one script can touch them all. Keys longer than
 // 128 bytes, and keys with braces, are replaced by a fixed-length hash.
 // Every stored key carries a TTL of about one window (two for the counter),

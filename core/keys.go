@@ -28,7 +28,7 @@ const (
 // appendKeys appends to dst the block key of key and its penalty key, as
 // own (withBlock, withPenalty) says, then the storage key of every limit of
 // key: "<prefix>{<key>}:" (see appendTag) and the limit's name (see
-// appendLimit), such as "rw:{ip:203.0.113.9}:l1m". The keys are built
+// appendLimit), such as "rw:{ip:203.0.113.9}:r1m". The keys are built
 // into one buffer and share one string: one allocation in all.
 func appendKeys(dst []string, prefix, key string, limits []Limit, own int) []string {
 	var buf [256]byte
@@ -88,7 +88,7 @@ func appendTag(b []byte, prefix, key string) []byte {
 }
 
 // appendLimit appends the part of a storage key that names limit l: the
-// algorithm's letter and the window in its largest whole unit ("l1m" for a
+// algorithm's letter and the window in its largest whole unit ("r1m" for a
 // sliding log of one minute, "c250ms", "b1500us"), and for SlidingBuckets
 // with a precision other than the default, "/" + precision ("b1h/1m").
 func appendLimit(b []byte, l Limit) []byte {

@@ -18,11 +18,11 @@ func TestStorageKeys(t *testing.T) {
 		limit Limit
 		want  string
 	}{
-		{"ip:203.0.113.9", PerMinute(1), "rw:{ip:203.0.113.9}:l1m"},
+		{"ip:203.0.113.9", PerMinute(1), "rw:{ip:203.0.113.9}:r1m"},
 		{"u", PerSecond(1).With(SlidingBuckets), "rw:{u}:b1s"},
 		{"u", Limit{Count: 1, Window: time.Second, Algorithm: SlidingBuckets, Precision: 100 * time.Millisecond}, "rw:{u}:b1s/100ms"},
 		{"u", Per(1, 1500*time.Microsecond).With(SlidingCounter), "rw:{u}:c1500us"},
-		{"a{b}", PerSecond(1), "rw:{#uKS3Bgk7nHEuACsbKDwEhg}:l1s"},
+		{"a{b}", PerSecond(1), "rw:{#uKS3Bgk7nHEuACsbKDwEhg}:r1s"},
 	}
 	for _, c := range cases {
 		if got := storageKey(keyTag(DefaultPrefix, c.key), c.limit); got != c.want {
@@ -39,10 +39,10 @@ func TestAppendKeys(t *testing.T) {
 		own  int
 		want []string
 	}{
-		{0, []string{"rw:{k}:l1s", "rw:{k}:b1m", "rw:{k}:c1h"}},
-		{withBlock, []string{"rw:{k}:block", "rw:{k}:l1s", "rw:{k}:b1m", "rw:{k}:c1h"}},
-		{withBlock | withPenalty, []string{"rw:{k}:block", "rw:{k}:penalty", "rw:{k}:l1s", "rw:{k}:b1m", "rw:{k}:c1h"}},
-		{withPenalty, []string{"rw:{k}:penalty", "rw:{k}:l1s", "rw:{k}:b1m", "rw:{k}:c1h"}},
+		{0, []string{"rw:{k}:r1s", "rw:{k}:b1m", "rw:{k}:c1h"}},
+		{withBlock, []string{"rw:{k}:block", "rw:{k}:r1s", "rw:{k}:b1m", "rw:{k}:c1h"}},
+		{withBlock | withPenalty, []string{"rw:{k}:block", "rw:{k}:penalty", "rw:{k}:r1s", "rw:{k}:b1m", "rw:{k}:c1h"}},
+		{withPenalty, []string{"rw:{k}:penalty", "rw:{k}:r1s", "rw:{k}:b1m", "rw:{k}:c1h"}},
 	}
 	for _, c := range cases {
 		got := appendKeys([]string{"before"}, DefaultPrefix, "k", limits, c.own)
@@ -59,7 +59,7 @@ func TestAppendKeys(t *testing.T) {
 	for i := range many {
 		many[i] = Per(int64(i+1), time.Duration(i+1)*time.Second)
 	}
-	if got := appendKeys(nil, DefaultPrefix, "k", many, withBlock|withPenalty); len(got) != 2+len(many) || got[len(got)-1] != "rw:{k}:l19s" {
+	if got := appendKeys(nil, DefaultPrefix, "k", many, withBlock|withPenalty); len(got) != 2+len(many) || got[len(got)-1] != "rw:{k}:r19s" {
 		t.Fatalf("many limits: %d keys, last %q", len(got), got[len(got)-1])
 	}
 	dst := make([]string, 0, 8)

@@ -10,9 +10,10 @@ import (
 type Algorithm uint8
 
 const (
-	// SlidingLog keeps one sorted-set member per admitted unit. It is exact:
-	// no window of length Window ever holds more than Count units, and
-	// RetryAfter is the exact time until the request fits.
+	// SlidingLog keeps the time of every admitted unit still in the window
+	// (at most Count of them), a few bytes each. It is exact: no window of
+	// length Window ever holds more than Count units, and RetryAfter is the
+	// exact time until the request fits.
 	SlidingLog Algorithm = iota
 	// SlidingBuckets keeps one hash field per sub-window of length Precision.
 	// A unit counts from its bucket's start until the bucket's end plus
@@ -47,7 +48,7 @@ func (a Algorithm) letter() byte {
 	case SlidingCounter:
 		return 'c'
 	}
-	return 'l'
+	return 'r'
 }
 
 // Limit admits at most Count units in any sliding window of length Window.

@@ -47,7 +47,7 @@ func newRedisStore(rdb redis.Scripter, prefix string) *redisStore {
 		prefix:   prefix,
 		allowS:   newScript(algorithmsLua + allowLua),
 		reserveS: newScript(algorithmsLua + reserveLua),
-		releaseS: newScript(releaseLua),
+		releaseS: newScript(algorithmsLua + releaseLua),
 		resetS:   newScript(resetLua),
 		blockS:   newScript(algorithmsLua + blockLua),
 		refundS:  newScript(algorithmsLua + refundLua),
@@ -139,19 +139,19 @@ func (s *redisStore) reserve(ctx context.Context, q *query, longest int64) (rese
 	}
 	r := reservation{ok: ints[0] == 1, wait: ints[1]}
 	if r.ok {
-		if int64(len(ints)-2) != q.n*int64(len(q.limits)) {
-			return reservation{}, fmt.Errorf("%w: reserve returned %d members for %d units", ErrUnexpectedReply, len(ints)-2, q.n)
+		if len(ints) != 3 {
+			return reservation{}, fmt.Errorf("%w: reserve returned %d values", ErrUnexpectedReply, len(ints))
 		}
-		r.members = ints[2:]
+		r.at = ints[2]
 	}
 	return r, nil
 }
 
 func (s *redisStore) release(ctx context.Context, q *query, r reservation) error {
 	c := s.newCall(s.releaseS, q, 0)
-	c.args = append(c.args, q.n)
-	for _, m := range r.members {
-		c.args = append(c.args, m)
+	c.args = append(c.args, q.n, r.at, q.now)
+	for _, l := range q.limits {
+		c.args = append(c.args, micros(l.Window))
 	}
 	if _, err := s.batch.run(ctx, c); err != nil {
 		return fmt.Errorf("ratewindow: release script: %w", err)

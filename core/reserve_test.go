@@ -113,7 +113,7 @@ func TestWaitCancelledBeforeReplyReleases(t *testing.T) {
 			var runs, units int64
 			eventually(t, "the reservation given back", func() bool {
 				runs = scriptRuns(t, direct)
-				n, err := direct.ZCard(bg, key).Result()
+				n, err := storedLogLen(bg, direct, key)
 				if err != nil {
 					t.Fatal(err)
 				}

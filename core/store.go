@@ -82,10 +82,9 @@ func (q *query) decided(allowed bool) []limitState {
 
 // reservation is what reserve made.
 type reservation struct {
-	ok      bool    // units were recorded
-	wait    int64   // µs from now until the units' time; -1: never fits
-	at      int64   // the units' time in µs (memory store)
-	members []int64 // the sorted-set members recorded, key after key (Redis)
-	local   bool    // the failure mode's local store made it
-	failed  error   // the failure the failure mode answered
+	ok     bool  // units were recorded
+	wait   int64 // µs from now until the units' time; -1: never fits
+	at     int64 // the units' time in µs
+	local  bool  // the failure mode's local store made it
+	failed error // the failure the failure mode answered
 }

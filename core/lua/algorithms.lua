@@ -28,57 +28,251 @@ local function expire_us(key, us)
   redis.call('PEXPIRE', key, ms)
 end
 
--- Sliding log: a sorted set with one member per unit, scored by its time.
--- A unit at time s counts while now - window < s <= now + (reservations are
--- in the future). Members are small integers, unique within the key: a
--- sequence that starts at 0 in an empty key and goes on from the newest
--- unit's member. The set stays in the compact listpack encoding, where a
--- member below 128 takes 2 bytes, below 4096 3 bytes, and never more than 5
--- (the sequence wraps at 2^23, within listpack's 24-bit integers).
-local LOG_MEMBERS = 8388608 -- 2^23
+-- Sliding log: one string per key holding the times of the units counted,
+-- oldest first; a unit at time s counts while now - window < s <= now +
+-- (reservations are in the future). Only units that may still count are
+-- kept: the front is dropped as units leave, and a key never holds more
+-- than Count units that count (see log_check), so every decision is O(1)
+-- in Redis calls, however many units the window holds.
+--
+-- Times are stored as offsets from a base, big-endian, w bytes each (1 to
+-- 7), in one of two layouts, told apart by the first byte:
+--   compact  w, base (7 bytes), then the times. Read in one call and
+--            written whole: a compact value is at most LOG_WHOLE bytes.
+--            When it is written anew, its base is its oldest time and w as
+--            small as its newest needs: ten units within 65 ms of each
+--            other take 8 + 10 * 2 bytes, within 16 s 8 + 10 * 3.
+--   ring     16 + w, base (7), cap (3), head (3), used (3), then cap slots
+--            of w bytes: the i-th oldest time (from 0) in slot (head + i)
+--            % cap. For logs too long to rewrite on every decision: read
+--            and written a few slots at a time (GETRANGE, SETRANGE), its
+--            offsets with room for many windows before a rewrite.
+local LOG_WHOLE = 512 -- the longest compact value, in bytes
+local LOG_HEAD = 17 -- the bytes of a ring's header
+local LOG_CHUNK = 32 -- the slots of a ring read in one call
+
+-- uint reads the w-byte big-endian integer at position i of s.
+local function uint(s, i, w)
+  local x = 0
+  for j = i, i + w - 1 do x = x * 256 + string.byte(s, j) end
+  return x
+end
+
+-- uint_bytes returns x as a w-byte big-endian integer.
+local function uint_bytes(x, w)
+  local b = {}
+  for j = w, 1, -1 do
+    local r = x % 256
+    b[j] = r
+    x = (x - r) / 256
+  end
+  return string.char(unpack(b, 1, w))
+end
+
+-- width returns the bytes an offset of up to x takes: 1 to 7.
+local function width(x)
+  local w, m = 1, 256
+  while x >= m and w < 7 do w, m = w + 1, m * 256 end
+  return w
+end
+
+-- log_open reads the log of key. Its units are numbered from 1 (the
+-- oldest) to used; those before lo have left (see log_trim).
+local function log_open(key, window)
+  local v = redis.call('GETRANGE', key, 0, LOG_WHOLE - 1)
+  local L = {key = key, window = window, lo = 1, used = 0}
+  if #v == 0 then return L end
+  local f = string.byte(v, 1)
+  local w = f % 16
+  if #v < 8 or w < 1 or w > 7 or f >= 32 or (f < 16 and (#v - 8) % w ~= 0) or (f >= 16 and #v < LOG_HEAD) then
+    error({err = 'WRONGTYPE ' .. key .. ' holds a value that is not a sliding log'})
+  end
+  L.base, L.w = uint(v, 2, 7), w
+  if f < 16 then -- compact: all of it
+    L.v, L.used = v, (#v - 8) / w
+  else
+    L.cap, L.head, L.used = uint(v, 9, 3), uint(v, 12, 3), uint(v, 15, 3)
+  end
+  return L
+end
+
+-- log_at returns the time of unit i. A ring's slots are read LOG_CHUNK at
+-- a time, and the last read kept.
+local function log_at(L, i)
+  local w = L.w
+  if L.v then return L.base + uint(L.v, 9 + (i - 1) * w, w) end
+  local p = (L.head + i - 1) % L.cap
+  if not (L.cs and p >= L.cs and p <= L.ce) then
+    local e = math.min(p + LOG_CHUNK, L.cap) - 1
+    L.cv = redis.call('GETRANGE', L.key, LOG_HEAD + p * w, LOG_HEAD + (e + 1) * w - 1)
+    L.cs, L.ce = p, e
+  end
+  return L.base + uint(L.cv, (p - L.cs) * w + 1, w)
+end
+
+-- log_times appends the times of units from to to, in order, to out.
+local function log_times(L, from, to, out)
+  if from > to then return out end
+  local w = L.w
+  if L.v then
+    for i = 9 + (from - 1) * w, 8 + to * w, w do out[#out + 1] = L.base + uint(L.v, i, w) end
+    return out
+  end
+  local p, left = (L.head + from - 1) % L.cap, to - from + 1
+  while left > 0 do -- in at most two runs: to the ring's end, then from its start
+    local run = math.min(left, L.cap - p)
+    local v = redis.call('GETRANGE', L.key, LOG_HEAD + p * w, LOG_HEAD + (p + run) * w - 1)
+    for j = 1, run * w, w do out[#out + 1] = L.base + uint(v, j, w) end
+    left, p = left - run, 0
+  end
+  return out
+end
+
+-- log_trim drops the units at or before oldest: it sets lo to the first
+-- unit after it. Usually none or one has left since the last call; after
+-- a pause, the steps double, then halve, so a long log costs a few reads.
+local function log_trim(L, oldest)
+  local gone = L.lo -- the last unit known to have left, once checked
+  if gone > L.used or log_at(L, gone) > oldest then return end
+  local step, next = 1, gone + 1
+  while next <= L.used and log_at(L, next) <= oldest do
+    gone, step = next, step * 2
+    next = gone + step
+  end
+  local live = math.min(next, L.used + 1) -- the first unit that counts, or used + 1
+  while live - gone > 1 do
+    local m = math.floor((gone + live) / 2)
+    if log_at(L, m) <= oldest then gone = m else live = m end
+  end
+  L.lo = live
+end
+
+-- log_px returns the PX argument of a TTL of ttl µs: at least 1 ms.
+local function log_px(ttl)
+  return math.max(math.ceil(ttl / 1000), 1)
+end
+
+-- log_store writes the times (in order, at least one) as a new value with
+-- a TTL of ttl µs: compact when it fits, with its oldest time as the base
+-- and the narrowest offsets; else a ring with room to grow and offsets
+-- wide enough for a while.
+local function log_store(L, times, ttl)
+  local n, base = #times, times[1]
+  local span = times[n] - base
+  local parts = {}
+  local w = width(span)
+  if 8 + n * w <= LOG_WHOLE then
+    parts[1] = string.char(w) .. uint_bytes(base, 7)
+  else
+    w = width(2 * (span + L.window))
+    local cap = 2 * n
+    parts[1] = string.char(16 + w) .. uint_bytes(base, 7) .. uint_bytes(cap, 3) .. uint_bytes(0, 3) .. uint_bytes(n, 3)
+    parts[n + 2] = string.rep('\0', (cap - n) * w)
+  end
+  for i = 1, n do parts[i + 1] = uint_bytes(times[i] - base, w) end
+  redis.call('SET', L.key, table.concat(parts), 'PX', log_px(ttl))
+end
+
+-- log_splice replaces the del units from unit p (lo <= p <= used + 1) with
+-- ins units at time t (which keeps the order), drops the units before lo,
+-- and stores the log with a TTL of ttl µs, or deletes it when it is left
+-- empty. Both layouts are changed where they stand while t fits their
+-- offsets: a compact value is cut and joined as a string; a ring with
+-- room moves only the units after the change and rewrites its header.
+-- Otherwise the log is written anew (log_store).
+local function log_splice(L, p, del, ins, t, ttl)
+  local left = L.used - L.lo + 1 - del + ins
+  if left <= 0 then
+    redis.call('DEL', L.key)
+    return
+  end
+  local w, off = L.w, 0
+  if ins > 0 then off = t - (L.base or t) end
+  local fits = w and off >= 0 and off < 256 ^ w
+  if fits and L.v and 8 + left * w <= LOG_WHOLE then
+    local v = L.v
+    v = string.sub(v, 1, 8) .. string.sub(v, 9 + (L.lo - 1) * w, 8 + (p - 1) * w) ..
+        string.rep(uint_bytes(off, w), ins) .. string.sub(v, 9 + (p + del - 1) * w)
+    redis.call('SET', L.key, v, 'PX', log_px(ttl))
+    return
+  end
+  if fits and L.cap and left <= L.cap and 8 + 3 * left > LOG_WHOLE / 2 then
+    local cap = L.cap
+    local head = (L.head + L.lo - 1) % cap
+    local parts = {}
+    for i = 1, ins do parts[i] = uint_bytes(off, w) end
+    for _, x in ipairs(log_times(L, p + del, L.used, {})) do parts[#parts + 1] = uint_bytes(x - L.base, w) end
+    local at, i = (head + p - L.lo) % cap, 1 -- the slot of unit p, from the new head
+    while i <= #parts do -- in at most two runs, as in log_times
+      local run = math.min(#parts - i + 1, cap - at)
+      redis.call('SETRANGE', L.key, LOG_HEAD + at * w, table.concat(parts, '', i, i + run - 1))
+      i, at = i + run, 0
+    end
+    redis.call('SETRANGE', L.key, 11, uint_bytes(head, 3) .. uint_bytes(left, 3))
+    redis.call('PEXPIRE', L.key, log_px(ttl))
+    return
+  end
+  local times = log_times(L, L.lo, p - 1, {})
+  for _ = 1, ins do times[#times + 1] = t end
+  log_store(L, log_times(L, p + del, L.used, times), ttl)
+end
 
 local function log_check(key, count, window, n, now)
-  local used = redis.call('ZCARD', key)
-  if used > 0 then -- a missing key needs no trimming: one call instead of two
-    used = used - redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
-  end
-  local s = {free = count - used, retry = 0, reset = 0, newest = now}
+  local L = log_open(key, window)
+  log_trim(L, now - window)
+  local used = L.used - L.lo + 1
+  local s = {free = count - used, retry = 0, reset = 0, newest = now, log = L}
   if s.free < 0 then s.free = 0 end
   if used > 0 then
-    local top = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-    local newest = tonumber(top[2])
-    s.next = (tonumber(top[1]) or 0) + 1 -- the member after the newest unit's
+    local newest = log_at(L, L.used)
     if newest > now then s.newest = newest end
     s.reset = newest + window - now
   end
   -- n units fit at time t once the k-th newest unit has left the window at
   -- t: then every window holding t holds at most count - n other units.
+  -- (So when they fit now, at most count - n units count, and the log
+  -- never keeps more than count units that do.)
   local k = count - n + 1
   if k <= 0 then
     s.retry = -1
   elseif used >= k then
-    local e = redis.call('ZRANGE', key, -k, -k, 'WITHSCORES')
-    s.retry = tonumber(e[2]) + window - now
+    s.retry = log_at(L, L.used - k + 1) + window - now
   end
   return s
 end
 
--- log_add records n units at time t and returns their members and the new
--- reset. s is log_check's state. A member already taken (after the sequence
--- wrapped, or by a reservation out of time order) is stepped over, so every
--- unit gets its own member.
-local function log_add(key, window, n, t, now, s)
-  local members = {}
-  local m = (s.next or 0) % LOG_MEMBERS
-  for i = 1, n do
-    while redis.call('ZADD', key, 'NX', t, m) == 0 do m = (m + 1) % LOG_MEMBERS end
-    members[i] = m
-    m = (m + 1) % LOG_MEMBERS
-  end
+-- log_add records n units at time t and returns the new reset. s is
+-- log_check's state, of the same call. Units go after every unit at or
+-- before t: at the end, but for reservations made for later than t.
+local function log_add(window, n, t, now, s)
+  local L = s.log
+  local p = L.used + 1
+  while p > L.lo and log_at(L, p - 1) > t do p = p - 1 end
   local newest = s.newest
   if t > newest then newest = t end
-  expire_us(key, newest + window - now)
-  return members, newest + window - now
+  log_splice(L, p, 0, n, t, newest + window - now)
+  return newest + window - now
+end
+
+-- log_remove removes up to n units with times in (after, upto], the
+-- newest first, and returns how many. The log's units have been trimmed to
+-- those that count (log_trim), or hold after > now - window.
+local function log_remove(L, n, after, upto, now)
+  local hi = L.used -- the newest unit at or before upto
+  while hi >= L.lo and log_at(L, hi) > upto do hi = hi - 1 end
+  local p = hi + 1
+  while p > L.lo and hi - p + 1 < n and log_at(L, p - 1) > after do p = p - 1 end
+  local del = hi - p + 1
+  if del > 0 then
+    local newest = now -- of the units left (none: the key goes)
+    if hi < L.used then
+      newest = log_at(L, L.used)
+    elseif p > L.lo then
+      newest = log_at(L, p - 1)
+    end
+    log_splice(L, p, del, 0, 0, newest + L.window - now)
+  end
+  return del
 end
 
 -- Sliding buckets: a hash with one field per sub-window of prec µs, holding
@@ -257,16 +451,13 @@ end
 -- (units in the future) are never refunded.
 
 local function log_refund(key, window, n, now, at)
-  local lo, hi = string.format('(%d', now - window), now
+  local L = log_open(key, window)
+  log_trim(L, now - window)
   if at > 0 then
     if at <= now - window or at > now then return 0 end
-    lo, hi = at, at
+    return log_remove(L, n, at - 1, at, now)
   end
-  local m = redis.call('ZREVRANGEBYSCORE', key, hi, lo, 'LIMIT', 0, n)
-  for i = 1, #m, 1000 do -- in chunks, as unpack requires
-    redis.call('ZREM', key, unpack(m, i, math.min(i + 999, #m)))
-  end
-  return #m
+  return log_remove(L, n, now - window, now, now)
 end
 
 local function buckets_refund(key, window, prec, n, now, at)
@@ -426,8 +617,7 @@ local function decide(keys, first, nkeys, args, at, now)
     if allowed and commit then
       local alg, window = args[a], tonumber(args[a + 2])
       if alg == '0' then
-        local _, reset = log_add(key, window, n, now, now, s)
-        s.reset = reset
+        s.reset = log_add(window, n, now, now, s)
       elseif alg == '1' then
         s.reset = buckets_add(key, window, tonumber(args[a + 3]), n, now)
       else

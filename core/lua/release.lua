@@ -1,17 +1,22 @@
 -- release.lua: gives back a reservation made by reserve.lua whose caller
--- stopped waiting, so its slot is free again.
+-- stopped waiting, so its slot is free again. Units of one time are alike:
+-- any n of them at the reservation's time go. Runs after algorithms.lua.
 --
 -- KEYS[i]  sliding-log key of limit i, as passed to reserve.lua
 -- ARGV[1]  n: units per key
--- ARGV[2 .. 1 + n*#KEYS]  the members reserve.lua returned, key after key
+-- ARGV[2]  at: the reservation's time in µs, as reserve.lua returned it
+-- ARGV[3]  now in µs, or 0 to read the server's TIME
+-- ARGV[3+i]  the window of limit i in µs
 --
--- Returns the number of members removed.
+-- Returns the number of units removed.
 
-local n = tonumber(ARGV[1])
+local n, at = tonumber(ARGV[1]), tonumber(ARGV[2])
+local now = now_us(ARGV[3])
 local removed = 0
 for i, key in ipairs(KEYS) do
-  for j = 1, n do
-    removed = removed + redis.call('ZREM', key, ARGV[1 + (i - 1) * n + j])
-  end
+  local window = tonumber(ARGV[3 + i])
+  local L = log_open(key, window)
+  log_trim(L, now - window)
+  removed = removed + log_remove(L, n, at - 1, at, now)
 end
 return removed
