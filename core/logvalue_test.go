@@ -46,18 +46,23 @@ func decodeLog(v []byte) ([]int64, error) {
 		}
 		return out, nil
 	}
+	const header = 31
 	w := int(v[0]) - 16
-	if len(v) < 17 || w < 1 || w > 7 {
+	if len(v) < header || w < 1 || w > 7 {
 		return nil, fmt.Errorf("ring log: width %d, %d bytes", w, len(v))
 	}
 	capacity, head, used := int(uint(v[8:11])), int(uint(v[11:14])), int(uint(v[14:17]))
-	if len(v) != 17+capacity*w || head >= capacity || used > capacity {
+	newest := uint(v[17:24])
+	if len(v) != header+capacity*w || head >= capacity || used > capacity || used == 0 {
 		return nil, fmt.Errorf("ring log: %d bytes, cap %d, head %d, used %d, width %d", len(v), capacity, head, used, w)
 	}
 	out := make([]int64, used)
 	for i := range out {
-		p := 17 + (head+i)%capacity*w
+		p := header + (head+i)%capacity*w
 		out[i] = base + uint(v[p:p+w])
+	}
+	if out[used-1] != newest {
+		return nil, fmt.Errorf("ring log: newest unit at %d, header says %d", out[used-1], newest)
 	}
 	return out, nil
 }

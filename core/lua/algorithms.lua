@@ -13,19 +13,23 @@
 --   reset  µs until the limit is back to its full Count
 -- An add records n units and sets the key's TTL, returning the new reset.
 
+local byte, char, sub, srep = string.byte, string.char, string.sub, string.rep
+local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
+local call = redis.call
+
 -- now_us returns the time passed in (tests), or the server's TIME.
 local function now_us(arg)
   local t = tonumber(arg)
   if t and t > 0 then return t end
-  local tm = redis.call('TIME')
+  local tm = call('TIME')
   return tonumber(tm[1]) * 1000000 + tonumber(tm[2])
 end
 
 -- expire_us sets the key's TTL to us microseconds, rounded up to a millisecond.
 local function expire_us(key, us)
-  local ms = math.ceil(us / 1000)
+  local ms = ceil(us / 1000)
   if ms < 1 then ms = 1 end
-  redis.call('PEXPIRE', key, ms)
+  call('PEXPIRE', key, ms)
 end
 
 -- Sliding log: one string per key holding the times of the units counted,
@@ -42,31 +46,59 @@ end
 --            When it is written anew, its base is its oldest time and w as
 --            small as its newest needs: ten units within 65 ms of each
 --            other take 8 + 10 * 2 bytes, within 16 s 8 + 10 * 3.
---   ring     16 + w, base (7), cap (3), head (3), used (3), then cap slots
---            of w bytes: the i-th oldest time (from 0) in slot (head + i)
---            % cap. For logs too long to rewrite on every decision: read
---            and written a few slots at a time (GETRANGE, SETRANGE), its
---            offsets with room for many windows before a rewrite.
+--   ring     16 + w, base (7), cap (3), head (3), used (3), the newest
+--            time (7), when the key expires (7, µs), then cap slots of w
+--            bytes: the i-th oldest time (from 0) in slot (head + i) % cap.
+--            For logs too long to rewrite on every decision: read and
+--            written a few slots at a time (GETRANGE, SETRANGE), its
+--            offsets with room for many windows before a rewrite. Its TTL
+--            is set a window longer than needed, so that it is set again
+--            once a window, not on every decision.
 local LOG_WHOLE = 512 -- the longest compact value, in bytes
-local LOG_HEAD = 17 -- the bytes of a ring's header
+local LOG_WHOLE_LAST = '511' -- its last byte's index, for GETRANGE
+local LOG_HEAD = 31 -- the bytes of a ring's header
 local LOG_CHUNK = 32 -- the slots of a ring read in one call
 
--- uint reads the w-byte big-endian integer at position i of s.
+-- uint reads the w-byte big-endian integer at position i of s. (These
+-- two run on every decision: one call of string.byte or string.char, no
+-- table.)
 local function uint(s, i, w)
-  local x = 0
-  for j = i, i + w - 1 do x = x * 256 + string.byte(s, j) end
-  return x
+  local a, b, c, d, e, f, g = byte(s, i, i + w - 1)
+  if w == 1 then return a end
+  a = a * 256 + b
+  if w == 2 then return a end
+  a = a * 256 + c
+  if w == 3 then return a end
+  a = a * 256 + d
+  if w == 4 then return a end
+  a = a * 256 + e
+  if w == 5 then return a end
+  a = a * 256 + f
+  if w == 6 then return a end
+  return a * 256 + g
 end
 
 -- uint_bytes returns x as a w-byte big-endian integer.
 local function uint_bytes(x, w)
-  local b = {}
-  for j = w, 1, -1 do
-    local r = x % 256
-    b[j] = r
-    x = (x - r) / 256
-  end
-  return string.char(unpack(b, 1, w))
+  local g = x % 256
+  if w == 1 then return char(g) end
+  x = (x - g) / 256
+  local f = x % 256
+  if w == 2 then return char(f, g) end
+  x = (x - f) / 256
+  local e = x % 256
+  if w == 3 then return char(e, f, g) end
+  x = (x - e) / 256
+  local d = x % 256
+  if w == 4 then return char(d, e, f, g) end
+  x = (x - d) / 256
+  local c = x % 256
+  if w == 5 then return char(c, d, e, f, g) end
+  x = (x - c) / 256
+  local b = x % 256
+  if w == 6 then return char(b, c, d, e, f, g) end
+  x = (x - b) / 256
+  return char(x % 256, b, c, d, e, f, g)
 end
 
 -- width returns the bytes an offset of up to x takes: 1 to 7.
@@ -78,11 +110,13 @@ end
 
 -- log_open reads the log of key. Its units are numbered from 1 (the
 -- oldest) to used; those before lo have left (see log_trim).
-local function log_open(key, window)
-  local v = redis.call('GETRANGE', key, 0, LOG_WHOLE - 1)
-  local L = {key = key, window = window, lo = 1, used = 0}
+local function log_open(key, window, now)
+  local v = call('GETRANGE', key, '0', LOG_WHOLE_LAST) -- strings: no number to format
+  -- every field at once: the table is allocated once
+  local L = {key = key, window = window, now = now, lo = 1, used = 0, base = false, w = false, v = false,
+             cap = false, head = false, newest = false, expires = false, cs = false, ce = false, cv = false}
   if #v == 0 then return L end
-  local f = string.byte(v, 1)
+  local f = byte(v, 1)
   local w = f % 16
   if #v < 8 or w < 1 or w > 7 or f >= 32 or (f < 16 and (#v - 8) % w ~= 0) or (f >= 16 and #v < LOG_HEAD) then
     error({err = 'WRONGTYPE ' .. key .. ' holds a value that is not a sliding log'})
@@ -92,39 +126,65 @@ local function log_open(key, window)
     L.v, L.used = v, (#v - 8) / w
   else
     L.cap, L.head, L.used = uint(v, 9, 3), uint(v, 12, 3), uint(v, 15, 3)
+    L.newest, L.expires = uint(v, 18, 7), uint(v, 25, 7)
   end
   return L
 end
 
+-- log_newest returns the time of the newest unit (there is one).
+local function log_newest(L)
+  if L.newest then return L.newest end
+  local w = L.w
+  return L.base + uint(L.v, 9 + (L.used - 1) * w, w)
+end
+
 -- log_at returns the time of unit i. A ring's slots are read LOG_CHUNK at
--- a time, and the last read kept.
+-- a time, around the one asked for (scans go both ways), and the last read
+-- kept.
 local function log_at(L, i)
   local w = L.w
   if L.v then return L.base + uint(L.v, 9 + (i - 1) * w, w) end
   local p = (L.head + i - 1) % L.cap
   if not (L.cs and p >= L.cs and p <= L.ce) then
-    local e = math.min(p + LOG_CHUNK, L.cap) - 1
-    L.cv = redis.call('GETRANGE', L.key, LOG_HEAD + p * w, LOG_HEAD + (e + 1) * w - 1)
-    L.cs, L.ce = p, e
+    local first = max(p - LOG_CHUNK / 2, 0)
+    local last = min(first + LOG_CHUNK, L.cap) - 1
+    L.cv = call('GETRANGE', L.key, LOG_HEAD + first * w, LOG_HEAD + (last + 1) * w - 1)
+    L.cs, L.ce = first, last
   end
   return L.base + uint(L.cv, (p - L.cs) * w + 1, w)
+end
+
+-- log_after returns the first unit after time t (from lo), or used + 1
+-- when there is none: a binary search, as units are in time order.
+local function log_after(L, t)
+  local lo, hi = L.lo, L.used + 1
+  while lo < hi do
+    local m = floor((lo + hi) / 2)
+    if log_at(L, m) > t then hi = m else lo = m + 1 end
+  end
+  return lo
+end
+
+-- log_slots returns the stored bytes of units from to to of a ring, in
+-- order: at most two reads, to the ring's end, then from its start.
+local function log_slots(L, from, to)
+  if from > to then return '' end
+  local w, p, left, runs = L.w, (L.head + from - 1) % L.cap, to - from + 1, {}
+  while left > 0 do
+    local run = min(left, L.cap - p)
+    runs[#runs + 1] = call('GETRANGE', L.key, LOG_HEAD + p * w, LOG_HEAD + (p + run) * w - 1)
+    left, p = left - run, 0
+  end
+  return table.concat(runs)
 end
 
 -- log_times appends the times of units from to to, in order, to out.
 local function log_times(L, from, to, out)
   if from > to then return out end
-  local w = L.w
-  if L.v then
-    for i = 9 + (from - 1) * w, 8 + to * w, w do out[#out + 1] = L.base + uint(L.v, i, w) end
-    return out
-  end
-  local p, left = (L.head + from - 1) % L.cap, to - from + 1
-  while left > 0 do -- in at most two runs: to the ring's end, then from its start
-    local run = math.min(left, L.cap - p)
-    local v = redis.call('GETRANGE', L.key, LOG_HEAD + p * w, LOG_HEAD + (p + run) * w - 1)
-    for j = 1, run * w, w do out[#out + 1] = L.base + uint(v, j, w) end
-    left, p = left - run, 0
-  end
+  local w, v = L.w, L.v
+  local at = 9 + (from - 1) * w
+  if not v then v, at = log_slots(L, from, to), 1 end
+  for i = at, at + (to - from) * w, w do out[#out + 1] = L.base + uint(v, i, w) end
   return out
 end
 
@@ -139,9 +199,9 @@ local function log_trim(L, oldest)
     gone, step = next, step * 2
     next = gone + step
   end
-  local live = math.min(next, L.used + 1) -- the first unit that counts, or used + 1
+  local live = min(next, L.used + 1) -- the first unit that counts, or used + 1
   while live - gone > 1 do
-    local m = math.floor((gone + live) / 2)
+    local m = floor((gone + live) / 2)
     if log_at(L, m) <= oldest then gone = m else live = m end
   end
   L.lo = live
@@ -149,41 +209,51 @@ end
 
 -- log_px returns the PX argument of a TTL of ttl µs: at least 1 ms.
 local function log_px(ttl)
-  return math.max(math.ceil(ttl / 1000), 1)
+  return max(ceil(ttl / 1000), 1)
 end
 
--- log_store writes the times (in order, at least one) as a new value with
--- a TTL of ttl µs: compact when it fits, with its oldest time as the base
--- and the narrowest offsets; else a ring with room to grow and offsets
--- wide enough for a while.
-local function log_store(L, times, ttl)
+-- log_ring_header returns a ring's header after its first byte and base:
+-- cap, head, used, the newest time, and when the key expires.
+local function log_ring_header(cap, head, used, newest, expires)
+  return uint_bytes(cap, 3) .. uint_bytes(head, 3) .. uint_bytes(used, 3) .. uint_bytes(newest, 7) .. uint_bytes(expires, 7)
+end
+
+-- log_store writes the times (in order, at least one) as a new value:
+-- compact when it fits, with its oldest time as the base and the narrowest
+-- offsets; else a ring with room to grow and offsets wide enough for a
+-- while.
+local function log_store(L, times)
   local n, base = #times, times[1]
-  local span = times[n] - base
+  local newest = times[n]
+  local ttl = newest + L.window - L.now
   local parts = {}
-  local w = width(span)
+  local w = width(newest - base)
   if 8 + n * w <= LOG_WHOLE then
-    parts[1] = string.char(w) .. uint_bytes(base, 7)
+    parts[1] = char(w) .. uint_bytes(base, 7)
   else
-    w = width(2 * (span + L.window))
+    w = width(2 * (newest - base + L.window))
     local cap = 2 * n
-    parts[1] = string.char(16 + w) .. uint_bytes(base, 7) .. uint_bytes(cap, 3) .. uint_bytes(0, 3) .. uint_bytes(n, 3)
-    parts[n + 2] = string.rep('\0', (cap - n) * w)
+    ttl = ttl + L.window
+    parts[1] = char(16 + w) .. uint_bytes(base, 7) ..
+               log_ring_header(cap, 0, n, newest, L.now + log_px(ttl) * 1000)
+    parts[n + 2] = srep('\0', (cap - n) * w)
   end
   for i = 1, n do parts[i + 1] = uint_bytes(times[i] - base, w) end
-  redis.call('SET', L.key, table.concat(parts), 'PX', log_px(ttl))
+  call('SET', L.key, table.concat(parts), 'PX', log_px(ttl))
 end
 
 -- log_splice replaces the del units from unit p (lo <= p <= used + 1) with
 -- ins units at time t (which keeps the order), drops the units before lo,
--- and stores the log with a TTL of ttl µs, or deletes it when it is left
--- empty. Both layouts are changed where they stand while t fits their
--- offsets: a compact value is cut and joined as a string; a ring with
--- room moves only the units after the change and rewrites its header.
--- Otherwise the log is written anew (log_store).
-local function log_splice(L, p, del, ins, t, ttl)
+-- and stores the log, whose newest unit is then at newest; or deletes it
+-- when it is left empty. Its TTL lasts until the newest unit has left the
+-- window. Both layouts are changed where they stand while t fits their
+-- offsets: a compact value is cut and joined as a string; a ring with room
+-- moves only the units after the change and rewrites its header. Otherwise
+-- the log is written anew (log_store).
+local function log_splice(L, p, del, ins, t, newest)
   local left = L.used - L.lo + 1 - del + ins
   if left <= 0 then
-    redis.call('DEL', L.key)
+    call('DEL', L.key)
     return
   end
   local w, off = L.w, 0
@@ -191,42 +261,45 @@ local function log_splice(L, p, del, ins, t, ttl)
   local fits = w and off >= 0 and off < 256 ^ w
   if fits and L.v and 8 + left * w <= LOG_WHOLE then
     local v = L.v
-    v = string.sub(v, 1, 8) .. string.sub(v, 9 + (L.lo - 1) * w, 8 + (p - 1) * w) ..
-        string.rep(uint_bytes(off, w), ins) .. string.sub(v, 9 + (p + del - 1) * w)
-    redis.call('SET', L.key, v, 'PX', log_px(ttl))
+    v = sub(v, 1, 8) .. sub(v, 9 + (L.lo - 1) * w, 8 + (p - 1) * w) ..
+        srep(uint_bytes(off, w), ins) .. sub(v, 9 + (p + del - 1) * w)
+    call('SET', L.key, v, 'PX', log_px(newest + L.window - L.now))
     return
   end
   if fits and L.cap and left <= L.cap and 8 + 3 * left > LOG_WHOLE / 2 then
     local cap = L.cap
     local head = (L.head + L.lo - 1) % cap
-    local parts = {}
-    for i = 1, ins do parts[i] = uint_bytes(off, w) end
-    for _, x in ipairs(log_times(L, p + del, L.used, {})) do parts[#parts + 1] = uint_bytes(x - L.base, w) end
+    -- the new units, then the units after the change moved as they are
+    local bytes = srep(uint_bytes(off, w), ins) .. log_slots(L, p + del, L.used)
     local at, i = (head + p - L.lo) % cap, 1 -- the slot of unit p, from the new head
-    while i <= #parts do -- in at most two runs, as in log_times
-      local run = math.min(#parts - i + 1, cap - at)
-      redis.call('SETRANGE', L.key, LOG_HEAD + at * w, table.concat(parts, '', i, i + run - 1))
+    while i <= #bytes do -- in at most two writes, as in log_slots
+      local run = min(#bytes - i + 1, (cap - at) * w)
+      call('SETRANGE', L.key, LOG_HEAD + at * w, sub(bytes, i, i + run - 1))
       i, at = i + run, 0
     end
-    redis.call('SETRANGE', L.key, 11, uint_bytes(head, 3) .. uint_bytes(left, 3))
-    redis.call('PEXPIRE', L.key, log_px(ttl))
+    local expires = L.expires
+    if newest + L.window > expires then
+      local px = log_px(newest + 2 * L.window - L.now)
+      call('PEXPIRE', L.key, px)
+      expires = L.now + px * 1000
+    end
+    call('SETRANGE', L.key, '8', log_ring_header(cap, head, left, newest, expires))
     return
   end
   local times = log_times(L, L.lo, p - 1, {})
   for _ = 1, ins do times[#times + 1] = t end
-  log_store(L, log_times(L, p + del, L.used, times), ttl)
+  log_store(L, log_times(L, p + del, L.used, times))
 end
 
 local function log_check(key, count, window, n, now)
-  local L = log_open(key, window)
+  local L = log_open(key, window, now)
   log_trim(L, now - window)
   local used = L.used - L.lo + 1
-  local s = {free = count - used, retry = 0, reset = 0, newest = now, log = L}
+  local s = {free = count - used, retry = 0, reset = 0, log = L}
   if s.free < 0 then s.free = 0 end
   if used > 0 then
-    local newest = log_at(L, L.used)
-    if newest > now then s.newest = newest end
-    s.reset = newest + window - now
+    s.newest = log_newest(L)
+    s.reset = s.newest + window - now
   end
   -- n units fit at time t once the k-th newest unit has left the window at
   -- t: then every window holding t holds at most count - n other units.
@@ -246,31 +319,31 @@ end
 -- before t: at the end, but for reservations made for later than t.
 local function log_add(window, n, t, now, s)
   local L = s.log
-  local p = L.used + 1
-  while p > L.lo and log_at(L, p - 1) > t do p = p - 1 end
-  local newest = s.newest
-  if t > newest then newest = t end
-  log_splice(L, p, 0, n, t, newest + window - now)
-  return newest + window - now
+  local p, newest = L.used + 1, t
+  if s.newest and s.newest > t then -- before reservations
+    newest = s.newest
+    p = log_after(L, t)
+  end
+  log_splice(L, p, 0, n, t, newest)
+  return max(newest, now) + window - now
 end
 
 -- log_remove removes up to n units with times in (after, upto], the
 -- newest first, and returns how many. The log's units have been trimmed to
 -- those that count (log_trim), or hold after > now - window.
 local function log_remove(L, n, after, upto, now)
-  local hi = L.used -- the newest unit at or before upto
-  while hi >= L.lo and log_at(L, hi) > upto do hi = hi - 1 end
+  local hi = log_after(L, upto) - 1 -- the newest unit at or before upto
   local p = hi + 1
   while p > L.lo and hi - p + 1 < n and log_at(L, p - 1) > after do p = p - 1 end
   local del = hi - p + 1
   if del > 0 then
     local newest = now -- of the units left (none: the key goes)
     if hi < L.used then
-      newest = log_at(L, L.used)
+      newest = log_newest(L)
     elseif p > L.lo then
       newest = log_at(L, p - 1)
     end
-    log_splice(L, p, del, 0, 0, newest + L.window - now)
+    log_splice(L, p, del, 0, 0, newest)
   end
   return del
 end
@@ -288,15 +361,15 @@ end
 -- check, and the key expires a window after its newest bucket ends), so no
 -- two live buckets share a name.
 local function bucket_ring(window, prec)
-  local ring, need = 8, 4 * math.ceil(window / prec) + 4
+  local ring, need = 8, 4 * ceil(window / prec) + 4
   while ring < need do ring = ring * 2 end
   return ring
 end
 
 local function buckets_check(key, count, window, prec, n, now)
-  local oldest = math.floor((now - window) / prec) -- older buckets have left
-  local current, ring = math.floor(now / prec), bucket_ring(window, prec)
-  local h = redis.call('HGETALL', key)
+  local oldest = floor((now - window) / prec) -- older buckets have left
+  local current, ring = floor(now / prec), bucket_ring(window, prec)
+  local h = call('HGETALL', key)
   local used, newest, live, stale = 0, nil, {}, {}
   for i = 1, #h, 2 do
     local b = current - (current - tonumber(h[i])) % ring
@@ -311,7 +384,7 @@ local function buckets_check(key, count, window, prec, n, now)
   end
   -- in chunks: Lua's unpack takes a few thousand values at most
   for i = 1, #stale, 1000 do
-    redis.call('HDEL', key, unpack(stale, i, math.min(i + 999, #stale)))
+    call('HDEL', key, unpack(stale, i, min(i + 999, #stale)))
   end
   local s = {free = count - used, retry = 0, reset = 0}
   if s.free < 0 then s.free = 0 end
@@ -336,8 +409,8 @@ local function buckets_check(key, count, window, prec, n, now)
 end
 
 local function buckets_add(key, window, prec, n, now)
-  local b = math.floor(now / prec)
-  redis.call('HINCRBY', key, b % bucket_ring(window, prec), n)
+  local b = floor(now / prec)
+  call('HINCRBY', key, b % bucket_ring(window, prec), n)
   local reset = (b + 1) * prec + window - now
   expire_us(key, reset)
   return reset
@@ -360,8 +433,8 @@ end
 local COUNTER_RADIX = 4194304 -- 2^22
 
 local function counter_state(key, window, now)
-  local c = math.floor(now / window)
-  local v = redis.call('GET', key)
+  local c = floor(now / window)
+  local v = call('GET', key)
   local w, prev, cur
   if not v then
     return c, 0, 0, now - c * window
@@ -387,7 +460,7 @@ local function counter_check(key, count, window, n, now)
   local c, prev, cur, elapsed = counter_state(key, window, now)
   -- all in integers: prev*(window-elapsed) + used*window <= count*window
   local weighted = prev * (window - elapsed)
-  local s = {free = math.floor((count * window - weighted - cur * window) / window), retry = 0, reset = 0,
+  local s = {free = floor((count * window - weighted - cur * window) / window), retry = 0, reset = 0,
              c = c, prev = prev, cur = cur}
   if s.free < 0 then s.free = 0 end
   if cur > 0 then
@@ -400,11 +473,11 @@ local function counter_check(key, count, window, n, now)
   elseif weighted + (cur + n) * window > count * window then
     if cur + n <= count then
       -- later in this window: prev*(window-e) <= (count-n-cur)*window
-      local e = window - math.floor((count - n - cur) * window / prev)
+      local e = window - floor((count - n - cur) * window / prev)
       s.retry = e - elapsed
     else
       -- in the next window, where this one's count is the previous one
-      local e = window - math.floor((count - n) * window / cur)
+      local e = window - floor((count - n) * window / cur)
       s.retry = (c + 1) * window - now + e
     end
   end
@@ -422,10 +495,10 @@ local function counter_write(key, count, window, c, prev, cur, now)
   elseif prev > 0 then
     reset = (c + 1) * window - now
   else
-    redis.call('DEL', key)
+    call('DEL', key)
     return 0
   end
-  local ms = math.ceil(reset / 1000)
+  local ms = ceil(reset / 1000)
   if ms < 1 then ms = 1 end
   local v
   if count < COUNTER_RADIX then
@@ -433,7 +506,7 @@ local function counter_write(key, count, window, c, prev, cur, now)
   else
     v = string.format('%d %d %d', c, prev, cur)
   end
-  redis.call('SET', key, v, 'PX', ms)
+  call('SET', key, v, 'PX', ms)
   return reset
 end
 
@@ -451,7 +524,7 @@ end
 -- (units in the future) are never refunded.
 
 local function log_refund(key, window, n, now, at)
-  local L = log_open(key, window)
+  local L = log_open(key, window, now)
   log_trim(L, now - window)
   if at > 0 then
     if at <= now - window or at > now then return 0 end
@@ -461,16 +534,16 @@ local function log_refund(key, window, n, now, at)
 end
 
 local function buckets_refund(key, window, prec, n, now, at)
-  local oldest = math.floor((now - window) / prec)
-  local current, ring = math.floor(now / prec), bucket_ring(window, prec)
+  local oldest = floor((now - window) / prec)
+  local current, ring = floor(now / prec), bucket_ring(window, prec)
   local live = {} -- {index, field, count}, the newest first
   if at > 0 then
-    local b = math.floor(at / prec)
+    local b = floor(at / prec)
     if b < oldest or b > current then return 0 end
-    local c = tonumber(redis.call('HGET', key, b % ring) or 0) or 0
+    local c = tonumber(call('HGET', key, b % ring) or 0) or 0
     live[1] = {b, b % ring, c}
   else
-    local h = redis.call('HGETALL', key)
+    local h = call('HGETALL', key)
     for i = 1, #h, 2 do
       local b = current - (current - tonumber(h[i])) % ring
       if b >= oldest then live[#live + 1] = {b, h[i], tonumber(h[i + 1])} end
@@ -480,12 +553,12 @@ local function buckets_refund(key, window, prec, n, now, at)
   local given = 0
   for _, e in ipairs(live) do
     if given == n then break end
-    local take = math.min(n - given, e[3])
+    local take = min(n - given, e[3])
     if take > 0 then
       if take == e[3] then
-        redis.call('HDEL', key, e[2])
+        call('HDEL', key, e[2])
       else
-        redis.call('HINCRBY', key, e[2], -take)
+        call('HINCRBY', key, e[2], -take)
       end
       given = given + take
     end
@@ -497,16 +570,16 @@ local function counter_refund(key, count, window, n, now, at)
   local c, prev, cur = counter_state(key, window, now)
   local from_cur, from_prev = true, true
   if at > 0 then
-    local w = math.floor(at / window)
+    local w = floor(at / window)
     from_cur, from_prev = w == c, w == c - 1
   end
   local given = 0
   if from_cur then
-    given = math.min(n, cur)
+    given = min(n, cur)
     cur = cur - given
   end
   if from_prev then
-    local take = math.min(n - given, prev)
+    local take = min(n - given, prev)
     prev, given = prev - take, given + take
   end
   if given > 0 then counter_write(key, count, window, c, prev, cur, now) end
@@ -519,7 +592,7 @@ end
 
 -- blocked_for returns the µs the key stays blocked at now, 0 when it is not.
 local function blocked_for(key, now)
-  local untl = tonumber(redis.call('GET', key) or 0) or 0
+  local untl = tonumber(call('GET', key) or 0) or 0
   if untl > now then return untl - now end
   return 0
 end
@@ -528,9 +601,9 @@ end
 -- already, and returns the µs it stays blocked.
 local function block(key, d, now)
   local untl = now + d
-  local cur = tonumber(redis.call('GET', key) or 0) or 0
+  local cur = tonumber(call('GET', key) or 0) or 0
   if cur > untl then untl = cur end
-  redis.call('SET', key, untl, 'PX', math.max(math.ceil((untl - now) / 1000), 1))
+  call('SET', key, untl, 'PX', max(ceil((untl - now) / 1000), 1))
   return untl - now
 end
 
@@ -541,7 +614,7 @@ end
 -- plus within); it expires then. Returns the µs of the ban, 0 when none
 -- started.
 local function penalize(block_key, penalty_key, denials, within, ban, now)
-  local v = redis.call('GET', penalty_key)
+  local v = call('GET', penalty_key)
   local ends, count = 0, 0
   if v then
     local se, sc = string.match(v, '^(%d+) (%d+)$')
@@ -550,10 +623,10 @@ local function penalize(block_key, penalty_key, denials, within, ban, now)
   if ends <= now then ends, count = now + within, 0 end
   count = count + 1
   if count < denials then
-    redis.call('SET', penalty_key, string.format('%d %d', ends, count), 'PX', math.max(math.ceil((ends - now) / 1000), 1))
+    call('SET', penalty_key, string.format('%d %d', ends, count), 'PX', max(ceil((ends - now) / 1000), 1))
     return 0
   end
-  redis.call('DEL', penalty_key)
+  call('DEL', penalty_key)
   return block(block_key, ban, now)
 end
 

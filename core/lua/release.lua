@@ -15,7 +15,7 @@ local now = now_us(ARGV[3])
 local removed = 0
 for i, key in ipairs(KEYS) do
   local window = tonumber(ARGV[3 + i])
-  local L = log_open(key, window)
+  local L = log_open(key, window, now)
   log_trim(L, now - window)
   removed = removed + log_remove(L, n, at - 1, at, now)
 end
