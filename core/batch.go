@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/metrics"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -470,34 +471,66 @@ func (b *batcher) send(batch []*call) {
 
 // plan turns a batch into pipeline commands: calls that name a merged
 // script (allow.lua on a single server) go together, up to maxMerged per
-// command; every other call is a command of its own.
+// command (see merge); every other call is a command of its own.
 func (b *batcher) plan(live []*call) []*sent {
-	var cmds, groups []*sent
-	var group *sent
+	var cmds []*sent
+	var group []*call
 	for _, c := range live {
 		if c.merged == nil {
 			cmds = append(cmds, &sent{script: c.script, keys: c.keys, args: c.args, calls: []*call{c}})
 			continue
 		}
-		if group == nil || len(group.calls) == maxMerged {
-			group = &sent{script: c.merged, args: []any{0}}
-			groups = append(groups, group)
+		if group = append(group, c); len(group) == maxMerged {
+			cmds = append(cmds, merge(group))
+			group = nil
 		}
-		group.calls = append(group.calls, c)
-		group.keys = append(group.keys, c.keys...)
-		group.args = append(group.args, len(c.keys))
-		group.args = append(group.args, c.args...)
 	}
-	for _, g := range groups {
-		if len(g.calls) == 1 { // alone: the call's own script is enough
-			c := g.calls[0]
-			g.script, g.keys, g.args = c.script, c.keys, c.args
-		} else {
-			g.args[0] = len(g.calls)
-		}
-		cmds = append(cmds, g)
+	if len(group) > 0 {
+		cmds = append(cmds, merge(group))
 	}
 	return cmds
+}
+
+// mergedHead is how many of a merged call's arguments (allow.lua's ARGV)
+// differ from decision to decision: n and the time. The rest is its spec
+// (commit, penalty, limits), which decisions that ask alike share.
+const mergedHead = 2
+
+// merge makes one command of calls of the same merged script: the
+// arguments allow_batch.lua takes, each distinct spec once. A lone call
+// goes as it is, with its own script.
+func merge(calls []*call) *sent {
+	c := calls[0]
+	if len(calls) == 1 {
+		return &sent{script: c.script, keys: c.keys, args: c.args, calls: calls}
+	}
+	var specsBuf [8][]any
+	specs := specsBuf[:0]
+	nspec, nkeys := 0, 0
+	index := make([]int, len(calls)) // each call's spec, from 1
+	for i, c := range calls {
+		spec := c.args[mergedHead:]
+		index[i] = slices.IndexFunc(specs, func(s []any) bool { return slices.Equal(s, spec) }) + 1
+		if index[i] == 0 {
+			specs = append(specs, spec)
+			nspec += 1 + len(spec)
+			index[i] = len(specs)
+		}
+		nkeys += len(c.keys)
+	}
+	g := &sent{script: c.merged, calls: calls, keys: make([]string, 0, nkeys),
+		args: make([]any, 0, 2+nspec+(1+mergedHead)*len(calls))}
+	g.args = append(g.args, len(calls), len(specs))
+	for _, spec := range specs {
+		g.args = append(g.args, len(spec))
+		g.args = append(g.args, spec...)
+	}
+	for i, c := range calls {
+		g.keys = append(g.keys, c.keys...)
+		g.args = append(g.args, index[i])
+		g.args = append(g.args, c.args[:mergedHead]...)
+	}
+	return g
 }
 
 func (b *batcher) finish(c *call, reply any, err error) {

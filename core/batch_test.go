@@ -62,7 +62,7 @@ func allowCall(s *redisStore, key string, limits ...Limit) *call {
 	c := s.newCall(s.allowS, q, withBlock)
 	c.merged = s.allowBatchS
 	c.ctx = context.Background()
-	c.args = append(c.args, q.n, 1, 0, 0, 0, 0)
+	c.args = append(c.args, q.n, 0, 1, 0, 0, 0)
 	for _, l := range limits {
 		c.args = append(c.args, int(l.Algorithm), l.Count, micros(l.Window), micros(l.precision()))
 	}

@@ -79,7 +79,7 @@ func (s *redisStore) allow(ctx context.Context, q *query) error {
 	if q.commit {
 		commit = 1
 	}
-	c.args = append(c.args, q.n, commit, q.now)
+	c.args = append(c.args, q.n, q.now, commit)
 	if p := q.penalty; p != nil {
 		c.args = append(c.args, p.Denials, micros(p.Within), micros(p.Ban))
 	} else {

@@ -630,18 +630,29 @@ local function penalize(block_key, penalty_key, denials, within, ban, now)
   return block(block_key, ban, now)
 end
 
--- decide decides whether n units fit under every limit of one key and, when
--- they do and commit is set, records them under every limit: all or none.
--- The decision's nkeys keys start at keys[first]: the key's block key, then
--- its penalty key when it has a penalty, then the storage keys of the
--- limits. A blocked key is denied under every limit, with a retry and reset
--- of at least the block's time left, and nothing recorded.
---
--- args[at] holds n, args[at+1] commit ('1' or '0'), args[at+2] the time
--- (read by the caller into now), args[at+3 .. at+5] the penalty: denials
--- (0: none), within µs, ban µs; then 4 values per limit from args[at+6]:
--- algorithm ('0' log, '1' buckets, '2' counter), count, window µs,
--- precision µs.
+-- read_spec reads what a decision asks but its units and time, from
+-- args[at] on: commit ('1' records the units when they fit, '0' only
+-- looks), the penalty (denials, 0: none; within µs; ban µs), then nlim
+-- limits of 4 values: algorithm ('0' log, '1' buckets, '2' counter),
+-- count, window µs, precision µs. Decisions that ask alike share one.
+local function read_spec(args, at, nlim)
+  local limits = {}
+  for i = 1, nlim do
+    local a = at + 4 * i
+    limits[i] = {alg = args[a], count = tonumber(args[a + 1]), window = tonumber(args[a + 2]),
+                 prec = tonumber(args[a + 3])}
+  end
+  return {commit = args[at] == '1', denials = tonumber(args[at + 1]), within = tonumber(args[at + 2]),
+          ban = tonumber(args[at + 3]), limits = limits}
+end
+
+-- decide decides whether n units fit under every limit of spec (see
+-- read_spec) for one key at now and, when they do and the spec commits,
+-- records them under every limit: all or none. The decision's keys start
+-- at keys[first]: the key's block key, then its penalty key when it has a
+-- penalty, then the storage keys of the limits. A blocked key is denied
+-- under every limit, with a retry and reset of at least the block's time
+-- left, and nothing recorded.
 --
 -- A committed denial of a key that is not blocked counts towards its
 -- penalty; the denial that reaches it bans the key (see penalize), and its
@@ -651,26 +662,20 @@ end
 -- denial banned it), now, then per limit: remaining, retry µs, reset µs}.
 -- remaining counts after the units were recorded; retry is 0 for a limit
 -- that admits, -1 for one that never can.
-local function decide(keys, first, nkeys, args, at, now)
-  local n = tonumber(args[at])
-  local commit = args[at + 1] == '1'
-  local denials = tonumber(args[at + 3])
+local function decide(keys, first, n, now, spec)
+  local commit, denials, limits = spec.commit, spec.denials, spec.limits
   local lk = first + 1 -- the first limit's key
   if denials > 0 then lk = first + 2 end
-  local nlim = nkeys - (lk - first)
   local blocked = blocked_for(keys[first], now)
   local states, allowed = {}, blocked == 0
-  for i = 1, nlim do
-    local key, a = keys[lk + i - 1], at + 4 * i + 2
-    local alg, count = args[a], tonumber(args[a + 1])
-    local window, prec = tonumber(args[a + 2]), tonumber(args[a + 3])
-    local s
+  for i, l in ipairs(limits) do
+    local key, alg, s = keys[lk + i - 1], l.alg
     if alg == '0' then
-      s = log_check(key, count, window, n, now)
+      s = log_check(key, l.count, l.window, n, now)
     elseif alg == '1' then
-      s = buckets_check(key, count, window, prec, n, now)
+      s = buckets_check(key, l.count, l.window, l.prec, n, now)
     else
-      s = counter_check(key, count, window, n, now)
+      s = counter_check(key, l.count, l.window, n, now)
     end
     if s.retry ~= 0 then allowed = false end
     states[i] = s
@@ -680,21 +685,20 @@ local function decide(keys, first, nkeys, args, at, now)
   if blocked > 0 then
     status = 1
   elseif not allowed and commit and denials > 0 then
-    blocked = penalize(keys[first], keys[first + 1], denials, tonumber(args[at + 4]), tonumber(args[at + 5]), now)
+    blocked = penalize(keys[first], keys[first + 1], denials, spec.within, spec.ban, now)
     if blocked > 0 then status = 2 end
   end
 
   local out = {allowed and 1 or 0, status, now}
-  for i = 1, nlim do
-    local s, key, a = states[i], keys[lk + i - 1], at + 4 * i + 2
+  for i, l in ipairs(limits) do
+    local s, key, alg = states[i], keys[lk + i - 1], l.alg
     if allowed and commit then
-      local alg, window = args[a], tonumber(args[a + 2])
       if alg == '0' then
-        s.reset = log_add(window, n, now, now, s)
+        s.reset = log_add(l.window, n, now, now, s)
       elseif alg == '1' then
-        s.reset = buckets_add(key, window, tonumber(args[a + 3]), n, now)
+        s.reset = buckets_add(key, l.window, l.prec, n, now)
       else
-        s.reset = counter_add(key, tonumber(args[a + 1]), window, n, now, s)
+        s.reset = counter_add(key, l.count, l.window, n, now, s)
       end
       s.free = s.free - n
     end
@@ -703,9 +707,9 @@ local function decide(keys, first, nkeys, args, at, now)
       if s.retry >= 0 and s.retry < blocked then s.retry = blocked end
       if s.reset < blocked then s.reset = blocked end
     end
-    out[#out + 1] = s.free
-    out[#out + 1] = s.retry
-    out[#out + 1] = s.reset
+    out[3 * i + 1] = s.free
+    out[3 * i + 2] = s.retry
+    out[3 * i + 3] = s.reset
   end
   return out
 end

@@ -3,29 +3,38 @@
 -- single Redis server (never to a Cluster, where the keys of different
 -- decisions live on different nodes). Each decision is atomic on its own,
 -- exactly as allow.lua; the server's TIME is read once for all of them.
--- Runs after algorithms.lua (see decide there).
+-- Decisions that ask alike (commit, penalty and limits) share one spec,
+-- sent and read once. Runs after algorithms.lua (see read_spec and decide
+-- there).
 --
 -- KEYS     the keys of every decision, decision after decision, as
 --          allow.lua's KEYS
 -- ARGV[1]  the number of decisions
--- then per decision: its number of keys k, followed by the values
---          allow.lua takes as ARGV (n, commit, now, the penalty's three,
---          then 4 per limit)
+-- ARGV[2]  the number of specs
+-- then per spec: the number of its values, then the values (commit,
+--          the penalty's three, then 4 per limit: allow.lua's ARGV[3] on)
+-- then per decision: its spec (from 1), n, now (0: the server's TIME)
 --
 -- Returns one entry per decision: allow.lua's reply, or an error reply when
 -- that decision failed (such as WRONGTYPE on a key that is not ours); the
 -- other decisions are unaffected.
 
-local out, key, at = {}, 1, 2
+local specs, at = {}, 3
+for i = 1, tonumber(ARGV[2]) do
+  local m = tonumber(ARGV[at])
+  specs[i] = read_spec(ARGV, at + 1, (m - 4) / 4)
+  at = at + 1 + m
+end
+
+local out, key = {}, 1
 local server_now -- read at most once
 for d = 1, tonumber(ARGV[1]) do
-  local k = tonumber(ARGV[at])
-  local now = tonumber(ARGV[at + 3])
+  local spec, n, now = specs[tonumber(ARGV[at])], tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])
   if not now or now <= 0 then
     if not server_now then server_now = now_us(0) end
     now = server_now
   end
-  local ok, reply = pcall(decide, KEYS, key, k, ARGV, at + 1, now)
+  local ok, reply = pcall(decide, KEYS, key, n, now, spec)
   if ok then
     out[d] = reply
   elseif type(reply) == 'table' and reply.err then
@@ -33,9 +42,8 @@ for d = 1, tonumber(ARGV[1]) do
   else
     out[d] = redis.error_reply(tostring(reply))
   end
-  local limits = k - 1 -- keys but the block key and the penalty key
-  if tonumber(ARGV[at + 4]) > 0 then limits = k - 2 end
-  key = key + k
-  at = at + 7 + 4 * limits
+  key = key + 1 + #spec.limits -- the block key, the limits' keys
+  if spec.denials > 0 then key = key + 1 end -- and the penalty key
+  at = at + 3
 end
 return out
