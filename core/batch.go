@@ -47,6 +47,10 @@ type batcher struct {
 	flushing bool    // the flusher holds a slot: it is sending, or about to
 	running  bool    // a flusher goroutine exists
 	wake     chan struct{}
+	// work hands a lone call to an idle sender (see sendLone): a
+	// goroutine that sends lone calls one after another, its stack grown
+	// once.
+	work chan *call
 
 	calls sync.Pool
 	dials *dialErrors // the client's failed dials; nil: not watched
@@ -86,7 +90,7 @@ type script struct {
 func newScript(src string) *script { return &script{redis.NewScript(src), src} }
 
 func newBatcher(rdb redis.Scripter) *batcher {
-	b := &batcher{rdb: rdb, wake: make(chan struct{}, 1), boundsReads: boundsReads(rdb), dials: watchDials(rdb), born: time.Now()}
+	b := &batcher{rdb: rdb, wake: make(chan struct{}, 1), work: make(chan *call), boundsReads: boundsReads(rdb), dials: watchDials(rdb), born: time.Now()}
 	if p, ok := rdb.(interface{ Pipeline() redis.Pipeliner }); ok {
 		b.pipe = p.Pipeline
 	}
@@ -179,12 +183,7 @@ func (b *batcher) wait(ctx context.Context, c *call) (any, error) {
 			}
 			return reply, err
 		}
-		reply, err := detach(ctx, func(ctx context.Context) (any, error) { return b.direct(ctx, c) })
-		if err != nil && ctx.Err() != nil {
-			// detach saw whether the process was starved meanwhile
-			err = starvedError(b.noReply(ctx), errors.Is(err, errStarved))
-		}
-		return reply, err
+		return b.sendLone(ctx, c)
 	}
 	b.queue = append(b.queue, c)
 	b.mu.Unlock()
@@ -306,6 +305,51 @@ func (b *batcher) direct(ctx context.Context, c *call) (any, error) {
 	b.recycle(c)
 	b.handOff()
 	return reply, err
+}
+
+// sendLone sends c alone, as direct does, on a sender goroutine, and waits
+// for its reply or ctx's end, whichever comes first: with a client that
+// does not bound its reads by the context (go-redis's default), the caller
+// still returns at its deadline. An idle sender takes c; when none is idle,
+// a new one starts. A caller that leaves first leaves c to the sender; it
+// is not reused.
+func (b *batcher) sendLone(ctx context.Context, c *call) (any, error) {
+	select {
+	case b.work <- c:
+	default:
+		go b.sender(c)
+	}
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		if _, ok, starved := awaitLate(ctx, c.done); !ok {
+			return nil, starvedError(b.noReply(ctx), starved)
+		}
+	}
+	reply, err := c.reply, c.err
+	b.recycle(c)
+	return reply, err
+}
+
+// sender is a goroutine that sends lone calls (see sendLone), the first
+// one c, and exits after flusherIdle without one.
+func (b *batcher) sender(c *call) {
+	idle := time.NewTimer(flusherIdle)
+	defer idle.Stop()
+	for {
+		// Script.Run: EVALSHA, and EVAL when the server lacks the script
+		reply, err := c.script.Run(c.ctx, b.rdb, c.keys, c.args...).Result()
+		b.answered(err)
+		c.reply, c.err = reply, err
+		b.handOff()
+		c.done <- struct{}{} // buffered: the caller may be gone
+		idle.Reset(flusherIdle)
+		select {
+		case c = <-b.work:
+		case <-idle.C:
+			return
+		}
+	}
 }
 
 // handOff ends a direct send: its slot goes to the flusher when calls
@@ -557,32 +601,4 @@ func boundsReads(rdb redis.Scripter) bool {
 		return c.Options().ContextTimeoutEnabled
 	}
 	return false
-}
-
-// detach runs f on its own goroutine and returns its outcome, or an error
-// wrapping ctx's cause as soon as ctx is done, whichever comes first. An
-// abandoned f ends by its client's own timeouts; its outcome is dropped.
-// It is how a decision keeps its deadline with a client that does not
-// bound its reads by the context.
-func detach[T any](ctx context.Context, f func(context.Context) (T, error)) (T, error) {
-	type outcome struct {
-		v   T
-		err error
-	}
-	done := make(chan outcome, 1)
-	go func() {
-		v, err := f(ctx)
-		done <- outcome{v, err}
-	}()
-	select {
-	case o := <-done:
-		return o.v, o.err
-	case <-ctx.Done():
-		o, ok, starved := awaitLate(ctx, done)
-		if ok {
-			return o.v, o.err
-		}
-		var zero T
-		return zero, starvedError(fmt.Errorf("no reply from redis: %w", context.Cause(ctx)), starved)
-	}
 }

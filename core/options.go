@@ -58,10 +58,10 @@ func WithClock(now func() time.Time) Option { return Option{func(c *config) { c.
 //
 // The bound holds whatever the client's options. A go-redis client created
 // with ContextTimeoutEnabled: true ends its own read at the deadline; any
-// other client (the go-redis default, or a wrapper) is called on a separate
-// goroutine that the decision stops waiting for at the deadline, and that
-// ends later by the client's ReadTimeout, holding a pool connection until
-// then. ContextTimeoutEnabled is therefore recommended. go-redis retries
+// other client (the go-redis default, or a wrapper) is called on a sender
+// goroutine (kept between calls) that the decision stops waiting for at the
+// deadline, and whose call ends later by the client's ReadTimeout, holding
+// a pool connection until then. ContextTimeoutEnabled is therefore recommended. go-redis retries
 // (MaxRetries, and MaxRedirects on a cluster) happen within the bound.
 func WithTimeout(d time.Duration) Option { return Option{func(c *config) { c.timeout = d }} }
 
