@@ -112,10 +112,10 @@ end
 -- oldest) to used; those before lo have left (see log_trim).
 local function log_open(key, window, now)
   local v = call('GETRANGE', key, '0', LOG_WHOLE_LAST) -- strings: no number to format
+  if #v == 0 then return {key = key, window = window, now = now, lo = 1, used = 0} end
   -- every field at once: the table is allocated once
   local L = {key = key, window = window, now = now, lo = 1, used = 0, base = false, w = false, v = false,
              cap = false, head = false, newest = false, expires = false, cs = false, ce = false, cv = false}
-  if #v == 0 then return L end
   local f = byte(v, 1)
   local w = f % 16
   if #v < 8 or w < 1 or w > 7 or f >= 32 or (f < 16 and (#v - 8) % w ~= 0) or (f >= 16 and #v < LOG_HEAD) then
@@ -254,6 +254,10 @@ local function log_splice(L, p, del, ins, t, newest)
   local left = L.used - L.lo + 1 - del + ins
   if left <= 0 then
     call('DEL', L.key)
+    return
+  end
+  if del == 0 and L.lo > L.used then -- nothing else left: n units at t
+    call('SET', L.key, char(1) .. uint_bytes(t, 7) .. srep('\0', ins), 'PX', log_px(t + L.window - L.now))
     return
   end
   local w, off = L.w, 0
