@@ -187,11 +187,17 @@ func (b *batcher) wait(ctx context.Context, c *call) (any, error) {
 	}
 	b.queue = append(b.queue, c)
 	b.mu.Unlock()
+	return b.await(ctx, c)
+}
+
+// await waits for c's reply, filled by the flusher or a sender, or for
+// ctx's end (see awaitLate). A caller that leaves first leaves c to
+// whoever fills it; it is not reused.
+func (b *batcher) await(ctx context.Context, c *call) (any, error) {
 	select {
 	case <-c.done:
 	case <-ctx.Done():
 		if _, ok, starved := awaitLate(ctx, c.done); !ok {
-			// The flusher still holds c and will fill it; it is not reused.
 			return nil, starvedError(b.noReply(ctx), starved)
 		}
 	}
@@ -311,24 +317,14 @@ func (b *batcher) direct(ctx context.Context, c *call) (any, error) {
 // for its reply or ctx's end, whichever comes first: with a client that
 // does not bound its reads by the context (go-redis's default), the caller
 // still returns at its deadline. An idle sender takes c; when none is idle,
-// a new one starts. A caller that leaves first leaves c to the sender; it
-// is not reused.
+// a new one starts.
 func (b *batcher) sendLone(ctx context.Context, c *call) (any, error) {
 	select {
 	case b.work <- c:
 	default:
 		go b.sender(c)
 	}
-	select {
-	case <-c.done:
-	case <-ctx.Done():
-		if _, ok, starved := awaitLate(ctx, c.done); !ok {
-			return nil, starvedError(b.noReply(ctx), starved)
-		}
-	}
-	reply, err := c.reply, c.err
-	b.recycle(c)
-	return reply, err
+	return b.await(ctx, c)
 }
 
 // sender is a goroutine that sends lone calls (see sendLone), the first
