@@ -303,11 +303,17 @@ func (b *batcher) noReply(ctx context.Context) error {
 	return b.dials.explain(fmt.Errorf("no reply from redis: %w", context.Cause(ctx)))
 }
 
-// direct sends c alone and gives its slot back when the reply is in.
-func (b *batcher) direct(ctx context.Context, c *call) (any, error) {
-	// Script.Run: EVALSHA, and EVAL when the server lacks the script
+// runAlone runs c's script alone, with ctx (Script.Run: EVALSHA, and EVAL
+// when the server lacks the script), and notes whether Redis answered.
+func (b *batcher) runAlone(ctx context.Context, c *call) (any, error) {
 	reply, err := c.script.Run(ctx, b.rdb, c.keys, c.args...).Result()
 	b.answered(err)
+	return reply, err
+}
+
+// direct sends c alone and gives its slot back when the reply is in.
+func (b *batcher) direct(ctx context.Context, c *call) (any, error) {
+	reply, err := b.runAlone(ctx, c)
 	b.recycle(c)
 	b.handOff()
 	return reply, err
@@ -333,10 +339,7 @@ func (b *batcher) sender(c *call) {
 	idle := time.NewTimer(flusherIdle)
 	defer idle.Stop()
 	for {
-		// Script.Run: EVALSHA, and EVAL when the server lacks the script
-		reply, err := c.script.Run(c.ctx, b.rdb, c.keys, c.args...).Result()
-		b.answered(err)
-		c.reply, c.err = reply, err
+		c.reply, c.err = b.runAlone(c.ctx, c)
 		b.handOff()
 		c.done <- struct{}{} // buffered: the caller may be gone
 		idle.Reset(flusherIdle)
@@ -447,9 +450,7 @@ func (b *batcher) send(batch []*call) {
 		return
 	case len(live) == 1 || b.pipe == nil:
 		for _, c := range live {
-			// Script.Run: EVALSHA, and EVAL when the server lacks the script
-			reply, err := c.script.Run(context.WithoutCancel(c.ctx), b.rdb, c.keys, c.args...).Result()
-			b.answered(err)
+			reply, err := b.runAlone(context.WithoutCancel(c.ctx), c)
 			b.finish(c, reply, err)
 		}
 		return

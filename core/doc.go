@@ -43,7 +43,8 @@
 // such as "rw:{ip:203.0.113.9}:r1m": all limits of one key share the
 // Redis Cluster hash tag, so one script can touch them all. Keys longer than
 // 128 bytes, and keys with braces, are replaced by a fixed-length hash.
-// Every stored key carries a TTL of about one window (two for the counter),
+// Every stored key carries a TTL of about one window (up to two for the
+// counter, and for a sliding log long enough to be kept as a ring),
 // so idle keys vanish.
 //
 // # Bounds

@@ -65,11 +65,12 @@ func checkLogAgainstMemory(t *testing.T, rdb redis.Scripter, seed uint64, layout
 	limits := func() []Limit {
 		return []Limit{Per(longCounts[rng.IntN(len(longCounts))], long), Per(int64(10+rng.IntN(30)), short)}
 	}
-	var reserved []struct {
+	type held struct { // a reservation made, to release later
 		n      int64
 		limits []Limit
 		r      reservation
 	}
+	var reserved []held
 	var decided []int64 // times of admitted decisions
 	for step := range 2000 {
 		lims := limits()
@@ -115,11 +116,7 @@ func checkLogAgainstMemory(t *testing.T, rdb redis.Scripter, seed uint64, layout
 				t.Fatalf("step %d %s at %d: memory %+v, redis %+v", step, what, now, mr, rr)
 			}
 			if mr.ok {
-				reserved = append(reserved, struct {
-					n      int64
-					limits []Limit
-					r      reservation
-				}{n, lims, mr})
+				reserved = append(reserved, held{n, lims, mr})
 			}
 		case op < 82 && len(reserved) > 0:
 			i := rng.IntN(len(reserved))

@@ -61,8 +61,9 @@ func WithClock(now func() time.Time) Option { return Option{func(c *config) { c.
 // other client (the go-redis default, or a wrapper) is called on a sender
 // goroutine (kept between calls) that the decision stops waiting for at the
 // deadline, and whose call ends later by the client's ReadTimeout, holding
-// a pool connection until then. ContextTimeoutEnabled is therefore recommended. go-redis retries
-// (MaxRetries, and MaxRedirects on a cluster) happen within the bound.
+// a pool connection until then. ContextTimeoutEnabled is therefore
+// recommended. go-redis retries (MaxRetries, and MaxRedirects on a
+// cluster) happen within the bound.
 func WithTimeout(d time.Duration) Option { return Option{func(c *config) { c.timeout = d }} }
 
 // DefaultWaitTimeout bounds each call to Redis made by Wait and WaitN.

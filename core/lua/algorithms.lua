@@ -25,11 +25,15 @@ local function now_us(arg)
   return tonumber(tm[1]) * 1000000 + tonumber(tm[2])
 end
 
--- expire_us sets the key's TTL to us microseconds, rounded up to a millisecond.
+-- px returns the PX (or PEXPIRE) argument of a TTL of us microseconds:
+-- rounded up to a millisecond, at least 1.
+local function px(us)
+  return max(ceil(us / 1000), 1)
+end
+
+-- expire_us sets the key's TTL to us microseconds (see px).
 local function expire_us(key, us)
-  local ms = ceil(us / 1000)
-  if ms < 1 then ms = 1 end
-  call('PEXPIRE', key, ms)
+  call('PEXPIRE', key, px(us))
 end
 
 -- Sliding log: one string per key holding the times of the units counted,
@@ -207,11 +211,6 @@ local function log_trim(L, oldest)
   L.lo = live
 end
 
--- log_px returns the PX argument of a TTL of ttl µs: at least 1 ms.
-local function log_px(ttl)
-  return max(ceil(ttl / 1000), 1)
-end
-
 -- log_ring_header returns a ring's header after its first byte and base:
 -- cap, head, used, the newest time, and when the key expires.
 local function log_ring_header(cap, head, used, newest, expires)
@@ -235,11 +234,11 @@ local function log_store(L, times)
     local cap = 2 * n
     ttl = ttl + L.window
     parts[1] = char(16 + w) .. uint_bytes(base, 7) ..
-               log_ring_header(cap, 0, n, newest, L.now + log_px(ttl) * 1000)
+               log_ring_header(cap, 0, n, newest, L.now + px(ttl) * 1000)
     parts[n + 2] = srep('\0', (cap - n) * w)
   end
   for i = 1, n do parts[i + 1] = uint_bytes(times[i] - base, w) end
-  call('SET', L.key, table.concat(parts), 'PX', log_px(ttl))
+  call('SET', L.key, table.concat(parts), 'PX', px(ttl))
 end
 
 -- log_splice replaces the del units from unit p (lo <= p <= used + 1) with
@@ -257,7 +256,7 @@ local function log_splice(L, p, del, ins, t, newest)
     return
   end
   if del == 0 and L.lo > L.used then -- nothing else left: n units at t
-    call('SET', L.key, char(1) .. uint_bytes(t, 7) .. srep('\0', ins), 'PX', log_px(t + L.window - L.now))
+    call('SET', L.key, char(1) .. uint_bytes(t, 7) .. srep('\0', ins), 'PX', px(t + L.window - L.now))
     return
   end
   local w, off = L.w, 0
@@ -267,7 +266,7 @@ local function log_splice(L, p, del, ins, t, newest)
     local v = L.v
     v = sub(v, 1, 8) .. sub(v, 9 + (L.lo - 1) * w, 8 + (p - 1) * w) ..
         srep(uint_bytes(off, w), ins) .. sub(v, 9 + (p + del - 1) * w)
-    call('SET', L.key, v, 'PX', log_px(newest + L.window - L.now))
+    call('SET', L.key, v, 'PX', px(newest + L.window - L.now))
     return
   end
   if fits and L.cap and left <= L.cap and 8 + 3 * left > LOG_WHOLE / 2 then
@@ -283,9 +282,9 @@ local function log_splice(L, p, del, ins, t, newest)
     end
     local expires = L.expires
     if newest + L.window > expires then
-      local px = log_px(newest + 2 * L.window - L.now)
-      call('PEXPIRE', L.key, px)
-      expires = L.now + px * 1000
+      local ms = px(newest + 2 * L.window - L.now)
+      call('PEXPIRE', L.key, ms)
+      expires = L.now + ms * 1000
     end
     call('SETRANGE', L.key, '8', log_ring_header(cap, head, left, newest, expires))
     return
@@ -502,15 +501,13 @@ local function counter_write(key, count, window, c, prev, cur, now)
     call('DEL', key)
     return 0
   end
-  local ms = ceil(reset / 1000)
-  if ms < 1 then ms = 1 end
   local v
   if count < COUNTER_RADIX then
     v = ((prev * COUNTER_RADIX) + cur) * 16 + c % 16
   else
     v = string.format('%d %d %d', c, prev, cur)
   end
-  call('SET', key, v, 'PX', ms)
+  call('SET', key, v, 'PX', px(reset))
   return reset
 end
 
@@ -607,7 +604,7 @@ local function block(key, d, now)
   local untl = now + d
   local cur = tonumber(call('GET', key) or 0) or 0
   if cur > untl then untl = cur end
-  call('SET', key, untl, 'PX', max(ceil((untl - now) / 1000), 1))
+  call('SET', key, untl, 'PX', px(untl - now))
   return untl - now
 end
 
@@ -627,7 +624,7 @@ local function penalize(block_key, penalty_key, denials, within, ban, now)
   if ends <= now then ends, count = now + within, 0 end
   count = count + 1
   if count < denials then
-    call('SET', penalty_key, string.format('%d %d', ends, count), 'PX', max(ceil((ends - now) / 1000), 1))
+    call('SET', penalty_key, string.format('%d %d', ends, count), 'PX', px(ends - now))
     return 0
   end
   call('DEL', penalty_key)
