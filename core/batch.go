@@ -17,7 +17,8 @@ import (
 // batcher sends the script calls of one process's concurrent decisions to
 // Redis together ("smart batching"). Up to maxInFlight round trips are in
 // flight at once; a call that finds a free slot and nobody queued is sent
-// at once, alone, by its own goroutine. Calls that find every slot taken
+// at once, alone, on its caller's goroutine when the client bounds the read
+// by its deadline (see directly), else by a sender goroutine. Calls that find every slot taken
 // queue, and when a round trip ends the flusher sends everything queued as
 // one pipeline. It never waits for more work. Under load the batches grow
 // by themselves, so one round trip and one write/read pair on either side
@@ -36,9 +37,18 @@ type batcher struct {
 	rdb  redis.Scripter
 	pipe func() redis.Pipeliner // nil: the client cannot pipeline
 	// boundsReads: the client ends its reads at the context's deadline
-	// (see boundsReads); otherwise a direct send runs on its own goroutine
-	// so that its caller still returns at the deadline.
+	// (see boundsReads); otherwise a lone call goes to a sender goroutine
+	// so that its caller still returns at the deadline, unless lone bounds
+	// it.
 	boundsReads bool
+	// lone is the client's clone (redis.Client.WithTimeout: the same
+	// connections) whose reads and writes end after the Limiter's decision
+	// timeout, loneTimeout: a lone call whose deadline is that timeout is
+	// sent on its caller's goroutine through it (see divert). nil: none (a
+	// client that bounds its reads, one that cannot be cloned so, or no
+	// timeout).
+	lone        *redis.Client
+	loneTimeout time.Duration
 
 	mu       sync.Mutex
 	queue    []*call
@@ -89,8 +99,14 @@ type script struct {
 
 func newScript(src string) *script { return &script{redis.NewScript(src), src} }
 
-func newBatcher(rdb redis.Scripter) *batcher {
+// newBatcher returns the batcher of rdb, for decisions whose timeout is
+// timeout (0: none).
+func newBatcher(rdb redis.Scripter, timeout time.Duration) *batcher {
 	b := &batcher{rdb: rdb, wake: make(chan struct{}, 1), work: make(chan *call), boundsReads: boundsReads(rdb), dials: watchDials(rdb), born: time.Now()}
+	if c, ok := rdb.(*redis.Client); ok && !b.boundsReads && timeout > 0 {
+		b.lone, b.loneTimeout = c.WithTimeout(timeout), timeout
+		c.AddHook(divert{})
+	}
 	if p, ok := rdb.(interface{ Pipeline() redis.Pipeliner }); ok {
 		b.pipe = p.Pipeline
 	}
@@ -114,8 +130,9 @@ func (b *batcher) newCall(limits int) *call {
 // run sends c (filled by the caller) and returns the script's reply. c
 // must not be used afterwards.
 //
-// A call that finds nothing in flight is sent at once by its own goroutine,
-// with its own context: no hand-off, no added latency. Calls that arrive
+// A call that finds nothing in flight is sent at once, with its own
+// context, on its own goroutine where the client keeps its deadline (see
+// directly), else by a sender. Calls that arrive
 // while a round trip is in flight are queued; when that round trip ends, the
 // flusher goroutine sends everything queued as one pipeline, and so on
 // until the queue is empty.
@@ -167,8 +184,8 @@ func (b *batcher) wait(ctx context.Context, c *call) (any, error) {
 	if b.inflight < maxInFlight && len(b.queue) == 0 {
 		b.inflight++
 		b.mu.Unlock()
-		if b.boundsReads || ctx.Done() == nil {
-			reply, err := b.direct(ctx, c)
+		if dctx, ok := b.directly(ctx); ok {
+			reply, err := b.direct(dctx, c)
 			if err == nil {
 				return reply, nil
 			}
@@ -188,6 +205,54 @@ func (b *batcher) wait(ctx context.Context, c *call) (any, error) {
 	b.queue = append(b.queue, c)
 	b.mu.Unlock()
 	return b.await(ctx, c)
+}
+
+// directly reports whether a lone call with ctx is sent on its caller's
+// goroutine, keeping ctx's deadline, and returns the context to send it
+// with; otherwise it goes to a sender (see sendLone).
+func (b *batcher) directly(ctx context.Context) (context.Context, bool) {
+	if b.boundsReads || ctx.Done() == nil {
+		return ctx, true
+	}
+	if b.lone == nil {
+		return ctx, false
+	}
+	// the Limiter's timeout is ctx's deadline (not a caller's sooner one,
+	// nor a Wait's later one), to within an eighth: lone's reads end then
+	dl, ok := ctx.Deadline()
+	if left := time.Until(dl); ok && left <= b.loneTimeout && left > b.loneTimeout-b.loneTimeout/8 {
+		return context.WithValue(ctx, loneKey{}, b.lone), true
+	}
+	return ctx, false
+}
+
+// loneKey is the context key of the client that runs a lone call (see
+// batcher.lone and divert).
+type loneKey struct{}
+
+// divert is a go-redis hook added to a Client that has a lone clone: it
+// runs a command whose context names the clone (loneKey) on the clone,
+// whose reads end at the Limiter's timeout. The clone shares the client's
+// connections but not its hooks, so the command goes through the client's
+// hook chain (its tracing, its metrics) to this hook, and only then to the
+// clone; hooks added to the client after the Limiter was made come after
+// this one, and do not see lone calls. Every other command passes on
+// untouched.
+type divert struct{}
+
+func (divert) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (divert) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if lone, ok := ctx.Value(loneKey{}).(*redis.Client); ok {
+			return lone.Process(ctx, cmd)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (divert) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
 
 // await waits for c's reply, filled by the flusher or a sender, or for

@@ -106,7 +106,7 @@ func TestBatchSend(t *testing.T) {
 		t.Run(cl.name, func(t *testing.T) {
 			counter := &commandCounter{}
 			cl.rdb.(interface{ AddHook(redis.Hook) }).AddHook(counter)
-			s := newRedisStore(cl.rdb, uniquePrefix(t))
+			s := newRedisStore(cl.rdb, uniquePrefix(t), 0)
 			for round := range 2 {
 				if round == 1 && cl.flush != nil {
 					if err := cl.flush(); err != nil { // NOSCRIPT: sent again as EVAL
@@ -143,7 +143,7 @@ func TestBatchSend(t *testing.T) {
 // type) answers that caller with the error and the others as usual.
 func TestBatchMergedError(t *testing.T) {
 	rdb := redistest.New(t).Client(t)
-	s := newRedisStore(rdb, uniquePrefix(t))
+	s := newRedisStore(rdb, uniquePrefix(t), 0)
 	lim := PerMinute(3)
 	bad := storageKey(keyTag(s.prefix, "bad"), lim)
 	if err := rdb.Set(context.Background(), bad, "not a sliding log", time.Minute).Err(); err != nil {
@@ -221,7 +221,7 @@ func TestBatchLimiter(t *testing.T) {
 func TestBatchKeepsDeadline(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	s := newRedisStore(rdb, uniquePrefix(t))
+	s := newRedisStore(rdb, uniquePrefix(t), 0)
 	ctx := context.Background()
 	if err := rdb.Do(ctx, "CLIENT", "PAUSE", "600", "ALL").Err(); err != nil {
 		t.Fatal(err)
@@ -279,14 +279,14 @@ func TestBatchHeard(t *testing.T) {
 		{"network", errors.New("dial tcp 127.0.0.1:1: connect: connection refused"), false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			b := newBatcher(rdb)
+			b := newBatcher(rdb, 0)
 			if got := b.answered(c.err); got != c.heard || (b.heard.Load() != 0) != c.heard {
 				t.Fatalf("answered(%v) = %v, heard %d; want %v", c.err, got, b.heard.Load(), c.heard)
 			}
 		})
 	}
 	t.Run("second half", func(t *testing.T) {
-		b := newBatcher(rdb)
+		b := newBatcher(rdb, 0)
 		sent := time.Since(b.born)
 		cctx, cancel := context.WithDeadline(ctx, b.born.Add(sent+100*time.Millisecond))
 		defer cancel()
@@ -299,4 +299,93 @@ func TestBatchHeard(t *testing.T) {
 			t.Fatal("a reply in the second half of the wait did not count")
 		}
 	})
+}
+
+// loneRecorder is a go-redis hook that records, per script command,
+// whether it was sent through the batcher's lone clone (see divert).
+type loneRecorder struct {
+	mu   sync.Mutex
+	lone []bool
+}
+
+func (h *loneRecorder) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *loneRecorder) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if n := cmd.Name(); n == "evalsha" || n == "eval" {
+			_, lone := ctx.Value(loneKey{}).(*redis.Client)
+			h.mu.Lock()
+			h.lone = append(h.lone, lone)
+			h.mu.Unlock()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *loneRecorder) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *loneRecorder) take() []bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	l := h.lone
+	h.lone = nil
+	return l
+}
+
+// With a client that does not bound its reads by the context (go-redis's
+// default), a lone decision whose deadline is the Limiter's timeout goes
+// through the client's hooks to the clone whose reads end then, on its
+// caller's goroutine; a caller's sooner deadline, a client that bounds its
+// reads, and a Cluster send as before. The answers are the same.
+func TestLoneCall(t *testing.T) {
+	srv := redistest.New(t)
+	for _, c := range []struct {
+		name     string
+		rdb      func() redis.UniversalClient
+		deadline time.Duration // the caller's; 0: none
+		want     bool          // sent through the clone
+	}{
+		{"default client", func() redis.UniversalClient { return redis.NewClient(&redis.Options{Addr: srv.Addr}) }, 0, true},
+		{"caller's later deadline", func() redis.UniversalClient { return redis.NewClient(&redis.Options{Addr: srv.Addr}) }, time.Hour, true},
+		{"caller's sooner deadline", func() redis.UniversalClient { return redis.NewClient(&redis.Options{Addr: srv.Addr}) }, time.Second, false},
+		{"ContextTimeoutEnabled", func() redis.UniversalClient {
+			return redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+		}, 0, false},
+		{"cluster", func() redis.UniversalClient { return redistest.NewCluster(t).Client(t) }, 0, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rdb := c.rdb()
+			t.Cleanup(func() { rdb.Close() })
+			rec := &loneRecorder{}
+			rdb.AddHook(rec)
+			l, err := New(rdb, WithPrefix(uniquePrefix(t)), WithTimeout(10*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			if c.deadline > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, c.deadline)
+				defer cancel()
+			}
+			lim := PerHour(3)
+			for i, want := range []bool{true, true, true, false} {
+				r, err := l.Allow(ctx, "k", lim)
+				if err != nil || r.Allowed != want || r.BackendErr != nil {
+					t.Fatalf("decision %d: %+v %v, want allowed %v", i, r, err, want)
+				}
+			}
+			got := rec.take()
+			if len(got) < 4 {
+				t.Fatalf("the hook saw %d script calls, want 4 or more", len(got))
+			}
+			for i, lone := range got {
+				if lone != c.want {
+					t.Fatalf("script call %d: through the clone %v, want %v", i, lone, c.want)
+				}
+			}
+		})
+	}
 }

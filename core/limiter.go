@@ -55,7 +55,7 @@ func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
 		return nil, err
 	}
 	l := newLimiter(c)
-	scripts := newRedisStore(rdb, c.prefix)
+	scripts := newRedisStore(rdb, c.prefix, c.timeout)
 	l.store = scripts
 	br := &breaker{}
 	var local *memoryStore

@@ -54,7 +54,7 @@ func TestLogValueMatchesMemory(t *testing.T) {
 func checkLogAgainstMemory(t *testing.T, rdb redis.Scripter, seed uint64, layouts *[2]int) {
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(seed, 7))
-	rs := newRedisStore(rdb, uniquePrefix(t))
+	rs := newRedisStore(rdb, uniquePrefix(t), 0)
 	ms := newMemoryStore(func() int64 { panic("the test passes every time") })
 	now := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC).UnixMicro()
 	// windows long enough that real Redis never expires a key (by its own

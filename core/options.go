@@ -57,12 +57,17 @@ func WithClock(now func() time.Time) Option { return Option{func(c *config) { c.
 // outage takes two.
 //
 // The bound holds whatever the client's options. A go-redis client created
-// with ContextTimeoutEnabled: true ends its own read at the deadline; any
-// other client (the go-redis default, or a wrapper) is called on a sender
-// goroutine (kept between calls) that the decision stops waiting for at the
-// deadline, and whose call ends later by the client's ReadTimeout, holding
-// a pool connection until then. ContextTimeoutEnabled is therefore
-// recommended. go-redis retries (MaxRetries, and MaxRedirects on a
+// with ContextTimeoutEnabled: true ends its own read at the deadline. A
+// *redis.Client without it (the go-redis default; a failover client too)
+// sends a lone decision through its WithTimeout(d) clone, on the caller's
+// goroutine: the same connections, reads that end at d, and the command
+// still passes the client's hooks added before New (New adds one that
+// hands such commands to the clone; hooks added later do not see them).
+// Any other call (a caller's deadline sooner than d, a Cluster or another
+// client without ContextTimeoutEnabled) is made on a sender goroutine (kept
+// between calls) that the decision stops waiting for at the deadline, and
+// whose call ends later by the client's ReadTimeout, holding a pool
+// connection until then. go-redis retries (MaxRetries, and MaxRedirects on a
 // cluster) happen within the bound.
 func WithTimeout(d time.Duration) Option { return Option{func(c *config) { c.timeout = d }} }
 

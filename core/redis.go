@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -41,7 +42,9 @@ type redisStore struct {
 	allowBatchS *script
 }
 
-func newRedisStore(rdb redis.Scripter, prefix string) *redisStore {
+// newRedisStore returns the scripts' store on rdb, for decisions whose
+// timeout is timeout (0: none).
+func newRedisStore(rdb redis.Scripter, prefix string, timeout time.Duration) *redisStore {
 	s := &redisStore{
 		rdb:      rdb,
 		prefix:   prefix,
@@ -51,7 +54,7 @@ func newRedisStore(rdb redis.Scripter, prefix string) *redisStore {
 		resetS:   newScript(resetLua),
 		blockS:   newScript(algorithmsLua + blockLua),
 		refundS:  newScript(algorithmsLua + refundLua),
-		batch:    newBatcher(rdb),
+		batch:    newBatcher(rdb, timeout),
 	}
 	if _, single := rdb.(*redis.Client); single { // also NewFailoverClient
 		s.allowBatchS = newScript(algorithmsLua + allowBatchLua)
