@@ -557,20 +557,26 @@ func (b *batcher) send(batch []*call) {
 			b.finish(s.calls[0], reply, err)
 			continue
 		}
-		replies, ok := reply.([]any)
-		if err == nil && (!ok || len(replies) != len(s.calls)) {
-			err = fmt.Errorf("%w: a merged call returned %T for %d calls", ErrUnexpectedReply, reply, len(s.calls))
+		values, ok := reply.([]any)
+		size := 0
+		for _, c := range s.calls {
+			size += replySize(c)
 		}
-		for i, c := range s.calls {
-			if err != nil {
+		if err == nil && (!ok || len(values) != size) {
+			err = fmt.Errorf("%w: a merged call returned %T of %d values for %d calls", ErrUnexpectedReply, reply, len(values), len(s.calls))
+		}
+		at := 0
+		for _, c := range s.calls {
+			size := replySize(c)
+			switch {
+			case err != nil:
 				b.finish(c, nil, err)
-				continue
+			case isError(values[at]):
+				b.finish(c, nil, values[at].(error))
+			default:
+				b.finish(c, values[at:at+size:at+size], nil)
 			}
-			if e, isErr := replies[i].(error); isErr {
-				b.finish(c, nil, e)
-				continue
-			}
-			b.finish(c, replies[i], nil)
+			at += size
 		}
 	}
 }
@@ -601,6 +607,17 @@ func (b *batcher) plan(live []*call) []*sent {
 // differ from decision to decision: n and the time. The rest is its spec
 // (commit, penalty, limits), which decisions that ask alike share.
 const mergedHead = 2
+
+// replySize is how many values a merged call's decision answers (see
+// allow_batch.lua): allowed, blocked and now, then 3 per limit, of which
+// its arguments hold 4 each after n, the time, commit and the penalty.
+func replySize(c *call) int { return 3 + 3*(len(c.args)-mergedHead-4)/4 }
+
+// isError reports whether v is an error reply.
+func isError(v any) bool {
+	_, ok := v.(error)
+	return ok
+}
 
 // merge makes one command of calls of the same merged script: the
 // arguments allow_batch.lua takes, each distinct spec once. A lone call

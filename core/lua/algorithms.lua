@@ -7,11 +7,13 @@
 -- passed to redis.call as numbers (Redis formats them with full precision);
 -- never with tostring or '..', which would print 1.76e+15.
 --
--- A check returns a state table for one limit:
+-- A check returns the state of one limit, as values (no table: a decision
+-- allocates as little as it can):
 --   free   units that fit now (Count minus what is counted), >= 0
 --   retry  µs until n more units fit: 0 now, -1 never (n > Count)
 --   reset  µs until the limit is back to its full Count
--- An add records n units and sets the key's TTL, returning the new reset.
+-- then what its add needs. An add records n units and sets the key's TTL,
+-- returning the new reset.
 
 local byte, char, sub, srep = string.byte, string.char, string.sub, string.rep
 local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
@@ -112,14 +114,21 @@ local function width(x)
   return w
 end
 
--- log_open reads the log of key. Its units are numbered from 1 (the
--- oldest) to used; those before lo have left (see log_trim).
-local function log_open(key, window, now)
+-- log_open reads the log of key into L (a table of log_open's, or nil:
+-- a new one), which it returns. Its units are numbered from 1 (the oldest)
+-- to used; those before lo have left (see log_trim). Decisions reuse their
+-- L from decision to decision: its fields are all set here, so that
+-- setting them again allocates nothing.
+local function log_open(key, window, now, L)
   local v = call('GETRANGE', key, '0', LOG_WHOLE_LAST) -- strings: no number to format
-  if #v == 0 then return {key = key, window = window, now = now, lo = 1, used = 0} end
-  -- every field at once: the table is allocated once
-  local L = {key = key, window = window, now = now, lo = 1, used = 0, base = false, w = false, v = false,
-             cap = false, head = false, newest = false, expires = false, cs = false, ce = false, cv = false}
+  if not L then
+    L = {key = key, window = window, now = now, lo = 1, used = 0, base = false, w = false, v = false,
+         cap = false, head = false, newest = false, expires = false, cs = false, ce = false, cv = false}
+  else
+    L.key, L.window, L.now, L.lo, L.used, L.base, L.w, L.v = key, window, now, 1, 0, false, false, false
+    L.cap, L.head, L.newest, L.expires, L.cs, L.ce, L.cv = false, false, false, false, false, false, false
+  end
+  if #v == 0 then return L end
   local f = byte(v, 1)
   local w = f % 16
   if #v < 8 or w < 1 or w > 7 or f >= 32 or (f < 16 and (#v - 8) % w ~= 0) or (f >= 16 and #v < LOG_HEAD) then
@@ -294,15 +303,17 @@ local function log_splice(L, p, del, ins, t, newest)
   log_store(L, log_times(L, p + del, L.used, times))
 end
 
-local function log_check(key, count, window, n, now)
-  local L = log_open(key, window, now)
+-- log_check checks n units of a log limit at now, its log read into L
+-- (see log_open), and returns free, retry, reset, then what log_add takes:
+-- the time of the newest unit (false: none) and the log.
+local function log_check(key, count, window, n, now, L)
+  L = log_open(key, window, now, L)
   log_trim(L, now - window)
   local used = L.used - L.lo + 1
-  local s = {free = count - used, retry = 0, reset = 0, log = L}
-  if s.free < 0 then s.free = 0 end
+  local free, retry, reset, newest = max(count - used, 0), 0, 0, false
   if used > 0 then
-    s.newest = log_newest(L)
-    s.reset = s.newest + window - now
+    newest = log_newest(L)
+    reset = newest + window - now
   end
   -- n units fit at time t once the k-th newest unit has left the window at
   -- t: then every window holding t holds at most count - n other units.
@@ -310,22 +321,22 @@ local function log_check(key, count, window, n, now)
   -- never keeps more than count units that do.)
   local k = count - n + 1
   if k <= 0 then
-    s.retry = -1
+    retry = -1
   elseif used >= k then
-    s.retry = log_at(L, L.used - k + 1) + window - now
+    retry = log_at(L, L.used - k + 1) + window - now
   end
-  return s
+  return free, retry, reset, newest, L
 end
 
--- log_add records n units at time t and returns the new reset. s is
--- log_check's state, of the same call. Units go after every unit at or
--- before t: at the end, but for reservations made for later than t.
-local function log_add(window, n, t, now, s)
-  local L = s.log
-  local p, newest = L.used + 1, t
-  if s.newest and s.newest > t then -- before reservations
-    newest = s.newest
+-- log_add records n units at time t and returns the new reset. L and
+-- newest are log_check's, of the same call. Units go after every unit at
+-- or before t: at the end, but for reservations made for later than t.
+local function log_add(window, n, t, now, L, newest)
+  local p = L.used + 1
+  if newest and newest > t then -- before reservations
     p = log_after(L, t)
+  else
+    newest = t
   end
   log_splice(L, p, 0, n, t, newest)
   return max(newest, now) + window - now
@@ -389,13 +400,12 @@ local function buckets_check(key, count, window, prec, n, now)
   for i = 1, #stale, 1000 do
     call('HDEL', key, unpack(stale, i, min(i + 999, #stale)))
   end
-  local s = {free = count - used, retry = 0, reset = 0}
-  if s.free < 0 then s.free = 0 end
+  local free, retry, reset = max(count - used, 0), 0, 0
   if newest then
-    s.reset = (newest + 1) * prec + window - now
+    reset = (newest + 1) * prec + window - now
   end
   if n > count then
-    s.retry = -1
+    retry = -1
   elseif used + n > count then
     -- only a denial needs the buckets in order
     table.sort(live, function(x, y) return x[1] < y[1] end)
@@ -403,19 +413,24 @@ local function buckets_check(key, count, window, prec, n, now)
     for _, e in ipairs(live) do
       over = over - e[2]
       if over <= 0 then
-        s.retry = (e[1] + 1) * prec + window - now
+        retry = (e[1] + 1) * prec + window - now
         break
       end
     end
   end
-  return s
+  return free, retry, reset
 end
 
+-- buckets_add records n units in the current bucket. The key expires a
+-- window after the newest bucket ends: a time that changes only when a
+-- bucket starts, so the TTL is set only then (when the bucket's count is
+-- n: its field is new, since a refund that empties a bucket deletes it).
 local function buckets_add(key, window, prec, n, now)
   local b = floor(now / prec)
-  call('HINCRBY', key, b % bucket_ring(window, prec), n)
   local reset = (b + 1) * prec + window - now
-  expire_us(key, reset)
+  if call('HINCRBY', key, b % bucket_ring(window, prec), n) == n then
+    expire_us(key, reset)
+  end
   return reset
 end
 
@@ -435,12 +450,16 @@ end
 -- "<index> <p> <c>" instead. Every number stays below 2^53, exact in Lua.
 local COUNTER_RADIX = 4194304 -- 2^22
 
+-- counter_state reads the counter limit of key at now and returns the
+-- current window's index, the previous and the current window's counts,
+-- the µs elapsed in the current window, and whether the key holds the
+-- integer form of the current window (so that an add can be an INCRBY).
 local function counter_state(key, window, now)
   local c = floor(now / window)
   local v = call('GET', key)
   local w, prev, cur
   if not v then
-    return c, 0, 0, now - c * window
+    return c, 0, 0, now - c * window, false
   end
   local n = tonumber(v)
   if n then -- the integer form
@@ -455,36 +474,38 @@ local function counter_state(key, window, now)
   end
   if w ~= c then
     if w == c - 1 then prev, cur = cur, 0 else prev, cur = 0, 0 end
+    return c, prev, cur, now - c * window, false
   end
-  return c, prev, cur, now - c * window
+  return c, prev, cur, now - c * window, n ~= nil
 end
 
+-- counter_check checks n units of a counter limit at now and returns free,
+-- retry, reset, then what counter_add takes: the current window's index
+-- and counts, and whether an INCRBY records units (see counter_state).
 local function counter_check(key, count, window, n, now)
-  local c, prev, cur, elapsed = counter_state(key, window, now)
+  local c, prev, cur, elapsed, incr = counter_state(key, window, now)
   -- all in integers: prev*(window-elapsed) + used*window <= count*window
   local weighted = prev * (window - elapsed)
-  local s = {free = floor((count * window - weighted - cur * window) / window), retry = 0, reset = 0,
-             c = c, prev = prev, cur = cur}
-  if s.free < 0 then s.free = 0 end
+  local free, retry, reset = max(floor((count * window - weighted - cur * window) / window), 0), 0, 0
   if cur > 0 then
-    s.reset = (c + 2) * window - now
+    reset = (c + 2) * window - now
   elseif prev > 0 then
-    s.reset = (c + 1) * window - now
+    reset = (c + 1) * window - now
   end
   if n > count then
-    s.retry = -1
+    retry = -1
   elseif weighted + (cur + n) * window > count * window then
     if cur + n <= count then
       -- later in this window: prev*(window-e) <= (count-n-cur)*window
       local e = window - floor((count - n - cur) * window / prev)
-      s.retry = e - elapsed
+      retry = e - elapsed
     else
       -- in the next window, where this one's count is the previous one
       local e = window - floor((count - n) * window / cur)
-      s.retry = (c + 1) * window - now + e
+      retry = (c + 1) * window - now + e
     end
   end
-  return s
+  return free, retry, reset, c, prev, cur, incr
 end
 
 -- counter_write stores the counts of window c (prev, cur) for a limit of
@@ -511,10 +532,17 @@ local function counter_write(key, count, window, c, prev, cur, now)
   return reset
 end
 
--- counter_add records n units in the current window; s is counter_check's
--- state of the same call.
-local function counter_add(key, count, window, n, now, s)
-  return counter_write(key, count, window, s.c, s.prev, s.cur + n, now)
+-- counter_add records n units in the current window; c, prev, cur and
+-- incr are counter_check's, of the same call. A key that holds the current
+-- window's integer form already keeps its TTL (the end of the next
+-- window), so the units are added to it where it stands: n * 16 adds n to
+-- the current count (see counter_state).
+local function counter_add(key, count, window, n, now, c, prev, cur, incr)
+  if incr and count < COUNTER_RADIX and cur > 0 then
+    call('INCRBY', key, n * 16)
+    return (c + 2) * window - now
+  end
+  return counter_write(key, count, window, c, prev, cur + n, now)
 end
 
 -- Refunds (Limiter.Refund, Rule.CountIf) give back up to n units recorded
@@ -647,6 +675,13 @@ local function read_spec(args, at, nlim)
           ban = tonumber(args[at + 3]), limits = limits}
 end
 
+-- The state of each limit during a decision (see decide), reused from
+-- decision to decision of one script call: STATE values per limit in st,
+-- free, retry, reset, then up to four values of its check for its add; and
+-- per log limit, its log's table in logs (see log_open).
+local STATE = 7
+local st, logs = {}, {}
+
 -- decide decides whether n units fit under every limit of spec (see
 -- read_spec) for one key at now and, when they do and the spec commits,
 -- records them under every limit: all or none. The decision's keys start
@@ -659,27 +694,30 @@ end
 -- penalty; the denial that reaches it bans the key (see penalize), and its
 -- retry and reset are the ban's.
 --
--- Returns {allowed (1 or 0), blocked (0: no, 1: the key is blocked, 2: this
--- denial banned it), now, then per limit: remaining, retry µs, reset µs}.
--- remaining counts after the units were recorded; retry is 0 for a limit
--- that admits, -1 for one that never can.
-local function decide(keys, first, n, now, spec)
+-- It writes its answer into out, after out[at]: allowed (1 or 0), blocked
+-- (0: no, 1: the key is blocked, 2: this denial banned it), now, then per
+-- limit: remaining, retry µs, reset µs. remaining counts after the units
+-- were recorded; retry is 0 for a limit that admits, -1 for one that never
+-- can. It returns the index of its last value.
+local function decide(keys, first, n, now, spec, out, at)
   local commit, denials, limits = spec.commit, spec.denials, spec.limits
-  local lk = first + 1 -- the first limit's key
-  if denials > 0 then lk = first + 2 end
+  local lk = first -- the key of limit i is keys[lk + i]
+  if denials > 0 then lk = first + 1 end
   local blocked = blocked_for(keys[first], now)
-  local states, allowed = {}, blocked == 0
-  for i, l in ipairs(limits) do
-    local key, alg, s = keys[lk + i - 1], l.alg
+  local allowed = blocked == 0
+  for i = 1, #limits do
+    local l, j = limits[i], (i - 1) * STATE
+    local key, alg = keys[lk + i], l.alg
     if alg == '0' then
-      s = log_check(key, l.count, l.window, n, now)
+      st[j + 1], st[j + 2], st[j + 3], st[j + 4], st[j + 5] = log_check(key, l.count, l.window, n, now, logs[i])
+      logs[i] = st[j + 5]
     elseif alg == '1' then
-      s = buckets_check(key, l.count, l.window, l.prec, n, now)
+      st[j + 1], st[j + 2], st[j + 3] = buckets_check(key, l.count, l.window, l.prec, n, now)
     else
-      s = counter_check(key, l.count, l.window, n, now)
+      st[j + 1], st[j + 2], st[j + 3], st[j + 4], st[j + 5], st[j + 6], st[j + 7] =
+        counter_check(key, l.count, l.window, n, now)
     end
-    if s.retry ~= 0 then allowed = false end
-    states[i] = s
+    if st[j + 2] ~= 0 then allowed = false end
   end
 
   local status = 0
@@ -690,27 +728,29 @@ local function decide(keys, first, n, now, spec)
     if blocked > 0 then status = 2 end
   end
 
-  local out = {allowed and 1 or 0, status, now}
-  for i, l in ipairs(limits) do
-    local s, key, alg = states[i], keys[lk + i - 1], l.alg
+  out[at + 1], out[at + 2], out[at + 3] = allowed and 1 or 0, status, now
+  at = at + 3
+  for i = 1, #limits do
+    local l, j = limits[i], (i - 1) * STATE
+    local key, alg = keys[lk + i], l.alg
+    local free, retry, reset = st[j + 1], st[j + 2], st[j + 3]
     if allowed and commit then
       if alg == '0' then
-        s.reset = log_add(l.window, n, now, now, s)
+        reset = log_add(l.window, n, now, now, st[j + 5], st[j + 4])
       elseif alg == '1' then
-        s.reset = buckets_add(key, l.window, l.prec, n, now)
+        reset = buckets_add(key, l.window, l.prec, n, now)
       else
-        s.reset = counter_add(key, l.count, l.window, n, now, s)
+        reset = counter_add(key, l.count, l.window, n, now, st[j + 4], st[j + 5], st[j + 6], st[j + 7])
       end
-      s.free = s.free - n
+      free = free - n
     end
     if blocked > 0 then
-      s.free = 0
-      if s.retry >= 0 and s.retry < blocked then s.retry = blocked end
-      if s.reset < blocked then s.reset = blocked end
+      free = 0
+      if retry >= 0 and retry < blocked then retry = blocked end
+      if reset < blocked then reset = blocked end
     end
-    out[3 * i + 1] = s.free
-    out[3 * i + 2] = s.retry
-    out[3 * i + 3] = s.reset
+    out[at + 1], out[at + 2], out[at + 3] = free, retry, reset
+    at = at + 3
   end
-  return out
+  return at
 end

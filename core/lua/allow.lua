@@ -18,4 +18,6 @@
 -- Returns {allowed (1 or 0), blocked (0 no, 1 blocked, 2 banned by this
 -- denial), now µs, then per limit: remaining, retry µs, reset µs}.
 
-return decide(KEYS, 1, tonumber(ARGV[1]), now_us(ARGV[2]), read_spec(ARGV, 3, (#ARGV - 6) / 4))
+local out = {}
+decide(KEYS, 1, tonumber(ARGV[1]), now_us(ARGV[2]), read_spec(ARGV, 3, (#ARGV - 6) / 4), out, 0)
+return out

@@ -15,9 +15,11 @@
 --          the penalty's three, then 4 per limit: allow.lua's ARGV[3] on)
 -- then per decision: its spec (from 1), n, now (0: the server's TIME)
 --
--- Returns one entry per decision: allow.lua's reply, or an error reply when
--- that decision failed (such as WRONGTYPE on a key that is not ours); the
--- other decisions are unaffected.
+-- Returns the values of allow.lua's replies, decision after decision, in
+-- one flat array (no array per decision: fewer tables, a shorter reply).
+-- A decision that failed (such as WRONGTYPE on a key that is not ours) has
+-- an error reply as its first value and zeros for the rest; the other
+-- decisions are unaffected.
 
 local specs, at = {}, 3
 for i = 1, tonumber(ARGV[2]) do
@@ -26,7 +28,7 @@ for i = 1, tonumber(ARGV[2]) do
   at = at + 1 + m
 end
 
-local out, key = {}, 1
+local out, o, key = {}, 0, 1
 local server_now -- read at most once
 for d = 1, tonumber(ARGV[1]) do
   local spec, n, now = specs[tonumber(ARGV[at])], tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])
@@ -34,14 +36,17 @@ for d = 1, tonumber(ARGV[1]) do
     if not server_now then server_now = now_us(0) end
     now = server_now
   end
-  local ok, reply = pcall(decide, KEYS, key, n, now, spec)
-  if ok then
-    out[d] = reply
-  elseif type(reply) == 'table' and reply.err then
-    out[d] = reply -- redis.call's error: becomes this entry's error reply
-  else
-    out[d] = redis.error_reply(tostring(reply))
+  local size = 3 + 3 * #spec.limits
+  local ok, err = pcall(decide, KEYS, key, n, now, spec, out, o)
+  if not ok then
+    if type(err) == 'table' and err.err then
+      out[o + 1] = err -- redis.call's error: becomes this entry's error reply
+    else
+      out[o + 1] = redis.error_reply(tostring(err))
+    end
+    for i = o + 2, o + size do out[i] = 0 end
   end
+  o = o + size
   key = key + 1 + #spec.limits -- the block key, the limits' keys
   if spec.denials > 0 then key = key + 1 end -- and the penalty key
   at = at + 3

@@ -19,16 +19,16 @@ local n = tonumber(ARGV[1])
 local now = now_us(ARGV[2])
 local longest = tonumber(ARGV[3])
 
-local at, states = now + blocked_for(KEYS[1], now), {}
+local at, newest, logs = now + blocked_for(KEYS[1], now), {}, {}
 for i = 1, #KEYS - 1 do
-  local s = log_check(KEYS[i + 1], tonumber(ARGV[2 * i + 2]), tonumber(ARGV[2 * i + 3]), n, now)
-  if s.retry < 0 then return {0, -1} end
-  if now + s.retry > at then at = now + s.retry end
-  states[i] = s
+  local _, retry, _, last, L = log_check(KEYS[i + 1], tonumber(ARGV[2 * i + 2]), tonumber(ARGV[2 * i + 3]), n, now)
+  if retry < 0 then return {0, -1} end
+  if now + retry > at then at = now + retry end
+  newest[i], logs[i] = last, L
 end
 if longest >= 0 and at - now > longest then return {0, at - now} end
 
 for i = 1, #KEYS - 1 do
-  log_add(tonumber(ARGV[2 * i + 3]), n, at, now, states[i])
+  log_add(tonumber(ARGV[2 * i + 3]), n, at, now, logs[i], newest[i])
 end
 return {1, at - now, at}
