@@ -374,31 +374,96 @@ end
 -- than a window plus two buckets when read (older ones are dropped on every
 -- check, and the key expires a window after its newest bucket ends), so no
 -- two live buckets share a name.
+--
+-- A hash of more than BUCKETS_SUMMED live buckets also holds their sum:
+-- field 't' the units counted, field 'o' the newest bucket's index and the
+-- oldest one still counted (both modulo ring: newest * ring + oldest). A
+-- check then reads two fields, and the buckets that left since the last
+-- one (usually none), instead of every field; an add increments its bucket
+-- and 't'. Smaller hashes are read whole, as before, and keep no sum, so
+-- a key of a few buckets takes no more memory. A refund that empties a
+-- bucket drops the sum, which the next check with many buckets writes
+-- again.
+local BUCKETS_SUMMED = 8
 local function bucket_ring(window, prec)
   local ring, need = 8, 4 * ceil(window / prec) + 4
   while ring < need do ring = ring * 2 end
   return ring
 end
 
+-- buckets_retry returns the µs until n more units fit under count, the
+-- hash h (HGETALL's reply) holding used units: the end of the bucket whose
+-- leaving frees enough, plus the window.
+local function buckets_retry(h, count, window, prec, n, now, used, oldest, current, ring)
+  local counts = {} -- by index, from oldest
+  for i = 1, #h, 2 do
+    local f = tonumber(h[i])
+    if f then -- not the sum's fields
+      local b = current - (current - f) % ring
+      if b >= oldest then counts[b - oldest + 1] = tonumber(h[i + 1]) end
+    end
+  end
+  local over = used + n - count -- units that must leave first, oldest first
+  for b = oldest, current do
+    over = over - (counts[b - oldest + 1] or 0)
+    if over <= 0 then return (b + 1) * prec + window - now end
+  end
+  return 0
+end
+
+-- buckets_check checks n units of a buckets limit at now and returns free,
+-- retry, reset, then what buckets_add takes: whether the hash keeps a sum,
+-- its newest and oldest counted bucket, and whether they changed.
 local function buckets_check(key, count, window, prec, n, now)
   local oldest = floor((now - window) / prec) -- older buckets have left
   local current, ring = floor(now / prec), bucket_ring(window, prec)
-  local h = call('HGETALL', key)
-  local used, newest, live, stale = 0, nil, {}, {}
-  for i = 1, #h, 2 do
-    local b = current - (current - tonumber(h[i])) % ring
-    if b < oldest then
-      stale[#stale + 1] = h[i]
-    else
-      local c = tonumber(h[i + 1])
-      used = used + c
-      live[#live + 1] = {b, c}
-      if not newest or b > newest then newest = b end
+  local sum = call('HMGET', key, 't', 'o')
+  local used, newest, lo, h, summed = 0, nil, oldest, nil, false
+  if sum[1] and sum[2] then
+    summed = true
+    -- the sum: drop the buckets that left since the last check
+    local o = tonumber(sum[2])
+    local lo_f = o % ring
+    used = tonumber(sum[1])
+    newest = current - (current - (o - lo_f) / ring) % ring
+    lo = current - (current - lo_f) % ring
+    if lo < oldest then
+      local gone = {}
+      for b = lo, min(oldest - 1, lo + ring - 1) do gone[#gone + 1] = b % ring end
+      local counts = call('HMGET', key, unpack(gone))
+      for i = 1, #counts do used = used - (tonumber(counts[i]) or 0) end
+      call('HDEL', key, unpack(gone))
+      if used > 0 and newest >= oldest then
+        call('HSET', key, 't', used, 'o', (newest % ring) * ring + oldest % ring)
+      else -- nothing left: not even the sum
+        call('DEL', key)
+        used, newest = 0, nil
+      end
+      lo = oldest
     end
-  end
-  -- in chunks: Lua's unpack takes a few thousand values at most
-  for i = 1, #stale, 1000 do
-    call('HDEL', key, unpack(stale, i, min(i + 999, #stale)))
+  else
+    h = call('HGETALL', key)
+    local live, stale = 0, nil
+    for i = 1, #h, 2 do
+      local b = current - (current - (tonumber(h[i]) or current)) % ring -- 't', 'o' (half a sum): stale
+      if b < oldest or h[i] == 't' or h[i] == 'o' then
+        stale = stale or {}
+        stale[#stale + 1] = h[i]
+      else
+        used, live = used + tonumber(h[i + 1]), live + 1
+        if not newest or b > newest then newest = b end
+      end
+    end
+    if stale then
+      -- in chunks: Lua's unpack takes a few thousand values at most
+      for i = 1, #stale, 1000 do
+        call('HDEL', key, unpack(stale, i, min(i + 999, #stale)))
+      end
+    end
+    if live > BUCKETS_SUMMED then
+      call('HSET', key, 't', used, 'o', (newest % ring) * ring + oldest % ring)
+      summed = true
+    end
   end
   local free, retry, reset = max(count - used, 0), 0, 0
   if newest then
@@ -408,28 +473,25 @@ local function buckets_check(key, count, window, prec, n, now)
     retry = -1
   elseif used + n > count then
     -- only a denial needs the buckets in order
-    table.sort(live, function(x, y) return x[1] < y[1] end)
-    local over = used + n - count -- units that must leave first, oldest first
-    for _, e in ipairs(live) do
-      over = over - e[2]
-      if over <= 0 then
-        retry = (e[1] + 1) * prec + window - now
-        break
-      end
-    end
+    retry = buckets_retry(h or call('HGETALL', key), count, window, prec, n, now, used, oldest, current, ring)
   end
-  return free, retry, reset
+  return free, retry, reset, summed, newest or false, lo
 end
 
 -- buckets_add records n units in the current bucket. The key expires a
 -- window after the newest bucket ends: a time that changes only when a
 -- bucket starts, so the TTL is set only then (when the bucket's count is
 -- n: its field is new, since a refund that empties a bucket deletes it).
-local function buckets_add(key, window, prec, n, now)
+local function buckets_add(key, window, prec, n, now, summed, newest, lo)
   local b = floor(now / prec)
   local reset = (b + 1) * prec + window - now
-  if call('HINCRBY', key, b % bucket_ring(window, prec), n) == n then
+  local ring = bucket_ring(window, prec)
+  if call('HINCRBY', key, b % ring, n) == n then
     expire_us(key, reset)
+  end
+  if summed then
+    call('HINCRBY', key, 't', n)
+    if newest ~= b then call('HSET', key, 'o', (b % ring) * ring + lo % ring) end
   end
   return reset
 end
@@ -574,22 +636,33 @@ local function buckets_refund(key, window, prec, n, now, at)
   else
     local h = call('HGETALL', key)
     for i = 1, #h, 2 do
-      local b = current - (current - tonumber(h[i])) % ring
-      if b >= oldest then live[#live + 1] = {b, h[i], tonumber(h[i + 1])} end
+      local f = tonumber(h[i])
+      if f then -- not the sum's fields
+        local b = current - (current - f) % ring
+        if b >= oldest then live[#live + 1] = {b, h[i], tonumber(h[i + 1])} end
+      end
     end
     table.sort(live, function(x, y) return x[1] > y[1] end)
   end
-  local given = 0
+  local given, emptied = 0, false
   for _, e in ipairs(live) do
     if given == n then break end
     local take = min(n - given, e[3])
     if take > 0 then
       if take == e[3] then
         call('HDEL', key, e[2])
+        emptied = true
       else
         call('HINCRBY', key, e[2], -take)
       end
       given = given + take
+    end
+  end
+  if given > 0 and call('HEXISTS', key, 't') == 1 then
+    if emptied then -- the newest or oldest bucket may have gone: counted anew
+      call('HDEL', key, 't', 'o')
+    else
+      call('HINCRBY', key, 't', -given)
     end
   end
   return given
@@ -712,7 +785,7 @@ local function decide(keys, first, n, now, spec, out, at)
       st[j + 1], st[j + 2], st[j + 3], st[j + 4], st[j + 5] = log_check(key, l.count, l.window, n, now, logs[i])
       logs[i] = st[j + 5]
     elseif alg == '1' then
-      st[j + 1], st[j + 2], st[j + 3] = buckets_check(key, l.count, l.window, l.prec, n, now)
+      st[j + 1], st[j + 2], st[j + 3], st[j + 4], st[j + 5], st[j + 6] = buckets_check(key, l.count, l.window, l.prec, n, now)
     else
       st[j + 1], st[j + 2], st[j + 3], st[j + 4], st[j + 5], st[j + 6], st[j + 7] =
         counter_check(key, l.count, l.window, n, now)
@@ -738,7 +811,7 @@ local function decide(keys, first, n, now, spec, out, at)
       if alg == '0' then
         reset = log_add(l.window, n, now, now, st[j + 5], st[j + 4])
       elseif alg == '1' then
-        reset = buckets_add(key, l.window, l.prec, n, now)
+        reset = buckets_add(key, l.window, l.prec, n, now, st[j + 4], st[j + 5], st[j + 6])
       else
         reset = counter_add(key, l.count, l.window, n, now, st[j + 4], st[j + 5], st[j + 6], st[j + 7])
       end
