@@ -15,9 +15,13 @@
 -- then what its add needs. An add records n units and sets the key's TTL,
 -- returning the new reset.
 
-local byte, char, sub, srep = string.byte, string.char, string.sub, string.rep
-local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
-local call = redis.call
+-- Only the two functions of the innermost loops are locals here. Every
+-- script call runs this file's body again, and each function it defines
+-- captures the locals it uses; a capture walks the list of the locals
+-- captured so far, so that capturing many costs more than the lookups it
+-- saves (string.sub and the like are looked up where used: measured, the
+-- body of this file cost 8.2 µs a call with them all local, 4.6 without).
+local byte, call = string.byte, redis.call
 
 -- now_us returns the time passed in (tests), or the server's TIME.
 local function now_us(arg)
@@ -30,7 +34,7 @@ end
 -- px returns the PX (or PEXPIRE) argument of a TTL of us microseconds:
 -- rounded up to a millisecond, at least 1.
 local function px(us)
-  return max(ceil(us / 1000), 1)
+  return math.max(math.ceil(us / 1000), 1)
 end
 
 -- expire_us sets the key's TTL to us microseconds (see px).
@@ -87,24 +91,24 @@ end
 -- uint_bytes returns x as a w-byte big-endian integer.
 local function uint_bytes(x, w)
   local g = x % 256
-  if w == 1 then return char(g) end
+  if w == 1 then return string.char(g) end
   x = (x - g) / 256
   local f = x % 256
-  if w == 2 then return char(f, g) end
+  if w == 2 then return string.char(f, g) end
   x = (x - f) / 256
   local e = x % 256
-  if w == 3 then return char(e, f, g) end
+  if w == 3 then return string.char(e, f, g) end
   x = (x - e) / 256
   local d = x % 256
-  if w == 4 then return char(d, e, f, g) end
+  if w == 4 then return string.char(d, e, f, g) end
   x = (x - d) / 256
   local c = x % 256
-  if w == 5 then return char(c, d, e, f, g) end
+  if w == 5 then return string.char(c, d, e, f, g) end
   x = (x - c) / 256
   local b = x % 256
-  if w == 6 then return char(b, c, d, e, f, g) end
+  if w == 6 then return string.char(b, c, d, e, f, g) end
   x = (x - b) / 256
-  return char(x % 256, b, c, d, e, f, g)
+  return string.char(x % 256, b, c, d, e, f, g)
 end
 
 -- width returns the bytes an offset of up to x takes: 1 to 7.
@@ -159,8 +163,8 @@ local function log_at(L, i)
   if L.v then return L.base + uint(L.v, 9 + (i - 1) * w, w) end
   local p = (L.head + i - 1) % L.cap
   if not (L.cs and p >= L.cs and p <= L.ce) then
-    local first = max(p - LOG_CHUNK / 2, 0)
-    local last = min(first + LOG_CHUNK, L.cap) - 1
+    local first = math.max(p - LOG_CHUNK / 2, 0)
+    local last = math.min(first + LOG_CHUNK, L.cap) - 1
     L.cv = call('GETRANGE', L.key, LOG_HEAD + first * w, LOG_HEAD + (last + 1) * w - 1)
     L.cs, L.ce = first, last
   end
@@ -172,7 +176,7 @@ end
 local function log_after(L, t)
   local lo, hi = L.lo, L.used + 1
   while lo < hi do
-    local m = floor((lo + hi) / 2)
+    local m = math.floor((lo + hi) / 2)
     if log_at(L, m) > t then hi = m else lo = m + 1 end
   end
   return lo
@@ -184,7 +188,7 @@ local function log_slots(L, from, to)
   if from > to then return '' end
   local w, p, left, runs = L.w, (L.head + from - 1) % L.cap, to - from + 1, {}
   while left > 0 do
-    local run = min(left, L.cap - p)
+    local run = math.min(left, L.cap - p)
     runs[#runs + 1] = call('GETRANGE', L.key, LOG_HEAD + p * w, LOG_HEAD + (p + run) * w - 1)
     left, p = left - run, 0
   end
@@ -212,9 +216,9 @@ local function log_trim(L, oldest)
     gone, step = next, step * 2
     next = gone + step
   end
-  local live = min(next, L.used + 1) -- the first unit that counts, or used + 1
+  local live = math.min(next, L.used + 1) -- the first unit that counts, or used + 1
   while live - gone > 1 do
-    local m = floor((gone + live) / 2)
+    local m = math.floor((gone + live) / 2)
     if log_at(L, m) <= oldest then gone = m else live = m end
   end
   L.lo = live
@@ -237,14 +241,14 @@ local function log_store(L, times)
   local parts = {}
   local w = width(newest - base)
   if 8 + n * w <= LOG_WHOLE then
-    parts[1] = char(w) .. uint_bytes(base, 7)
+    parts[1] = string.char(w) .. uint_bytes(base, 7)
   else
     w = width(2 * (newest - base + L.window))
     local cap = 2 * n
     ttl = ttl + L.window
-    parts[1] = char(16 + w) .. uint_bytes(base, 7) ..
+    parts[1] = string.char(16 + w) .. uint_bytes(base, 7) ..
                log_ring_header(cap, 0, n, newest, L.now + px(ttl) * 1000)
-    parts[n + 2] = srep('\0', (cap - n) * w)
+    parts[n + 2] = string.rep('\0', (cap - n) * w)
   end
   for i = 1, n do parts[i + 1] = uint_bytes(times[i] - base, w) end
   call('SET', L.key, table.concat(parts), 'PX', px(ttl))
@@ -265,7 +269,7 @@ local function log_splice(L, p, del, ins, t, newest)
     return
   end
   if del == 0 and L.lo > L.used then -- nothing else left: n units at t
-    call('SET', L.key, char(1) .. uint_bytes(t, 7) .. srep('\0', ins), 'PX', px(t + L.window - L.now))
+    call('SET', L.key, string.char(1) .. uint_bytes(t, 7) .. string.rep('\0', ins), 'PX', px(t + L.window - L.now))
     return
   end
   local w, off = L.w, 0
@@ -273,8 +277,8 @@ local function log_splice(L, p, del, ins, t, newest)
   local fits = w and off >= 0 and off < 256 ^ w
   if fits and L.v and 8 + left * w <= LOG_WHOLE then
     local v = L.v
-    v = sub(v, 1, 8) .. sub(v, 9 + (L.lo - 1) * w, 8 + (p - 1) * w) ..
-        srep(uint_bytes(off, w), ins) .. sub(v, 9 + (p + del - 1) * w)
+    v = string.sub(v, 1, 8) .. string.sub(v, 9 + (L.lo - 1) * w, 8 + (p - 1) * w) ..
+        string.rep(uint_bytes(off, w), ins) .. string.sub(v, 9 + (p + del - 1) * w)
     call('SET', L.key, v, 'PX', px(newest + L.window - L.now))
     return
   end
@@ -282,11 +286,11 @@ local function log_splice(L, p, del, ins, t, newest)
     local cap = L.cap
     local head = (L.head + L.lo - 1) % cap
     -- the new units, then the units after the change moved as they are
-    local bytes = srep(uint_bytes(off, w), ins) .. log_slots(L, p + del, L.used)
+    local bytes = string.rep(uint_bytes(off, w), ins) .. log_slots(L, p + del, L.used)
     local at, i = (head + p - L.lo) % cap, 1 -- the slot of unit p, from the new head
     while i <= #bytes do -- in at most two writes, as in log_slots
-      local run = min(#bytes - i + 1, (cap - at) * w)
-      call('SETRANGE', L.key, LOG_HEAD + at * w, sub(bytes, i, i + run - 1))
+      local run = math.min(#bytes - i + 1, (cap - at) * w)
+      call('SETRANGE', L.key, LOG_HEAD + at * w, string.sub(bytes, i, i + run - 1))
       i, at = i + run, 0
     end
     local expires = L.expires
@@ -310,7 +314,7 @@ local function log_check(key, count, window, n, now, L)
   L = log_open(key, window, now, L)
   log_trim(L, now - window)
   local used = L.used - L.lo + 1
-  local free, retry, reset, newest = max(count - used, 0), 0, 0, false
+  local free, retry, reset, newest = math.max(count - used, 0), 0, 0, false
   if used > 0 then
     newest = log_newest(L)
     reset = newest + window - now
@@ -339,7 +343,7 @@ local function log_add(window, n, t, now, L, newest)
     newest = t
   end
   log_splice(L, p, 0, n, t, newest)
-  return max(newest, now) + window - now
+  return math.max(newest, now) + window - now
 end
 
 -- log_remove removes up to n units with times in (after, upto], the
@@ -386,7 +390,7 @@ end
 -- again.
 local BUCKETS_SUMMED = 8
 local function bucket_ring(window, prec)
-  local ring, need = 8, 4 * ceil(window / prec) + 4
+  local ring, need = 8, 4 * math.ceil(window / prec) + 4
   while ring < need do ring = ring * 2 end
   return ring
 end
@@ -415,8 +419,8 @@ end
 -- retry, reset, then what buckets_add takes: whether the hash keeps a sum,
 -- its newest and oldest counted bucket, and whether they changed.
 local function buckets_check(key, count, window, prec, n, now)
-  local oldest = floor((now - window) / prec) -- older buckets have left
-  local current, ring = floor(now / prec), bucket_ring(window, prec)
+  local oldest = math.floor((now - window) / prec) -- older buckets have left
+  local current, ring = math.floor(now / prec), bucket_ring(window, prec)
   local sum = call('HMGET', key, 't', 'o')
   local used, newest, lo, h, summed = 0, nil, oldest, nil, false
   if sum[1] and sum[2] then
@@ -429,7 +433,7 @@ local function buckets_check(key, count, window, prec, n, now)
     lo = current - (current - lo_f) % ring
     if lo < oldest then
       local gone = {}
-      for b = lo, min(oldest - 1, lo + ring - 1) do gone[#gone + 1] = b % ring end
+      for b = lo, math.min(oldest - 1, lo + ring - 1) do gone[#gone + 1] = b % ring end
       local counts = call('HMGET', key, unpack(gone))
       for i = 1, #counts do used = used - (tonumber(counts[i]) or 0) end
       call('HDEL', key, unpack(gone))
@@ -457,7 +461,7 @@ local function buckets_check(key, count, window, prec, n, now)
     if stale then
       -- in chunks: Lua's unpack takes a few thousand values at most
       for i = 1, #stale, 1000 do
-        call('HDEL', key, unpack(stale, i, min(i + 999, #stale)))
+        call('HDEL', key, unpack(stale, i, math.min(i + 999, #stale)))
       end
     end
     if live > BUCKETS_SUMMED then
@@ -465,7 +469,7 @@ local function buckets_check(key, count, window, prec, n, now)
       summed = true
     end
   end
-  local free, retry, reset = max(count - used, 0), 0, 0
+  local free, retry, reset = math.max(count - used, 0), 0, 0
   if newest then
     reset = (newest + 1) * prec + window - now
   end
@@ -483,7 +487,7 @@ end
 -- bucket starts, so the TTL is set only then (when the bucket's count is
 -- n: its field is new, since a refund that empties a bucket deletes it).
 local function buckets_add(key, window, prec, n, now, summed, newest, lo)
-  local b = floor(now / prec)
+  local b = math.floor(now / prec)
   local reset = (b + 1) * prec + window - now
   local ring = bucket_ring(window, prec)
   if call('HINCRBY', key, b % ring, n) == n then
@@ -517,7 +521,7 @@ local COUNTER_RADIX = 4194304 -- 2^22
 -- the µs elapsed in the current window, and whether the key holds the
 -- integer form of the current window (so that an add can be an INCRBY).
 local function counter_state(key, window, now)
-  local c = floor(now / window)
+  local c = math.floor(now / window)
   local v = call('GET', key)
   local w, prev, cur
   if not v then
@@ -548,7 +552,7 @@ local function counter_check(key, count, window, n, now)
   local c, prev, cur, elapsed, incr = counter_state(key, window, now)
   -- all in integers: prev*(window-elapsed) + used*window <= count*window
   local weighted = prev * (window - elapsed)
-  local free, retry, reset = max(floor((count * window - weighted - cur * window) / window), 0), 0, 0
+  local free, retry, reset = math.max(math.floor((count * window - weighted - cur * window) / window), 0), 0, 0
   if cur > 0 then
     reset = (c + 2) * window - now
   elseif prev > 0 then
@@ -559,11 +563,11 @@ local function counter_check(key, count, window, n, now)
   elseif weighted + (cur + n) * window > count * window then
     if cur + n <= count then
       -- later in this window: prev*(window-e) <= (count-n-cur)*window
-      local e = window - floor((count - n - cur) * window / prev)
+      local e = window - math.floor((count - n - cur) * window / prev)
       retry = e - elapsed
     else
       -- in the next window, where this one's count is the previous one
-      local e = window - floor((count - n) * window / cur)
+      local e = window - math.floor((count - n) * window / cur)
       retry = (c + 1) * window - now + e
     end
   end
@@ -625,11 +629,11 @@ local function log_refund(key, window, n, now, at)
 end
 
 local function buckets_refund(key, window, prec, n, now, at)
-  local oldest = floor((now - window) / prec)
-  local current, ring = floor(now / prec), bucket_ring(window, prec)
+  local oldest = math.floor((now - window) / prec)
+  local current, ring = math.floor(now / prec), bucket_ring(window, prec)
   local live = {} -- {index, field, count}, the newest first
   if at > 0 then
-    local b = floor(at / prec)
+    local b = math.floor(at / prec)
     if b < oldest or b > current then return 0 end
     local c = tonumber(call('HGET', key, b % ring) or 0) or 0
     live[1] = {b, b % ring, c}
@@ -647,7 +651,7 @@ local function buckets_refund(key, window, prec, n, now, at)
   local given, emptied = 0, false
   for _, e in ipairs(live) do
     if given == n then break end
-    local take = min(n - given, e[3])
+    local take = math.min(n - given, e[3])
     if take > 0 then
       if take == e[3] then
         call('HDEL', key, e[2])
@@ -672,16 +676,16 @@ local function counter_refund(key, count, window, n, now, at)
   local c, prev, cur = counter_state(key, window, now)
   local from_cur, from_prev = true, true
   if at > 0 then
-    local w = floor(at / window)
+    local w = math.floor(at / window)
     from_cur, from_prev = w == c, w == c - 1
   end
   local given = 0
   if from_cur then
-    given = min(n, cur)
+    given = math.min(n, cur)
     cur = cur - given
   end
   if from_prev then
-    local take = min(n - given, prev)
+    local take = math.min(n - given, prev)
     prev, given = prev - take, given + take
   end
   if given > 0 then counter_write(key, count, window, c, prev, cur, now) end
