@@ -17,10 +17,10 @@ import (
 // batcher sends the script calls of one process's concurrent decisions to
 // Redis together ("smart batching"). Up to maxInFlight round trips are in
 // flight at once; a call that finds a free slot and nobody queued is sent
-// at once, alone, on its caller's goroutine when the client bounds the read
-// by its deadline (see directly), else by a sender goroutine. Calls that find every slot taken
-// queue, and when a round trip ends the flusher sends everything queued as
-// one pipeline. It never waits for more work. Under load the batches grow
+// at once, alone: on its caller's goroutine when the client bounds the
+// read by its deadline (see directly), else by a sender goroutine. Calls
+// that find every slot taken queue, and when a round trip ends the flusher
+// sends everything queued as one pipeline. It never waits for more work. Under load the batches grow
 // by themselves, so one round trip and one write/read pair on either side
 // serve many decisions, while the other slots keep Redis busy during the
 // batch's way back.
@@ -131,11 +131,10 @@ func (b *batcher) newCall(limits int) *call {
 // must not be used afterwards.
 //
 // A call that finds nothing in flight is sent at once, with its own
-// context, on its own goroutine where the client keeps its deadline (see
-// directly), else by a sender. Calls that arrive
-// while a round trip is in flight are queued; when that round trip ends, the
-// flusher goroutine sends everything queued as one pipeline, and so on
-// until the queue is empty.
+// context: on its own goroutine where the client keeps its deadline (see
+// directly), else by a sender. Calls that arrive while a round trip is in
+// flight are queued; when that round trip ends, the flusher goroutine sends
+// everything queued as one pipeline, and so on until the queue is empty.
 func (b *batcher) run(ctx context.Context, c *call) (any, error) {
 	sent := time.Since(b.born)
 	reply, err := b.wait(ctx, c)

@@ -19,7 +19,8 @@
 // memory grows with the units in the window (never more than Count).
 //
 // SlidingBuckets keeps a hash of counts per sub-window of Precision (default
-// Window/60, so about 61 fields, in Redis's compact encoding). A unit counts
+// Window/60, so about 61 fields, in Redis's compact encoding), and their sum
+// once more than 8 are live, so that an admission reads two fields. A unit counts
 // from its bucket until the bucket's end plus Window, so it never admits
 // more than Count in any window; it may deny up to one Precision early.
 //

@@ -18,7 +18,8 @@ const (
 	// SlidingBuckets keeps one hash field per sub-window of length Precision.
 	// A unit counts from its bucket's start until the bucket's end plus
 	// Window, so it never over-admits; it may under-admit by at most one
-	// bucket's worth of time. Memory is at most Window/Precision+1 fields.
+	// bucket's worth of time. Memory is at most Window/Precision+1 fields,
+	// and two that keep their sum once more than 8 are live.
 	SlidingBuckets
 	// SlidingCounter keeps the counts of the previous and the current fixed
 	// window and weighs the previous one by its overlap with the sliding
@@ -79,7 +80,7 @@ const (
 	// MaxWindow is the longest Window: a year (and a day).
 	MaxWindow = 366 * 24 * time.Hour
 	// MaxBuckets is the most sub-windows of Precision that a SlidingBuckets
-	// limit's Window may hold: each is a field that its decisions read.
+	// limit's Window may hold: each is a field that its denials read.
 	MaxBuckets = 1024
 	// MaxLimits is the most limits of one call or Rule.
 	MaxLimits = 16
