@@ -64,6 +64,8 @@ type batcher struct {
 
 	calls sync.Pool
 	dials *dialErrors // the client's failed dials; nil: not watched
+	// lib runs the scripts as FCALL once it is loaded; nil: always EVALSHA
+	lib *library
 
 	born  time.Time    // the origin of heard, on the monotonic clock
 	heard atomic.Int64 // ns since born: when Redis last answered
@@ -91,13 +93,15 @@ type call struct {
 }
 
 // script is a Lua script and its source, which a pipeline sends again
-// after NOSCRIPT.
+// after NOSCRIPT, and its function's name in the store's library (see
+// library).
 type script struct {
 	*redis.Script
 	src string
+	fn  string
 }
 
-func newScript(src string) *script { return &script{redis.NewScript(src), src} }
+func newScript(src string) *script { return &script{Script: redis.NewScript(src), src: src} }
 
 // newBatcher returns the batcher of rdb, for decisions whose timeout is
 // timeout (0: none).
@@ -367,12 +371,28 @@ func (b *batcher) noReply(ctx context.Context) error {
 	return b.dials.explain(fmt.Errorf("no reply from redis: %w", context.Cause(ctx)))
 }
 
-// runAlone runs c's script alone, with ctx (Script.Run: EVALSHA, and EVAL
-// when the server lacks the script), and notes whether Redis answered.
+// runAlone runs c's script alone, with ctx: FCALL when the library is
+// loaded, else (or when the server lacks the function) Script.Run
+// (EVALSHA, and EVAL when the server lacks the script). It notes whether
+// Redis answered.
 func (b *batcher) runAlone(ctx context.Context, c *call) (any, error) {
+	if b.lib != nil && b.lib.usable() {
+		reply, err := b.rdb.(functionCaller).FCall(ctx, c.script.fn, c.keys, c.args...).Result()
+		if !functionMissing(err) {
+			b.answered(err)
+			return reply, err
+		}
+		b.lib.missing()
+	}
 	reply, err := c.script.Run(ctx, b.rdb, c.keys, c.args...).Result()
 	b.answered(err)
 	return reply, err
+}
+
+// functionCaller is a client that runs FCALL: a Client or ClusterClient
+// (see newLibrary), and their pipelines.
+type functionCaller interface {
+	FCall(ctx context.Context, function string, keys []string, args ...any) *redis.Cmd
 }
 
 // direct sends c alone and gives its slot back when the reply is in.
@@ -527,15 +547,24 @@ func (b *batcher) send(batch []*call) {
 	ctx := context.WithoutCancel(live[0].ctx)
 	cmds := b.plan(live)
 	pipe := b.pipe()
+	fcall := b.lib != nil && b.lib.usable()
 	for _, s := range cmds {
-		s.cmd = pipe.EvalSha(ctx, s.script.Hash(), s.keys, s.args...)
+		if fcall {
+			s.cmd = pipe.FCall(ctx, s.script.fn, s.keys, s.args...)
+		} else {
+			s.cmd = pipe.EvalSha(ctx, s.script.Hash(), s.keys, s.args...)
+		}
 	}
 	_, _ = pipe.Exec(ctx) // every command carries its own error
-	// NOSCRIPT: the server lost the scripts (restart, SCRIPT FLUSH); those
-	// commands did not run, so they go again with the script's source.
+	// NOSCRIPT, or a function not found: the server lost the scripts
+	// (restart, SCRIPT or FUNCTION FLUSH); those commands did not run, so
+	// they go again with the script's source.
 	var again redis.Pipeliner
 	for _, s := range cmds {
-		if redis.HasErrorPrefix(s.cmd.Err(), "NOSCRIPT") {
+		if err := s.cmd.Err(); redis.HasErrorPrefix(err, "NOSCRIPT") || functionMissing(err) {
+			if functionMissing(err) {
+				b.lib.missing()
+			}
 			if again == nil {
 				again = b.pipe()
 			}

@@ -53,7 +53,7 @@ func (h *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 // answered NOSCRIPT, which is sent again).
 func answeredScript(cmd redis.Cmder, err error) bool {
 	n := cmd.Name()
-	return (n == "evalsha" || n == "eval") && !redis.HasErrorPrefix(err, "NOSCRIPT")
+	return (n == "evalsha" || n == "eval" || n == "fcall") && !redis.HasErrorPrefix(err, "NOSCRIPT") && !functionMissing(err)
 }
 
 // allowCall builds the batcher call of one Allow of key on limits.
@@ -312,7 +312,7 @@ func (h *loneRecorder) DialHook(next redis.DialHook) redis.DialHook { return nex
 
 func (h *loneRecorder) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if n := cmd.Name(); n == "evalsha" || n == "eval" {
+		if n := cmd.Name(); n == "evalsha" || n == "eval" || n == "fcall" {
 			_, lone := ctx.Value(loneKey{}).(*redis.Client)
 			h.mu.Lock()
 			h.lone = append(h.lone, lone)

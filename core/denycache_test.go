@@ -14,7 +14,7 @@ import (
 	"github.com/ratewindow/ratewindow/internal/redistest"
 )
 
-// evalCalls returns the number of EVALSHA and EVAL calls the server has
+// evalCalls returns the number of EVALSHA, EVAL and FCALL calls the server has
 // run (INFO commandstats).
 func evalCalls(t *testing.T, c *redis.Client) int64 {
 	t.Helper()
@@ -25,7 +25,7 @@ func evalCalls(t *testing.T, c *redis.Client) int64 {
 	var total int64
 	for _, line := range strings.Split(info, "\n") {
 		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval") {
+		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval" && name != "cmdstat_fcall") {
 			continue
 		}
 		calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")

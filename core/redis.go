@@ -29,8 +29,9 @@ var (
 	refundLua string
 )
 
-// redisStore runs the algorithms as Lua scripts: one EVALSHA per call, with
-// an EVAL when the server has not cached the script (NOSCRIPT). Calls from
+// redisStore runs the algorithms as Lua scripts: one FCALL per call once
+// their function library is loaded (see library), else one EVALSHA, with an
+// EVAL when the server has not cached the script (NOSCRIPT). Calls from
 // concurrent goroutines share round trips through the batcher.
 type redisStore struct {
 	rdb                                                 redis.Scripter
@@ -45,19 +46,29 @@ type redisStore struct {
 // newRedisStore returns the scripts' store on rdb, for decisions whose
 // timeout is timeout (0: none).
 func newRedisStore(rdb redis.Scripter, prefix string, timeout time.Duration) *redisStore {
-	s := &redisStore{
-		rdb:      rdb,
-		prefix:   prefix,
-		allowS:   newScript(algorithmsLua + allowLua),
-		reserveS: newScript(algorithmsLua + reserveLua),
-		releaseS: newScript(algorithmsLua + releaseLua),
-		resetS:   newScript(resetLua),
-		blockS:   newScript(algorithmsLua + blockLua),
-		refundS:  newScript(algorithmsLua + refundLua),
-		batch:    newBatcher(rdb, timeout),
+	s := &redisStore{rdb: rdb, prefix: prefix, batch: newBatcher(rdb, timeout)}
+	var scripts []libraryScript
+	add := func(name, body string, algorithms bool) *script {
+		src := body
+		if algorithms {
+			src = algorithmsLua + body
+		}
+		sc := newScript(src)
+		scripts = append(scripts, libraryScript{sc, name, body, algorithms})
+		return sc
 	}
+	s.allowS = add("allow", allowLua, true)
+	s.reserveS = add("reserve", reserveLua, true)
+	s.releaseS = add("release", releaseLua, true)
+	s.resetS = add("reset", resetLua, false)
+	s.blockS = add("block", blockLua, true)
+	s.refundS = add("refund", refundLua, true)
+	allowBatch := add("allow_batch", allowBatchLua, true)
 	if _, single := rdb.(*redis.Client); single { // also NewFailoverClient
-		s.allowBatchS = newScript(algorithmsLua + allowBatchLua)
+		s.allowBatchS = allowBatch
+	}
+	if _, ok := rdb.(functionCaller); ok {
+		s.batch.lib = newLibrary(rdb, algorithmsLua, scripts)
 	}
 	return s
 }

@@ -136,7 +136,7 @@ func scriptRuns(t *testing.T, rdb *redis.Client) int64 {
 	var total int64
 	for _, line := range strings.Split(info, "\n") {
 		name, stats, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || (name != "cmdstat_eval" && name != "cmdstat_evalsha") {
+		if !ok || (name != "cmdstat_eval" && name != "cmdstat_evalsha" && name != "cmdstat_fcall") {
 			continue
 		}
 		for _, field := range strings.Split(stats, ",") {

@@ -1,0 +1,245 @@
+package core
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratewindow/ratewindow/internal/redistest"
+)
+
+// waitLibrary waits for the background load of s's library to end, and
+// returns the state it ended in.
+func waitLibrary(t *testing.T, l *library) int32 {
+	t.Helper()
+	for deadline := time.Now().Add(libraryTimeout + 5*time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if st := l.state.Load(); st != libraryLoading {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the library's load did not end")
+		}
+	}
+}
+
+// scriptNames records the names of the script commands a client sends.
+type scriptNames struct{ names chan string }
+
+func (h scriptNames) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h scriptNames) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.note(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (h scriptNames) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			h.note(cmd)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (h scriptNames) note(cmd redis.Cmder) {
+	if n := cmd.Name(); n == "evalsha" || n == "eval" || n == "fcall" {
+		select {
+		case h.names <- n:
+		default:
+		}
+	}
+}
+
+func (h scriptNames) take() []string {
+	var out []string
+	for {
+		select {
+		case n := <-h.names:
+			out = append(out, n)
+		default:
+			return out
+		}
+	}
+}
+
+// The scripts run as one function library where Redis has functions: the
+// first decision, sent as EVALSHA, starts the library's load; later ones
+// are FCALLs, alone and in pipelines, with the same answers. A library
+// lost on the server (FUNCTION FLUSH) costs no decision: the call that
+// finds its function missing goes as EVAL, and the library is loaded
+// again. Where functions are not to be had (miniredis, an ACL without
+// FUNCTION), the scripts run as EVALSHA for good.
+func TestLibrary(t *testing.T) {
+	ctx := context.Background()
+	t.Run("redis", func(t *testing.T) {
+		p := redistest.Start(t)
+		rdb := p.Client(t)
+		names := scriptNames{make(chan string, 10000)}
+		rdb.AddHook(names)
+		l, err := New(rdb, WithPrefix(uniquePrefix(t)), WithTimeout(10*time.Second), WithDenyCache(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lib := l.store.(*redisStore).batch.lib
+		lim := PerHour(1000)
+		remaining := int64(1000)
+		allow := func(step string, n int) {
+			t.Helper()
+			for range n {
+				remaining--
+				r, err := l.Allow(ctx, "k", lim)
+				if err != nil || !r.Allowed || r.BackendErr != nil || r.Remaining != remaining {
+					t.Fatalf("%s: %+v %v, want %d remaining", step, r, err, remaining)
+				}
+			}
+		}
+		allow("first", 1)
+		if got := strings.Join(names.take(), " "); got != "evalsha eval" { // NOSCRIPT on a new server
+			t.Fatalf("the first decision sent %v, want EVALSHA and EVAL", got)
+		}
+		if st := waitLibrary(t, lib); st != libraryLoaded {
+			t.Fatalf("the library's state is %d after its load, want loaded", st)
+		}
+		libs, err := rdb.FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: lib.name}).Result()
+		if err != nil || len(libs) != 1 || len(libs[0].Functions) != 7 {
+			t.Fatalf("FUNCTION LIST %s: %+v %v, want one library of 7 functions", lib.name, libs, err)
+		}
+		allow("loaded", 5)
+		if got := names.take(); strings.Join(got, " ") != "fcall fcall fcall fcall fcall" {
+			t.Fatalf("decisions after the load sent %v, want FCALL", got)
+		}
+		// concurrent decisions: pipelines of FCALL (merged ones included)
+		done := make(chan error, 64)
+		for range 64 {
+			go func() {
+				_, err := l.Allow(ctx, "other", lim)
+				done <- err
+			}()
+		}
+		for range 64 {
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, n := range names.take() {
+			if n != "fcall" {
+				t.Fatalf("a concurrent decision sent %s", n)
+			}
+		}
+		r, err := l.Peek(ctx, "other", lim)
+		if err != nil || r.Remaining != 1000-64 {
+			t.Fatalf("after 64 concurrent decisions: %+v %v", r, err)
+		}
+		names.take()
+		// the library lost: the call goes again as EVALSHA, then the
+		// library is loaded anew
+		if err := rdb.FunctionFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		allow("flushed", 1)
+		if got := strings.Join(names.take(), " "); got != "fcall evalsha" {
+			t.Fatalf("the decision after FUNCTION FLUSH sent %v, want FCALL, then EVALSHA", got)
+		}
+		if st := lib.state.Load(); st != libraryUnloaded {
+			t.Fatalf("after a missing function the state is %d, want unloaded", st)
+		}
+		lib.retry.Store(0) // no need to wait libraryRetry
+		allow("reloading", 1)
+		if st := waitLibrary(t, lib); st != libraryLoaded {
+			t.Fatalf("the library's state is %d after its second load, want loaded", st)
+		}
+		allow("reloaded", 3)
+		if got := names.take(); len(got) < 3 || strings.Join(got[len(got)-3:], " ") != "fcall fcall fcall" {
+			t.Fatalf("decisions after the second load sent %v, want FCALL", got)
+		}
+	})
+	t.Run("cluster", func(t *testing.T) {
+		rdb := redistest.NewCluster(t).Client(t)
+		names := scriptNames{make(chan string, 10000)}
+		rdb.AddHook(names)
+		l, err := New(rdb, WithPrefix(uniquePrefix(t)), WithTimeout(10*time.Second), WithDenyCache(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lib := l.store.(*redisStore).batch.lib
+		lim := PerHour(10)
+		keys := []string{"a", "b", "c", "d", "e", "f", "g", "h"} // on every node
+		for i, want := range []int64{9, 8} {
+			for _, k := range keys {
+				r, err := l.Allow(ctx, k, lim)
+				if err != nil || r.BackendErr != nil || r.Remaining != want {
+					t.Fatalf("round %d, key %s: %+v %v", i, k, r, err)
+				}
+			}
+			if i == 0 {
+				if st := waitLibrary(t, lib); st != libraryLoaded {
+					t.Fatalf("the library's state is %d after its load, want loaded", st)
+				}
+				names.take()
+			}
+		}
+		if got := strings.Join(names.take(), " "); got != strings.TrimSpace(strings.Repeat("fcall ", len(keys))) {
+			t.Fatalf("decisions after the load sent %v, want FCALL", got)
+		}
+		if err := rdb.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			libs, err := m.FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: lib.name}).Result()
+			if err == nil && len(libs) != 1 {
+				t.Errorf("master %s holds %d libraries named %s", m.Options().Addr, len(libs), lib.name)
+			}
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	for _, c := range []struct {
+		name   string
+		client func(t *testing.T) *redis.Client
+	}{
+		{"miniredis", func(t *testing.T) *redis.Client {
+			c := redis.NewClient(&redis.Options{Addr: redistest.Mini(t).Addr()})
+			t.Cleanup(func() { c.Close() })
+			return c
+		}},
+		{"ACL without FUNCTION", func(t *testing.T) *redis.Client {
+			p := redistest.Start(t)
+			if err := p.Client(t).Do(ctx, "ACL", "SETUSER", "limiter", "on", ">pw", "~*", "+@all", "-function").Err(); err != nil {
+				t.Fatal(err)
+			}
+			c := redis.NewClient(&redis.Options{Addr: p.Addr, Username: "limiter", Password: "pw"})
+			t.Cleanup(func() { c.Close() })
+			return c
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rdb := c.client(t)
+			names := scriptNames{make(chan string, 100)}
+			rdb.AddHook(names)
+			l, err := New(rdb, WithPrefix(uniquePrefix(t)), WithTimeout(10*time.Second), WithDenyCache(0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			lib := l.store.(*redisStore).batch.lib
+			for i := range 3 {
+				r, err := l.Allow(ctx, "k", PerHour(10))
+				if err != nil || r.BackendErr != nil || r.Remaining != int64(9-i) {
+					t.Fatalf("decision %d: %+v %v", i, r, err)
+				}
+				if i == 0 {
+					if st := waitLibrary(t, lib); st != libraryUnusable {
+						t.Fatalf("the library's state is %d, want unusable", st)
+					}
+				}
+			}
+			for _, n := range names.take() {
+				if n == "fcall" {
+					t.Fatal("an FCALL was sent")
+				}
+			}
+		})
+	}
+}
