@@ -60,7 +60,7 @@ func Contenders() []Contender {
 func ratewindow(name string, alg core.Algorithm, opts ...core.Option) Contender {
 	return Contender{
 		Name:   name,
-		Method: alg.String() + ", one EVALSHA",
+		Method: alg.String() + ", one FCALL",
 		New: func(rdb *redis.Client, count int, window time.Duration) (func() Decide, error) {
 			l, err := core.New(rdb, opts...)
 			if err != nil {
