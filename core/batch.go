@@ -378,11 +378,10 @@ func (b *batcher) noReply(ctx context.Context) error {
 func (b *batcher) runAlone(ctx context.Context, c *call) (any, error) {
 	if b.lib != nil && b.lib.usable() {
 		reply, err := b.rdb.(functionCaller).FCall(ctx, c.script.fn, c.keys, c.args...).Result()
-		if !functionMissing(err) {
+		if !b.lib.refused(err) {
 			b.answered(err)
 			return reply, err
 		}
-		b.lib.missing()
 	}
 	reply, err := c.script.Run(ctx, b.rdb, c.keys, c.args...).Result()
 	b.answered(err)
@@ -556,15 +555,12 @@ func (b *batcher) send(batch []*call) {
 		}
 	}
 	_, _ = pipe.Exec(ctx) // every command carries its own error
-	// NOSCRIPT, or a function not found: the server lost the scripts
-	// (restart, SCRIPT or FUNCTION FLUSH); those commands did not run, so
-	// they go again with the script's source.
+	// NOSCRIPT, or an FCALL refused: the server lost the scripts (restart,
+	// SCRIPT or FUNCTION FLUSH) or an ACL forbids FCALL; those commands did
+	// not run, so they go again with the script's source.
 	var again redis.Pipeliner
 	for _, s := range cmds {
-		if err := s.cmd.Err(); redis.HasErrorPrefix(err, "NOSCRIPT") || functionMissing(err) {
-			if functionMissing(err) {
-				b.lib.missing()
-			}
+		if err := s.cmd.Err(); redis.HasErrorPrefix(err, "NOSCRIPT") || fcall && b.lib.refused(err) {
 			if again == nil {
 				again = b.pipe()
 			}

@@ -186,3 +186,19 @@ func cannotLoad(err error) bool {
 func functionMissing(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "Function not found")
 }
+
+// refused reports whether err is FCALL's answer for a call that did not
+// run, so that it goes again as EVALSHA: its function is missing (the
+// library is loaded again), or an ACL forbids FCALL (the library is not
+// used again).
+func (l *library) refused(err error) bool {
+	switch {
+	case functionMissing(err):
+		l.missing()
+		return true
+	case redis.HasErrorPrefix(err, "NOPERM"):
+		l.state.Store(libraryUnusable)
+		return true
+	}
+	return false
+}
