@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/ratewindow/ratewindow/internal/redistest"
 )
 
 // TestBucketsMatchMemory drives sliding buckets in the scripts and in the
@@ -23,32 +21,18 @@ import (
 // and longer than a window. Every stored hash keeps a TTL, and a hash that
 // keeps a sum holds the sum of its buckets.
 func TestBucketsMatchMemory(t *testing.T) {
-	for _, server := range []struct {
-		name  string
-		seeds uint64
-		new   func(t *testing.T) redis.Scripter
-	}{
-		{"miniredis", 2, func(t *testing.T) redis.Scripter {
-			c := redis.NewClient(&redis.Options{Addr: redistest.Mini(t).Addr()})
-			t.Cleanup(func() { c.Close() })
-			return c
-		}},
-		{"redis", 6, func(t *testing.T) redis.Scripter { return redistest.New(t).Client(t) }},
-	} {
-		t.Run(server.name, func(t *testing.T) {
-			rdb := server.new(t)
-			var summed [2]int // hashes seen without and with a sum
-			for seed := range server.seeds {
-				t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
-					checkBucketsAgainstMemory(t, rdb, seed, &summed)
-				})
-			}
-			t.Logf("%d hashes without a sum and %d with one seen", summed[0], summed[1])
-			if summed[0] < 100 || summed[1] < 100 {
-				t.Fatalf("seen %d hashes without a sum and %d with one, want both", summed[0], summed[1])
-			}
-		})
-	}
+	againstMemory(t, 6, func(t *testing.T, rdb redis.Scripter, seeds uint64) {
+		var summed [2]int // hashes seen without and with a sum
+		for seed := range seeds {
+			t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
+				checkBucketsAgainstMemory(t, rdb, seed, &summed)
+			})
+		}
+		t.Logf("%d hashes without a sum and %d with one seen", summed[0], summed[1])
+		if summed[0] < 100 || summed[1] < 100 {
+			t.Fatalf("seen %d hashes without a sum and %d with one, want both", summed[0], summed[1])
+		}
+	})
 }
 
 func checkBucketsAgainstMemory(t *testing.T, rdb redis.Scripter, seed uint64, summed *[2]int) {

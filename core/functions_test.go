@@ -205,24 +205,8 @@ func TestLibrary(t *testing.T) {
 			t.Cleanup(func() { c.Close() })
 			return c
 		}},
-		{"ACL without FCALL", func(t *testing.T) *redis.Client {
-			p := redistest.Start(t)
-			if err := p.Client(t).Do(ctx, "ACL", "SETUSER", "limiter", "on", ">pw", "~*", "+@all", "-fcall").Err(); err != nil {
-				t.Fatal(err)
-			}
-			c := redis.NewClient(&redis.Options{Addr: p.Addr, Username: "limiter", Password: "pw"})
-			t.Cleanup(func() { c.Close() })
-			return c
-		}},
-		{"ACL without FUNCTION", func(t *testing.T) *redis.Client {
-			p := redistest.Start(t)
-			if err := p.Client(t).Do(ctx, "ACL", "SETUSER", "limiter", "on", ">pw", "~*", "+@all", "-function").Err(); err != nil {
-				t.Fatal(err)
-			}
-			c := redis.NewClient(&redis.Options{Addr: p.Addr, Username: "limiter", Password: "pw"})
-			t.Cleanup(func() { c.Close() })
-			return c
-		}},
+		{"ACL without FCALL", func(t *testing.T) *redis.Client { return aclClient(t, "-fcall") }},
+		{"ACL without FUNCTION", func(t *testing.T) *redis.Client { return aclClient(t, "-function") }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			rdb := c.client(t)
@@ -256,4 +240,21 @@ func TestLibrary(t *testing.T) {
 			}
 		})
 	}
+}
+
+// aclClient starts a server and returns a client of a user allowed every
+// command on every key but for the rules given.
+func aclClient(t *testing.T, rules ...string) *redis.Client {
+	t.Helper()
+	p := redistest.Start(t)
+	args := []any{"ACL", "SETUSER", "limiter", "on", ">pw", "~*", "+@all"}
+	for _, r := range rules {
+		args = append(args, r)
+	}
+	if err := p.Client(t).Do(context.Background(), args...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: p.Addr, Username: "limiter", Password: "pw"})
+	t.Cleanup(func() { c.Close() })
+	return c
 }

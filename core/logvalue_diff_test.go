@@ -23,6 +23,23 @@ import (
 // same stored log), pauses longer than a window, and the clock going
 // back a little. Every stored log keeps a TTL.
 func TestLogValueMatchesMemory(t *testing.T) {
+	againstMemory(t, 8, func(t *testing.T, rdb redis.Scripter, seeds uint64) {
+		var layouts [2]int // compact, ring: the stored values seen
+		for seed := range seeds {
+			t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
+				checkLogAgainstMemory(t, rdb, seed, &layouts)
+			})
+		}
+		t.Logf("%d compact values and %d rings seen", layouts[0], layouts[1])
+		if layouts[0] < 100 || layouts[1] < 100 {
+			t.Fatalf("seen %d compact values and %d rings, want both", layouts[0], layouts[1])
+		}
+	})
+}
+
+// againstMemory runs check on miniredis with 2 seeds, and on real Redis
+// with seeds.
+func againstMemory(t *testing.T, seeds uint64, check func(t *testing.T, rdb redis.Scripter, seeds uint64)) {
 	for _, server := range []struct {
 		name  string
 		seeds uint64
@@ -33,21 +50,9 @@ func TestLogValueMatchesMemory(t *testing.T) {
 			t.Cleanup(func() { c.Close() })
 			return c
 		}},
-		{"redis", 8, func(t *testing.T) redis.Scripter { return redistest.New(t).Client(t) }},
+		{"redis", seeds, func(t *testing.T) redis.Scripter { return redistest.New(t).Client(t) }},
 	} {
-		t.Run(server.name, func(t *testing.T) {
-			rdb := server.new(t)
-			var layouts [2]int // compact, ring: the stored values seen
-			for seed := range server.seeds {
-				t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
-					checkLogAgainstMemory(t, rdb, seed, &layouts)
-				})
-			}
-			t.Logf("%d compact values and %d rings seen", layouts[0], layouts[1])
-			if layouts[0] < 100 || layouts[1] < 100 {
-				t.Fatalf("seen %d compact values and %d rings, want both", layouts[0], layouts[1])
-			}
-		})
+		t.Run(server.name, func(t *testing.T) { check(t, server.new(t), server.seeds) })
 	}
 }
 
