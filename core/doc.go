@@ -2,8 +2,9 @@
 // rate limits, consistently across every replica of a service.
 //
 // A Limiter keeps its counts in Redis (New) or in the process's memory
-// (NewMemory). Each decision is one Lua script call (EVALSHA, with EVAL when
-// the script is not cached): every limit of the call is checked first, and
+// (NewMemory). Each decision is one Lua script call (FCALL of ratewindow's
+// function library on Redis 7, else EVALSHA, with EVAL when the script is
+// not cached): every limit of the call is checked first, and
 // the units are recorded under all of them or under none, so a denied
 // request consumes nothing. The script reads the Redis server's TIME, so
 // replicas with skewed clocks agree.
