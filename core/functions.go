@@ -63,8 +63,13 @@ type libraryScript struct {
 	algorithms bool
 }
 
-// exported finds the functions that algorithms.lua defines at its top level.
-var exported = regexp.MustCompile(`(?m)^local function (\w+)`)
+var (
+	// exported finds the functions that algorithms.lua defines at its top
+	// level.
+	exported = regexp.MustCompile(`(?m)^local function (\w+)`)
+	// word finds the words of a script, the names it uses among them.
+	word = regexp.MustCompile(`\w+`)
+)
 
 // newLibrary builds the library of scripts (whose script.fn it sets) for
 // rdb.
@@ -97,8 +102,12 @@ func newLibrary(rdb redis.Scripter, algorithms string, scripts []libraryScript) 
 		fmt.Fprintf(&b, "\nredis.register_function('%s', function(KEYS, ARGV)\n", sc.s.fn)
 		if sc.algorithms {
 			b.WriteString("  api = api or build()\n")
+			used := map[string]bool{}
+			for _, w := range word.FindAllString(sc.body, -1) {
+				used[w] = true
+			}
 			for _, n := range names {
-				if regexp.MustCompile(`\b` + n + `\b`).MatchString(sc.body) {
+				if used[n] {
 					fmt.Fprintf(&b, "  local %s = api.%s\n", n, n)
 				}
 			}
