@@ -20,10 +20,10 @@ import (
 // at once, alone: on its caller's goroutine when the client bounds the
 // read by its deadline (see directly), else by a sender goroutine. Calls
 // that find every slot taken queue, and when a round trip ends the flusher
-// sends everything queued as one pipeline. It never waits for more work. Under load the batches grow
-// by themselves, so one round trip and one write/read pair on either side
-// serve many decisions, while the other slots keep Redis busy during the
-// batch's way back.
+// sends everything queued as one pipeline. It never waits for more work.
+// Under load the batches grow by themselves, so one round trip and one
+// write/read pair on either side serve many decisions, while the other
+// slots keep Redis busy during the batch's way back.
 //
 // A queued caller waits for its reply or its context, whichever comes
 // first, so it keeps its deadline even when the client does not bound its
@@ -582,25 +582,25 @@ func (b *batcher) send(batch []*call) {
 			continue
 		}
 		values, ok := reply.([]any)
-		size := 0
+		total := 0
 		for _, c := range s.calls {
-			size += replySize(c)
+			total += replySize(c)
 		}
-		if err == nil && (!ok || len(values) != size) {
+		if err == nil && (!ok || len(values) != total) {
 			err = fmt.Errorf("%w: a merged call returned %T of %d values for %d calls", ErrUnexpectedReply, reply, len(values), len(s.calls))
 		}
-		at := 0
 		for _, c := range s.calls {
-			size := replySize(c)
-			switch {
-			case err != nil:
+			if err != nil {
 				b.finish(c, nil, err)
-			case isError(values[at]):
-				b.finish(c, nil, values[at].(error))
-			default:
-				b.finish(c, values[at:at+size:at+size], nil)
+				continue
 			}
-			at += size
+			v := values[:replySize(c):replySize(c)]
+			values = values[len(v):]
+			if e, isErr := v[0].(error); isErr {
+				b.finish(c, nil, e)
+				continue
+			}
+			b.finish(c, v, nil)
 		}
 	}
 }
@@ -636,12 +636,6 @@ const mergedHead = 2
 // allow_batch.lua): allowed, blocked and now, then 3 per limit, of which
 // its arguments hold 4 each after n, the time, commit and the penalty.
 func replySize(c *call) int { return 3 + 3*(len(c.args)-mergedHead-4)/4 }
-
-// isError reports whether v is an error reply.
-func isError(v any) bool {
-	_, ok := v.(error)
-	return ok
-}
 
 // merge makes one command of calls of the same merged script: the
 // arguments allow_batch.lua takes, each distinct spec once. A lone call
