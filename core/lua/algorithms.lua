@@ -395,17 +395,22 @@ local function bucket_ring(window, prec)
   return ring
 end
 
+-- bucket_of returns the index of the bucket whose field is named f: the
+-- latest index at or before current with that remainder (see above); nil
+-- for a field that names no bucket (the sum's).
+local function bucket_of(f, current, ring)
+  f = tonumber(f)
+  return f and current - (current - f) % ring
+end
+
 -- buckets_retry returns the µs until n more units fit under count, the
 -- hash h (HGETALL's reply) holding used units: the end of the bucket whose
 -- leaving frees enough, plus the window.
 local function buckets_retry(h, count, window, prec, n, now, used, oldest, current, ring)
   local counts = {} -- by index, from oldest
   for i = 1, #h, 2 do
-    local f = tonumber(h[i])
-    if f then -- not the sum's fields
-      local b = current - (current - f) % ring
-      if b >= oldest then counts[b - oldest + 1] = tonumber(h[i + 1]) end
-    end
+    local b = bucket_of(h[i], current, ring)
+    if b and b >= oldest then counts[b - oldest + 1] = tonumber(h[i + 1]) end
   end
   local over = used + n - count -- units that must leave first, oldest first
   for b = oldest, current do
@@ -417,7 +422,7 @@ end
 
 -- buckets_check checks n units of a buckets limit at now and returns free,
 -- retry, reset, then what buckets_add takes: whether the hash keeps a sum,
--- its newest and oldest counted bucket, and whether they changed.
+-- its newest bucket (false: none) and the oldest one it counts.
 local function buckets_check(key, count, window, prec, n, now)
   local oldest = math.floor((now - window) / prec) -- older buckets have left
   local current, ring = math.floor(now / prec), bucket_ring(window, prec)
@@ -429,8 +434,8 @@ local function buckets_check(key, count, window, prec, n, now)
     local o = tonumber(sum[2])
     local lo_f = o % ring
     used = tonumber(sum[1])
-    newest = current - (current - (o - lo_f) / ring) % ring
-    lo = current - (current - lo_f) % ring
+    newest = bucket_of((o - lo_f) / ring, current, ring)
+    lo = bucket_of(lo_f, current, ring)
     if lo < oldest then
       local gone = {}
       for b = lo, math.min(oldest - 1, lo + ring - 1) do gone[#gone + 1] = b % ring end
@@ -449,8 +454,8 @@ local function buckets_check(key, count, window, prec, n, now)
     h = call('HGETALL', key)
     local live, stale = 0, nil
     for i = 1, #h, 2 do
-      local b = current - (current - (tonumber(h[i]) or current)) % ring -- 't', 'o' (half a sum): stale
-      if b < oldest or h[i] == 't' or h[i] == 'o' then
+      local b = bucket_of(h[i], current, ring)
+      if not b or b < oldest then -- left, or half a sum ('t' or 'o' alone)
         stale = stale or {}
         stale[#stale + 1] = h[i]
       else
@@ -640,11 +645,8 @@ local function buckets_refund(key, window, prec, n, now, at)
   else
     local h = call('HGETALL', key)
     for i = 1, #h, 2 do
-      local f = tonumber(h[i])
-      if f then -- not the sum's fields
-        local b = current - (current - f) % ring
-        if b >= oldest then live[#live + 1] = {b, h[i], tonumber(h[i + 1])} end
-      end
+      local b = bucket_of(h[i], current, ring)
+      if b and b >= oldest then live[#live + 1] = {b, h[i], tonumber(h[i + 1])} end
     end
     table.sort(live, function(x, y) return x[1] > y[1] end)
   end
