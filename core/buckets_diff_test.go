@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"testing"
 	"time"
 
@@ -36,7 +35,6 @@ func TestBucketsMatchMemory(t *testing.T) {
 }
 
 func checkBucketsAgainstMemory(t *testing.T, rdb redis.Scripter, seed uint64, summed *[2]int) {
-	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(seed, 11))
 	rs := newRedisStore(rdb, uniquePrefix(t), 0)
 	ms := newMemoryStore(func() int64 { panic("the test passes every time") })
@@ -64,15 +62,7 @@ func checkBucketsAgainstMemory(t *testing.T, rdb redis.Scripter, seed uint64, su
 			mq.commit = rng.IntN(10) > 0
 			rq.commit = mq.commit
 			what = fmt.Sprintf("allow %d commit %v", n, mq.commit)
-			if err := ms.allow(ctx, mq); err != nil {
-				t.Fatal(err)
-			}
-			if err := rs.allow(ctx, rq); err != nil {
-				t.Fatalf("step %d %s: %v", step, what, err)
-			}
-			if mq.allowed != rq.allowed || !slices.Equal(mq.states, rq.states) || mq.at != rq.at {
-				t.Fatalf("step %d %s at %d: memory %v %+v %d, redis %v %+v %d", step, what, now, mq.allowed, mq.states, mq.at, rq.allowed, rq.states, rq.at)
-			}
+			allowBoth(t, ms, rs, mq, rq, step, what)
 			if mq.allowed && mq.commit {
 				decided = append(decided, now)
 			}
@@ -82,12 +72,7 @@ func checkBucketsAgainstMemory(t *testing.T, rdb redis.Scripter, seed uint64, su
 				rq.at = mq.at
 			}
 			what = fmt.Sprintf("refund %d at %d", n, mq.at)
-			if err := ms.refund(ctx, mq); err != nil {
-				t.Fatal(err)
-			}
-			if err := rs.refund(ctx, rq); err != nil {
-				t.Fatalf("step %d %s: %v", step, what, err)
-			}
+			refundBoth(t, ms, rs, mq, rq, step, what)
 		default:
 			what = "nothing"
 		}

@@ -77,15 +77,8 @@ func (h scriptNames) take() []string {
 func TestLibrary(t *testing.T) {
 	ctx := context.Background()
 	t.Run("redis", func(t *testing.T) {
-		p := redistest.Start(t)
-		rdb := p.Client(t)
-		names := scriptNames{make(chan string, 10000)}
-		rdb.AddHook(names)
-		l, err := New(rdb, WithPrefix(uniquePrefix(t)), WithTimeout(10*time.Second), WithDenyCache(0))
-		if err != nil {
-			t.Fatal(err)
-		}
-		lib := l.store.(*redisStore).batch.lib
+		rdb := redistest.Start(t).Client(t)
+		l, lib, names := libraryLimiter(t, rdb)
 		lim := PerHour(1000)
 		remaining := int64(1000)
 		allow := func(step string, n int) {
@@ -160,13 +153,7 @@ func TestLibrary(t *testing.T) {
 	})
 	t.Run("cluster", func(t *testing.T) {
 		rdb := redistest.NewCluster(t).Client(t)
-		names := scriptNames{make(chan string, 10000)}
-		rdb.AddHook(names)
-		l, err := New(rdb, WithPrefix(uniquePrefix(t)), WithTimeout(10*time.Second), WithDenyCache(0))
-		if err != nil {
-			t.Fatal(err)
-		}
-		lib := l.store.(*redisStore).batch.lib
+		l, lib, names := libraryLimiter(t, rdb)
 		lim := PerHour(10)
 		keys := []string{"a", "b", "c", "d", "e", "f", "g", "h"} // on every node
 		for i, want := range []int64{9, 8} {
@@ -209,14 +196,7 @@ func TestLibrary(t *testing.T) {
 		{"ACL without FUNCTION", func(t *testing.T) *redis.Client { return aclClient(t, "-function") }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			rdb := c.client(t)
-			names := scriptNames{make(chan string, 100)}
-			rdb.AddHook(names)
-			l, err := New(rdb, WithPrefix(uniquePrefix(t)), WithTimeout(10*time.Second), WithDenyCache(0))
-			if err != nil {
-				t.Fatal(err)
-			}
-			lib := l.store.(*redisStore).batch.lib
+			l, lib, names := libraryLimiter(t, c.client(t))
 			for i := range 3 {
 				r, err := l.Allow(ctx, "k", PerHour(10))
 				if err != nil || r.BackendErr != nil || r.Remaining != int64(9-i) {
@@ -240,6 +220,19 @@ func TestLibrary(t *testing.T) {
 			}
 		})
 	}
+}
+
+// libraryLimiter returns a Limiter on rdb (no deny cache), its library,
+// and a hook that records the script commands rdb sends.
+func libraryLimiter(t *testing.T, rdb redis.UniversalClient) (*Limiter, *library, scriptNames) {
+	t.Helper()
+	names := scriptNames{make(chan string, 10000)}
+	rdb.AddHook(names)
+	l, err := New(rdb, WithPrefix(uniquePrefix(t)), WithTimeout(10*time.Second), WithDenyCache(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, l.store.(*redisStore).batch.lib, names
 }
 
 // aclClient starts a server and returns a client of a user allowed every

@@ -37,6 +37,35 @@ func TestLogValueMatchesMemory(t *testing.T) {
 	})
 }
 
+// allowBoth makes the same decision in the memory store (mq) and the
+// scripts (rq), the test's step, and fails unless both answer alike.
+func allowBoth(t *testing.T, ms *memoryStore, rs *redisStore, mq, rq *query, step int, what string) {
+	t.Helper()
+	ctx := context.Background()
+	if err := ms.allow(ctx, mq); err != nil {
+		t.Fatal(err)
+	}
+	if err := rs.allow(ctx, rq); err != nil {
+		t.Fatalf("step %d %s: %v", step, what, err)
+	}
+	if mq.allowed != rq.allowed || !slices.Equal(mq.states, rq.states) || mq.at != rq.at {
+		t.Fatalf("step %d %s at %d: memory %v %+v %d, redis %v %+v %d", step, what, mq.now, mq.allowed, mq.states, mq.at, rq.allowed, rq.states, rq.at)
+	}
+}
+
+// refundBoth makes the same refund in the memory store (mq) and the
+// scripts (rq).
+func refundBoth(t *testing.T, ms *memoryStore, rs *redisStore, mq, rq *query, step int, what string) {
+	t.Helper()
+	ctx := context.Background()
+	if err := ms.refund(ctx, mq); err != nil {
+		t.Fatal(err)
+	}
+	if err := rs.refund(ctx, rq); err != nil {
+		t.Fatalf("step %d %s: %v", step, what, err)
+	}
+}
+
 // againstMemory runs check on miniredis with 2 seeds, and on real Redis
 // with seeds.
 func againstMemory(t *testing.T, seeds uint64, check func(t *testing.T, rdb redis.Scripter, seeds uint64)) {
@@ -91,15 +120,7 @@ func checkLogAgainstMemory(t *testing.T, rdb redis.Scripter, seed uint64, layout
 			mq.commit = rng.IntN(10) > 0
 			rq.commit = mq.commit
 			what = fmt.Sprintf("allow %d commit %v", n, mq.commit)
-			if err := ms.allow(ctx, mq); err != nil {
-				t.Fatal(err)
-			}
-			if err := rs.allow(ctx, rq); err != nil {
-				t.Fatalf("step %d %s: %v", step, what, err)
-			}
-			if mq.allowed != rq.allowed || !slices.Equal(mq.states, rq.states) || mq.at != rq.at {
-				t.Fatalf("step %d %s at %d: memory %v %+v %d, redis %v %+v %d", step, what, now, mq.allowed, mq.states, mq.at, rq.allowed, rq.states, rq.at)
-			}
+			allowBoth(t, ms, rs, mq, rq, step, what)
 			if mq.allowed && mq.commit {
 				decided = append(decided, now)
 			}
@@ -141,12 +162,7 @@ func checkLogAgainstMemory(t *testing.T, rdb redis.Scripter, seed uint64, layout
 				rq.at = mq.at
 			}
 			what = fmt.Sprintf("refund %d at %d", n, mq.at)
-			if err := ms.refund(ctx, mq); err != nil {
-				t.Fatal(err)
-			}
-			if err := rs.refund(ctx, rq); err != nil {
-				t.Fatalf("step %d %s: %v", step, what, err)
-			}
+			refundBoth(t, ms, rs, mq, rq, step, what)
 		default:
 			what = "nothing"
 		}
