@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -213,6 +214,116 @@ func TestBatchLimiter(t *testing.T) {
 				t.Errorf("%d concurrent decisions shared no pipeline", goroutines*each)
 			}
 		})
+	}
+}
+
+// inFlight tracks the script round trips a client has in flight at once,
+// alone and in pipelines, and the most seen.
+type inFlight struct {
+	mu               sync.Mutex
+	now, most, piped int
+	mostPiped, pipes int
+}
+
+func (h *inFlight) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *inFlight) enter(pipeline bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.now++
+	h.most = max(h.most, h.now)
+	if pipeline {
+		h.piped++
+		h.pipes++
+		h.mostPiped = max(h.mostPiped, h.piped)
+	}
+}
+
+func (h *inFlight) leave(pipeline bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.now--
+	if pipeline {
+		h.piped--
+	}
+}
+
+func (h *inFlight) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if !isScriptCall(cmd) {
+			return next(ctx, cmd)
+		}
+		h.enter(false)
+		defer h.leave(false)
+		return next(ctx, cmd)
+	}
+}
+
+func (h *inFlight) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if !slices.ContainsFunc(cmds, isScriptCall) { // a connection's set-up
+			return next(ctx, cmds)
+		}
+		h.enter(true)
+		defer h.leave(true)
+		return next(ctx, cmds)
+	}
+}
+
+func isScriptCall(cmd redis.Cmder) bool {
+	n := cmd.Name()
+	return n == "evalsha" || n == "eval" || n == "fcall"
+}
+
+// Several pipelines go at once when calls keep queuing (a flusher for
+// each slot handed over), never more round trips than maxInFlight, and
+// the flushers leave when the work ends, every slot given back.
+func TestBatchFlushers(t *testing.T) {
+	rdb := redistest.New(t).Client(t)
+	rec := &inFlight{}
+	rdb.AddHook(rec)
+	s := newRedisStore(rdb, uniquePrefix(t), 0)
+	ctx := context.Background()
+	deadline := time.Now().Add(20 * time.Second)
+	for round := 0; ; round++ {
+		var wg sync.WaitGroup
+		for g := range 64 {
+			wg.Go(func() {
+				for i := range 20 {
+					q := &query{key: fmt.Sprint("k", (g+i)%16), n: 1, limits: []Limit{PerHour(1 << 30)}, commit: true}
+					if err := s.allow(ctx, q); err != nil || !q.allowed {
+						t.Errorf("allow: %v, allowed %v", err, q.allowed)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		rec.mu.Lock()
+		most, mostPiped, pipes := rec.most, rec.mostPiped, rec.pipes
+		rec.mu.Unlock()
+		if most > maxInFlight {
+			t.Fatalf("%d round trips in flight at once, want at most %d", most, maxInFlight)
+		}
+		if mostPiped >= 2 {
+			t.Logf("%d pipelines at once at most, %d in all, in %d rounds", mostPiped, pipes, round+1)
+			break
+		}
+		if t.Failed() || time.Now().After(deadline) {
+			t.Fatalf("never more than %d pipeline in flight at once (%d pipelines, %d rounds)", mostPiped, pipes, round+1)
+		}
+	}
+	for { // every flusher leaves after flusherIdle
+		s.batch.mu.Lock()
+		running, flushing, inflight := s.batch.running, s.batch.flushing, s.batch.inflight
+		s.batch.mu.Unlock()
+		if running == 0 && flushing == 0 && inflight == 0 {
+			break
+		}
+		if time.Now().After(deadline.Add(10 * time.Second)) {
+			t.Fatalf("idle: %d flushers, %d slots held by them, %d in flight; want none", running, flushing, inflight)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
