@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,18 +24,7 @@ import (
 // same stored log), pauses longer than a window, and the clock going
 // back a little. Every stored log keeps a TTL.
 func TestLogValueMatchesMemory(t *testing.T) {
-	againstMemory(t, 8, func(t *testing.T, rdb redis.Scripter, seeds uint64) {
-		var layouts [2]int // compact, ring: the stored values seen
-		for seed := range seeds {
-			t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
-				checkLogAgainstMemory(t, rdb, seed, &layouts)
-			})
-		}
-		t.Logf("%d compact values and %d rings seen", layouts[0], layouts[1])
-		if layouts[0] < 100 || layouts[1] < 100 {
-			t.Fatalf("seen %d compact values and %d rings, want both", layouts[0], layouts[1])
-		}
-	})
+	againstMemory(t, 8, [2]string{"compact values", "rings"}, checkLogAgainstMemory)
 }
 
 // allowBoth makes the same decision in the memory store (mq) and the
@@ -66,9 +56,12 @@ func refundBoth(t *testing.T, ms *memoryStore, rs *redisStore, mq, rq *query, st
 	}
 }
 
-// againstMemory runs check on miniredis with 2 seeds, and on real Redis
-// with seeds.
-func againstMemory(t *testing.T, seeds uint64, check func(t *testing.T, rdb redis.Scripter, seeds uint64)) {
+// againstMemory runs check for each seed, the seeds in parallel (each
+// check under its own prefix): 2 seeds on miniredis, and seeds on real
+// Redis. check counts the stored values it compares in seen, of two kinds
+// (named by kinds), and each server must show both kinds at least 100
+// times.
+func againstMemory(t *testing.T, seeds uint64, kinds [2]string, check func(t *testing.T, rdb redis.Scripter, seed uint64, seen *[2]atomic.Int64)) {
 	for _, server := range []struct {
 		name  string
 		seeds uint64
@@ -81,11 +74,27 @@ func againstMemory(t *testing.T, seeds uint64, check func(t *testing.T, rdb redi
 		}},
 		{"redis", seeds, func(t *testing.T) redis.Scripter { return redistest.New(t).Client(t) }},
 	} {
-		t.Run(server.name, func(t *testing.T) { check(t, server.new(t), server.seeds) })
+		t.Run(server.name, func(t *testing.T) {
+			rdb := server.new(t)
+			var seen [2]atomic.Int64
+			t.Run("seeds", func(t *testing.T) { // returns when every seed has
+				for seed := range server.seeds {
+					t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
+						t.Parallel()
+						check(t, rdb, seed, &seen)
+					})
+				}
+			})
+			a, b := seen[0].Load(), seen[1].Load()
+			t.Logf("%d %s and %d %s seen", a, kinds[0], b, kinds[1])
+			if a < 100 || b < 100 {
+				t.Fatalf("seen %d %s and %d %s, want both", a, kinds[0], b, kinds[1])
+			}
+		})
 	}
 }
 
-func checkLogAgainstMemory(t *testing.T, rdb redis.Scripter, seed uint64, layouts *[2]int) {
+func checkLogAgainstMemory(t *testing.T, rdb redis.Scripter, seed uint64, layouts *[2]atomic.Int64) {
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(seed, 7))
 	rs := newRedisStore(rdb, uniquePrefix(t), 0)
@@ -183,7 +192,7 @@ func checkLogAgainstMemory(t *testing.T, rdb redis.Scripter, seed uint64, layout
 // compareLogs fails unless both stores hold the same units that count at
 // now, in both logs, and Redis's logs have a TTL. It counts the layouts of
 // the values in layouts.
-func compareLogs(t *testing.T, step string, rdb redis.Scripter, rs *redisStore, ms *memoryStore, now int64, layouts *[2]int, windows ...time.Duration) {
+func compareLogs(t *testing.T, step string, rdb redis.Scripter, rs *redisStore, ms *memoryStore, now int64, layouts *[2]atomic.Int64, windows ...time.Duration) {
 	t.Helper()
 	ctx := context.Background()
 	c := rdb.(redis.Cmdable)
@@ -220,9 +229,9 @@ func compareLogs(t *testing.T, step string, rdb redis.Scripter, rs *redisStore, 
 		}
 		if len(stored) > 0 {
 			if b, _ := c.GetRange(ctx, key, 0, 0).Bytes(); len(b) == 1 && b[0] >= 16 {
-				layouts[1]++
+				layouts[1].Add(1)
 			} else {
-				layouts[0]++
+				layouts[0].Add(1)
 			}
 			if ttl := c.PTTL(ctx, key).Val(); ttl == -1 { // -2: gone; 0: about to go
 				t.Fatalf("%s: %s has no TTL: %v", step, key, ttl)
