@@ -221,15 +221,18 @@ func (b *batcher) wait(ctx context.Context, c *call) (any, error) {
 // goroutine, keeping ctx's deadline, and returns the context to send it
 // with; otherwise it goes to a sender (see sendLone).
 func (b *batcher) directly(ctx context.Context) (context.Context, bool) {
-	if b.boundsReads || ctx.Done() == nil {
+	if b.boundsReads {
 		return ctx, true
+	}
+	dl, ok := ctx.Deadline() // before Done, which would make ctx's channel
+	if !ok && ctx.Done() == nil {
+		return ctx, true // it never ends
 	}
 	if b.lone == nil {
 		return ctx, false
 	}
 	// the Limiter's timeout is ctx's deadline (not a caller's sooner one,
 	// nor a Wait's later one), to within an eighth: lone's reads end then
-	dl, ok := ctx.Deadline()
 	if left := time.Until(dl); ok && left <= b.loneTimeout && left > b.loneTimeout-b.loneTimeout/8 {
 		return context.WithValue(ctx, loneKey{}, b.lone), true
 	}

@@ -202,6 +202,8 @@ func functionMissing(err error) bool {
 // used again).
 func (l *library) refused(err error) bool {
 	switch {
+	case err == nil:
+		return false
 	case functionMissing(err):
 		l.missing()
 		return true
