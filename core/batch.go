@@ -73,7 +73,19 @@ type batcher struct {
 
 	born  time.Time    // the origin of heard, on the monotonic clock
 	heard atomic.Int64 // ns since born: when Redis last answered
+	// starved is when (ns since born) a direct call last ran out of time
+	// in a starved process: for starvedPause after, lone calls go to a
+	// sender (see directly)
+	starved atomic.Int64
 }
+
+// starvedPause is how long after a direct call ran out of time in a
+// starved process lone calls go to a sender instead. A direct read ends at
+// the deadline even when the reply has come and only its reader was slow
+// to run, while a caller waiting on a sender waits on for a late reply
+// (see awaitLate): in a flood, the decision and its retries (see
+// starvedRetries) would otherwise each lose a reply that came in time.
+const starvedPause = time.Second
 
 // maxInFlight is how many round trips one Limiter has in flight at once.
 // One would leave Redis idle while a batch's reply travels back and the
@@ -206,7 +218,11 @@ func (b *batcher) wait(ctx context.Context, c *call) (any, error) {
 				// the process was starved when this goroutine saw the
 				// deadline late, or with a crowd of runnable goroutines
 				// ahead of the reply's reader
-				err = starvedError(b.noReply(ctx), context.Cause(ctx) == errTimeout && (seenLate(ctx) || busy()))
+				starved := context.Cause(ctx) == errTimeout && (seenLate(ctx) || busy())
+				if starved {
+					b.starved.Store(int64(time.Since(b.born)))
+				}
+				err = starvedError(b.noReply(ctx), starved)
 			}
 			return reply, err
 		}
@@ -230,6 +246,9 @@ func (b *batcher) directly(ctx context.Context) (context.Context, bool) {
 	}
 	if b.lone == nil {
 		return ctx, false
+	}
+	if at := b.starved.Load(); at != 0 && time.Since(b.born)-time.Duration(at) < starvedPause {
+		return ctx, false // a sender waits for a late reply
 	}
 	// the Limiter's timeout is ctx's deadline (not a caller's sooner one,
 	// nor a Wait's later one), to within an eighth: lone's reads end then

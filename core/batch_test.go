@@ -449,22 +449,25 @@ func (h *loneRecorder) take() []bool {
 // default), a lone decision whose deadline is the Limiter's timeout goes
 // through the client's hooks to the clone whose reads end then, on its
 // caller's goroutine; a caller's sooner deadline, a client that bounds its
-// reads, and a Cluster send as before. The answers are the same.
+// reads, a Cluster, and a second after a direct call ran out of time in a
+// starved process send as before. The answers are the same.
 func TestLoneCall(t *testing.T) {
 	srv := redistest.New(t)
 	for _, c := range []struct {
 		name     string
 		rdb      func() redis.UniversalClient
 		deadline time.Duration // the caller's; 0: none
+		starved  bool          // a direct call just ran out of time, starved
 		want     bool          // sent through the clone
 	}{
-		{"default client", func() redis.UniversalClient { return redis.NewClient(&redis.Options{Addr: srv.Addr}) }, 0, true},
-		{"caller's later deadline", func() redis.UniversalClient { return redis.NewClient(&redis.Options{Addr: srv.Addr}) }, time.Hour, true},
-		{"caller's sooner deadline", func() redis.UniversalClient { return redis.NewClient(&redis.Options{Addr: srv.Addr}) }, time.Second, false},
+		{"just starved", func() redis.UniversalClient { return redis.NewClient(&redis.Options{Addr: srv.Addr}) }, 0, true, false},
+		{"default client", func() redis.UniversalClient { return redis.NewClient(&redis.Options{Addr: srv.Addr}) }, 0, false, true},
+		{"caller's later deadline", func() redis.UniversalClient { return redis.NewClient(&redis.Options{Addr: srv.Addr}) }, time.Hour, false, true},
+		{"caller's sooner deadline", func() redis.UniversalClient { return redis.NewClient(&redis.Options{Addr: srv.Addr}) }, time.Second, false, false},
 		{"ContextTimeoutEnabled", func() redis.UniversalClient {
 			return redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
-		}, 0, false},
-		{"cluster", func() redis.UniversalClient { return redistest.NewCluster(t).Client(t) }, 0, false},
+		}, 0, false, false},
+		{"cluster", func() redis.UniversalClient { return redistest.NewCluster(t).Client(t) }, 0, false, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			rdb := c.rdb()
@@ -474,6 +477,10 @@ func TestLoneCall(t *testing.T) {
 			l, err := New(rdb, WithPrefix(uniquePrefix(t)), WithTimeout(10*time.Second))
 			if err != nil {
 				t.Fatal(err)
+			}
+			if c.starved { // starved a moment ago, as it stands for the whole test
+				b := l.store.(*redisStore).batch
+				b.starved.Store(int64(time.Since(b.born) + time.Minute))
 			}
 			ctx := context.Background()
 			if c.deadline > 0 {
