@@ -18,14 +18,52 @@ import (
 )
 
 // commandCounter counts the script calls a client has answered, alone and
-// in pipelines.
-type commandCounter struct{ alone, piped, pipelines atomic.Int64 }
+// in pipelines, and the script round trips it has in flight at once.
+type commandCounter struct {
+	alone, piped, pipelines atomic.Int64
+
+	mu                     sync.Mutex
+	inFlight, mostInFlight int // round trips, alone and in pipelines
+	pipesNow, mostPipes    int // of them pipelines
+}
 
 func (h *commandCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
 
+func (h *commandCounter) enter(pipeline bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.inFlight++
+	h.mostInFlight = max(h.mostInFlight, h.inFlight)
+	if pipeline {
+		h.pipesNow++
+		h.mostPipes = max(h.mostPipes, h.pipesNow)
+	}
+}
+
+func (h *commandCounter) leave(pipeline bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.inFlight--
+	if pipeline {
+		h.pipesNow--
+	}
+}
+
+// most returns the most round trips, and pipelines, in flight at once.
+func (h *commandCounter) most() (roundTrips, pipelines int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.mostInFlight, h.mostPipes
+}
+
 func (h *commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		if !isScriptCall(cmd) {
+			return next(ctx, cmd)
+		}
+		h.enter(false)
 		err := next(ctx, cmd)
+		h.leave(false)
 		if answeredScript(cmd, err) {
 			h.alone.Add(1)
 		}
@@ -35,14 +73,19 @@ func (h *commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (h *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if !slices.ContainsFunc(cmds, isScriptCall) { // a connection's set-up
+			return next(ctx, cmds)
+		}
+		h.enter(true)
 		err := next(ctx, cmds)
+		h.leave(true)
 		scripts := 0
 		for _, cmd := range cmds {
 			if answeredScript(cmd, cmd.Err()) {
 				scripts++
 			}
 		}
-		if scripts > 0 { // not the connection's own set-up
+		if scripts > 0 { // not all answered NOSCRIPT, sent again
 			h.pipelines.Add(1)
 			h.piped.Add(int64(scripts))
 		}
@@ -50,11 +93,16 @@ func (h *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 	}
 }
 
+// isScriptCall reports whether cmd runs a script: EVALSHA, EVAL or FCALL.
+func isScriptCall(cmd redis.Cmder) bool {
+	n := cmd.Name()
+	return n == "evalsha" || n == "eval" || n == "fcall"
+}
+
 // answeredScript reports whether cmd is a script call that ran (not one
 // answered NOSCRIPT, which is sent again).
 func answeredScript(cmd redis.Cmder, err error) bool {
-	n := cmd.Name()
-	return (n == "evalsha" || n == "eval" || n == "fcall") && !redis.HasErrorPrefix(err, "NOSCRIPT") && !functionMissing(err)
+	return isScriptCall(cmd) && !redis.HasErrorPrefix(err, "NOSCRIPT") && !functionMissing(err)
 }
 
 // allowCall builds the batcher call of one Allow of key on limits.
@@ -217,70 +265,12 @@ func TestBatchLimiter(t *testing.T) {
 	}
 }
 
-// inFlight tracks the script round trips a client has in flight at once,
-// alone and in pipelines, and the most seen.
-type inFlight struct {
-	mu               sync.Mutex
-	now, most, piped int
-	mostPiped, pipes int
-}
-
-func (h *inFlight) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *inFlight) enter(pipeline bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.now++
-	h.most = max(h.most, h.now)
-	if pipeline {
-		h.piped++
-		h.pipes++
-		h.mostPiped = max(h.mostPiped, h.piped)
-	}
-}
-
-func (h *inFlight) leave(pipeline bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.now--
-	if pipeline {
-		h.piped--
-	}
-}
-
-func (h *inFlight) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if !isScriptCall(cmd) {
-			return next(ctx, cmd)
-		}
-		h.enter(false)
-		defer h.leave(false)
-		return next(ctx, cmd)
-	}
-}
-
-func (h *inFlight) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if !slices.ContainsFunc(cmds, isScriptCall) { // a connection's set-up
-			return next(ctx, cmds)
-		}
-		h.enter(true)
-		defer h.leave(true)
-		return next(ctx, cmds)
-	}
-}
-
-func isScriptCall(cmd redis.Cmder) bool {
-	n := cmd.Name()
-	return n == "evalsha" || n == "eval" || n == "fcall"
-}
-
 // Several pipelines go at once when calls keep queuing (a flusher for
 // each slot handed over), never more round trips than maxInFlight, and
 // the flushers leave when the work ends, every slot given back.
 func TestBatchFlushers(t *testing.T) {
 	rdb := redistest.New(t).Client(t)
-	rec := &inFlight{}
+	rec := &commandCounter{}
 	rdb.AddHook(rec)
 	s := newRedisStore(rdb, uniquePrefix(t), 0)
 	ctx := context.Background()
@@ -299,9 +289,8 @@ func TestBatchFlushers(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		rec.mu.Lock()
-		most, mostPiped, pipes := rec.most, rec.mostPiped, rec.pipes
-		rec.mu.Unlock()
+		most, mostPiped := rec.most()
+		pipes := rec.pipelines.Load()
 		if most > maxInFlight {
 			t.Fatalf("%d round trips in flight at once, want at most %d", most, maxInFlight)
 		}
@@ -423,7 +412,7 @@ func (h *loneRecorder) DialHook(next redis.DialHook) redis.DialHook { return nex
 
 func (h *loneRecorder) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if n := cmd.Name(); n == "evalsha" || n == "eval" || n == "fcall" {
+		if isScriptCall(cmd) {
 			_, lone := ctx.Value(loneKey{}).(*redis.Client)
 			h.mu.Lock()
 			h.lone = append(h.lone, lone)

@@ -47,9 +47,9 @@ func (h scriptNames) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 }
 
 func (h scriptNames) note(cmd redis.Cmder) {
-	if n := cmd.Name(); n == "evalsha" || n == "eval" || n == "fcall" {
+	if isScriptCall(cmd) {
 		select {
-		case h.names <- n:
+		case h.names <- cmd.Name():
 		default:
 		}
 	}

@@ -320,7 +320,7 @@ type scriptCounter struct{ n atomic.Int64 }
 // own, err is what the hook's next returned: go-redis reports NOSCRIPT
 // there, not in cmd.Err.
 func (h *scriptCounter) count(cmd redis.Cmder, err error) {
-	if name := cmd.Name(); err == nil && (name == "evalsha" || name == "eval" || name == "fcall") {
+	if err == nil && isScriptCall(cmd) {
 		h.n.Add(1)
 	}
 }
