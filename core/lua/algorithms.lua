@@ -45,9 +45,10 @@ end
 local ints = {} -- ints[x]: x as a string, for integers 0 <= x < 4096
 local ttl_ms, ttl_arg = -1, ''
 
--- arg returns x for a redis.call argument: as a string when it is a small
--- integer.
-local function arg(x)
+-- int_arg returns x for a redis.call argument: as a string when it is a
+-- small integer. (Not named arg: Lua 5.1 gives that name to a vararg
+-- function's implicit table of its arguments.)
+local function int_arg(x)
   local s = ints[x]
   if s then return s end
   if x >= 0 and x < 4096 and x % 1 == 0 then
@@ -58,7 +59,7 @@ local function arg(x)
   return x
 end
 
--- px_arg returns px(us) for a redis.call argument (see arg).
+-- px_arg returns px(us) for a redis.call argument (see int_arg).
 local function px_arg(us)
   local ms = px(us)
   if ms ~= ttl_ms then ttl_ms, ttl_arg = ms, string.format('%d', ms) end
@@ -523,12 +524,12 @@ local function buckets_add(key, window, prec, n, now, summed, newest, lo)
   local b = math.floor(now / prec)
   local reset = (b + 1) * prec + window - now
   local ring = bucket_ring(window, prec)
-  if call('HINCRBY', key, arg(b % ring), arg(n)) == n then
+  if call('HINCRBY', key, int_arg(b % ring), int_arg(n)) == n then
     expire_us(key, reset)
   end
   if summed then
-    call('HINCRBY', key, 't', arg(n))
-    if newest ~= b then call('HSET', key, 'o', arg((b % ring) * ring + lo % ring)) end
+    call('HINCRBY', key, 't', int_arg(n))
+    if newest ~= b then call('HSET', key, 'o', int_arg((b % ring) * ring + lo % ring)) end
   end
   return reset
 end
@@ -638,7 +639,7 @@ end
 -- the current count (see counter_state).
 local function counter_add(key, count, window, n, now, c, prev, cur, incr)
   if incr and count < COUNTER_RADIX and cur > 0 then
-    call('INCRBY', key, arg(n * 16))
+    call('INCRBY', key, int_arg(n * 16))
     return (c + 2) * window - now
   end
   return counter_write(key, count, window, c, prev, cur + n, now)
