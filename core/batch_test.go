@@ -107,14 +107,8 @@ func answeredScript(cmd redis.Cmder, err error) bool {
 
 // allowCall builds the batcher call of one Allow of key on limits.
 func allowCall(s *redisStore, key string, limits ...Limit) *call {
-	q := &query{key: key, n: 1, limits: limits, commit: true}
-	c := s.newCall(s.allowS, q, withBlock)
-	c.merged = s.allowBatchS
+	c := s.allowCall(&query{key: key, n: 1, limits: limits, commit: true})
 	c.ctx = context.Background()
-	c.args = append(c.args, q.n, 0, 1, 0, 0, 0)
-	for _, l := range limits {
-		c.args = append(c.args, int(l.Algorithm), l.Count, micros(l.Window), micros(l.precision()))
-	}
 	return c
 }
 

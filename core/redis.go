@@ -83,6 +83,16 @@ func (s *redisStore) newCall(sc *script, q *query, own int) *call {
 }
 
 func (s *redisStore) allow(ctx context.Context, q *query) error {
+	reply, err := s.batch.run(ctx, s.allowCall(q))
+	if err != nil {
+		return fmt.Errorf("ratewindow: allow script: %w", err)
+	}
+	return parseAllow(reply, q)
+}
+
+// allowCall builds the batcher call of q's decision (allow.lua, or merged
+// with others in allow_batch.lua).
+func (s *redisStore) allowCall(q *query) *call {
 	own := withBlock
 	if q.penalty != nil {
 		own |= withPenalty
@@ -100,11 +110,7 @@ func (s *redisStore) allow(ctx context.Context, q *query) error {
 		c.args = append(c.args, 0, 0, 0)
 	}
 	c.args = appendLimitArgs(c.args, q.limits)
-	reply, err := s.batch.run(ctx, c)
-	if err != nil {
-		return fmt.Errorf("ratewindow: allow script: %w", err)
-	}
-	return parseAllow(reply, q)
+	return c
 }
 
 // parseAllow reads allow.lua's reply into q: {allowed, blocked, now, then

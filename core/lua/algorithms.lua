@@ -806,8 +806,23 @@ local st, logs = {}, {}
 -- (0: no, 1: the key is blocked, 2: this denial banned it), now, then per
 -- limit: remaining, retry µs, reset µs. remaining counts after the units
 -- were recorded; retry is 0 for a limit that admits, -1 for one that never
--- can. It returns the index of its last value.
-local function decide(keys, first, n, now, spec, out, at)
+-- can.
+--
+-- runs is how many such decisions come one after another (a hot key's in
+-- one merged call: the same keys, spec, n >= 1 and now; a spec without
+-- penalty). decide answers as many of them as one check can, each as if
+-- made alone in turn, and returns the index of its last value and how
+-- many it answered:
+--   admitted  at the same now, a decision fits iff n <= free under every
+--             limit (for every algorithm), and its units lower each free
+--             by exactly n; so the first k = min(runs, min free / n) fit,
+--             and their k * n units are recorded at once, in one add per
+--             limit. The answers differ only in remaining. The decision
+--             after them is checked anew (the caller calls again).
+--   denied    a denial without penalty writes nothing that a check reads
+--             (dropping what has left changes no count), so every
+--             decision of the run is denied alike: all are answered.
+local function decide(keys, first, n, now, spec, out, at, runs)
   local commit, denials, limits = spec.commit, spec.denials, spec.limits
   local lk = first -- the key of limit i is keys[lk + i]
   if denials > 0 then lk = first + 1 end
@@ -836,6 +851,17 @@ local function decide(keys, first, n, now, spec, out, at)
     if blocked > 0 then status = 2 end
   end
 
+  -- the decisions answered: k admitted, or all denied (see above)
+  local k, units = runs, n
+  if allowed and commit then
+    for i = 1, #limits do
+      local fit = math.floor(st[(i - 1) * STATE + 1] / n)
+      if fit < k then k = fit end
+    end
+    if k < 1 then k = 1 end -- it fits (its check says so)
+    units = k * n
+  end
+  local first_at = at
   out[at + 1], out[at + 2], out[at + 3] = allowed and 1 or 0, status, now
   at = at + 3
   for i = 1, #limits do
@@ -844,11 +870,11 @@ local function decide(keys, first, n, now, spec, out, at)
     local free, retry, reset = st[j + 1], st[j + 2], st[j + 3]
     if allowed and commit then
       if alg == '0' then
-        reset = log_add(l.window, n, now, now, st[j + 5], st[j + 4])
+        reset = log_add(l.window, units, now, now, st[j + 5], st[j + 4])
       elseif alg == '1' then
-        reset = buckets_add(key, l.window, l.prec, n, now, st[j + 4], st[j + 5], st[j + 6])
+        reset = buckets_add(key, l.window, l.prec, units, now, st[j + 4], st[j + 5], st[j + 6])
       else
-        reset = counter_add(key, l.count, l.window, n, now, st[j + 4], st[j + 5], st[j + 6], st[j + 7])
+        reset = counter_add(key, l.count, l.window, units, now, st[j + 4], st[j + 5], st[j + 6], st[j + 7])
       end
       free = free - n
     end
@@ -860,5 +886,18 @@ local function decide(keys, first, n, now, spec, out, at)
     out[at + 1], out[at + 2], out[at + 3] = free, retry, reset
     at = at + 3
   end
-  return at
+  -- the others of the run: the same answer, but for what remains after
+  -- each admitted one
+  local size = at - first_at
+  for d = 2, k do
+    for i = 1, size do out[at + i] = out[at + i - size] end
+    if allowed and commit then
+      for i = 1, #limits do
+        local r = at + 3 + 3 * i - 2
+        out[r] = out[r] - n
+      end
+    end
+    at = at + size
+  end
+  return at, k
 end

@@ -19,5 +19,5 @@
 -- denial), now µs, then per limit: remaining, retry µs, reset µs}.
 
 local out = {}
-decide(KEYS, 1, tonumber(ARGV[1]), now_us(ARGV[2]), read_spec(ARGV, 3, (#ARGV - 6) / 4), out, 0)
+decide(KEYS, 1, tonumber(ARGV[1]), now_us(ARGV[2]), read_spec(ARGV, 3, (#ARGV - 6) / 4), out, 0, 1)
 return out

@@ -4,8 +4,10 @@
 -- decisions live on different nodes). Each decision is atomic on its own,
 -- exactly as allow.lua; the server's TIME is read once for all of them.
 -- Decisions that ask alike (commit, penalty and limits) share one spec,
--- sent and read once. Runs after algorithms.lua (see read_spec and decide
--- there).
+-- sent and read once. Decisions one after another that ask the same of
+-- the same keys (a hot key's) are answered together, by one check and one
+-- add (see decide), with the answers they would have had one by one. Runs
+-- after algorithms.lua (see read_spec and decide there).
 --
 -- KEYS     the keys of every decision, decision after decision, as
 --          allow.lua's KEYS
@@ -19,7 +21,7 @@
 -- one flat array (no array per decision: fewer tables, a shorter reply).
 -- A decision that failed (such as WRONGTYPE on a key that is not ours) has
 -- an error reply as its first value and zeros for the rest; the other
--- decisions are unaffected.
+-- decisions are unaffected (but those of its run, which fail alike).
 
 local specs, at = {}, 3
 for i = 1, tonumber(ARGV[2]) do
@@ -30,25 +32,47 @@ end
 
 local out, o, key = {}, 0, 1
 local server_now -- read at most once
-for d = 1, tonumber(ARGV[1]) do
-  local spec, n, now = specs[tonumber(ARGV[at])], tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])
+local d, decisions = 1, tonumber(ARGV[1])
+while d <= decisions do
+  local si, sn, snow = ARGV[at], ARGV[at + 1], ARGV[at + 2]
+  local spec, n, now = specs[tonumber(si)], tonumber(sn), tonumber(snow)
   if not now or now <= 0 then
     if not server_now then server_now = now_us(0) end
     now = server_now
   end
-  local size = 3 + 3 * #spec.limits
-  local ok, err = pcall(decide, KEYS, key, n, now, spec, out, o)
-  if not ok then
-    if type(err) == 'table' and err.err then
-      out[o + 1] = err -- redis.call's error: becomes this entry's error reply
-    else
-      out[o + 1] = redis.error_reply(tostring(err))
+  local nkeys = 1 + #spec.limits -- the block key, the limits' keys
+  if spec.denials > 0 then nkeys = nkeys + 1 end -- and the penalty key
+  -- the run: this decision and those right after it that ask the same of
+  -- the same keys (a hot key's), which decide answers together
+  local runs = 1
+  if spec.commit and spec.denials == 0 and n >= 1 then
+    while d + runs <= decisions do
+      local a, k = at + 3 * runs, key + nkeys * runs
+      if ARGV[a] ~= si or ARGV[a + 1] ~= sn or ARGV[a + 2] ~= snow then break end
+      local same = true
+      for i = 0, nkeys - 1 do
+        if KEYS[k + i] ~= KEYS[key + i] then same = false break end
+      end
+      if not same then break end
+      runs = runs + 1
     end
-    for i = o + 2, o + size do out[i] = 0 end
   end
-  o = o + size
-  key = key + 1 + #spec.limits -- the block key, the limits' keys
-  if spec.denials > 0 then key = key + 1 end -- and the penalty key
-  at = at + 3
+  local size, left = 3 + 3 * #spec.limits, runs
+  while left > 0 do
+    local ok, last, answered = pcall(decide, KEYS, key, n, now, spec, out, o, left)
+    if ok then
+      o, left = last, left - answered
+    else
+      local e = last -- redis.call's error becomes the entries' error reply
+      if not (type(e) == 'table' and e.err) then e = redis.error_reply(tostring(e)) end
+      for _ = 1, left do
+        out[o + 1] = e
+        for i = o + 2, o + size do out[i] = 0 end
+        o = o + size
+      end
+      left = 0
+    end
+  end
+  key, at, d = key + nkeys * runs, at + 3 * runs, d + runs
 end
 return out
