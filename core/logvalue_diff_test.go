@@ -62,18 +62,7 @@ func refundBoth(t *testing.T, ms *memoryStore, rs *redisStore, mq, rq *query, st
 // (named by kinds), and each server must show both kinds at least 100
 // times.
 func againstMemory(t *testing.T, seeds uint64, kinds [2]string, check func(t *testing.T, rdb redis.Scripter, seed uint64, seen *[2]atomic.Int64)) {
-	for _, server := range []struct {
-		name  string
-		seeds uint64
-		new   func(t *testing.T) redis.Scripter
-	}{
-		{"miniredis", 2, func(t *testing.T) redis.Scripter {
-			c := redis.NewClient(&redis.Options{Addr: redistest.Mini(t).Addr()})
-			t.Cleanup(func() { c.Close() })
-			return c
-		}},
-		{"redis", seeds, func(t *testing.T) redis.Scripter { return redistest.New(t).Client(t) }},
-	} {
+	for _, server := range diffServers(seeds) {
 		t.Run(server.name, func(t *testing.T) {
 			rdb := server.new(t)
 			var seen [2]atomic.Int64
@@ -91,6 +80,26 @@ func againstMemory(t *testing.T, seeds uint64, kinds [2]string, check func(t *te
 				t.Fatalf("seen %d %s and %d %s, want both", a, kinds[0], b, kinds[1])
 			}
 		})
+	}
+}
+
+// diffServer is a server a differential test runs its seeds on.
+type diffServer struct {
+	name  string
+	seeds uint64
+	new   func(t *testing.T) redis.Scripter
+}
+
+// diffServers returns the servers of the differential tests: miniredis,
+// with 2 seeds, and real Redis, with seeds.
+func diffServers(seeds uint64) []diffServer {
+	return []diffServer{
+		{"miniredis", 2, func(t *testing.T) redis.Scripter {
+			c := redis.NewClient(&redis.Options{Addr: redistest.Mini(t).Addr()})
+			t.Cleanup(func() { c.Close() })
+			return c
+		}},
+		{"redis", seeds, func(t *testing.T) redis.Scripter { return redistest.New(t).Client(t) }},
 	}
 }
 

@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/ratewindow/ratewindow/internal/redistest"
 )
 
 // TestBatchRunsMatchAlone sends random batches of decisions as merged
@@ -23,18 +21,7 @@ import (
 // of many units (the log's ring layout), and times that stay, move a
 // little, or jump past a window. Every key keeps a TTL.
 func TestBatchRunsMatchAlone(t *testing.T) {
-	for _, server := range []struct {
-		name  string
-		seeds uint64
-		new   func(t *testing.T) redis.Scripter
-	}{
-		{"miniredis", 1, func(t *testing.T) redis.Scripter {
-			c := redis.NewClient(&redis.Options{Addr: redistest.Mini(t).Addr()})
-			t.Cleanup(func() { c.Close() })
-			return c
-		}},
-		{"redis", 3, func(t *testing.T) redis.Scripter { return redistest.New(t).Client(t) }},
-	} {
+	for _, server := range diffServers(3) {
 		t.Run(server.name, func(t *testing.T) {
 			rdb := server.new(t)
 			for seed := range server.seeds {
