@@ -15,17 +15,19 @@ import (
 )
 
 // batcher sends the script calls of one process's concurrent decisions to
-// Redis together ("smart batching"). Up to maxInFlight round trips are in
-// flight at once; a call that finds a free slot and nobody queued is sent
-// at once, alone: on its caller's goroutine when the client bounds the
-// read by its deadline (see directly), else by a sender goroutine. Calls
-// that find every slot taken queue, and when a round trip ends its slot
-// goes to a flusher goroutine, which sends everything queued as one
-// pipeline, and again as long as calls queue; each slot can hold a
-// flusher, so several pipelines are in flight at once. It never waits for
-// more work. Under load the batches grow by themselves, so one round trip
-// and one write/read pair on either side serve many decisions, while the
-// other slots keep Redis busy during a batch's way back.
+// Redis together ("smart batching"). A call that finds a free slot and
+// nobody queued is sent at once, alone: on its caller's goroutine when the
+// client bounds the read by its deadline (see directly), else by a sender
+// goroutine. Up to maxLone such calls are in flight at once while no
+// flusher is at work, so that a few concurrent callers each send their own,
+// as with a plain client; once calls queue, the slots are maxInFlight.
+// Calls that find every slot taken queue, and when a round trip ends its
+// slot goes to a flusher goroutine (up to maxInFlight of them), which sends
+// everything queued as one pipeline, and again as long as calls queue; so
+// several pipelines are in flight at once. It never waits for more work.
+// Under load the batches grow by themselves, so one round trip and one
+// write/read pair on either side serve many decisions, while the other
+// slots keep Redis busy during a batch's way back.
 //
 // A queued caller waits for its reply or its context, whichever comes
 // first, so it keeps its deadline even when the client does not bound its
@@ -56,7 +58,7 @@ type batcher struct {
 	queue    []*call
 	spare    []*call // a flusher's last batch, reused as the next queue
 	inflight int     // round trips in flight, the flushers' included
-	flushing int     // slots held by flushers: sending, or about to
+	flushing int     // slots held by flushers (at most maxInFlight): sending, or about to
 	running  int     // flusher goroutines
 	// wake hands a slot to an idle flusher: each value is a slot taken for
 	// it (see handOff)
@@ -87,12 +89,21 @@ type batcher struct {
 // starvedRetries) would otherwise each lose a reply that came in time.
 const starvedPause = time.Second
 
-// maxInFlight is how many round trips one Limiter has in flight at once.
-// One would leave Redis idle while a batch's reply travels back and the
-// next batch forms; many would give up batching. Measured with rwbench on
-// 2 cores, 3 slots with a flusher each beat 2 slots with one flusher by
-// 15-40% at 64 and 256 goroutines; 2, 3, 4 and 8 were alike at 16.
+// maxInFlight is how many round trips one Limiter has in flight at once
+// once calls queue, and how many flushers send pipelines. One would leave
+// Redis idle while a batch's reply travels back and the next batch forms;
+// many would give up batching. Measured with rwbench on 2 cores, 3 slots
+// with a flusher each beat 2 slots with one flusher by 15-40% at 64 and
+// 256 goroutines; 2, 3, 4 and 8 were alike at 16.
 const maxInFlight = 3
+
+// maxLone is how many lone calls one Limiter has in flight at once while no
+// flusher is at work (nothing queued): with a few concurrent callers, each
+// sends its own at once, as with a plain client, rather than the fourth
+// waiting for a slot and going through a flusher. Measured on 2 cores, 8
+// beat 3 by 20-25% at 4 goroutines, and was alike from 16 goroutines on,
+// where calls queue and the depth is maxInFlight.
+const maxLone = 8
 
 // flusherIdle is how long an idle flusher goroutine waits for work before
 // it exits; the next call starts a new one. It never delays a call.
@@ -203,7 +214,7 @@ func (b *batcher) wait(ctx context.Context, c *call) (any, error) {
 	}
 	c.ctx = ctx
 	b.mu.Lock()
-	if b.inflight < maxInFlight && len(b.queue) == 0 {
+	if len(b.queue) == 0 && (b.inflight < maxInFlight || b.flushing == 0 && b.inflight < maxLone) {
 		b.inflight++
 		b.mu.Unlock()
 		if dctx, ok := b.directly(ctx); ok {
@@ -464,10 +475,11 @@ func (b *batcher) sender(c *call) {
 }
 
 // handOff ends a direct send: when calls queued meanwhile its slot goes
-// to a flusher, an idle one or a new one, which sends them.
+// to a flusher, an idle one or a new one, which sends them; unless
+// maxInFlight flushers hold slots already, which send them in turn.
 func (b *batcher) handOff() {
 	b.mu.Lock()
-	if len(b.queue) == 0 {
+	if len(b.queue) == 0 || b.flushing >= maxInFlight {
 		b.inflight--
 		b.mu.Unlock()
 		return
