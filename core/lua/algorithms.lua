@@ -772,15 +772,23 @@ end
 -- looks), the penalty (denials, 0: none; within µs; ban µs), then nlim
 -- limits of 4 values: algorithm ('0' log, '1' buckets, '2' counter),
 -- count, window µs, precision µs. Decisions that ask alike share one.
-local function read_spec(args, at, nlim)
-  local limits = {}
+-- Into spec, when given, it reads anew a spec read before (its tables
+-- reused: a lone call's, see allow_lone), else into a new one.
+local function read_spec(args, at, nlim, spec)
+  if not spec then spec = {commit = false, denials = 0, within = 0, ban = 0, limits = {}} end
+  local limits = spec.limits
   for i = 1, nlim do
-    local a = at + 4 * i
-    limits[i] = {alg = args[a], count = tonumber(args[a + 1]), window = tonumber(args[a + 2]),
-                 prec = tonumber(args[a + 3])}
+    local a, l = at + 4 * i, limits[i]
+    if not l then
+      l = {alg = false, count = 0, window = 0, prec = 0}
+      limits[i] = l
+    end
+    l.alg, l.count, l.window, l.prec = args[a], tonumber(args[a + 1]), tonumber(args[a + 2]), tonumber(args[a + 3])
   end
-  return {commit = args[at] == '1', denials = tonumber(args[at + 1]), within = tonumber(args[at + 2]),
-          ban = tonumber(args[at + 3]), limits = limits}
+  for i = #limits, nlim + 1, -1 do limits[i] = nil end
+  spec.commit, spec.denials, spec.within, spec.ban = args[at] == '1', tonumber(args[at + 1]), tonumber(args[at + 2]),
+    tonumber(args[at + 3])
+  return spec
 end
 
 -- The state of each limit during a decision (see decide), reused from
@@ -900,4 +908,17 @@ local function decide(keys, first, n, now, spec, out, at, runs)
     at = at + size
   end
   return at, k
+end
+
+-- allow_lone is allow.lua: one decision, of keys and args (its KEYS and
+-- ARGV), whose answer it returns. Its spec and answer are tables kept from
+-- call to call (in the function library, which lives on), so that a lone
+-- call allocates no table of its own; Redis turns the answer into its
+-- reply as the call returns.
+local lone_spec, lone_out = nil, {}
+local function allow_lone(keys, args)
+  lone_spec = read_spec(args, 3, (#args - 6) / 4, lone_spec)
+  local last = decide(keys, 1, tonumber(args[1]), now_us(args[2]), lone_spec, lone_out, 0, 1)
+  for i = #lone_out, last + 1, -1 do lone_out[i] = nil end
+  return lone_out
 end

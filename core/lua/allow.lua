@@ -2,7 +2,8 @@
 -- when they do and commit is set, records them under every limit: all or
 -- none. A denied request changes nothing but dropping expired state and,
 -- under a penalty, counting the denial (and banning the key at the
--- penalty's count). Runs after algorithms.lua (see decide there).
+-- penalty's count). Runs after algorithms.lua (see allow_lone and decide
+-- there).
 --
 -- KEYS[1]  the key's block key (see Limiter.Block)
 -- KEYS[2]  the key's penalty key, when ARGV[4] > 0
@@ -18,6 +19,4 @@
 -- Returns {allowed (1 or 0), blocked (0 no, 1 blocked, 2 banned by this
 -- denial), now µs, then per limit: remaining, retry µs, reset µs}.
 
-local out = {}
-decide(KEYS, 1, tonumber(ARGV[1]), now_us(ARGV[2]), read_spec(ARGV, 3, (#ARGV - 6) / 4), out, 0, 1)
-return out
+return allow_lone(KEYS, ARGV)
