@@ -860,15 +860,15 @@ local function decide(keys, first, n, now, spec, out, at, runs)
   end
 
   -- the decisions answered: k admitted, or all denied (see above)
-  local k, units = runs, n
-  if allowed and commit then
+  local k = runs
+  if allowed and commit and runs > 1 then
     for i = 1, #limits do
       local fit = math.floor(st[(i - 1) * STATE + 1] / n)
       if fit < k then k = fit end
     end
     if k < 1 then k = 1 end -- it fits (its check says so)
-    units = k * n
   end
+  local units = k * n -- what an admission records
   local first_at = at
   out[at + 1], out[at + 2], out[at + 3] = allowed and 1 or 0, status, now
   at = at + 3
