@@ -126,8 +126,12 @@ type call struct {
 // library).
 type script struct {
 	*redis.Script
-	src string
-	fn  string
+	src   string
+	fn    string
+	fnArg any // fn, boxed once for the command's arguments
+	// ints: the script's reply is a flat array of integers (allow.lua), so
+	// that a lone FCALL reads it as []int64 (see fcallInts)
+	ints bool
 }
 
 func newScript(src string) *script { return &script{Script: redis.NewScript(src), src: src} }
@@ -417,7 +421,13 @@ func (b *batcher) noReply(ctx context.Context) error {
 // Redis answered.
 func (b *batcher) runAlone(ctx context.Context, c *call) (any, error) {
 	if b.lib != nil && b.lib.usable() {
-		reply, err := b.rdb.(functionCaller).FCall(ctx, c.script.fn, c.keys, c.args...).Result()
+		var reply any
+		var err error
+		if p, ok := b.rdb.(processor); ok && c.script.ints {
+			reply, err = fcallInts(ctx, p, c)
+		} else {
+			reply, err = b.rdb.(functionCaller).FCall(ctx, c.script.fn, c.keys, c.args...).Result()
+		}
 		if !b.lib.refused(err) {
 			b.answered(err)
 			return reply, err
@@ -426,6 +436,29 @@ func (b *batcher) runAlone(ctx context.Context, c *call) (any, error) {
 	reply, err := c.script.Run(ctx, b.rdb, c.keys, c.args...).Result()
 	b.answered(err)
 	return reply, err
+}
+
+// fcallInts runs c's function with FCALL, its reply read as []int64
+// (script.ints): FCall's generic reply would box every value, an
+// allocation each for all but small ones.
+func fcallInts(ctx context.Context, p processor, c *call) ([]int64, error) {
+	args := make([]any, 0, 3+len(c.keys)+len(c.args))
+	args = append(args, "fcall", c.script.fnArg, len(c.keys))
+	for _, k := range c.keys {
+		args = append(args, k)
+	}
+	args = append(args, c.args...)
+	cmd := redis.NewIntSliceCmd(ctx, args...)
+	cmd.SetFirstKeyPos(3) // as FCall: a Cluster routes it by its first key
+	if err := p.Process(ctx, cmd); err != nil {
+		return nil, err
+	}
+	return cmd.Val(), nil
+}
+
+// processor is a client that runs any command: a Client or ClusterClient.
+type processor interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
 }
 
 // functionCaller is a client that runs FCALL: a Client or ClusterClient

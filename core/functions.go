@@ -99,6 +99,7 @@ func newLibrary(rdb redis.Scripter, algorithms string, scripts []libraryScript) 
 	b.WriteString("}\nend\n")
 	for _, sc := range scripts {
 		sc.s.fn = name + "_" + sc.name
+		sc.s.fnArg = sc.s.fn
 		fmt.Fprintf(&b, "\nredis.register_function('%s', function(KEYS, ARGV)\n", sc.s.fn)
 		if sc.algorithms {
 			b.WriteString("  api = api or build()\n")

@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,7 +27,10 @@ func waitLibrary(t *testing.T, l *library) int32 {
 }
 
 // scriptNames records the names of the script commands a client sends.
-type scriptNames struct{ names chan string }
+type scriptNames struct {
+	names chan string
+	ints  *atomic.Int64 // the script calls read as []int64 (fcallInts)
+}
 
 func (h scriptNames) DialHook(next redis.DialHook) redis.DialHook { return next }
 
@@ -48,6 +52,9 @@ func (h scriptNames) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 
 func (h scriptNames) note(cmd redis.Cmder) {
 	if isScriptCall(cmd) {
+		if _, ok := cmd.(*redis.IntSliceCmd); ok {
+			h.ints.Add(1)
+		}
 		select {
 		case h.names <- cmd.Name():
 		default:
@@ -102,9 +109,13 @@ func TestLibrary(t *testing.T) {
 		if err != nil || len(libs) != 1 || len(libs[0].Functions) != 7 {
 			t.Fatalf("FUNCTION LIST %s: %+v %v, want one library of 7 functions", lib.name, libs, err)
 		}
+		ints := names.ints.Load()
 		allow("loaded", 5)
 		if got := names.take(); strings.Join(got, " ") != "fcall fcall fcall fcall fcall" {
 			t.Fatalf("decisions after the load sent %v, want FCALL", got)
+		}
+		if got := names.ints.Load() - ints; got != 5 {
+			t.Fatalf("%d of 5 lone FCALLs were read as []int64", got)
 		}
 		// concurrent decisions: pipelines of FCALL (merged ones included)
 		done := make(chan error, 64)
@@ -226,7 +237,7 @@ func TestLibrary(t *testing.T) {
 // and a hook that records the script commands rdb sends.
 func libraryLimiter(t *testing.T, rdb redis.UniversalClient) (*Limiter, *library, scriptNames) {
 	t.Helper()
-	names := scriptNames{make(chan string, 10000)}
+	names := scriptNames{make(chan string, 10000), new(atomic.Int64)}
 	rdb.AddHook(names)
 	l, err := New(rdb, WithPrefix(uniquePrefix(t)), WithTimeout(10*time.Second), WithDenyCache(0))
 	if err != nil {

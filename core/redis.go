@@ -58,6 +58,7 @@ func newRedisStore(rdb redis.Scripter, prefix string, timeout time.Duration) *re
 		return sc
 	}
 	s.allowS = add("allow", allowLua, true)
+	s.allowS.ints = true
 	s.reserveS = add("reserve", reserveLua, true)
 	s.releaseS = add("release", releaseLua, true)
 	s.resetS = add("reset", resetLua, false)
@@ -114,19 +115,24 @@ func (s *redisStore) allowCall(q *query) *call {
 }
 
 // parseAllow reads allow.lua's reply into q: {allowed, blocked, now, then
-// per limit remaining, retry, reset}.
+// per limit remaining, retry, reset}. A lone FCALL reads it as []int64
+// (see script.ints); EVALSHA and a merged call's share as []any.
 func parseAllow(reply any, q *query) error {
-	vals, ok := reply.([]any)
-	if !ok {
+	var buf [3 + 3*4]int64
+	var ints []int64
+	switch vals := reply.(type) {
+	case []int64:
+		ints = vals
+	case []any:
+		var err error
+		if ints, err = appendInts(buf[:0], vals); err != nil {
+			return err
+		}
+	default:
 		return fmt.Errorf("%w: allow returned %T", ErrUnexpectedReply, reply)
 	}
-	if len(vals) != 3+3*len(q.limits) {
-		return fmt.Errorf("%w: allow returned %d values for %d limits", ErrUnexpectedReply, len(vals), len(q.limits))
-	}
-	var buf [3 + 3*4]int64
-	ints, err := appendInts(buf[:0], vals)
-	if err != nil {
-		return err
+	if len(ints) != 3+3*len(q.limits) {
+		return fmt.Errorf("%w: allow returned %d values for %d limits", ErrUnexpectedReply, len(ints), len(q.limits))
 	}
 	states := q.decided(ints[0] == 1)
 	q.blocked, q.banned, q.at = ints[1] > 0, ints[1] == 2, ints[2]
