@@ -129,8 +129,8 @@ type script struct {
 	src   string
 	fn    string
 	fnArg any // fn, boxed once for the command's arguments
-	// ints: the script's reply is a flat array of integers (allow.lua), so
-	// that a lone FCALL reads it as []int64 (see fcallInts)
+	// ints: the script's reply is a flat array of integers (allow.lua,
+	// allow_batch.lua), so that FCALL reads it as []int64 (see fcallInts)
 	ints bool
 }
 
@@ -442,18 +442,23 @@ func (b *batcher) runAlone(ctx context.Context, c *call) (any, error) {
 // (script.ints): FCall's generic reply would box every value, an
 // allocation each for all but small ones.
 func fcallInts(ctx context.Context, p processor, c *call) ([]int64, error) {
-	args := make([]any, 0, 3+len(c.keys)+len(c.args))
-	args = append(args, "fcall", c.script.fnArg, len(c.keys))
-	for _, k := range c.keys {
-		args = append(args, k)
-	}
-	args = append(args, c.args...)
-	cmd := redis.NewIntSliceCmd(ctx, args...)
+	cmd := redis.NewIntSliceCmd(ctx, fcallArgs(c.script, c.keys, c.args)...)
 	cmd.SetFirstKeyPos(3) // as FCall: a Cluster routes it by its first key
 	if err := p.Process(ctx, cmd); err != nil {
 		return nil, err
 	}
 	return cmd.Val(), nil
+}
+
+// fcallArgs returns the arguments of FCALL of sc's function, as go-redis's
+// FCall builds them, but for the function's name, boxed once.
+func fcallArgs(sc *script, keys []string, args []any) []any {
+	all := make([]any, 0, 3+len(keys)+len(args))
+	all = append(all, "fcall", sc.fnArg, len(keys))
+	for _, k := range keys {
+		all = append(all, k)
+	}
+	return append(all, args...)
 }
 
 // processor is a client that runs any command: a Client or ClusterClient.
@@ -587,7 +592,7 @@ const maxMerged = 256
 // sent is one command of a batch's pipeline: one call's script, or the
 // merged script of many calls.
 type sent struct {
-	cmd    *redis.Cmd
+	cmd    redis.Cmder // a Cmd, or an IntSliceCmd (see script.ints)
 	script *script
 	keys   []string
 	args   []any
@@ -624,9 +629,15 @@ func (b *batcher) send(batch []*call) {
 	pipe := b.pipe()
 	fcall := b.lib != nil && b.lib.usable()
 	for _, s := range cmds {
-		if fcall {
+		switch {
+		case fcall && s.script.ints:
+			cmd := redis.NewIntSliceCmd(ctx, fcallArgs(s.script, s.keys, s.args)...)
+			cmd.SetFirstKeyPos(3)
+			_ = pipe.Process(ctx, cmd)
+			s.cmd = cmd
+		case fcall:
 			s.cmd = pipe.FCall(ctx, s.script.fn, s.keys, s.args...)
-		} else {
+		default:
 			s.cmd = pipe.EvalSha(ctx, s.script.Hash(), s.keys, s.args...)
 		}
 	}
@@ -651,34 +662,103 @@ func (b *batcher) send(batch []*call) {
 			break
 		}
 	}
+	var failed []*call // decisions of a merged call that failed: sent again alone
 	for _, s := range cmds {
-		reply, err := s.cmd.Result()
+		reply, err := result(s.cmd)
 		if s.script != s.calls[0].merged {
 			b.finish(s.calls[0], reply, err)
 			continue
 		}
-		values, ok := reply.([]any)
 		total := 0
 		for _, c := range s.calls {
 			total += replySize(c)
 		}
-		if err == nil && (!ok || len(values) != total) {
-			err = fmt.Errorf("%w: a merged call returned %T of %d values for %d calls", ErrUnexpectedReply, reply, len(values), len(s.calls))
+		if err == nil && replyLen(reply) != total {
+			err = fmt.Errorf("%w: a merged call returned %T of %d values for %d calls", ErrUnexpectedReply, reply, replyLen(reply), len(s.calls))
 		}
+		at := 0
 		for _, c := range s.calls {
 			if err != nil {
 				b.finish(c, nil, err)
 				continue
 			}
-			v := values[:replySize(c):replySize(c)]
-			values = values[len(v):]
-			if e, isErr := v[0].(error); isErr {
-				b.finish(c, nil, e)
+			v, ok := share(reply, at, replySize(c))
+			at += replySize(c)
+			if !ok {
+				failed = append(failed, c)
 				continue
 			}
 			b.finish(c, v, nil)
 		}
 	}
+	b.again(failed)
+}
+
+// again sends the decisions that failed in a merged call (allow_batch.lua
+// answers -1 for them: every value of its reply an integer) alone, one
+// after another, so that each caller gets Redis's own error, such as
+// WRONGTYPE. Decisions fail as they read, before they record anything;
+// the decisions of one run (the same keys, one after another) fail alike,
+// so the first one's error answers the rest, one round trip for them all.
+func (b *batcher) again(failed []*call) {
+	var keys []string
+	var err error
+	for _, c := range failed {
+		if err != nil && slices.Equal(c.keys, keys) {
+			b.finish(c, nil, err)
+			continue
+		}
+		var reply any
+		reply, err = b.runAlone(context.WithoutCancel(c.ctx), c)
+		keys = c.keys
+		b.finish(c, reply, err)
+	}
+}
+
+// result returns cmd's reply: []int64 from an IntSliceCmd, else Cmd's.
+func result(cmd redis.Cmder) (any, error) {
+	switch cmd := cmd.(type) {
+	case *redis.IntSliceCmd:
+		v, err := cmd.Result()
+		if err != nil {
+			return nil, err
+		}
+		return v, nil
+	case *redis.Cmd:
+		return cmd.Result()
+	}
+	return nil, fmt.Errorf("%w: %T", ErrUnexpectedReply, cmd)
+}
+
+// replyLen is the number of values of a merged call's reply; -1 for one
+// that is not an array.
+func replyLen(reply any) int {
+	switch v := reply.(type) {
+	case []int64:
+		return len(v)
+	case []any:
+		return len(v)
+	}
+	return -1
+}
+
+// share returns the size values of a merged call's reply from at: one
+// decision's answer, and false when the decision failed (-1, or an error
+// value).
+func share(reply any, at, size int) (any, bool) {
+	switch v := reply.(type) {
+	case []int64:
+		part := v[at : at+size : at+size]
+		return part, part[0] != -1
+	case []any:
+		part := v[at : at+size : at+size]
+		if n, isInt := part[0].(int64); isInt && n == -1 {
+			return nil, false
+		}
+		_, isErr := part[0].(error)
+		return part, !isErr
+	}
+	return nil, false
 }
 
 // plan turns a batch into pipeline commands: calls that name a merged

@@ -182,23 +182,65 @@ func TestBatchSend(t *testing.T) {
 	}
 }
 
-// A merged script call in which one decision fails (its key holds another
-// type) answers that caller with the error and the others as usual.
+// A merged script call in which decisions fail (their key holds another
+// type) answers those callers with Redis's error, and the others as usual:
+// read as []any (EVALSHA) and as []int64 (FCALL, the library loaded). The
+// failed decisions go again alone, one round trip for a run of them on
+// one key.
 func TestBatchMergedError(t *testing.T) {
 	rdb := redistest.New(t).Client(t)
+	names := scriptNames{make(chan string, 10000), new(atomic.Int64)}
+	rdb.AddHook(names)
 	s := newRedisStore(rdb, uniquePrefix(t), 0)
-	lim := PerMinute(3)
-	bad := storageKey(keyTag(s.prefix, "bad"), lim)
-	if err := rdb.Set(context.Background(), bad, "not a sliding log", time.Minute).Err(); err != nil {
-		t.Fatal(err)
+	lim := PerMinute(30)
+	for _, key := range []string{"bad", "worse"} {
+		bad := storageKey(keyTag(s.prefix, key), lim)
+		if err := rdb.Set(context.Background(), bad, "not a sliding log", time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
 	}
-	calls := []*call{allowCall(s, "a", lim), allowCall(s, "bad", lim), allowCall(s, "b", lim)}
-	rs, errs := sendAll(s, calls)
-	if errs[0] != nil || errs[2] != nil || !rs[0].Allowed || !rs[2].Allowed {
-		t.Fatalf("the good calls: %+v %v, %+v %v", rs[0], errs[0], rs[2], errs[2])
+	ctx := context.Background()
+	for _, sc := range []*script{s.allowS, s.allowBatchS} {
+		if err := rdb.ScriptLoad(ctx, sc.src).Err(); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if errs[1] == nil || !strings.Contains(errs[1].Error(), "WRONGTYPE") {
-		t.Fatalf("the bad call: %v, want WRONGTYPE", errs[1])
+	s.batch.lib.state.Store(libraryUnusable) // EVALSHA, as without functions
+	for _, phase := range []string{"evalsha", "fcall"} {
+		if phase == "fcall" {
+			s.batch.lib.state.Store(libraryUnloaded)
+			s.batch.lib.usable() // starts the load
+			if st := waitLibrary(t, s.batch.lib); st != libraryLoaded {
+				t.Fatalf("the library's state is %d, want loaded", st)
+			}
+		}
+		keys := []string{"a", "bad", "bad", "bad", "b", "worse", "c"}
+		calls := make([]*call, len(keys))
+		for i, k := range keys {
+			calls[i] = allowCall(s, k, lim)
+		}
+		names.take()
+		ints := names.ints.Load()
+		rs, errs := sendAll(s, calls)
+		for i, k := range keys {
+			if strings.HasPrefix(k, "bad") || k == "worse" {
+				if errs[i] == nil || !strings.Contains(errs[i].Error(), "WRONGTYPE") {
+					t.Fatalf("%s: call %d (%s): %v, want WRONGTYPE", phase, i, k, errs[i])
+				}
+				continue
+			}
+			if errs[i] != nil || !rs[i].Allowed {
+				t.Fatalf("%s: call %d (%s): %+v %v", phase, i, k, rs[i], errs[i])
+			}
+		}
+		// the merged call, then one decision of the bad run and the worse
+		// one, alone
+		if got := strings.Join(names.take(), " "); got != phase+" "+phase+" "+phase {
+			t.Fatalf("%s: sent %q, want the merged call and two alone", phase, got)
+		}
+		if got, want := names.ints.Load()-ints, map[string]int64{"evalsha": 0, "fcall": 3}[phase]; got != want {
+			t.Fatalf("%s: %d calls read as []int64, want %d", phase, got, want)
+		}
 	}
 }
 

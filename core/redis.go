@@ -65,6 +65,7 @@ func newRedisStore(rdb redis.Scripter, prefix string, timeout time.Duration) *re
 	s.blockS = add("block", blockLua, true)
 	s.refundS = add("refund", refundLua, true)
 	allowBatch := add("allow_batch", allowBatchLua, true)
+	allowBatch.ints = true
 	if _, single := rdb.(*redis.Client); single { // also NewFailoverClient
 		s.allowBatchS = allowBatch
 	}

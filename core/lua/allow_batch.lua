@@ -19,9 +19,11 @@
 --
 -- Returns the values of allow.lua's replies, decision after decision, in
 -- one flat array (no array per decision: fewer tables, a shorter reply).
--- A decision that failed (such as WRONGTYPE on a key that is not ours) has
--- an error reply as its first value and zeros for the rest; the other
--- decisions are unaffected (but those of its run, which fail alike).
+-- A decision that failed (such as WRONGTYPE on a key that is not ours)
+-- answers -1 as allowed and zeros for the rest, so that every value is an
+-- integer (the batcher reads the reply as such, nothing boxed) and sends
+-- the decision again alone, for Redis's error; the other decisions are
+-- unaffected (but those of its run, which fail alike).
 
 local specs, at = {}, 3
 for i = 1, tonumber(ARGV[2]) do
@@ -62,11 +64,10 @@ while d <= decisions do
     local ok, last, answered = pcall(decide, KEYS, key, n, now, spec, out, o, left)
     if ok then
       o, left = last, left - answered
-    else
-      local e = last -- redis.call's error becomes the entries' error reply
-      if not (type(e) == 'table' and e.err) then e = redis.error_reply(tostring(e)) end
+    else -- failed: -1 (see the reply above); a key of another type fails
+      -- as it is read, before anything is recorded
       for _ = 1, left do
-        out[o + 1] = e
+        out[o + 1] = -1
         for i = o + 2, o + size do out[i] = 0 end
         o = o + size
       end
