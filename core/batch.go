@@ -424,7 +424,11 @@ func (b *batcher) runAlone(ctx context.Context, c *call) (any, error) {
 		var reply any
 		var err error
 		if p, ok := b.rdb.(processor); ok && c.script.ints {
-			reply, err = fcallInts(ctx, p, c)
+			if cmd, e := fcallInts(ctx, p, c); e != nil {
+				err = e
+			} else {
+				reply = cmd
+			}
 		} else {
 			reply, err = b.rdb.(functionCaller).FCall(ctx, c.script.fn, c.keys, c.args...).Result()
 		}
@@ -439,15 +443,16 @@ func (b *batcher) runAlone(ctx context.Context, c *call) (any, error) {
 }
 
 // fcallInts runs c's function with FCALL, its reply read as []int64
-// (script.ints): FCall's generic reply would box every value, an
-// allocation each for all but small ones.
-func fcallInts(ctx context.Context, p processor, c *call) ([]int64, error) {
+// (script.ints), and returns the command, whose Val is the reply: FCall's
+// generic reply would box every value, an allocation each for all but
+// small ones.
+func fcallInts(ctx context.Context, p processor, c *call) (*redis.IntSliceCmd, error) {
 	cmd := redis.NewIntSliceCmd(ctx, fcallArgs(c.script, c.keys, c.args)...)
 	cmd.SetFirstKeyPos(3) // as FCall: a Cluster routes it by its first key
 	if err := p.Process(ctx, cmd); err != nil {
 		return nil, err
 	}
-	return cmd.Val(), nil
+	return cmd, nil
 }
 
 // fcallArgs returns the arguments of FCALL of sc's function, as go-redis's
@@ -677,12 +682,20 @@ func (b *batcher) send(batch []*call) {
 			err = fmt.Errorf("%w: a merged call returned %T of %d values for %d calls", ErrUnexpectedReply, reply, replyLen(reply), len(s.calls))
 		}
 		at := 0
-		for _, c := range s.calls {
+		var parts [][]int64 // the calls' answers read as integers (see share)
+		if _, ints := reply.(*redis.IntSliceCmd); ints && err == nil {
+			parts = make([][]int64, len(s.calls))
+		}
+		for i, c := range s.calls {
 			if err != nil {
 				b.finish(c, nil, err)
 				continue
 			}
-			v, ok := share(reply, at, replySize(c))
+			var part *[]int64
+			if parts != nil {
+				part = &parts[i]
+			}
+			v, ok := share(reply, at, replySize(c), part)
 			at += replySize(c)
 			if !ok {
 				failed = append(failed, c)
@@ -715,15 +728,15 @@ func (b *batcher) again(failed []*call) {
 	}
 }
 
-// result returns cmd's reply: []int64 from an IntSliceCmd, else Cmd's.
+// result returns cmd's reply: an IntSliceCmd itself (see parseAllow), else
+// Cmd's.
 func result(cmd redis.Cmder) (any, error) {
 	switch cmd := cmd.(type) {
 	case *redis.IntSliceCmd:
-		v, err := cmd.Result()
-		if err != nil {
+		if err := cmd.Err(); err != nil {
 			return nil, err
 		}
-		return v, nil
+		return cmd, nil
 	case *redis.Cmd:
 		return cmd.Result()
 	}
@@ -734,8 +747,8 @@ func result(cmd redis.Cmder) (any, error) {
 // that is not an array.
 func replyLen(reply any) int {
 	switch v := reply.(type) {
-	case []int64:
-		return len(v)
+	case *redis.IntSliceCmd:
+		return len(v.Val())
 	case []any:
 		return len(v)
 	}
@@ -744,12 +757,13 @@ func replyLen(reply any) int {
 
 // share returns the size values of a merged call's reply from at: one
 // decision's answer, and false when the decision failed (-1, or an error
-// value).
-func share(reply any, at, size int) (any, bool) {
+// value). An answer read as integers is kept in *part and handed out as
+// part (a pointer, boxed without an allocation; see parseAllow).
+func share(reply any, at, size int, part *[]int64) (any, bool) {
 	switch v := reply.(type) {
-	case []int64:
-		part := v[at : at+size : at+size]
-		return part, part[0] != -1
+	case *redis.IntSliceCmd:
+		*part = v.Val()[at : at+size : at+size]
+		return part, (*part)[0] != -1
 	case []any:
 		part := v[at : at+size : at+size]
 		if n, isInt := part[0].(int64); isInt && n == -1 {

@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -41,6 +42,7 @@ type redisStore struct {
 	// allowBatchS runs the allow calls of one batch in one script call; nil
 	// unless rdb is a single server (a Cluster or Ring spreads the keys).
 	allowBatchS *script
+	limitArgs   limitArgs
 }
 
 // newRedisStore returns the scripts' store on rdb, for decisions whose
@@ -111,17 +113,23 @@ func (s *redisStore) allowCall(q *query) *call {
 	} else {
 		c.args = append(c.args, 0, 0, 0)
 	}
-	c.args = appendLimitArgs(c.args, q.limits)
+	c.args = s.appendLimitArgs(c.args, q.limits)
 	return c
 }
 
 // parseAllow reads allow.lua's reply into q: {allowed, blocked, now, then
-// per limit remaining, retry, reset}. A lone FCALL reads it as []int64
-// (see script.ints); EVALSHA and a merged call's share as []any.
+// per limit remaining, retry, reset}. FCALL reads it as integers (see
+// script.ints): a lone call's comes as its IntSliceCmd, a merged call's
+// share as *[]int64 (pointers: boxed without an allocation); EVALSHA's
+// comes as []any.
 func parseAllow(reply any, q *query) error {
 	var buf [3 + 3*4]int64
 	var ints []int64
 	switch vals := reply.(type) {
+	case *redis.IntSliceCmd:
+		ints = vals.Val()
+	case *[]int64:
+		ints = *vals
 	case []int64:
 		ints = vals
 	case []any:
@@ -205,7 +213,7 @@ func (s *redisStore) block(ctx context.Context, q *query, d int64) error {
 func (s *redisStore) refund(ctx context.Context, q *query) error {
 	c := s.newCall(s.refundS, q, 0)
 	c.args = append(c.args, q.n, q.now, q.at)
-	c.args = appendLimitArgs(c.args, q.limits)
+	c.args = s.appendLimitArgs(c.args, q.limits)
 	reply, err := s.batch.run(ctx, c)
 	if err != nil {
 		return fmt.Errorf("ratewindow: refund script: %w", err)
@@ -218,12 +226,46 @@ func (s *redisStore) refund(ctx context.Context, q *query) error {
 
 // appendLimitArgs appends the 4 script arguments of each limit, as
 // allow.lua and refund.lua take them: algorithm (0 log, 1 buckets, 2
-// counter), count, window µs, precision µs.
-func appendLimitArgs(args []any, limits []Limit) []any {
+// counter), count, window µs, precision µs. They come boxed from
+// s.limitArgs.
+func (s *redisStore) appendLimitArgs(args []any, limits []Limit) []any {
 	for _, l := range limits {
-		args = append(args, int(l.Algorithm), l.Count, micros(l.Window), micros(l.precision()))
+		args = append(args, s.limitArgs.of(l)[:]...)
 	}
 	return args
+}
+
+// limitArgs keeps the script arguments of the limits used lately, boxed
+// once: boxing a number into an argument allocates (for all but small
+// ones), three times a limit on every call otherwise. A limit has one
+// slot, by a hash of it, and takes it over on a miss; the slots are read
+// and written without a lock.
+type limitArgs [limitArgSlots]atomic.Pointer[limitArg]
+
+// limitArgSlots is how many limits limitArgs holds at most: a service's
+// rules use a few.
+const limitArgSlots = 32
+
+// limitArg is a limit (what its arguments depend on) and its arguments.
+type limitArg struct {
+	count             int64
+	window, precision time.Duration
+	algorithm         Algorithm
+	args              [4]any
+}
+
+// of returns l's arguments.
+func (c *limitArgs) of(l Limit) *[4]any {
+	h := uint64(l.Count)*0x9e3779b97f4a7c15 ^ uint64(l.Window)*0xbf58476d1ce4e5b9 ^
+		uint64(l.Precision)*0x94d049bb133111eb ^ uint64(l.Algorithm)
+	slot := &c[(h>>32)%limitArgSlots]
+	if a := slot.Load(); a != nil && a.count == l.Count && a.window == l.Window && a.precision == l.Precision && a.algorithm == l.Algorithm {
+		return &a.args
+	}
+	a := &limitArg{count: l.Count, window: l.Window, precision: l.Precision, algorithm: l.Algorithm,
+		args: [4]any{int(l.Algorithm), l.Count, micros(l.Window), micros(l.precision())}}
+	slot.Store(a)
+	return &a.args
 }
 
 // appendInts appends a script's reply, converted to integers, to dst. Lua

@@ -1,15 +1,20 @@
 package core
 
 import (
+	"context"
 	"errors"
 	"reflect"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
-// TestParseAllow reads allow.lua's reply as each path delivers it: []int64
-// from a lone FCALL (fcallInts), []any from EVALSHA and from a merged
-// call's share; and refuses what is not such a reply with
-// ErrUnexpectedReply, leaving nothing half read.
+// TestParseAllow reads allow.lua's reply as each path delivers it: the
+// IntSliceCmd of a lone FCALL (fcallInts), a merged FCALL's share as
+// *[]int64, []any from EVALSHA; and refuses what is not such a reply with
+// ErrUnexpectedReply.
 func TestParseAllow(t *testing.T) {
 	limits := []Limit{PerMinute(10), PerSecond(2)}
 	want := query{allowed: true, blocked: true, at: 1700000000000000, states: []limitState{
@@ -21,6 +26,9 @@ func TestParseAllow(t *testing.T) {
 	for i, v := range ints {
 		boxed[i] = v
 	}
+	short := ints[:5]
+	intsCmd := redis.NewIntSliceCmd(context.Background())
+	intsCmd.SetVal(ints)
 	asStrings := append([]any{}, boxed...)
 	asStrings[2] = "1700000000000000"
 	tests := []struct {
@@ -28,10 +36,13 @@ func TestParseAllow(t *testing.T) {
 		reply any
 		ok    bool
 	}{
-		{"lone FCALL", ints, true},
+		{"lone FCALL", intsCmd, true},
+		{"merged FCALL", &ints, true},
+		{"integers", ints, true},
 		{"EVALSHA", boxed, true},
 		{"numbers as strings", asStrings, true},
 		{"too short", ints[:8], false},
+		{"too short, merged", &short, false},
 		{"too long, boxed", append(append([]any{}, boxed...), int64(0)), false},
 		{"not a number", append(append([]any{}, boxed[:8]...), "x"), false},
 		{"an error value", append(append([]any{}, boxed[:8]...), errors.New("WRONGTYPE")), false},
@@ -56,5 +67,41 @@ func TestParseAllow(t *testing.T) {
 				t.Fatalf("parsed %+v, want %+v", got, want)
 			}
 		})
+	}
+}
+
+// TestLimitArgs: a limit's script arguments are right whatever the slots
+// hold (limits sharing a slot take it over from each other, goroutines at
+// once), and boxed once: a limit used again allocates nothing.
+func TestLimitArgs(t *testing.T) {
+	var c limitArgs
+	var limits []Limit
+	for i := range 3 * limitArgSlots { // more than the slots: some share
+		l := Limit{Count: int64(100 + i), Window: time.Duration(1+i%7) * time.Second, Algorithm: Algorithm(i % 3)}
+		if i%5 == 0 {
+			l.Precision = 10 * time.Millisecond
+		}
+		limits = append(limits, l)
+	}
+	want := func(l Limit) [4]any {
+		return [4]any{int(l.Algorithm), l.Count, micros(l.Window), micros(l.precision())}
+	}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 2000 {
+				l := limits[(g*7+i)%len(limits)]
+				if got := *c.of(l); got != want(l) {
+					t.Errorf("limit %+v: args %v, want %v", l, got, want(l))
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	l := limits[0]
+	c.of(l)
+	if n := testing.AllocsPerRun(100, func() { c.of(l) }); n != 0 {
+		t.Fatalf("a limit used again: %v allocations, want 0", n)
 	}
 }
