@@ -652,7 +652,8 @@ func (b *batcher) send(batch []*call) {
 	// not run, so they go again with the script's source.
 	var again redis.Pipeliner
 	for _, s := range cmds {
-		if err := s.cmd.Err(); redis.HasErrorPrefix(err, "NOSCRIPT") || fcall && b.lib.refused(err) {
+		// (nil first: HasErrorPrefix allocates even for a nil error)
+		if err := s.cmd.Err(); err != nil && (redis.HasErrorPrefix(err, "NOSCRIPT") || fcall && b.lib.refused(err)) {
 			if again == nil {
 				again = b.pipe()
 			}
