@@ -105,8 +105,8 @@ func answeredScript(cmd redis.Cmder, err error) bool {
 	return isScriptCall(cmd) && !redis.HasErrorPrefix(err, "NOSCRIPT") && !functionMissing(err)
 }
 
-// allowCall builds the batcher call of one Allow of key on limits.
-func allowCall(s *redisStore, key string, limits ...Limit) *call {
+// allowCallFor builds the batcher call of one Allow of key on limits.
+func allowCallFor(s *redisStore, key string, limits ...Limit) *call {
 	c := s.allowCall(&query{key: key, n: 1, limits: limits, commit: true})
 	c.ctx = context.Background()
 	return c
@@ -159,10 +159,10 @@ func TestBatchSend(t *testing.T) {
 				before := counter.piped.Load()
 				var calls []*call
 				for i := range 8 {
-					calls = append(calls, allowCall(s, fmt.Sprintf("k%d-%d", round, i), PerMinute(3)))
+					calls = append(calls, allowCallFor(s, fmt.Sprintf("k%d-%d", round, i), PerMinute(3)))
 				}
 				for range 4 {
-					calls = append(calls, allowCall(s, fmt.Sprintf("hot-%d", round), PerMinute(3)))
+					calls = append(calls, allowCallFor(s, fmt.Sprintf("hot-%d", round), PerMinute(3)))
 				}
 				rs, errs := sendAll(s, calls)
 				for i := range calls {
@@ -217,7 +217,7 @@ func TestBatchMergedError(t *testing.T) {
 		keys := []string{"a", "bad", "bad", "bad", "b", "worse", "c"}
 		calls := make([]*call, len(keys))
 		for i, k := range keys {
-			calls[i] = allowCall(s, k, lim)
+			calls[i] = allowCallFor(s, k, lim)
 		}
 		names.take()
 		ints := names.ints.Load()

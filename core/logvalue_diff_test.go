@@ -38,8 +38,9 @@ func allowBoth(t *testing.T, ms *memoryStore, rs *redisStore, mq, rq *query, ste
 	if err := rs.allow(ctx, rq); err != nil {
 		t.Fatalf("step %d %s: %v", step, what, err)
 	}
-	if mq.allowed != rq.allowed || !slices.Equal(mq.states, rq.states) || mq.at != rq.at {
-		t.Fatalf("step %d %s at %d: memory %v %+v %d, redis %v %+v %d", step, what, mq.now, mq.allowed, mq.states, mq.at, rq.allowed, rq.states, rq.at)
+	if mq.allowed != rq.allowed || mq.blocked != rq.blocked || mq.banned != rq.banned || !slices.Equal(mq.states, rq.states) || mq.at != rq.at {
+		t.Fatalf("step %d %s at %d: memory %v %+v blocked %v banned %v at %d, redis %v %+v blocked %v banned %v at %d", step, what, mq.now,
+			mq.allowed, mq.states, mq.blocked, mq.banned, mq.at, rq.allowed, rq.states, rq.blocked, rq.banned, rq.at)
 	}
 }
 
