@@ -447,23 +447,26 @@ func (b *batcher) runAlone(ctx context.Context, c *call) (any, error) {
 // generic reply would box every value, an allocation each for all but
 // small ones.
 func fcallInts(ctx context.Context, p processor, c *call) (*redis.IntSliceCmd, error) {
-	cmd := redis.NewIntSliceCmd(ctx, fcallArgs(c.script, c.keys, c.args)...)
-	cmd.SetFirstKeyPos(3) // as FCall: a Cluster routes it by its first key
+	cmd := fcallIntsCmd(ctx, c.script, c.keys, c.args)
 	if err := p.Process(ctx, cmd); err != nil {
 		return nil, err
 	}
 	return cmd, nil
 }
 
-// fcallArgs returns the arguments of FCALL of sc's function, as go-redis's
-// FCall builds them, but for the function's name, boxed once.
-func fcallArgs(sc *script, keys []string, args []any) []any {
+// fcallIntsCmd returns the command FCALL of sc's function whose reply is
+// read as []int64: its arguments as go-redis's FCall builds them, but for
+// the function's name, boxed once; its first key's position set, so that
+// a Cluster routes it by that key, as FCall's.
+func fcallIntsCmd(ctx context.Context, sc *script, keys []string, args []any) *redis.IntSliceCmd {
 	all := make([]any, 0, 3+len(keys)+len(args))
 	all = append(all, "fcall", sc.fnArg, len(keys))
 	for _, k := range keys {
 		all = append(all, k)
 	}
-	return append(all, args...)
+	cmd := redis.NewIntSliceCmd(ctx, append(all, args...)...)
+	cmd.SetFirstKeyPos(3)
+	return cmd
 }
 
 // processor is a client that runs any command: a Client or ClusterClient.
@@ -636,10 +639,8 @@ func (b *batcher) send(batch []*call) {
 	for _, s := range cmds {
 		switch {
 		case fcall && s.script.ints:
-			cmd := redis.NewIntSliceCmd(ctx, fcallArgs(s.script, s.keys, s.args)...)
-			cmd.SetFirstKeyPos(3)
-			_ = pipe.Process(ctx, cmd)
-			s.cmd = cmd
+			s.cmd = fcallIntsCmd(ctx, s.script, s.keys, s.args)
+			_ = pipe.Process(ctx, s.cmd)
 		case fcall:
 			s.cmd = pipe.FCall(ctx, s.script.fn, s.keys, s.args...)
 		default:
@@ -757,9 +758,9 @@ func replyLen(reply any) int {
 }
 
 // share returns the size values of a merged call's reply from at: one
-// decision's answer, and false when the decision failed (-1, or an error
-// value). An answer read as integers is kept in *part and handed out as
-// part (a pointer, boxed without an allocation; see parseAllow).
+// decision's answer, and false when the decision failed (-1). An answer
+// read as integers is kept in *part and handed out as part (a pointer,
+// boxed without an allocation; see parseAllow).
 func share(reply any, at, size int, part *[]int64) (any, bool) {
 	switch v := reply.(type) {
 	case *redis.IntSliceCmd:
@@ -767,11 +768,8 @@ func share(reply any, at, size int, part *[]int64) (any, bool) {
 		return part, (*part)[0] != -1
 	case []any:
 		part := v[at : at+size : at+size]
-		if n, isInt := part[0].(int64); isInt && n == -1 {
-			return nil, false
-		}
-		_, isErr := part[0].(error)
-		return part, !isErr
+		n, isInt := part[0].(int64)
+		return part, !isInt || n != -1
 	}
 	return nil, false
 }

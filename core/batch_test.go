@@ -189,7 +189,7 @@ func TestBatchSend(t *testing.T) {
 // one key.
 func TestBatchMergedError(t *testing.T) {
 	rdb := redistest.New(t).Client(t)
-	names := scriptNames{make(chan string, 10000), new(atomic.Int64)}
+	names := newScriptNames()
 	rdb.AddHook(names)
 	s := newRedisStore(rdb, uniquePrefix(t), 0)
 	lim := PerMinute(30)

@@ -32,6 +32,8 @@ type scriptNames struct {
 	ints  *atomic.Int64 // the script calls read as []int64 (fcallInts)
 }
 
+func newScriptNames() scriptNames { return scriptNames{make(chan string, 10000), new(atomic.Int64)} }
+
 func (h scriptNames) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h scriptNames) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
@@ -237,7 +239,7 @@ func TestLibrary(t *testing.T) {
 // and a hook that records the script commands rdb sends.
 func libraryLimiter(t *testing.T, rdb redis.UniversalClient) (*Limiter, *library, scriptNames) {
 	t.Helper()
-	names := scriptNames{make(chan string, 10000), new(atomic.Int64)}
+	names := newScriptNames()
 	rdb.AddHook(names)
 	l, err := New(rdb, WithPrefix(uniquePrefix(t)), WithTimeout(10*time.Second), WithDenyCache(0))
 	if err != nil {

@@ -130,8 +130,6 @@ func parseAllow(reply any, q *query) error {
 		ints = vals.Val()
 	case *[]int64:
 		ints = *vals
-	case []int64:
-		ints = vals
 	case []any:
 		var err error
 		if ints, err = appendInts(buf[:0], vals); err != nil {
