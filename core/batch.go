@@ -119,6 +119,7 @@ type call struct {
 	reply  any
 	err    error
 	done   chan struct{} // buffered: a flusher never blocks on it
+	timer  *time.Timer   // the Limiter's timeout of a queued call (see await); nil until needed
 }
 
 // script is a Lua script and its source, which a pipeline sends again
@@ -176,7 +177,7 @@ func (b *batcher) newCall(limits int) *call {
 func (b *batcher) run(ctx context.Context, c *call) (any, error) {
 	sent := time.Since(b.born)
 	reply, err := b.wait(ctx, c)
-	if err != nil && context.Cause(ctx) == errTimeout && !errors.Is(err, errStarved) && b.answeredSince(ctx, sent) {
+	if err != nil && timedOut(ctx) && !errors.Is(err, errStarved) && b.answeredSince(ctx, sent) {
 		// Redis answered other calls while this one waited: its time ran
 		// out in a queue (this process's, or Redis's under load), not
 		// because Redis failed
@@ -233,7 +234,7 @@ func (b *batcher) wait(ctx context.Context, c *call) (any, error) {
 				// the process was starved when this goroutine saw the
 				// deadline late, or with a crowd of runnable goroutines
 				// ahead of the reply's reader
-				starved := context.Cause(ctx) == errTimeout && (seenLate(ctx) || busy())
+				starved := timedOut(ctx) && (seenLate(ctx) || busy())
 				if starved {
 					b.starved.Store(int64(time.Since(b.born)))
 				}
@@ -268,6 +269,10 @@ func (b *batcher) directly(ctx context.Context) (context.Context, bool) {
 	// the Limiter's timeout is ctx's deadline (not a caller's sooner one,
 	// nor a Wait's later one), to within an eighth: lone's reads end then
 	if left := time.Until(dl); ok && left <= b.loneTimeout && left > b.loneTimeout-b.loneTimeout/8 {
+		if t, ok := ctx.(*timeoutCtx); ok {
+			t.lone = b.lone // its Value of loneKey: no context of its own
+			return t, true
+		}
 		return context.WithValue(ctx, loneKey{}, b.lone), true
 	}
 	return ctx, false
@@ -305,10 +310,36 @@ func (divert) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessP
 // await waits for c's reply, filled by a flusher or a sender, or for
 // ctx's end (see awaitLate). A caller that leaves first leaves c to
 // whoever fills it; it is not reused.
+//
+// The Limiter's timeout (a timeoutCtx) is waited for on a timer kept in
+// c, reused from call to call, beside the caller's own context: ctx makes
+// no Done channel and no timer of its own.
 func (b *batcher) await(ctx context.Context, c *call) (any, error) {
+	var ended <-chan struct{}
+	var timeout <-chan time.Time
+	if t, ok := ctx.(*timeoutCtx); ok {
+		ended = t.Context.Done()
+		if c.timer == nil {
+			c.timer = time.NewTimer(time.Until(t.limit))
+		} else {
+			c.timer.Reset(time.Until(t.limit))
+		}
+		timeout = c.timer.C
+	} else {
+		ended = ctx.Done()
+	}
+	gone := false
 	select {
 	case <-c.done:
-	case <-ctx.Done():
+	case <-ended:
+		gone = true
+	case <-timeout:
+		gone = true
+	}
+	if timeout != nil {
+		c.timer.Stop() // (since Go 1.23, nothing stale is received after a Reset)
+	}
+	if gone {
 		if _, ok, starved := awaitLate(ctx, c.done); !ok {
 			return nil, starvedError(b.noReply(ctx), starved)
 		}
@@ -342,7 +373,7 @@ func awaitLate[T any](ctx context.Context, done <-chan T) (v T, ok, starved bool
 		return v, true, false
 	default:
 	}
-	if context.Cause(ctx) != errTimeout {
+	if !timedOut(ctx) {
 		return v, false, false
 	}
 	late := lateBy(ctx)
@@ -412,7 +443,7 @@ func starvedError(err error, starved bool) error {
 // noReply is the error of a call that ctx ended before its reply: ctx's
 // cause, and the client's last failed dial when there is a recent one.
 func (b *batcher) noReply(ctx context.Context) error {
-	return b.dials.explain(fmt.Errorf("no reply from redis: %w", context.Cause(ctx)))
+	return b.dials.explain(fmt.Errorf("no reply from redis: %w", cause(ctx)))
 }
 
 // runAlone runs c's script alone, with ctx: FCALL when the library is
@@ -546,7 +577,7 @@ func (b *batcher) handOff() {
 func (b *batcher) recycle(c *call) {
 	clear(c.keys)
 	clear(c.args)
-	*c = call{keys: c.keys[:0], args: c.args[:0], done: c.done}
+	*c = call{keys: c.keys[:0], args: c.args[:0], done: c.done, timer: c.timer}
 	b.calls.Put(c)
 }
 
@@ -844,7 +875,7 @@ func merge(calls []*call) *sent {
 }
 
 func (b *batcher) finish(c *call, reply any, err error) {
-	if err != nil && context.Cause(c.ctx) == errTimeout && errors.Is(err, context.DeadlineExceeded) {
+	if err != nil && timedOut(c.ctx) && errors.Is(err, context.DeadlineExceeded) {
 		// the call's time ran out in this process's queue, before or
 		// while it was sent: the process's overload, not Redis's
 		err = starvedError(err, true)

@@ -29,12 +29,13 @@ func within[T any](b *bounds, ctx context.Context, f func(context.Context) (T, e
 		return zero, backendError{b.dials.explain(ErrCircuitOpen)}
 	}
 	healthy := b.breaker.healthy()
-	cctx, cancel := ctx, context.CancelFunc(func() {})
+	cctx, t := ctx, (*timeoutCtx)(nil)
 	if b.timeout > 0 {
-		cctx, cancel = context.WithTimeoutCause(ctx, b.timeout, errTimeout)
+		cctx, t = withTimeout(ctx, b.timeout)
 	}
 	v, err := f(cctx) // the batcher returns at cctx's deadline, whatever the client
-	cancel()
+	late := err != nil && timedOut(cctx)
+	t.release()
 	switch {
 	case err == nil:
 		b.breaker.success()
@@ -51,7 +52,7 @@ func within[T any](b *bounds, ctx context.Context, f func(context.Context) (T, e
 		return zero, backendError{err}
 	}
 	b.breaker.failure(sent, time.Now().UnixNano())
-	if healthy && context.Cause(cctx) == errTimeout {
+	if healthy && late {
 		// the first timeout while Redis was healthy: a slow moment until
 		// proven otherwise (see errFirstTimeout)
 		err = fmt.Errorf("%w (%w)", err, errFirstTimeout)

@@ -1,0 +1,254 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// waitClosed fails t unless done closes within a generous bound.
+func waitClosed(t *testing.T, done <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Done was not closed")
+	}
+}
+
+// isClosed reports whether done is closed now.
+func isClosed(done <-chan struct{}) bool {
+	select {
+	case <-done:
+		return true
+	default:
+		return false
+	}
+}
+
+type ctxKey struct{}
+
+func TestTimeoutCtx(t *testing.T) {
+	background := func(*testing.T) context.Context { return context.Background() }
+	cancelled := func(*testing.T) context.Context {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		cancel(errTestCause)
+		return ctx
+	}
+	tests := []struct {
+		name   string
+		parent func(*testing.T) context.Context
+		asks   bool          // ask for Done before the timeout
+		wait   time.Duration // then wait this long (the timeout is 20ms)
+		err    error         // Err then
+		cause  error         // cause then
+		closed bool          // Done closed then (asked after the wait when !asks)
+	}{
+		{"background, before", background, false, 0, nil, nil, false},
+		{"background, after", background, false, 50 * time.Millisecond, context.DeadlineExceeded, errTimeout, true},
+		{"background, Done, after", background, true, 50 * time.Millisecond, context.DeadlineExceeded, errTimeout, true},
+		{"background, Done, before", background, true, 0, nil, nil, false},
+		{"detached caller, Done, after", func(t *testing.T) context.Context { return context.WithoutCancel(cancelled(t)) }, true, 50 * time.Millisecond, context.DeadlineExceeded, errTimeout, true},
+		{"cancelled caller", cancelled, false, 0, context.Canceled, errTestCause, true},
+		{"cancelled caller, Done", cancelled, true, 0, context.Canceled, errTestCause, true},
+		{"cancelled caller, after", cancelled, false, 50 * time.Millisecond, context.Canceled, errTestCause, true},
+		{"live caller, Done, after", liveCaller, true, 50 * time.Millisecond, context.DeadlineExceeded, errTimeout, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			parent := context.WithValue(tt.parent(t), ctxKey{}, "v")
+			ctx, tc := withTimeout(parent, 20*time.Millisecond)
+			if tc == nil {
+				t.Fatal("withTimeout returned the caller's context; want a timeoutCtx")
+			}
+			defer tc.release()
+			if dl, ok := ctx.Deadline(); !ok || !dl.Equal(tc.limit) {
+				t.Fatalf("Deadline() = %v, %v; want %v, true", dl, ok, tc.limit)
+			}
+			var done <-chan struct{}
+			if tt.asks {
+				done = ctx.Done()
+			}
+			if tt.wait > 0 {
+				time.Sleep(tt.wait)
+				if done != nil {
+					waitClosed(t, done) // its timer may lag on a loaded machine
+				}
+			}
+			if done == nil && tt.closed {
+				done = ctx.Done()
+			}
+			if err := ctx.Err(); !errors.Is(err, tt.err) || (tt.err == nil) != (err == nil) {
+				t.Errorf("Err() = %v; want %v", err, tt.err)
+			}
+			if c := cause(ctx); c != tt.cause {
+				t.Errorf("cause() = %v; want %v", c, tt.cause)
+			}
+			if got := timedOut(ctx); got != (tt.cause == errTimeout) {
+				t.Errorf("timedOut() = %v; want %v", got, tt.cause == errTimeout)
+			}
+			if done != nil && isClosed(done) != tt.closed {
+				t.Errorf("Done closed: %v; want %v", isClosed(done), tt.closed)
+			}
+			if v := ctx.Value(ctxKey{}); v != "v" {
+				t.Errorf("Value(ctxKey) = %v; want the caller's v", v)
+			}
+			if v := ctx.Value(loneKey{}); v != nil {
+				t.Errorf("Value(loneKey) = %v before lone is set; want nil", v)
+			}
+		})
+	}
+}
+
+var errTestCause = errors.New("the caller's own cause")
+
+// liveCaller returns a context that can end (it has a Done channel) but
+// does not before t's end.
+func liveCaller(t *testing.T) context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestTimeoutCtxCallerDeadline(t *testing.T) {
+	sooner, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ctx, tc := withTimeout(sooner, time.Hour)
+	if ctx != sooner || tc != nil {
+		t.Fatalf("withTimeout(ctx due in a minute, an hour) = %v, %v; want the caller's context and nil", ctx, tc)
+	}
+	tc.release() // nil: nothing
+
+	later, cancel2 := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel2()
+	ctx, tc = withTimeout(later, time.Minute)
+	if tc == nil {
+		t.Fatal("withTimeout(ctx due in an hour, a minute) returned the caller's context; want a timeoutCtx")
+	}
+	defer tc.release()
+	if dl, _ := ctx.Deadline(); !dl.Equal(tc.limit) || dl.After(time.Now().Add(time.Minute)) {
+		t.Fatalf("Deadline() = %v; want the Limiter's, %v", dl, tc.limit)
+	}
+	cancel2() // the caller leaves
+	waitClosed(t, ctx.Done())
+	if err := ctx.Err(); err != context.Canceled {
+		t.Errorf("Err() = %v after the caller left; want context.Canceled", err)
+	}
+	if timedOut(ctx) {
+		t.Error("timedOut() after the caller left; want false")
+	}
+}
+
+func TestTimeoutCtxRelease(t *testing.T) {
+	for _, parent := range []context.Context{context.Background(), context.WithValue(context.Background(), ctxKey{}, 1)} {
+		ctx, tc := withTimeout(parent, time.Hour)
+		done := ctx.Done()
+		tc.release()
+		if !isClosed(done) {
+			t.Fatal("Done is open after release; want it closed, as a CancelFunc closes it")
+		}
+		if err := ctx.Err(); err != context.Canceled {
+			t.Errorf("Err() = %v after release; want context.Canceled", err)
+		}
+		if timedOut(ctx) {
+			t.Error("timedOut() after release before the timeout; want false")
+		}
+		tc.release() // twice: nothing
+	}
+	// released without a Done channel: nothing to close, nothing left
+	ctx, tc := withTimeout(context.Background(), time.Hour)
+	tc.release()
+	if err := ctx.Err(); err != nil {
+		t.Errorf("Err() = %v after release without Done; want nil (its timeout has not passed)", err)
+	}
+}
+
+// TestTimeoutCtxLone checks that a timeoutCtx answers loneKey with its
+// lone client once set (see batcher.directly), as the value of a
+// context.WithValue would, and lets other keys through.
+func TestTimeoutCtxLone(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer rdb.Close()
+	ctx, tc := withTimeout(context.WithValue(context.Background(), ctxKey{}, "v"), time.Hour)
+	defer tc.release()
+	tc.lone = rdb
+	if v, _ := ctx.Value(loneKey{}).(*redis.Client); v != rdb {
+		t.Errorf("Value(loneKey) = %v; want the lone client", v)
+	}
+	if v := ctx.Value(ctxKey{}); v != "v" {
+		t.Errorf("Value(ctxKey) = %v; want v", v)
+	}
+	ctx.Done() // with the standard context made for a caller that can end, the same
+	if v, _ := ctx.Value(loneKey{}).(*redis.Client); v != rdb {
+		t.Errorf("Value(loneKey) = %v after Done; want the lone client", v)
+	}
+}
+
+// TestTimeoutCtxConcurrent asks Done, Err, Value and the cause from many
+// goroutines while the timeout passes (for -race).
+func TestTimeoutCtxConcurrent(t *testing.T) {
+	for _, parent := range []context.Context{context.Background(), liveCaller(t)} {
+		ctx, tc := withTimeout(parent, 5*time.Millisecond)
+		var wg sync.WaitGroup
+		for i := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 100 {
+					switch i % 4 {
+					case 0:
+						ctx.Done()
+					case 1:
+						_ = ctx.Err()
+					case 2:
+						ctx.Value(ctxKey{})
+					default:
+						cause(ctx)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		waitClosed(t, ctx.Done())
+		if err := ctx.Err(); err != context.DeadlineExceeded {
+			t.Errorf("Err() = %v after the timeout; want context.DeadlineExceeded", err)
+		}
+		tc.release()
+		if err := ctx.Err(); err != context.DeadlineExceeded {
+			t.Errorf("Err() = %v after the timeout and release; want context.DeadlineExceeded still", err)
+		}
+	}
+}
+
+// TestTimeoutCtxAllocs checks the point of timeoutCtx: one allocation for
+// a call that never asks for Done (a queued decision), against five for
+// context.WithTimeoutCause with its Done channel, and three more for one
+// that does, of a caller's context that never ends.
+func TestTimeoutCtxAllocs(t *testing.T) {
+	tests := []struct {
+		name string
+		done bool
+		want float64
+	}{
+		{"Err only", false, 1},
+		{"Done", true, 4},
+	}
+	for _, tt := range tests {
+		got := testing.AllocsPerRun(200, func() {
+			ctx, tc := withTimeout(context.Background(), time.Hour)
+			if tt.done {
+				ctx.Done()
+			}
+			_ = ctx.Err()
+			_ = timedOut(ctx)
+			tc.release()
+		})
+		if got != tt.want {
+			t.Errorf("%s: %v allocations; want %v", tt.name, got, tt.want)
+		}
+	}
+}
