@@ -336,8 +336,14 @@ func (b *batcher) await(ctx context.Context, c *call) (any, error) {
 	case <-timeout:
 		gone = true
 	}
-	if timeout != nil {
-		c.timer.Stop() // (since Go 1.23, nothing stale is received after a Reset)
+	if timeout != nil && !c.timer.Stop() {
+		// fired, its value received or not: drained for the next Reset
+		// (a program built with asynctimerchan=1 keeps a value sent
+		// before Stop; since Go 1.23 nothing waits here)
+		select {
+		case <-c.timer.C:
+		default:
+		}
 	}
 	if gone {
 		if _, ok, starved := awaitLate(ctx, c.done); !ok {

@@ -252,3 +252,50 @@ func TestTimeoutCtxAllocs(t *testing.T) {
 		}
 	}
 }
+
+// TestAwaitTimer checks the timer a queued call keeps for the Limiter's
+// timeout (see batcher.await): reused from call to call, it never ends a
+// later call with a value left from an earlier one, and a call still ends
+// at its caller's end and at the timeout.
+func TestAwaitTimer(t *testing.T) {
+	b := &batcher{}
+	c := &call{done: make(chan struct{}, 1)}
+	var timer *time.Timer
+	for i := range 30 {
+		// answered at once; the timer, armed for 1ms, would fire during
+		// the sleep below were it left running
+		ctx, tc := withTimeout(context.Background(), time.Millisecond)
+		c.reply = i
+		c.done <- struct{}{}
+		reply, err := b.await(ctx, c)
+		tc.release()
+		if err != nil || reply != i {
+			t.Fatalf("call %d: await = %v, %v; want %d, nil", i, reply, err, i)
+		}
+		if timer == nil {
+			timer = c.timer
+		} else if c.timer != timer {
+			t.Fatalf("call %d: a new timer; want the call's timer reused", i)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+
+	// the caller leaves, its timeout an hour away: its own error, at once
+	parent, cancel := context.WithCancel(context.Background())
+	ctx, tc := withTimeout(parent, time.Hour)
+	time.AfterFunc(20*time.Millisecond, cancel)
+	_, err := b.await(ctx, c)
+	tc.release()
+	if !errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("await after the caller left = %v; want context.Canceled", err)
+	}
+
+	// no reply: the Limiter's timeout ends the wait
+	c = &call{done: make(chan struct{}, 1), timer: timer}
+	ctx, tc = withTimeout(context.Background(), 20*time.Millisecond)
+	_, err = b.await(ctx, c)
+	tc.release()
+	if !errors.Is(err, context.DeadlineExceeded) || !timedOut(ctx) {
+		t.Fatalf("await without a reply = %v (timed out: %v); want context.DeadlineExceeded at the timeout", err, timedOut(ctx))
+	}
+}
