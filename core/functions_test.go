@@ -264,3 +264,48 @@ func aclClient(t *testing.T, rules ...string) *redis.Client {
 	t.Cleanup(func() { c.Close() })
 	return c
 }
+
+// TestLibrarySpecs checks the spec a lone call keeps from call to call in
+// the loaded library (read_spec converts its arguments only when they
+// changed): decisions that alternate between limits, a Peek and a
+// decision on two limits each get their own limits' answers.
+func TestLibrarySpecs(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Start(t).Client(t)
+	l, lib, names := libraryLimiter(t, rdb)
+	if _, err := l.Allow(ctx, "load", PerHour(1)); err != nil {
+		t.Fatal(err)
+	}
+	if st := waitLibrary(t, lib); st != libraryLoaded {
+		t.Fatalf("the library's state is %d after its load, want loaded", st)
+	}
+	names.take()
+	three, five, fiveMinute := PerHour(3), PerHour(5), Per(5, time.Minute)
+	for i := range int64(7) {
+		steps := []struct {
+			name    string
+			do      func() (Result, error)
+			allowed bool
+			left    int64
+		}{
+			{"three", func() (Result, error) { return l.Allow(ctx, "a", three) }, i < 3, max(2-i, 0)},
+			{"five", func() (Result, error) { return l.Allow(ctx, "b", five) }, i < 5, max(4-i, 0)},
+			{"peek three", func() (Result, error) { return l.Peek(ctx, "a", three) }, false, 0},
+			{"both", func() (Result, error) { return l.Allow(ctx, "c", three, fiveMinute) }, i < 3, max(2-i, 0)},
+		}
+		for _, s := range steps {
+			r, err := s.do()
+			if s.name == "peek three" { // one unit more would fit while any is left; nothing recorded
+				s.allowed, s.left = i < 2, max(2-i, 0)
+			}
+			if err != nil || r.Allowed != s.allowed || r.Remaining != s.left {
+				t.Fatalf("decision %d, %s: %+v %v; want allowed %v, %d remaining", i, s.name, r, err, s.allowed, s.left)
+			}
+		}
+	}
+	for _, n := range names.take() {
+		if n != "fcall" {
+			t.Fatalf("a decision went as %s; want every one as FCALL (the library's spec kept)", n)
+		}
+	}
+}

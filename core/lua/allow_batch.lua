@@ -7,7 +7,7 @@
 -- sent and read once. Decisions one after another that ask the same of
 -- the same keys (a hot key's) are answered together, by one check and one
 -- add (see decide), with the answers they would have had one by one. Runs
--- after algorithms.lua (see read_spec and decide there).
+-- after algorithms.lua (see read_specs and decide there).
 --
 -- KEYS     the keys of every decision, decision after decision, as
 --          allow.lua's KEYS
@@ -25,12 +25,7 @@
 -- the decision again alone, for Redis's error; the other decisions are
 -- unaffected (but those of its run, which fail alike).
 
-local specs, at = {}, 3
-for i = 1, tonumber(ARGV[2]) do
-  local m = tonumber(ARGV[at])
-  specs[i] = read_spec(ARGV, at + 1, (m - 4) / 4)
-  at = at + 1 + m
-end
+local specs, at = read_specs(ARGV)
 
 local out, o, key = {}, 0, 1
 local server_now -- read at most once
