@@ -344,8 +344,10 @@ local function log_splice(L, p, del, ins, t, newest)
       local ms = px(newest + 2 * L.window - L.now)
       call('PEXPIRE', L.key, ms)
       expires = L.now + ms * 1000
+      call('SETRANGE', L.key, '8', log_ring_header(cap, head, left, newest, expires))
+    else -- cap and expires stay: head, used and newest are rewritten
+      call('SETRANGE', L.key, '11', uint_bytes(head, 3) .. uint_bytes(left, 3) .. uint_bytes(newest, 7))
     end
-    call('SETRANGE', L.key, '8', log_ring_header(cap, head, left, newest, expires))
     return
   end
   local times = log_times(L, L.lo, p - 1, {})
