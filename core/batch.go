@@ -461,11 +461,7 @@ func (b *batcher) runAlone(ctx context.Context, c *call) (any, error) {
 		var reply any
 		var err error
 		if p, ok := b.rdb.(processor); ok && c.script.ints {
-			if cmd, e := fcallInts(ctx, p, c); e != nil {
-				err = e
-			} else {
-				reply = cmd
-			}
+			reply, err = fcallInts(ctx, p, c)
 		} else {
 			reply, err = b.rdb.(functionCaller).FCall(ctx, c.script.fn, c.keys, c.args...).Result()
 		}
@@ -480,10 +476,10 @@ func (b *batcher) runAlone(ctx context.Context, c *call) (any, error) {
 }
 
 // fcallInts runs c's function with FCALL, its reply read as []int64
-// (script.ints), and returns the command, whose Val is the reply: FCall's
-// generic reply would box every value, an allocation each for all but
-// small ones.
-func fcallInts(ctx context.Context, p processor, c *call) (*redis.IntSliceCmd, error) {
+// (script.ints), and returns the command (an *IntSliceCmd, whose Val is
+// the reply; nil on error): FCall's generic reply would box every value,
+// an allocation each for all but small ones.
+func fcallInts(ctx context.Context, p processor, c *call) (any, error) {
 	cmd := fcallIntsCmd(ctx, c.script, c.keys, c.args)
 	if err := p.Process(ctx, cmd); err != nil {
 		return nil, err

@@ -253,10 +253,17 @@ local function log_trim(L, oldest)
   L.lo = live
 end
 
+-- log_ring_state returns the part of a ring's header that a decision
+-- changes: head, used and the newest time, from byte LOG_STATE (from 0).
+local LOG_STATE = '11'
+local function log_ring_state(head, used, newest)
+  return uint_bytes(head, 3) .. uint_bytes(used, 3) .. uint_bytes(newest, 7)
+end
+
 -- log_ring_header returns a ring's header after its first byte and base:
--- cap, head, used, the newest time, and when the key expires.
+-- cap, then its state (see log_ring_state), and when the key expires.
 local function log_ring_header(cap, head, used, newest, expires)
-  return uint_bytes(cap, 3) .. uint_bytes(head, 3) .. uint_bytes(used, 3) .. uint_bytes(newest, 7) .. uint_bytes(expires, 7)
+  return uint_bytes(cap, 3) .. log_ring_state(head, used, newest) .. uint_bytes(expires, 7)
 end
 
 -- log_store writes the times (in order, at least one) as a new value:
@@ -320,7 +327,7 @@ local function log_splice(L, p, del, ins, t, newest)
   if fits and L.v and 8 + left * w <= LOG_WHOLE then
     local v = L.v
     if L.lo == 1 and p > L.used then -- added at the end, none dropped: appended
-      v = v .. (ins == 1 and uint_bytes(off, w) or string.rep(uint_bytes(off, w), ins))
+      v = v .. string.rep(uint_bytes(off, w), ins)
     else
       v = string.sub(v, 1, 8) .. string.sub(v, 9 + (L.lo - 1) * w, 8 + (p - 1) * w) ..
           string.rep(uint_bytes(off, w), ins) .. string.sub(v, 9 + (p + del - 1) * w)
@@ -346,7 +353,7 @@ local function log_splice(L, p, del, ins, t, newest)
       expires = L.now + ms * 1000
       call('SETRANGE', L.key, '8', log_ring_header(cap, head, left, newest, expires))
     else -- cap and expires stay: head, used and newest are rewritten
-      call('SETRANGE', L.key, '11', uint_bytes(head, 3) .. uint_bytes(left, 3) .. uint_bytes(newest, 7))
+      call('SETRANGE', L.key, LOG_STATE, log_ring_state(head, left, newest))
     end
     return
   end
@@ -799,14 +806,14 @@ end
 -- 0.1 µs; strings compare as pointers).
 local function read_spec(args, at, nlim, spec)
   local last = at + 3 + 4 * nlim -- the spec's last argument
-  if spec and spec.last - spec.at == last - at then
+  if spec and #spec.raw == last - at + 1 then
     local raw, same = spec.raw, true
     for i = at, last do
       if raw[i - at + 1] ~= args[i] then same = false break end
     end
     if same then return spec end
   end
-  if not spec then spec = {commit = false, denials = 0, within = 0, ban = 0, limits = {}, raw = {}, at = 0, last = -1} end
+  if not spec then spec = {commit = false, denials = 0, within = 0, ban = 0, limits = {}, raw = {}} end
   local limits, raw = spec.limits, spec.raw
   for i = 1, nlim do
     local a, l = at + 4 * i, limits[i]
@@ -821,7 +828,6 @@ local function read_spec(args, at, nlim, spec)
     tonumber(args[at + 3])
   for i = at, last do raw[i - at + 1] = args[i] end
   for i = #raw, last - at + 2, -1 do raw[i] = nil end
-  spec.at, spec.last = at, last
   return spec
 end
 
