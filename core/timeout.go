@@ -30,15 +30,15 @@ type timeoutCtx struct {
 	lone *redis.Client
 
 	mu sync.Mutex
-	// done is Done's channel, nil until asked for. Of a caller's context
-	// that never ends, it is closed by timer at limit (err
-	// DeadlineExceeded) or by release (err Canceled); else it is inner's.
-	done   <-chan struct{}
-	own    chan struct{} // done, when t closes it
-	err    error
-	timer  *time.Timer
+	// Done's channel, nil until asked for: of a caller's context that can
+	// end, inner's (the standard context, with its cancel); else own,
+	// closed by timer at limit (err DeadlineExceeded) or by release (err
+	// Canceled).
 	inner  context.Context
 	cancel context.CancelFunc
+	own    chan struct{}
+	err    error
+	timer  *time.Timer
 }
 
 // withTimeout returns ctx ended after d as well, and the timeoutCtx to
@@ -64,20 +64,21 @@ func (t *timeoutCtx) Done() <-chan struct{} {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	switch {
-	case t.done != nil:
+	case t.inner != nil:
+		return t.inner.Done()
+	case t.own != nil:
+		return t.own
 	case t.Context.Done() != nil:
 		t.inner, t.cancel = context.WithDeadlineCause(t.Context, t.limit, errTimeout)
-		t.done = t.inner.Done()
-	default:
-		t.own = make(chan struct{})
-		t.done = t.own
-		if d := time.Until(t.limit); d > 0 {
-			t.timer = time.AfterFunc(d, t.expire)
-		} else {
-			t.end(context.DeadlineExceeded)
-		}
+		return t.inner.Done()
 	}
-	return t.done
+	t.own = make(chan struct{})
+	if d := time.Until(t.limit); d > 0 {
+		t.timer = time.AfterFunc(d, t.expire)
+	} else {
+		t.end(context.DeadlineExceeded)
+	}
+	return t.own
 }
 
 // expire ends t at its limit (Done's timer).
@@ -101,12 +102,12 @@ func (t *timeoutCtx) end(err error) {
 // error that closed it (nil while it is open), which agrees with Done.
 func (t *timeoutCtx) Err() error {
 	t.mu.Lock()
-	done, err, inner := t.done, t.err, t.inner
+	inner, own, err := t.inner, t.own, t.err
 	t.mu.Unlock()
 	switch {
 	case inner != nil:
 		return inner.Err()
-	case done != nil:
+	case own != nil:
 		return err
 	}
 	if err := t.Context.Err(); err != nil {
