@@ -38,10 +38,22 @@ func allowBoth(t *testing.T, ms *memoryStore, rs *redisStore, mq, rq *query, ste
 	if err := rs.allow(ctx, rq); err != nil {
 		t.Fatalf("step %d %s: %v", step, what, err)
 	}
-	if mq.allowed != rq.allowed || mq.blocked != rq.blocked || mq.banned != rq.banned || !slices.Equal(mq.states, rq.states) || mq.at != rq.at {
-		t.Fatalf("step %d %s at %d: memory %v %+v blocked %v banned %v at %d, redis %v %+v blocked %v banned %v at %d", step, what, mq.now,
-			mq.allowed, mq.states, mq.blocked, mq.banned, mq.at, rq.allowed, rq.states, rq.blocked, rq.banned, rq.at)
+	if !sameAnswer(mq, rq) {
+		t.Fatalf("step %d %s at %d: memory %s, redis %s", step, what, mq.now, answer(mq), answer(rq))
 	}
+}
+
+// sameAnswer reports whether two decisions answered alike: allowed,
+// blocked, banned, every limit's state and the time they were made at.
+func sameAnswer(a, b *query) bool {
+	return a.allowed == b.allowed && a.blocked == b.blocked && a.banned == b.banned &&
+		slices.Equal(a.states, b.states) && a.at == b.at
+}
+
+// answer describes a decision's answer (see sameAnswer) for a test's
+// failure.
+func answer(q *query) string {
+	return fmt.Sprintf("%v %+v blocked %v banned %v at %d", q.allowed, q.states, q.blocked, q.banned, q.at)
 }
 
 // refundBoth makes the same refund in the memory store (mq) and the

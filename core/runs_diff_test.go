@@ -99,11 +99,9 @@ func checkRunsAgainstAlone(t *testing.T, rdb redis.Scripter, seed uint64) {
 			if err := alone.allow(ctx, &want); err != nil {
 				t.Fatal(err)
 			}
-			if got.allowed != want.allowed || got.blocked != want.blocked || got.banned != want.banned ||
-				got.at != want.at || !slices.Equal(got.states, want.states) {
-				t.Fatalf("step %d decision %d of %d (%s, n %d, %v): merged %v %+v blocked %v banned %v at %d, alone %v %+v blocked %v banned %v at %d",
-					step, i, len(qs), qs[i].key, qs[i].n, qs[i].limits, got.allowed, got.states, got.blocked, got.banned, got.at,
-					want.allowed, want.states, want.blocked, want.banned, want.at)
+			if !sameAnswer(&got, &want) {
+				t.Fatalf("step %d decision %d of %d (%s, n %d, %v): merged %s, alone %s",
+					step, i, len(qs), qs[i].key, qs[i].n, qs[i].limits, answer(&got), answer(&want))
 			}
 			// the runs decide answers together: the same as the decision
 			// before, committed, without penalty
