@@ -39,9 +39,8 @@ type options struct {
 // by keyfuncs.Route fails on every request. With it, a request that
 // matches no pattern (the mux's 404) still has no route. Either way the
 // failure is a key error (keyfuncs.ErrNoRoute): the rule's OnError is
-// called and the Limiter's failure mode decides, so FailOpen passes the
-// request uncounted and FailClosed answers 503. keyfuncs.Or gives such
-// requests a key of their own.
+// called and the request is counted under the rule's FallbackKey (see
+// core.Rule.Key). keyfuncs.Or gives such requests a key of their own.
 func WithMux(mux *http.ServeMux) Option {
 	return WithRouteFunc(func(r *http.Request) string {
 		_, pattern := mux.Handler(r)

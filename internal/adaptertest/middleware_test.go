@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -432,25 +433,25 @@ func scenarios() []scenario {
 			wantKeys: []string{"left:ip:203.0.113.7", "left:ip:198.51.100.8", "left:ip:203.0.113.7", "left:ip:10.0.0.1"},
 		},
 		{
-			name: "trusted proxy: a bad client entry is a key error (OnError, fail open), never the proxy's key",
+			name: "trusted proxy: a bad client entry is a key error (OnError), limited under the fallback key, never the proxy's own key",
 			app:  on(trusted("malformed")),
 			steps: steps(
-				ok(nil).from("10.0.0.1:4711").with("X-Forwarded-For", "203.0.113.5, unknown"),
-				ok(nil).from("10.0.0.1:4711").with("X-Forwarded-For", "not-an-ip"),
+				ok(xrl(1, 0, 60)).from("10.0.0.1:4711").with("X-Forwarded-For", "203.0.113.5, unknown"),
+				tooMany(60, xrl(1, 0, 60)).from("10.0.0.1:4711").with("X-Forwarded-For", "not-an-ip"),
 				ok(xrl(1, 0, 60)).from("10.0.0.1:4711"),
 			),
-			wantKeys:   []string{"malformed:ip:10.0.0.1"},
+			wantKeys:   []string{"malformed:nokey:ip:10.0.0.1", "malformed:nokey:ip:10.0.0.1", "malformed:ip:10.0.0.1"},
 			wantErrors: 2,
 		},
 		{
-			name: "trusted proxy: a bad client entry fails closed with 503",
+			name: "trusted proxy: a bad client entry is limited under the fallback key, whatever the failure mode",
 			opts: []core.Option{core.WithFailureMode(core.FailClosed)},
 			app:  on(trusted("malformed-closed")),
 			steps: steps(
-				unavailable().from("10.0.0.1:4711").with("X-Forwarded-For", "203.0.113.5, 203.0.113.05"),
+				ok(xrl(1, 0, 60)).from("10.0.0.1:4711").with("X-Forwarded-For", "203.0.113.5, 203.0.113.05"),
 				ok(xrl(1, 0, 60)).from("10.0.0.1:4711"),
 			),
-			wantKeys:   []string{"malformed-closed:ip:10.0.0.1"},
+			wantKeys:   []string{"malformed-closed:nokey:ip:10.0.0.1", "malformed-closed:ip:10.0.0.1"},
 			wantErrors: 1,
 		},
 		{
@@ -532,13 +533,13 @@ func scenarios() []scenario {
 			wantAllowed: []bool{true, true, false, true, false},
 		},
 		{
-			name: "a cost below 1 is an error: OnError, then the failure mode (open)",
-			app: on(with(perMinute("cost0", 5), func(r *core.Rule) {
+			name: "a cost below 1 is an error: OnError, and the request costs 1",
+			app: on(with(perMinute("cost0", 2), func(r *core.Rule) {
 				r.Cost = func(*http.Request) int64 { return 0 }
 			})),
-			steps:      steps(ok(nil), ok(nil)),
-			wantKeys:   []string{},
-			wantErrors: 2,
+			steps:      steps(ok(xrl(2, 1, 60)), ok(xrl(2, 0, 60)), tooMany(60, xrl(2, 0, 60))),
+			wantKeys:   repeatString(3, "cost0:ip:192.0.2.1"),
+			wantErrors: 3,
 		},
 		{
 			name: "DryRun counts and sets headers but never denies",
@@ -633,15 +634,16 @@ func scenarios() []scenario {
 				"plans:h:x-api-key:k1", "plans:h:x-api-key:k1", "plans:h:x-api-key:k1", "plans:h:x-api-key:k1"},
 		},
 		{
-			name: "LimitsFor: an error or invalid limits are key errors (OnError, then fail open)",
+			name: "LimitsFor: an error or invalid limits go to OnError, and the rule's limits decide",
 			app:  on(plans("plans-bad")),
 			steps: steps(
-				ok(nil).with("X-Api-Key", "k1", "X-Plan", "gold"),   // unknown plan: an error
-				ok(nil).with("X-Api-Key", "k1", "X-Plan", "broken"), // a limit of Count 0
-				ok(nil).with("X-Api-Key", "k1", "X-Plan", "twice"),  // two limits of one policy name
-				ok(merge(xrl(2, 1, 60), ietf(`"free";q=2;w=60`, `"free";r=1;t=60`))).with("X-Api-Key", "k1", "X-Plan", "free"),
+				ok(merge(xrl(1, 0, 60), ietf(`"1-per-1m";q=1;w=60`, `"1-per-1m";r=0;t=60`))).with("X-Api-Key", "k1", "X-Plan", "gold"),            // unknown plan: an error
+				tooMany(60, merge(xrl(1, 0, 60), ietf(`"1-per-1m";q=1;w=60`, `"1-per-1m";r=0;t=60`))).with("X-Api-Key", "k1", "X-Plan", "broken"), // a limit of Count 0
+				tooMany(60, merge(xrl(1, 0, 60), ietf(`"1-per-1m";q=1;w=60`, `"1-per-1m";r=0;t=60`))).with("X-Api-Key", "k1", "X-Plan", "twice"),  // two limits of one policy name
+				// the same stored state (a sliding log of a minute): one unit is counted
+				ok(merge(xrl(2, 0, 60), ietf(`"free";q=2;w=60`, `"free";r=0;t=60`))).with("X-Api-Key", "k1", "X-Plan", "free"),
 			),
-			wantKeys:   []string{"plans-bad:h:x-api-key:k1"},
+			wantKeys:   repeatString(4, "plans-bad:h:x-api-key:k1"),
 			wantErrors: 3,
 		},
 		{
@@ -742,7 +744,7 @@ func scenarios() []scenario {
 		stacked("stacked rules show the most restrictive (loose outside)", false),
 		stacked("stacked rules show the most restrictive (strict outside)", true),
 		{
-			name: "a key function error: OnError, then fail open without headers",
+			name: "a key function error: OnError, then limited under the client's IP (FallbackKey's default)",
 			app: on(with(perMinute("tenant", 1), func(r *core.Rule) {
 				r.Key = func(r *http.Request) (string, error) {
 					if t := r.Header.Get("X-Tenant"); t != "" {
@@ -752,23 +754,43 @@ func scenarios() []scenario {
 				}
 			})),
 			steps: steps(
-				ok(nil),
+				ok(xrl(1, 0, 60)),
 				ok(xrl(1, 0, 60)).with("X-Tenant", "acme"),
-				ok(nil),
+				tooMany(60, xrl(1, 0, 60)),
 				tooMany(60, xrl(1, 0, 60)).with("X-Tenant", "acme"),
+				ok(xrl(1, 0, 60)).from("198.51.100.7:4711"), // another client without a key
 			),
-			wantKeys:   repeatString(2, "tenant:tenant:acme"),
+			wantKeys:   []string{"tenant:nokey:ip:192.0.2.1", "tenant:tenant:acme", "tenant:nokey:ip:192.0.2.1", "tenant:tenant:acme", "tenant:nokey:ip:198.51.100.7"},
+			wantErrors: 3,
+		},
+		{
+			name: "a missing header is limited under FallbackKey, whatever the failure mode",
+			opts: []core.Option{core.WithFailureMode(core.FailClosed)},
+			app: on(with(perMinute("closed-key", 1), func(r *core.Rule) {
+				r.Key = keyfuncs.Header("X-Api-Key")
+				r.FallbackKey = keyfuncs.IP(netip.MustParsePrefix("10.0.0.1/32"))
+			})),
+			steps: steps(
+				ok(xrl(1, 0, 60)).from("10.0.0.1:4711").with("X-Forwarded-For", "203.0.113.9"),
+				tooMany(60, xrl(1, 0, 60)).from("10.0.0.1:4711").with("X-Forwarded-For", "203.0.113.9"),
+				ok(xrl(1, 0, 60)).with("X-Api-Key", "k1"),
+			),
+			wantKeys:   []string{"closed-key:nokey:ip:203.0.113.9", "closed-key:nokey:ip:203.0.113.9", "closed-key:h:x-api-key:k1"},
 			wantErrors: 2,
 		},
 		{
-			name: "a key function error fails closed with 503",
-			opts: []core.Option{core.WithFailureMode(core.FailClosed)},
-			app:  on(with(perMinute("closed-key", 1), func(r *core.Rule) { r.Key = keyfuncs.Header("X-Api-Key") })),
+			name: "a key error that OnError answers stops the request",
+			app: on(with(perMinute("onerror-answers", 1), func(r *core.Rule) {
+				r.Key = keyfuncs.Header("X-Api-Key")
+				r.OnError = func(w http.ResponseWriter, _ *http.Request, _ error) {
+					http.Error(w, "an API key is required", http.StatusUnauthorized)
+				}
+			})),
 			steps: steps(
-				unavailable(),
+				step{status: 401, body: "an API key is required\n", want: fields("Content-Type", "text/plain; charset=utf-8", "X-Content-Type-Options", "nosniff")},
 				ok(xrl(1, 0, 60)).with("X-Api-Key", "k1"),
 			),
-			wantErrors: 1,
+			wantKeys: []string{"onerror-answers:h:x-api-key:k1"},
 		},
 		{
 			name:       "Redis does not answer: fail closed with 503",
@@ -1146,7 +1168,8 @@ func TestInvalidRule(t *testing.T) {
 }
 
 // TestFrameworkKey: ginmw.Key and echomw.Key read what earlier middleware
-// stored in the framework's context; a request without it is a key error.
+// stored in the framework's context; a request without it is a key error,
+// limited under the fallback key.
 func TestFrameworkKey(t *testing.T) {
 	rule := func(key keyfuncs.Func, errs *[]error) core.Rule {
 		return core.Rule{Name: "orders", Limits: []core.Limit{core.PerMinute(1)}, Key: key,
@@ -1192,7 +1215,7 @@ func TestFrameworkKey(t *testing.T) {
 				h.ServeHTTP(rec, req)
 				codes = append(codes, rec.Code)
 			}
-			if !slices.Equal(codes, []int{200, 429, 200, 200}) || !slices.Equal(keys, []string{"orders:user:ann", "orders:user:ann", "orders:user:bob"}) {
+			if !slices.Equal(codes, []int{200, 429, 200, 200}) || !slices.Equal(keys, []string{"orders:user:ann", "orders:user:ann", "orders:user:bob", "orders:nokey:ip:192.0.2.1"}) {
 				t.Fatalf("codes %v, keys %q", codes, keys)
 			}
 			if len(errs) != 1 || !errors.Is(errs[0], keyfuncs.ErrNoKey) {
@@ -1296,5 +1319,74 @@ func TestCountIfPanic(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestClientGone: a client that closes its connection while its request is
+// being decided never reaches the handler, in every adapter, over real TCP
+// on a real Redis, with the default FailOpen and without a deny cache:
+// the request's context ends, so no decision is made, and no decision is
+// no pass.
+func TestClientGone(t *testing.T) {
+	rdb := redistest.New(t).Client(t)
+	run := time.Now().UnixNano()
+	for _, ad := range adapters {
+		t.Run(ad.name, func(t *testing.T) {
+			l, err := core.New(rdb, core.WithPrefix(fmt.Sprintf("gone:%d:%s:", run, ad.name)), core.WithDenyCache(0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			entered := make(chan struct{}, 1)
+			rule := core.Rule{Name: "gone", Limits: []core.Limit{core.PerMinute(1)}, Key: func(r *http.Request) (string, error) {
+				if r.Header.Get("X-Stay") == "" { // hold the request until its client has gone
+					entered <- struct{}{}
+					<-r.Context().Done()
+				}
+				return "client", nil
+			}}
+			var handled atomic.Int64
+			h := ad.build(l, app{routes: []route{{path: "/gone", rules: []core.Rule{rule}}}, handler: func(w http.ResponseWriter, r *http.Request) {
+				handled.Add(1)
+				okHandler(w, r)
+			}})
+			served := make(chan struct{}, 1)
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				defer func() { served <- struct{}{} }()
+				h.ServeHTTP(w, r)
+			}))
+			defer srv.Close()
+
+			// a request that stays takes the one unit
+			req, _ := http.NewRequest(http.MethodGet, srv.URL+"/gone", nil)
+			req.Header.Set("X-Stay", "1")
+			resp, err := srv.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = resp.Body.Close()
+			<-served
+			if resp.StatusCode != http.StatusOK || handled.Load() != 1 {
+				t.Fatalf("first request: %d, handled %d times", resp.StatusCode, handled.Load())
+			}
+			for i := range 5 {
+				conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := io.WriteString(conn, "GET /gone HTTP/1.1\r\nHost: test\r\n\r\n"); err != nil {
+					t.Fatal(err)
+				}
+				<-entered
+				_ = conn.Close()
+				select {
+				case <-served:
+				case <-time.After(30 * time.Second):
+					t.Fatalf("request %d: the server did not see its client go", i)
+				}
+			}
+			if n := handled.Load(); n != 1 {
+				t.Fatalf("the handler ran %d times, want 1: requests whose client left passed uncounted", n)
+			}
+		})
 	}
 }
