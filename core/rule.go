@@ -100,6 +100,15 @@ type Rule struct {
 	// Default: none.
 	Skip func(*http.Request) bool
 	// Headers selects the rate-limit header fields. Default XRateLimit.
+	//
+	// When several rules apply to a request (router-wide and per route),
+	// its response carries the fields of one decision: on a denial, the
+	// denying rule's; otherwise the most restrictive decision of the rules
+	// that show theirs (fewest remaining, then the latest reset). They are
+	// written in one style: that of the first rule on the request's way
+	// whose Headers is not None, so a route answers in one style whichever
+	// rule is tighter (set it on the outermost rule). A rule whose Headers
+	// is None shows nothing.
 	Headers HeaderStyle
 	// OnDenied writes the response to a denied request. The rate-limit
 	// fields and Retry-After are already set in w.Header() when it is
@@ -160,7 +169,9 @@ type Rule struct {
 	//
 	// A handler that panics counts as 500. A refund adds a round trip to
 	// Redis after the handler; its error goes to OnError (the response is
-	// written by then).
+	// written by then). Such a rule shows its rate-limit fields only on
+	// its own denials: an allowed request's units may be given back, so
+	// its numbers would mislead (other rules' fields show as usual).
 	CountIf func(status int) bool
 	// Penalty, when set, bans a key that keeps being denied: see Penalty.
 	Penalty *Penalty
@@ -177,7 +188,9 @@ type Rule struct {
 // Denials denials of one key within Within, the key is banned for Ban on
 // every replica. While banned, every request of the key is denied, with a
 // Retry-After of the ban's time left, and counted nowhere; the deny cache
-// answers them without a round trip. A ban is the same stored state as
+// answers them without a round trip. An application/problem+json answer
+// to a banned key has the type ProblemAbnormalUsage, not
+// ProblemQuotaExceeded, so that a client can tell a ban from a limit. A ban is the same stored state as
 // Limiter.Block: Reset lifts it.
 //
 // The denials are counted atomically with the decisions that deny, in the
@@ -393,7 +406,8 @@ var errEmptyKey = fmt.Errorf("%w: the key function returned an empty key", keyfu
 // Handle returns the request to pass on and true when the next handler
 // should run: that request carries the route and the rule's decision in its
 // context, so that a second rule on the same route shows the most
-// restrictive of the two. It returns nil and false when it has answered.
+// restrictive of the two, in the same style (see Rule.Headers). It
+// returns nil and false when it has answered.
 func (e *Enforcer) Handle(w http.ResponseWriter, r *http.Request, route string) (*http.Request, bool) {
 	return e.HandleFrom(w, r, route, nil)
 }
@@ -573,22 +587,29 @@ func passOn(r *http.Request, pass bool) (*http.Request, bool) {
 // apply answers a decision: the rate-limit fields, and a denial unless the
 // rule is a dry run. It reports whether the request passes. hs holds the
 // header values of the request's limits.
+//
+// A response shows one decision's fields, in one style (see shown): an
+// allowed request the most restrictive decision of the rules that show
+// theirs, a denied one the denial. A rule with CountIf shows its numbers
+// only when it denies: an allowed request's units may be given back after
+// the handler, so its numbers would be wrong.
 func (e *Enforcer) apply(w http.ResponseWriter, r *http.Request, st *shown, hs *headerSet, key string, res Result) bool {
 	h := w.Header()
+	style := st.style(e.style)
 	if res.Allowed || e.dryRun {
-		if e.style != None {
-			earlier := st != nil && st.e != nil
+		if style != None && e.countIf == nil {
+			earlier := st.e != nil
 			if st.replace(e, res) {
 				if earlier {
 					clearRateHeaders(h)
 				}
-				hs.write(h, e.style, res, e.partition(key))
+				hs.write(h, style, res, e.partition(key))
 			}
 		}
 		return true
 	}
 	clearRateHeaders(h)
-	hs.write(h, e.style, res, e.partition(key))
+	hs.write(h, style, res, e.partition(key))
 	if !res.Never() {
 		h[hdrRetryAfter] = []string{strconv.FormatInt(retrySeconds(res.RetryAfter), 10)}
 	}
@@ -677,6 +698,8 @@ type shown struct {
 	context.Context
 	e         *Enforcer
 	res       Result
+	fields    HeaderStyle // the response's style, once styled
+	styled    bool
 	framework any      // the adapter's own request context (HandleFrom)
 	charges   []charge // units to settle after the handler (CountIf)
 }
@@ -712,6 +735,20 @@ func (s *shown) Value(key any) any {
 // adapter passed to Enforcer.HandleFrom (*gin.Context for ginmw,
 // echo.Context for echomw), or nil.
 func FrameworkContext(r *http.Request) any { return r.Context().Value(frameworkKey{}) }
+
+// style returns the style in which a rule of style own writes its fields:
+// None when own is None (the rule shows none), else the style of the
+// first rule on the request's way that shows fields, so that a response
+// has one style whichever rule's numbers it carries. A nil s returns own.
+func (s *shown) style(own HeaderStyle) HeaderStyle {
+	switch {
+	case own == None || s == nil:
+		return own
+	case !s.styled:
+		s.fields, s.styled = own, true
+	}
+	return s.fields
+}
 
 // replace reports whether res of rule e is more restrictive than the shown
 // decision, and if so records it. A nil s always replaces.

@@ -284,6 +284,17 @@ func problem(retry int, policy string, rate map[string]string, more ...string) s
 	), rate)}
 }
 
+// banned is the denial of a banned or blocked key with the
+// application/problem+json body: abnormal-usage-detected, no policy.
+func banned(retry int, rate map[string]string) step {
+	body := `{"type":"https://iana.org/assignments/http-problem-types#abnormal-usage-detected","title":"Request not satisfied due to detection of abnormal request pattern","status":429}`
+	return step{status: 429, body: body, want: merge(fields(
+		"Content-Type", "application/problem+json",
+		"Content-Length", strconv.Itoa(len(body)),
+		"Retry-After", strconv.Itoa(retry),
+	), rate)}
+}
+
 // answered is a request the handler answered with status (X-Status).
 func answered(status int, rate map[string]string) step {
 	s := ok(rate).with("X-Status", strconv.Itoa(status))
@@ -647,13 +658,13 @@ func scenarios() []scenario {
 			wantErrors: 3,
 		},
 		{
-			name: "CountIf: 200s never exhaust the limit, 401s do",
+			name: "CountIf: 200s never exhaust the limit, 401s do; its numbers show only on its denial",
 			app:  on(with(perMinute("failed-logins", 2), func(r *core.Rule) { r.CountIf = failedLogin })),
 			steps: steps(
-				repeat(4, answered(200, xrl(2, 1, 60))),
-				answered(401, xrl(2, 1, 60)),
-				answered(200, xrl(2, 0, 60)), // charged, then given back
-				answered(403, xrl(2, 0, 60)),
+				repeat(4, answered(200, nil)),
+				answered(401, nil),
+				answered(200, nil), // charged, then given back
+				answered(403, nil),
 				tooMany(60, xrl(2, 0, 60)).with("X-Status", "200"),
 			),
 			wantAllowed: []bool{true, true, true, true, true, true, true, false},
@@ -664,9 +675,20 @@ func scenarios() []scenario {
 				r.CountIf = func(status int) bool { return status >= 500 }
 			})),
 			steps: steps(
-				answered(404, xrl(1, 0, 60)),
-				answered(500, xrl(1, 0, 60)),
+				answered(404, nil),
+				answered(500, nil),
 				tooMany(60, xrl(1, 0, 60)),
+			),
+		},
+		{
+			name: "CountIf beside a plan's rule: allowed requests show the plan's numbers, in the first rule's style",
+			app: on(with(perMinute("logins", 1), func(r *core.Rule) { r.CountIf = failedLogin; r.Headers = core.Both }),
+				with(perMinute("plan", 3), func(r *core.Rule) { r.Headers = core.IETF })),
+			steps: steps(
+				answered(200, merge(xrl(3, 2, 60), ietf(`"3-per-1m";q=3;w=60`, `"3-per-1m";r=2;t=60`))),
+				answered(401, merge(xrl(3, 1, 60), ietf(`"3-per-1m";q=3;w=60`, `"3-per-1m";r=1;t=60`))),
+				// the login rule denies: its numbers
+				tooMany(60, merge(xrl(1, 0, 60), ietf(`"1-per-1m";q=1;w=60`, `"1-per-1m";r=0;t=60`))),
 			),
 		},
 		{
@@ -679,10 +701,14 @@ func scenarios() []scenario {
 				tooMany(60, xrl(1, 0, 60)),
 				tooMany(3600, xrl(1, 0, 3600)),
 				tooMany(3600, xrl(1, 0, 3600)),
+				// a client can tell a ban from a limit: abnormal-usage-detected
+				banned(3600, xrl(1, 0, 3600)).with("Accept", "application/problem+json"),
 				ok(xrl(1, 0, 60)).from("198.51.100.7:1"), // another client
+				// whose denial is a limit's: quota-exceeded
+				problem(60, "1-per-1m", xrl(1, 0, 60)).from("198.51.100.7:1").with("Accept", "application/problem+json"),
 			),
-			wantAllowed: []bool{true, false, false, false, true},
-			wantBanned:  []bool{false, false, true, false, false},
+			wantAllowed: []bool{true, false, false, false, false, true, false},
+			wantBanned:  []bool{false, false, true, false, false, false, false},
 		},
 		{
 			name: "Refund: Retry-After follows at once, never below empty",
@@ -848,13 +874,20 @@ func stacked(name string, strictOutside bool) scenario {
 	if strictOutside {
 		rules = []core.Rule{strict, loose}
 	}
+	// one style per response: the first rule's that shows fields
+	fields := func(remaining int) map[string]string {
+		if strictOutside {
+			return xrl(2, remaining, 60)
+		}
+		return ietf(`"2-per-1m";q=2;w=60`, fmt.Sprintf(`"2-per-1m";r=%d;t=60`, remaining))
+	}
 	return scenario{
 		name: name,
 		app:  on(rules...),
 		steps: steps(
-			ok(xrl(2, 1, 60)),
-			ok(xrl(2, 0, 60)),
-			tooMany(60, xrl(2, 0, 60)),
+			ok(fields(1)),
+			ok(fields(0)),
+			tooMany(60, fields(0)),
 		),
 	}
 }
