@@ -149,5 +149,5 @@ func normalize(p string) string {
 //
 //	r.Use(chimw.LimitByIP(l, 100, time.Minute))
 func LimitByIP(l *core.Limiter, n int64, window time.Duration) func(http.Handler) http.Handler {
-	return Limit(l, core.ByIP(n, window))
+	return must.Build(New(l, must.ByIP(l, n, window)))
 }

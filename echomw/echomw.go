@@ -121,7 +121,7 @@ func Limit(l *core.Limiter, rule core.Rule) echo.MiddlewareFunc {
 //
 //	e.Use(echomw.LimitByIP(l, 100, time.Minute))
 func LimitByIP(l *core.Limiter, n int64, window time.Duration) echo.MiddlewareFunc {
-	return Limit(l, core.ByIP(n, window))
+	return must.Build(New(l, must.ByIP(l, n, window)))
 }
 
 // Key keys a request by a value that earlier echo middleware stored with

@@ -67,7 +67,7 @@ func Limit(l *core.Limiter, rule core.Rule) gin.HandlerFunc {
 //
 //	r.Use(ginmw.LimitByIP(l, 100, time.Minute))
 func LimitByIP(l *core.Limiter, n int64, window time.Duration) gin.HandlerFunc {
-	return Limit(l, core.ByIP(n, window))
+	return must.Build(New(l, must.ByIP(l, n, window)))
 }
 
 // Key keys a request by a value that earlier gin middleware stored with

@@ -128,5 +128,5 @@ func (h routed) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 //
 //	http.ListenAndServe(":8080", nethttp.LimitByIP(l, 100, time.Minute)(mux))
 func LimitByIP(l *core.Limiter, n int64, window time.Duration) func(http.Handler) http.Handler {
-	return Limit(l, core.ByIP(n, window))
+	return must.Build(New(l, must.ByIP(l, n, window)))
 }

@@ -1200,6 +1200,40 @@ func TestInvalidRule(t *testing.T) {
 	}
 }
 
+// TestLimitByIPMessages: LimitByIP panics at start-up with what is wrong,
+// named after the call the user wrote, not after the rule it builds.
+func TestLimitByIPMessages(t *testing.T) {
+	byIP := map[string]func(l *core.Limiter, n int64, window time.Duration){
+		"nethttp": func(l *core.Limiter, n int64, w time.Duration) { nethttp.LimitByIP(l, n, w) },
+		"chimw":   func(l *core.Limiter, n int64, w time.Duration) { chimw.LimitByIP(l, n, w) },
+		"ginmw":   func(l *core.Limiter, n int64, w time.Duration) { ginmw.LimitByIP(l, n, w) },
+		"echomw":  func(l *core.Limiter, n int64, w time.Duration) { echomw.LimitByIP(l, n, w) },
+	}
+	for pkg, limitByIP := range byIP {
+		for _, tc := range []struct {
+			l      *core.Limiter
+			n      int64
+			window time.Duration
+			want   string
+			is     error
+		}{
+			{core.NewMemory(), 0, time.Minute, "ratewindow: invalid limit: count 0 must be > 0 (" + pkg + ".LimitByIP(l, 0, 1m0s))", core.ErrInvalidLimit},
+			{core.NewMemory(), 5, 0, "ratewindow: invalid limit: window 0s must be from 1ms to MaxWindow (8784h0m0s) (" + pkg + ".LimitByIP(l, 5, 0s))", core.ErrInvalidLimit},
+			{nil, 5, time.Minute, "ratewindow: nil Limiter (" + pkg + ".LimitByIP(l, 5, 1m0s))", nil},
+		} {
+			func() {
+				defer func() {
+					err, _ := recover().(error)
+					if err == nil || err.Error() != tc.want || (tc.is != nil && !errors.Is(err, tc.is)) {
+						t.Errorf("%s.LimitByIP(l, %d, %s) panicked with %v, want %q", pkg, tc.n, tc.window, err, tc.want)
+					}
+				}()
+				limitByIP(tc.l, tc.n, tc.window)
+			}()
+		}
+	}
+}
+
 // TestFrameworkKey: ginmw.Key and echomw.Key read what earlier middleware
 // stored in the framework's context; a request without it is a key error,
 // limited under the fallback key.
