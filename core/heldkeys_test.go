@@ -2,10 +2,14 @@ package core
 
 import (
 	"context"
+	"errors"
 	"runtime"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/redis/go-redis/v9"
 
@@ -232,5 +236,117 @@ func TestHeldKeyForms(t *testing.T) {
 	}
 	if got, want := keyTag(DefaultPrefix, long), "rw:{"+heldKey(long)+"}:"; got != want {
 		t.Errorf("storage tag of a long key: %q, want %q", got, want)
+	}
+}
+
+// TestLimitNameBound: a Limit's Name is at most MaxLimitName bytes, for
+// every call and for a rule's LimitsFor sets, which keep none beyond.
+func TestLimitNameBound(t *testing.T) {
+	ctx := context.Background()
+	long := Limit{Name: strings.Repeat("n", MaxLimitName+1), Count: 1, Window: time.Second}
+	if err := long.Validate(); err == nil || err.Error() != "ratewindow: invalid limit: a name of 65 bytes is longer than MaxLimitName 64" {
+		t.Errorf("Validate: %v", err)
+	}
+	if _, err := NewMemory().Allow(ctx, "k", long); !errors.Is(err, ErrInvalidLimit) || err.Error() != "ratewindow: invalid limit #0: a name of 65 bytes is longer than MaxLimitName 64" {
+		t.Errorf("Allow: %v", err)
+	}
+	var sets limitSets
+	for i := range 100 {
+		huge := Limit{Name: longKey(longKeyBytes, i), Count: 1, Window: time.Second}
+		if _, err := sets.get([]Limit{huge}); !errors.Is(err, ErrInvalidLimit) {
+			t.Fatalf("a LimitsFor set with a name of %d bytes: %v", len(huge.Name), err)
+		}
+	}
+	if sets.n != 0 {
+		t.Fatalf("%d sets with overlong names kept", sets.n)
+	}
+}
+
+// TestHeldLimitNames: the deny cache and a rule's LimitsFor sets keep the
+// limits' names as strings of their own: 1,000 denials, or sets, whose
+// names were cut from 100 KB strings keep at most heldBytesPerKey each
+// (each kept its 100 KB before); and the worst case, MaxLimits limits with
+// names of MaxLimitName bytes, is logged per entry.
+func TestHeldLimitNames(t *testing.T) {
+	cut := func(i int) []Limit { // a limit named by 16 bytes of a 100 KB string
+		return []Limit{{Name: longKey(longKeyBytes, i)[longKeyBytes-16:], Count: 1, Window: time.Minute}}
+	}
+	widest := func(i int) []Limit { // MaxLimits limits, names of MaxLimitName
+		limits := make([]Limit, MaxLimits)
+		for j := range limits {
+			limits[j] = Limit{Name: longKey(MaxLimitName, i*MaxLimits+j), Count: 1, Window: time.Duration(j+1) * time.Minute}
+		}
+		return limits
+	}
+	cases := []struct {
+		name   string
+		limits func(i int) []Limit
+		bound  float64
+	}{
+		{"names cut from 100 KB strings", cut, heldBytesPerKey},
+		{"MaxLimits limits with names of MaxLimitName", widest, 32 << 10},
+	}
+	for _, c := range cases {
+		t.Run("deny cache/"+c.name, func(t *testing.T) {
+			dc := newDenyCache(4 * longKeys) // room to spare in every shard
+			before := heapAfterGC()
+			for i := range longKeys {
+				limits := c.limits(i)
+				dc.put(longKey(maxRawKey, i), 1, limits, 0, Result{Limit: limits[0], RetryAfter: time.Minute, ResetAfter: time.Minute})
+			}
+			after := heapAfterGC()
+			runtime.KeepAlive(dc)
+			if n := dc.len(); n != longKeys {
+				t.Fatalf("%d denials held, want %d", n, longKeys)
+			}
+			per := (float64(after) - float64(before)) / longKeys
+			t.Logf("%d denials: %.0f bytes each", longKeys, per)
+			if per > c.bound {
+				t.Fatalf("%.0f bytes held per denial, want at most %.0f", per, c.bound)
+			}
+		})
+		t.Run("limit sets/"+c.name, func(t *testing.T) {
+			var sets limitSets
+			before := heapAfterGC()
+			for i := range maxLimitSets {
+				if _, err := sets.get(c.limits(i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			after := heapAfterGC()
+			runtime.KeepAlive(&sets)
+			if sets.n != maxLimitSets {
+				t.Fatalf("%d sets kept, want %d", sets.n, maxLimitSets)
+			}
+			per := (float64(after) - float64(before)) / maxLimitSets
+			t.Logf("%d sets: %.0f bytes each", maxLimitSets, per)
+			if per > c.bound {
+				t.Fatalf("%.0f bytes held per set, want at most %.0f", per, c.bound)
+			}
+		})
+	}
+}
+
+// TestOwnLimits: ownLimits copies the limits with names of their own,
+// equal to the caller's.
+func TestOwnLimits(t *testing.T) {
+	big := longKey(1000, 1)
+	for _, limits := range [][]Limit{
+		{PerMinute(1)},
+		{{Name: big[:5], Count: 1, Window: time.Second}, PerMinute(2), {Name: big[990:], Count: 3, Window: time.Hour}},
+	} {
+		own := ownLimits(limits)
+		if !slices.Equal(own, limits) {
+			t.Fatalf("ownLimits(%v) = %v", limits, own)
+		}
+		for i := range own {
+			if own[i].Name != "" && unsafe.StringData(own[i].Name) == unsafe.StringData(limits[i].Name) {
+				t.Fatalf("limit %d shares its name with the caller's", i)
+			}
+		}
+		own[0].Count = 99
+		if limits[0].Count == 99 {
+			t.Fatal("ownLimits shares the caller's slice")
+		}
 	}
 }
