@@ -164,7 +164,8 @@ func (c *denyCache) put(key string, n int64, limits []Limit, now int64, r Result
 	defer sh.mu.Unlock()
 	ds := sh.m[key]
 	if i := findDenial(ds, n, limits); i >= 0 {
-		ds[i].until, ds[i].result = until, r // a probe, if any, settles itself
+		// a probe, if any, settles itself
+		ds[i].until, ds[i].result = until, ownResult(r, ds[i].limits)
 		return
 	}
 	// the map keeps the key of its latest assignment: always one of its own
@@ -177,15 +178,21 @@ func (c *denyCache) put(key string, n int64, limits []Limit, now int64, r Result
 		sh.evict(key, now)
 	}
 	own := ownLimits(limits)
-	// the binding limit's name is the denial's own too: one of its limits'
+	ds = sh.m[key]
+	sh.m[key] = append(ds, denial{n: n, limits: own, until: until, result: ownResult(r, own)})
+	sh.n++
+}
+
+// ownResult returns r with the name of its binding limit taken from own,
+// a denial's own copy of its limits (see ownLimits), rather than the
+// caller's string; copied if the limit is none of them.
+func ownResult(r Result, own []Limit) Result {
 	if i := slices.Index(own, r.Limit); i >= 0 {
 		r.Limit.Name = own[i].Name
 	} else {
 		r.Limit.Name = strings.Clone(r.Limit.Name)
 	}
-	ds = sh.m[key]
-	sh.m[key] = append(ds, denial{n: n, limits: own, until: until, result: r})
-	sh.n++
+	return r
 }
 
 // evict drops the denials of one key other than keep: the first of a few

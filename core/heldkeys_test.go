@@ -291,8 +291,11 @@ func TestHeldLimitNames(t *testing.T) {
 			dc := newDenyCache(4 * longKeys) // room to spare in every shard
 			before := heapAfterGC()
 			for i := range longKeys {
-				limits := c.limits(i)
-				dc.put(longKey(maxRawKey, i), 1, limits, 0, Result{Limit: limits[0], RetryAfter: time.Minute, ResetAfter: time.Minute})
+				key := longKey(maxRawKey, i)
+				for range 2 { // the second put renews the denial, with limits equal but not the same
+					limits := c.limits(i)
+					dc.put(key, 1, limits, 0, Result{Limit: limits[0], RetryAfter: time.Minute, ResetAfter: time.Minute})
+				}
 			}
 			after := heapAfterGC()
 			runtime.KeepAlive(dc)

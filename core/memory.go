@@ -16,7 +16,7 @@ import (
 // are checked on every sweepEvery-th call, so memory follows the live keys.
 // A key is kept as heldKey makes it: itself (a copy of its own) up to
 // maxRawKey bytes, else its 23-byte digest, so that no client-chosen key
-// holds more than that (see TestHeldKeysMemory).
+// holds more than that (see TestHeldKeys).
 type memoryStore struct {
 	seed   maphash.Seed
 	clock  func() int64 // µs since the epoch
