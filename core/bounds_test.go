@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"strings"
 	"testing"
 	"time"
 )
@@ -20,6 +21,7 @@ func TestBounds(t *testing.T) {
 		tooMany[i] = Per(1, time.Duration(i+1)*time.Second)
 	}
 	copy(atMost, tooMany)
+	atMost[0].Name = strings.Repeat("n", MaxLimitName)
 	bad := []struct {
 		name   string
 		limits []Limit
@@ -28,6 +30,7 @@ func TestBounds(t *testing.T) {
 		{"window above MaxWindow", []Limit{Per(1, MaxWindow+time.Millisecond)}},
 		{"the largest duration", []Limit{Per(1, math.MaxInt64).With(SlidingBuckets)}},
 		{"buckets above MaxBuckets", []Limit{{Count: 10, Window: 10 * time.Second, Algorithm: SlidingBuckets, Precision: time.Millisecond}}},
+		{"name above MaxLimitName", []Limit{{Name: strings.Repeat("n", MaxLimitName+1), Count: 1, Window: time.Second}}},
 	}
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {

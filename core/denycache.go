@@ -3,6 +3,7 @@ package core
 import (
 	"hash/maphash"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -15,6 +16,16 @@ import (
 //
 // It holds at most size denials: the size is split over the shards, and a
 // full shard evicts a key, preferring one whose denials have all expired.
+//
+// It keeps no client-chosen bytes beyond a fixed size per denial: a key
+// longer than maxRawKey is kept as its 23-byte digest (see heldKey; a
+// digest stands for one key only, as in storage keys), a short one as a
+// copy of its own; a denial's limits are at most MaxLimits, with names of
+// at most MaxLimitName bytes, copied (see ownLimits). A denial under one
+// limit takes about 430 bytes of heap with a key of maxRawKey bytes (less
+// with a shorter key or a digest), 2.3 KB under MaxLimits limits with names
+// of MaxLimitName bytes (measured by TestHeldKeys and TestHeldLimitNames):
+// the cache holds at most about size × 2.5 KB, whatever its clients send.
 //
 // A denial that has expired is asked again by one request at a time (its
 // probe): the others of the same key, cost and limits wait for that answer
@@ -78,7 +89,7 @@ func (c *denyCache) shard(key string) *denyShard {
 // backend (and must call settle with p afterwards), true when another
 // caller is asking already and p is the probe to wait for.
 func (c *denyCache) get(key string, n int64, limits []Limit, now int64) (r Result, ok bool, p *probe, wait bool) {
-	sh, d := c.locked(key, n, limits)
+	sh, d := c.locked(heldKey(key), n, limits)
 	defer sh.mu.Unlock()
 	if d == nil {
 		return Result{}, false, nil, false
@@ -97,7 +108,7 @@ func (c *denyCache) get(key string, n int64, limits []Limit, now int64) (r Resul
 // its durations counted down to now (an expired one is due again in a
 // millisecond), and whether there is one. It starts no probe.
 func (c *denyCache) last(key string, n int64, limits []Limit, now int64) (Result, bool) {
-	sh, d := c.locked(key, n, limits)
+	sh, d := c.locked(heldKey(key), n, limits)
 	defer sh.mu.Unlock()
 	if d == nil {
 		return Result{}, false
@@ -105,8 +116,8 @@ func (c *denyCache) last(key string, n int64, limits []Limit, now int64) (Result
 	return d.countedDown(now, time.Millisecond), true
 }
 
-// locked returns key's shard, locked (the caller unlocks it), and the
-// denial of n units under limits in it, or nil.
+// locked returns the shard of key (a heldKey), locked (the caller unlocks
+// it), and the denial of n units under limits in it, or nil.
 func (c *denyCache) locked(key string, n int64, limits []Limit) (*denyShard, *denial) {
 	sh := c.shard(key)
 	sh.mu.Lock()
@@ -133,7 +144,7 @@ func (d *denial) countedDown(now int64, least time.Duration) Result {
 // asked, and p's waiters wake up to look again (a denial put meanwhile
 // answers them; otherwise the first becomes the next probe).
 func (c *denyCache) settle(key string, n int64, limits []Limit, p *probe) {
-	sh, d := c.locked(key, n, limits)
+	sh, d := c.locked(heldKey(key), n, limits)
 	if d != nil && d.probe == p {
 		d.probe = nil
 	}
@@ -147,14 +158,18 @@ func (c *denyCache) put(key string, n int64, limits []Limit, now int64, r Result
 		return
 	}
 	until := now + int64(r.RetryAfter)
+	key = heldKey(key)
 	sh := c.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	ds := sh.m[key]
 	if i := findDenial(ds, n, limits); i >= 0 {
-		ds[i].until, ds[i].result = until, r // a probe, if any, settles itself
+		// a probe, if any, settles itself
+		ds[i].until, ds[i].result = until, ownResult(r, ds[i].limits)
 		return
 	}
+	// the map keeps the key of its latest assignment: always one of its own
+	key = ownKey(key)
 	switch {
 	case len(ds) >= denialsPerKey, len(ds) > 0 && sh.n >= sh.size && len(sh.m) == 1:
 		// make room in this key: drop its oldest denial
@@ -162,9 +177,22 @@ func (c *denyCache) put(key string, n int64, limits []Limit, now int64, r Result
 	case sh.n >= sh.size:
 		sh.evict(key, now)
 	}
+	own := ownLimits(limits)
 	ds = sh.m[key]
-	sh.m[key] = append(ds, denial{n: n, limits: slices.Clone(limits), until: until, result: r})
+	sh.m[key] = append(ds, denial{n: n, limits: own, until: until, result: ownResult(r, own)})
 	sh.n++
+}
+
+// ownResult returns r with the name of its binding limit taken from own,
+// a denial's own copy of its limits (see ownLimits), rather than the
+// caller's string; copied if the limit is none of them.
+func ownResult(r Result, own []Limit) Result {
+	if i := slices.Index(own, r.Limit); i >= 0 {
+		r.Limit.Name = own[i].Name
+	} else {
+		r.Limit.Name = strings.Clone(r.Limit.Name)
+	}
+	return r
 }
 
 // evict drops the denials of one key other than keep: the first of a few
@@ -205,6 +233,7 @@ func (sh *denyShard) drop(key string, ds []denial, i int) {
 
 // forget drops every denial of key.
 func (c *denyCache) forget(key string) {
+	key = heldKey(key)
 	sh := c.shard(key)
 	sh.mu.Lock()
 	sh.n -= len(sh.m[key])

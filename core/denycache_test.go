@@ -193,7 +193,7 @@ func TestDenyCacheBounded(t *testing.T) {
 					}
 				}
 				if i == 10_000 {
-					heap10k = heapInUseAfterGC()
+					heap10k = heapAfterGC()
 				}
 			}
 			if n := c.len(); n != size {
@@ -208,19 +208,12 @@ func TestDenyCacheBounded(t *testing.T) {
 			if held != size {
 				t.Fatalf("maps hold %d denials, count says %d", held, size)
 			}
-			if grown := int64(heapInUseAfterGC()) - int64(heap10k); grown > 4<<20 {
+			if grown := int64(heapAfterGC()) - int64(heap10k); grown > 4<<20 {
 				t.Fatalf("heap grew %d bytes between 10k and 200k keys", grown)
 			}
 			runtime.KeepAlive(c)
 		})
 	}
-}
-
-func heapInUseAfterGC() uint64 {
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.HeapInuse
 }
 
 // TestDenyCacheEntries: the unit behaviour of one shard.

@@ -70,21 +70,60 @@ func appendKeys(dst []string, prefix, key string, limits []Limit, own int) []str
 
 // appendTag appends "<prefix>{<key>}:", the part of the storage key shared
 // by every limit of key, to b. The braces make it a Redis Cluster hash tag,
-// so all limits of one key live in one slot. Keys longer than maxRawKey,
-// keys with a brace (which would end the tag early) and keys starting with
-// '#' (the mark of a hashed key) are replaced by '#' and 22 characters of
-// SHA-256.
+// so all limits of one key live in one slot. Keys that the process keeps
+// as a digest (see hashedKey) and keys with a brace (which would end the
+// tag early) are replaced by their digest (see appendDigest).
 func appendTag(b []byte, prefix, key string) []byte {
 	b = append(b, prefix...)
 	b = append(b, '{')
-	if len(key) > maxRawKey || strings.ContainsAny(key, "{}") || key[0] == '#' {
-		sum := sha256.Sum256([]byte(key))
-		b = append(b, '#')
-		b = base64.RawURLEncoding.AppendEncode(b, sum[:16])
+	if hashedKey(key) || strings.ContainsAny(key, "{}") {
+		b = appendDigest(b, key)
 	} else {
 		b = append(b, key...)
 	}
 	return append(b, '}', ':')
+}
+
+// hashedKey reports whether key is replaced by its digest, in storage keys
+// and in every per-key structure of the process (the deny cache, the
+// memory backend): keys longer than maxRawKey, and keys starting with '#'
+// (the mark of a digest, so that no key can pose as another's digest).
+func hashedKey(key string) bool { return len(key) > maxRawKey || key != "" && key[0] == '#' }
+
+// digestLen is the length of a digest written by appendDigest.
+const digestLen = 1 + 22
+
+// appendDigest appends the digest of key to b: '#' and the first 128 bits
+// of its SHA-256 in 22 characters of base64url. Two keys share a digest
+// only by a collision of SHA-256 in 128 bits: about 2^64 keys must be
+// tried to find any such pair, so a key never stands for another.
+func appendDigest(b []byte, key string) []byte {
+	sum := sha256.Sum256([]byte(key))
+	b = append(b, '#')
+	return base64.RawURLEncoding.AppendEncode(b, sum[:16])
+}
+
+// heldKey returns the form of key that a per-key structure of the process
+// keeps: key itself, at most maxRawKey bytes, or its digest of digestLen
+// bytes (see hashedKey). It allocates only for a digest. A structure keeps
+// a string of its own (see ownKey): a short key may share its memory with
+// a larger string (a slice of a request's buffer), which keeping the key
+// would keep whole.
+func heldKey(key string) string {
+	if !hashedKey(key) {
+		return key
+	}
+	var buf [digestLen]byte
+	return string(appendDigest(buf[:0], key))
+}
+
+// ownKey returns h, a result of heldKey, as a string of its own, for a map
+// to keep: a digest is one already; a short key is copied.
+func ownKey(h string) string {
+	if hashedKey(h) {
+		return h
+	}
+	return strings.Clone(h)
 }
 
 // appendLimit appends the part of a storage key that names limit l: the

@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -55,7 +56,8 @@ func (a Algorithm) letter() byte {
 // Limit admits at most Count units in any sliding window of length Window.
 type Limit struct {
 	// Name identifies the limit in the RateLimit-Policy header. When empty,
-	// a name is derived from Count and Window, such as "100-per-1m".
+	// a name is derived from Count and Window, such as "100-per-1m". It is
+	// at most MaxLimitName bytes.
 	Name string
 	// Count is the number of units admitted in any Window. It must be > 0.
 	Count int64
@@ -84,6 +86,11 @@ const (
 	MaxBuckets = 1024
 	// MaxLimits is the most limits of one call or Rule.
 	MaxLimits = 16
+	// MaxLimitName is the longest Name of a Limit, in bytes. The Limiter
+	// keeps the limits of a denial (the deny cache) and of a rule's
+	// LimitsFor sets: their names are bounded so that each such entry has
+	// a fixed size at most.
+	MaxLimitName = 64
 )
 
 // Per returns a SlidingLog limit of n units per window.
@@ -130,6 +137,8 @@ func (l Limit) problem() string {
 		return fmt.Sprintf("precision %s must be between 1ms and the window %s", l.Precision, l.Window)
 	case l.Algorithm == SlidingBuckets && (l.Window+l.precision()-1)/l.precision() > MaxBuckets:
 		return fmt.Sprintf("a window of %s holds %d buckets of %s, above MaxBuckets %d: use a longer Precision", l.Window, (l.Window+l.precision()-1)/l.precision(), l.precision(), MaxBuckets)
+	case len(l.Name) > MaxLimitName:
+		return fmt.Sprintf("a name of %d bytes is longer than MaxLimitName %d", len(l.Name), MaxLimitName)
 	}
 	return ""
 }
@@ -141,6 +150,31 @@ func (l Limit) PolicyName() string {
 		return l.Name
 	}
 	return strconv.FormatInt(l.Count, 10) + "-per-" + shortDuration(l.Window)
+}
+
+// ownLimits returns a copy of limits for a structure to keep, whose names
+// are strings of its own: a name may be cut from a larger string (a
+// request's header, say), which keeping the caller's string would keep
+// whole. The names share one allocation.
+func ownLimits(limits []Limit) []Limit {
+	own := slices.Clone(limits)
+	size := 0
+	for _, l := range own {
+		size += len(l.Name)
+	}
+	if size == 0 {
+		return own
+	}
+	names := make([]byte, 0, size)
+	for _, l := range own {
+		names = append(names, l.Name...)
+	}
+	all := string(names)
+	for i := range own {
+		n := len(own[i].Name)
+		own[i].Name, all = all[:n], all[n:]
+	}
+	return own
 }
 
 // shortDuration writes d in its largest whole unit: 1h, 15m, 30s, 250ms.

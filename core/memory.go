@@ -14,6 +14,9 @@ import (
 // It is safe for concurrent use: keys are spread over mutex-guarded shards.
 // Expired state is dropped when a key is touched, and a few keys of a shard
 // are checked on every sweepEvery-th call, so memory follows the live keys.
+// A key is kept as heldKey makes it: itself (a copy of its own) up to
+// maxRawKey bytes, else its 23-byte digest, so that no client-chosen key
+// holds more than that (see TestHeldKeys).
 type memoryStore struct {
 	seed   maphash.Seed
 	clock  func() int64 // µs since the epoch
@@ -66,12 +69,11 @@ func (s *memoryStore) shard(key string) *memShard {
 	return &s.shards[maphash.String(s.seed, key)%memShards]
 }
 
-// lock returns key's shard locked, and the time of the call. Every
-// sweepEvery-th call first sweeps the next shard in turn, so shards without
-// traffic are swept too.
-func (s *memoryStore) lock(q *query) (*memShard, int64) { return s.lockKey(q.key, q.now) }
-
-func (s *memoryStore) lockKey(key string, now int64) (*memShard, int64) {
+// lock returns the shard of q's key locked, the key as the shard keeps it
+// (see heldKey), and the time of the call. Every sweepEvery-th call first
+// sweeps the next shard in turn, so shards without traffic are swept too.
+func (s *memoryStore) lock(q *query) (*memShard, string, int64) {
+	key, now := heldKey(q.key), q.now
 	if now == 0 {
 		now = s.clock()
 	}
@@ -83,7 +85,7 @@ func (s *memoryStore) lockKey(key string, now int64) (*memShard, int64) {
 	}
 	sh := s.shard(key)
 	sh.mu.Lock()
-	return sh, now
+	return sh, key, now
 }
 
 // sweep drops expired keys the way Redis's active expiry does: it samples
@@ -107,14 +109,10 @@ func (sh *memShard) sweep(now int64) {
 	}
 }
 
-// states returns the state of each limit of q, created when missing, and
-// the µs the key stays blocked (0: not blocked).
+// states returns the state of each limit of key (a heldKey), created when
+// missing, and the µs the key stays blocked (0: not blocked).
 func (sh *memShard) states(key string, limits []Limit, now int64, dst []*memState) ([]*memState, int64) {
-	mk := sh.keys[key]
-	if mk == nil {
-		mk = &memKey{}
-		sh.keys[key] = mk
-	}
+	mk := sh.key(key)
 	var blocked int64
 	if mk.blocked > now {
 		blocked = mk.blocked - now
@@ -133,6 +131,16 @@ func (sh *memShard) states(key string, limits []Limit, now int64, dst []*memStat
 		dst = append(dst, st)
 	}
 	return dst, blocked
+}
+
+// key returns the state of key (a heldKey), created when missing.
+func (sh *memShard) key(key string) *memKey {
+	mk := sh.keys[key]
+	if mk == nil {
+		mk = &memKey{}
+		sh.keys[ownKey(key)] = mk
+	}
+	return mk
 }
 
 // find returns the state of limit l, or nil.
@@ -336,10 +344,10 @@ func floorDiv(a, b int64) int64 {
 
 // allow mirrors decide in algorithms.lua.
 func (s *memoryStore) allow(_ context.Context, q *query) error {
-	sh, now := s.lock(q)
+	sh, key, now := s.lock(q)
 	defer sh.mu.Unlock()
 	var buf [4]*memState
-	mstates, blocked := sh.states(q.key, q.limits, now, buf[:0])
+	mstates, blocked := sh.states(key, q.limits, now, buf[:0])
 	states := q.decided(blocked == 0)
 	q.at, q.blocked = now, blocked > 0
 	for i, st := range mstates {
@@ -350,7 +358,7 @@ func (s *memoryStore) allow(_ context.Context, q *query) error {
 		states[i] = limitState{remaining: f, retry: r, reset: z}
 	}
 	if p := q.penalty; p != nil && !q.allowed && q.commit && blocked == 0 {
-		if blocked = sh.penalize(q.key, p, now); blocked > 0 {
+		if blocked = sh.penalize(key, p, now); blocked > 0 {
 			q.blocked, q.banned = true, true
 		}
 	}
@@ -367,7 +375,7 @@ func (s *memoryStore) allow(_ context.Context, q *query) error {
 			states[i].reset = max(states[i].reset, blocked)
 		}
 	}
-	sh.touch(q.key, now)
+	sh.touch(key, now)
 	return nil
 }
 
@@ -389,9 +397,9 @@ func (sh *memShard) penalize(key string, p *Penalty, now int64) int64 {
 
 // refund mirrors refund.lua.
 func (s *memoryStore) refund(_ context.Context, q *query) error {
-	sh, now := s.lock(q)
+	sh, key, now := s.lock(q)
 	defer sh.mu.Unlock()
-	mk := sh.keys[q.key]
+	mk := sh.keys[key]
 	if mk == nil {
 		return nil
 	}
@@ -400,7 +408,7 @@ func (s *memoryStore) refund(_ context.Context, q *query) error {
 			st.refund(l.Count, q.n, now, q.at)
 		}
 	}
-	sh.touch(q.key, now)
+	sh.touch(key, now)
 	return nil
 }
 
@@ -476,34 +484,34 @@ func (st *memState) refund(count, n, now, at int64) int64 {
 }
 
 func (s *memoryStore) reserve(_ context.Context, q *query, longest int64) (reservation, error) {
-	sh, now := s.lock(q)
+	sh, key, now := s.lock(q)
 	defer sh.mu.Unlock()
 	var buf [4]*memState
-	states, blocked := sh.states(q.key, q.limits, now, buf[:0])
+	states, blocked := sh.states(key, q.limits, now, buf[:0])
 	at := now + blocked
 	for i, st := range states {
 		_, retry, _ := st.check(q.limits[i].Count, q.n, now)
 		if retry < 0 {
-			sh.touch(q.key, now)
+			sh.touch(key, now)
 			return reservation{wait: -1}, nil
 		}
 		at = max(at, now+retry)
 	}
 	if longest >= 0 && at-now > longest {
-		sh.touch(q.key, now)
+		sh.touch(key, now)
 		return reservation{wait: at - now}, nil
 	}
 	for _, st := range states {
 		st.add(q.n, at, now)
 	}
-	sh.touch(q.key, now)
+	sh.touch(key, now)
 	return reservation{ok: true, wait: at - now, at: at}, nil
 }
 
 func (s *memoryStore) release(_ context.Context, q *query, r reservation) error {
-	sh, now := s.lock(q)
+	sh, key, now := s.lock(q)
 	defer sh.mu.Unlock()
-	mk := sh.keys[q.key]
+	mk := sh.keys[key]
 	if mk == nil {
 		return nil
 	}
@@ -522,27 +530,23 @@ func (s *memoryStore) release(_ context.Context, q *query, r reservation) error 
 			}
 		}
 	}
-	sh.touch(q.key, now)
+	sh.touch(key, now)
 	return nil
 }
 
 func (s *memoryStore) block(_ context.Context, q *query, d int64) error {
-	sh, now := s.lock(q)
+	sh, key, now := s.lock(q)
 	defer sh.mu.Unlock()
-	mk := sh.keys[q.key]
-	if mk == nil {
-		mk = &memKey{}
-		sh.keys[q.key] = mk
-	}
+	mk := sh.key(key)
 	mk.blocked = max(mk.blocked, now+d)
-	sh.touch(q.key, now)
+	sh.touch(key, now)
 	return nil
 }
 
 func (s *memoryStore) reset(_ context.Context, q *query) error {
-	sh, now := s.lock(q)
+	sh, key, now := s.lock(q)
 	defer sh.mu.Unlock()
-	mk := sh.keys[q.key]
+	mk := sh.keys[key]
 	if mk == nil {
 		return nil
 	}
@@ -552,6 +556,6 @@ func (s *memoryStore) reset(_ context.Context, q *query) error {
 			st.clear()
 		}
 	}
-	sh.touch(q.key, now)
+	sh.touch(key, now)
 	return nil
 }

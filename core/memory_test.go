@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -59,6 +60,8 @@ func TestLimitValidateAndString(t *testing.T) {
 		{Limit{Name: "burst", Count: 1, Window: time.Second}, true, "1 per 1s (sliding-log)", "burst"},
 		{Per(0, time.Second), false, "0 per 1s (sliding-log)", "0-per-1s"},
 		{Per(1, time.Microsecond), false, "1 per 1µs (sliding-log)", "1-per-1us"},
+		{Limit{Name: strings.Repeat("n", MaxLimitName), Count: 1, Window: time.Second}, true, "1 per 1s (sliding-log)", strings.Repeat("n", MaxLimitName)},
+		{Limit{Name: strings.Repeat("n", MaxLimitName+1), Count: 1, Window: time.Second}, false, "1 per 1s (sliding-log)", strings.Repeat("n", MaxLimitName+1)},
 	}
 	for _, c := range cases {
 		if err := c.limit.Validate(); (err == nil) != c.valid {

@@ -133,9 +133,15 @@ func WithLocalShare(share float64) Option { return Option{func(c *config) { c.sh
 // is kept per key, limits and cost, and a request with a smaller cost or
 // other limits goes to Redis. Reset forgets the key's denials in this
 // Limiter (not in other replicas). When full, the cache evicts, preferring
-// expired denials; its memory is bounded by size. Zero turns the cache off.
-// Default DefaultDenyCacheSize. NewMemory has no deny cache: it has no
-// round trip to save.
+// expired denials. Zero turns the cache off. Default DefaultDenyCacheSize.
+// NewMemory has no deny cache: it has no round trip to save.
+//
+// Its memory is bounded in bytes, whatever the clients send: a key longer
+// than 128 bytes is kept as a 23-byte digest, and a Limit's name is at
+// most MaxLimitName bytes. A denial under one limit takes at most about
+// 430 bytes (4.3 MB at the default size), and under MaxLimits limits with
+// names of MaxLimitName bytes about 2.3 KB: the cache holds at most about
+// size × 2.5 KB (25 MB at the default size).
 func WithDenyCache(size int) Option { return Option{func(c *config) { c.cacheSize = size }} }
 
 // WithObserver sets a function that receives an Event for every decision:
