@@ -19,9 +19,9 @@
 // finds the pattern the router will match, with the router's Find. A
 // request that matches no route (chi's 404) has no pattern: a rule
 // installed with Use and keyed by keyfuncs.Route fails with
-// keyfuncs.ErrNoRoute for it, a key error that the rule's OnError and the
-// Limiter's failure mode answer (FailClosed: 503 instead of 404);
-// keyfuncs.Or gives such requests a key of their own. The middleware must
+// keyfuncs.ErrNoRoute for it, a key error: the rule's OnError is called
+// and the request is counted under the rule's FallbackKey (see
+// core.Rule.Key); keyfuncs.Or gives such requests a key of their own. The middleware must
 // run inside a chi router (Use, With, Group or Route); wrapping a router
 // from outside gives no pattern.
 //
@@ -149,5 +149,5 @@ func normalize(p string) string {
 //
 //	r.Use(chimw.LimitByIP(l, 100, time.Minute))
 func LimitByIP(l *core.Limiter, n int64, window time.Duration) func(http.Handler) http.Handler {
-	return Limit(l, core.ByIP(n, window))
+	return must.Build(New(l, must.ByIP(l, n, window)))
 }

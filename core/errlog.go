@@ -33,14 +33,27 @@ type errorLog struct {
 
 const errorLogEvery = time.Second
 
-func (l *errorLog) log(err error, mode FailureMode) {
+// What a rule did about an error it logs: the log line's message.
+const (
+	fallbackMessage  = "ratewindow: a rule's key, cost or limits could not be computed; the request was limited under the rule's fallback (see Rule.FallbackKey)"
+	failureMessage   = "ratewindow: a rule could not decide; the failure mode answered"
+	refundMessage    = "ratewindow: a rule could not give back a request's units (Rule.CountIf)"
+	undecidedMessage = "ratewindow: a request got no decision and was answered 503"
+)
+
+// log logs err with msg, and the failure mode when it answered.
+func (l *errorLog) log(err error, msg string, mode FailureMode) {
 	now := time.Now().UnixNano()
 	next := l.next.Load()
 	if now < next || !l.next.CompareAndSwap(next, now+int64(errorLogEvery)) {
 		l.skipped.Add(1)
 		return
 	}
-	slog.Default().LogAttrs(context.Background(), slog.LevelWarn, "ratewindow: a rule could not decide; the failure mode answered",
-		slog.String("error", err.Error()), slog.String("failure_mode", mode.String()),
-		slog.Int64("errors_not_logged", l.skipped.Swap(0)))
+	attrs := make([]slog.Attr, 0, 3)
+	attrs = append(attrs, slog.String("error", err.Error()))
+	if msg == failureMessage {
+		attrs = append(attrs, slog.String("failure_mode", mode.String()))
+	}
+	attrs = append(attrs, slog.Int64("errors_not_logged", l.skipped.Swap(0)))
+	slog.Default().LogAttrs(context.Background(), slog.LevelWarn, msg, attrs...)
 }

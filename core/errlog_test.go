@@ -12,7 +12,8 @@ import (
 
 // TestErrorLogDefault: without OnError, a rule's key errors are logged with
 // slog's default logger, once per second at most, naming the rule once and
-// counting the lines left out. (Not parallel: it swaps slog's default.)
+// counting the lines left out; the requests are limited under the
+// fallback key. (Not parallel: it swaps slog's default.)
 func TestErrorLogDefault(t *testing.T) {
 	var buf bytes.Buffer
 	prev := slog.Default()
@@ -26,7 +27,7 @@ func TestErrorLogDefault(t *testing.T) {
 	})))
 	t.Cleanup(func() { slog.SetDefault(prev) })
 
-	e, err := NewEnforcer(NewMemory(), Rule{Name: "login", Limits: []Limit{PerMinute(5)},
+	e, err := NewEnforcer(NewMemory(), Rule{Name: "login", Limits: []Limit{PerMinute(100)},
 		Key: func(*http.Request) (string, error) { return "", errors.New("ratewindow: header missing") }})
 	if err != nil {
 		t.Fatal(err)
@@ -34,7 +35,7 @@ func TestErrorLogDefault(t *testing.T) {
 	serve := func() int {
 		rec := httptest.NewRecorder()
 		if _, ok := e.Handle(rec, httptest.NewRequest(http.MethodGet, "/", nil), ""); ok {
-			return http.StatusOK // fail-open: the request passes
+			return http.StatusOK
 		}
 		return rec.Code
 	}
@@ -43,7 +44,10 @@ func TestErrorLogDefault(t *testing.T) {
 			t.Fatalf("request %d: %d", i, code)
 		}
 	}
-	want := `level=WARN msg="ratewindow: a rule could not decide; the failure mode answered" error="ratewindow: rule login: header missing" failure_mode=fail-open errors_not_logged=0` + "\n"
+	if code := serve(); code != http.StatusTooManyRequests {
+		t.Fatalf("request 101 without a key: %d, want 429 (limited under the fallback key)", code)
+	}
+	want := `level=WARN msg="ratewindow: a rule's key, cost or limits could not be computed; the request was limited under the rule's fallback (see Rule.FallbackKey)" error="ratewindow: rule login: header missing" errors_not_logged=0` + "\n"
 	if got := buf.String(); got != want {
 		t.Fatalf("log:\n%s\nwant one line:\n%s", got, want)
 	}
@@ -51,7 +55,7 @@ func TestErrorLogDefault(t *testing.T) {
 	e.logs.next.Store(0)
 	buf.Reset()
 	serve()
-	if got := buf.String(); !strings.Contains(got, "errors_not_logged=99\n") {
+	if got := buf.String(); !strings.Contains(got, "errors_not_logged=100\n") {
 		t.Fatalf("second line: %s", got)
 	}
 }

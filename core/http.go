@@ -37,11 +37,17 @@ const (
 	// that fails closed: the backend cannot decide, so every policy of the
 	// rule is listed.
 	ProblemReducedCapacity = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
+	// ProblemAbnormalUsage is the problem type of a denial (429) of a key
+	// that is banned (Rule.Penalty) or blocked (Limiter.Block), so that a
+	// client can tell a ban from a limit: it lists no policy, as no quota
+	// denied the request.
+	ProblemAbnormalUsage = "https://iana.org/assignments/http-problem-types#abnormal-usage-detected"
 )
 
 const (
 	problemTitle            = "Request cannot be satisfied as assigned quota has been exceeded"
 	reducedCapacityTitle    = "Request cannot be satisfied due to temporary server capacity constraints"
+	abnormalUsageTitle      = "Request not satisfied due to detection of abnormal request pattern"
 	problemType             = "application/problem+json"
 	textType                = "text/plain; charset=utf-8"
 	textTooMany             = "Too Many Requests\n"
@@ -62,6 +68,10 @@ type headerSet struct {
 	// 503: temporary-reduced-capacity, every policy listed
 	unavailable []byte
 }
+
+// abnormalUsage is the application/problem+json body of the denial of a
+// banned or blocked key.
+const abnormalUsage = `{"type":"` + ProblemAbnormalUsage + `","title":"` + abnormalUsageTitle + `","status":429}`
 
 // limitHeaders holds the precomputed values of one limit.
 type limitHeaders struct {
@@ -232,15 +242,18 @@ func clearRateHeaders(h http.Header) {
 }
 
 // writeDenied writes the default answer to a denial: 429 with a short text
-// body, or the quota-exceeded problem when problem is set, listing the
+// body, or with problem set, the quota-exceeded problem listing the
 // policies that denied (the binding one's body is kept ready; several are
-// written afresh).
+// written afresh), or for a banned or blocked key the abnormal-usage one.
 func (hs *headerSet) writeDenied(w http.ResponseWriter, res Result, problem bool) {
 	h := w.Header()
 	if problem {
 		var body []byte
 		var size string
-		if bits.OnesCount16(res.violated) > 1 {
+		switch {
+		case res.blocked:
+			body, size = []byte(abnormalUsage), strconv.Itoa(len(abnormalUsage))
+		case bits.OnesCount16(res.violated) > 1:
 			var names []string
 			for i := range hs.limits {
 				if res.violated&(1<<i) != 0 {
@@ -249,7 +262,7 @@ func (hs *headerSet) writeDenied(w http.ResponseWriter, res Result, problem bool
 			}
 			body = appendProblem(nil, ProblemQuotaExceeded, problemTitle, http.StatusTooManyRequests, names...)
 			size = strconv.Itoa(len(body))
-		} else {
+		default:
 			lh := hs.lookup(res.Limit)
 			body, size = lh.problem, lh.problemLen
 		}

@@ -75,19 +75,40 @@ type Rule struct {
 	// ASCII, and unique within the rule.
 	Limits []Limit
 	// Key returns the key a request is counted under. A key function that
-	// fails, or returns an empty key, is handled like a backend failure:
-	// OnError is called and the Limiter's failure mode decides.
+	// fails, or returns an empty key, does not exempt the request from the
+	// rule: the error goes to OnError, and unless OnError answers, the
+	// request is counted under FallbackKey instead.
 	// Default keyfuncs.IP(): the peer address, without trusting any proxy.
 	Key func(*http.Request) (string, error)
+	// FallbackKey returns the key of a request whose Key failed, so that a
+	// request cannot leave the rule by leaving out what it is keyed by (a
+	// missing X-Api-Key header, no user yet). Such a request is counted
+	// under the Limiter key Name + ":nokey:" + FallbackKey's result
+	// ("login:nokey:ip:203.0.113.5"), apart from every key of Key, within
+	// the rule's limits. If FallbackKey fails too, the request is counted
+	// under Name + ":nokey", one key shared by every such request of the
+	// rule. Default keyfuncs.IP(), the peer address: behind proxies, set
+	// the keyfuncs.IPWith of Key's proxies. To let requests without a key
+	// pass uncounted, say so with Skip.
+	FallbackKey func(*http.Request) (string, error)
 	// Cost returns the number of units a request takes, such as 10 for an
-	// expensive search. A cost below 1 is handled like a key error.
-	// Default 1.
+	// expensive search. A cost below 1 is an error: it goes to OnError and,
+	// unless OnError answers, the request costs 1. Default 1.
 	Cost func(*http.Request) int64
 	// Skip reports requests that pass without being counted and without
 	// touching the backend, such as health checks or an allow-list.
 	// Default: none.
 	Skip func(*http.Request) bool
 	// Headers selects the rate-limit header fields. Default XRateLimit.
+	//
+	// When several rules apply to a request (router-wide and per route),
+	// its response carries the fields of one decision: on a denial, the
+	// denying rule's; otherwise the most restrictive decision of the rules
+	// that show theirs (fewest remaining, then the latest reset). They are
+	// written in one style: that of the first rule on the request's way
+	// whose Headers is not None, so a route answers in one style whichever
+	// rule is tighter (set it on the outermost rule). A rule whose Headers
+	// is None shows nothing.
 	Headers HeaderStyle
 	// OnDenied writes the response to a denied request. The rate-limit
 	// fields and Retry-After are already set in w.Header() when it is
@@ -96,18 +117,24 @@ type Rule struct {
 	// application/problem+json body of the quota-exceeded problem type when
 	// the client accepts it or ProblemJSON is set.
 	OnDenied func(http.ResponseWriter, *http.Request, Result)
-	// OnError is called with every key-function, cost or backend error,
-	// before the failure mode answers. It is the place to log. Without it,
-	// the errors are logged with log/slog's default logger, at most one
-	// line per second per rule (with the number of errors left unlogged),
-	// so that a key function that always fails, which under FailOpen
-	// switches the rule off, never goes unnoticed. If it writes
-	// a response (calls WriteHeader or Write), the request stops there;
-	// otherwise the Limiter's failure mode decides: FailOpen passes the
-	// request without rate-limit fields, FailClosed answers 503 Service
-	// Unavailable with Retry-After, FailLocal answers the local decision
-	// (a key or cost error, which has no local decision, passes). The
-	// error's text never reaches the client. Default: nothing.
+	// OnError is called with every error of the rule's functions (Key,
+	// Cost, LimitsFor) and of the backend. It is the place to log. Without
+	// it, the errors are logged with log/slog's default logger, at most one
+	// line per second per rule (with the number of errors left unlogged).
+	// If it writes a response (calls WriteHeader or Write), the request
+	// stops there. Otherwise a request is still limited: after an error of
+	// the rule's functions it is decided under FallbackKey, a Cost of 1 or
+	// the rule's Limits; after a backend error the Limiter's failure mode
+	// answers: FailOpen passes the request without rate-limit fields,
+	// FailClosed answers 503 Service Unavailable with Retry-After,
+	// FailLocal answers the local decision. The error's text never
+	// reaches the client. Default: nothing.
+	//
+	// A request whose own context ends before its decision is made (the
+	// client went away, a server timeout) is no error of the rule: it
+	// never reaches the next handler, whatever the failure mode, and is
+	// answered 503 Service Unavailable (which a client that went away
+	// never reads). The observer sees it as an Event with Err set.
 	OnError func(http.ResponseWriter, *http.Request, error)
 	// DryRun decides and counts every request, sets the rate-limit fields
 	// and reports to the observer, but never denies: for rolling out a new
@@ -121,8 +148,9 @@ type Rule struct {
 	// LimitsFor, when set, returns the limits of a request, chosen per
 	// request: by the tenant's plan from a header, a token's claim or a
 	// lookup. It returns none for the default, Limits (which must still be
-	// valid). An error, or limits that are not valid (see Validate), are
-	// handled like a key error: OnError, then the failure mode. Limits of
+	// valid). An error, or limits that are not valid (see Validate), go to
+	// OnError, and unless OnError answers, the request is decided under
+	// Limits. Limits of
 	// the same algorithm and window share their stored state, so when a
 	// tenant's plan changes mid-window its history carries over and only
 	// the Count changes. Returning the same slices (one per plan) is
@@ -141,7 +169,9 @@ type Rule struct {
 	//
 	// A handler that panics counts as 500. A refund adds a round trip to
 	// Redis after the handler; its error goes to OnError (the response is
-	// written by then).
+	// written by then). Such a rule shows its rate-limit fields only on
+	// its own denials: an allowed request's units may be given back, so
+	// its numbers would mislead (other rules' fields show as usual).
 	CountIf func(status int) bool
 	// Penalty, when set, bans a key that keeps being denied: see Penalty.
 	Penalty *Penalty
@@ -158,7 +188,9 @@ type Rule struct {
 // Denials denials of one key within Within, the key is banned for Ban on
 // every replica. While banned, every request of the key is denied, with a
 // Retry-After of the ban's time left, and counted nowhere; the deny cache
-// answers them without a round trip. A ban is the same stored state as
+// answers them without a round trip. An application/problem+json answer
+// to a banned key has the type ProblemAbnormalUsage, not
+// ProblemQuotaExceeded, so that a client can tell a ban from a limit. A ban is the same stored state as
 // Limiter.Block: Reset lifts it.
 //
 // The denials are counted atomically with the decisions that deny, in the
@@ -263,6 +295,7 @@ type Enforcer struct {
 	prefix    string // name + ":"
 	limits    []Limit
 	key       func(*http.Request) (string, error)
+	fallback  func(*http.Request) (string, error)
 	cost      func(*http.Request) int64
 	skip      func(*http.Request) bool
 	onDenied  func(http.ResponseWriter, *http.Request, Result)
@@ -294,6 +327,7 @@ func NewEnforcer(l *Limiter, rule Rule) (*Enforcer, error) {
 		prefix:   rule.Name + ":",
 		limits:   slices.Clone(rule.Limits),
 		key:      rule.Key,
+		fallback: rule.FallbackKey,
 		cost:     rule.Cost,
 		skip:     rule.Skip,
 		onDenied: rule.OnDenied,
@@ -312,6 +346,9 @@ func NewEnforcer(l *Limiter, rule Rule) (*Enforcer, error) {
 	}
 	if e.key == nil {
 		e.key = keyfuncs.IP()
+	}
+	if e.fallback == nil {
+		e.fallback = keyfuncs.IP()
 	}
 	e.hdr = newHeaderSet(e.limits)
 	e.sets.seed = maphash.MakeSeed()
@@ -369,7 +406,8 @@ var errEmptyKey = fmt.Errorf("%w: the key function returned an empty key", keyfu
 // Handle returns the request to pass on and true when the next handler
 // should run: that request carries the route and the rule's decision in its
 // context, so that a second rule on the same route shows the most
-// restrictive of the two. It returns nil and false when it has answered.
+// restrictive of the two, in the same style (see Rule.Headers). It
+// returns nil and false when it has answered.
 func (e *Enforcer) Handle(w http.ResponseWriter, r *http.Request, route string) (*http.Request, bool) {
 	return e.HandleFrom(w, r, route, nil)
 }
@@ -386,25 +424,34 @@ func (e *Enforcer) HandleFrom(w http.ResponseWriter, r *http.Request, route stri
 	}
 	key, err := e.Key(r)
 	if err != nil {
-		return passOn(r, e.failed(w, r, st, &e.hdr, "", err, Result{}, false))
+		if e.report(w, r, err, fallbackMessage) {
+			return nil, false
+		}
+		key = e.fallbackKey(r)
 	}
 	n, err := e.Cost(r)
 	if err != nil {
-		return passOn(r, e.failed(w, r, st, &e.hdr, key, err, Result{}, false))
+		if e.report(w, r, err, fallbackMessage) {
+			return nil, false
+		}
+		n = 1
 	}
 	limits, hs := e.limits, &e.hdr
 	if e.limitsFor != nil {
-		if limits, hs, err = e.requestLimits(r); err != nil {
-			return passOn(r, e.failed(w, r, st, &e.hdr, key, err, Result{}, false))
+		if ls, h, err := e.requestLimits(r); err == nil {
+			limits, hs = ls, h
+		} else if e.report(w, r, err, fallbackMessage) {
+			return nil, false
 		}
 	}
 	res, at, err := e.l.decide(r.Context(), OpAllow, e.name, key, n, limits, e.penalty)
 	var pass bool
 	switch {
 	case err != nil: // no decision: the request's context ended
-		return passOn(r, e.failed(w, r, st, hs, key, err, Result{}, false))
+		e.undecided(w, r, hs, err)
+		return nil, false
 	case res.BackendErr != nil: // the failure mode's decision
-		pass = e.failed(w, r, st, hs, key, res.BackendErr, res, true)
+		pass = e.failed(w, r, st, hs, key, res)
 	default:
 		pass = e.apply(w, r, st, hs, key, res)
 	}
@@ -414,6 +461,34 @@ func (e *Enforcer) HandleFrom(w http.ResponseWriter, r *http.Request, route stri
 		st.charges = append(st.charges, charge{e: e, key: key, n: n, limits: limits, at: at, local: res.BackendErr != nil})
 	}
 	return passOn(r, pass)
+}
+
+// fallbackKey returns the Limiter key of a request whose key function
+// failed: Name + ":nokey:" + FallbackKey's result, else Name + ":nokey".
+func (e *Enforcer) fallbackKey(r *http.Request) string {
+	if k, err := e.fallback(r); err == nil && k != "" {
+		return e.prefix + noKey + ":" + k
+	}
+	return e.prefix + noKey
+}
+
+// noKey names the keys of requests whose key function failed (see
+// Rule.FallbackKey). keyfuncs' keys all start with their kind ("ip:",
+// "h:", "user:"), never with it.
+const noKey = "nokey"
+
+// undecided answers a request that got no decision: its own context ended
+// first (err is ctx's error), or, which no valid rule does, the Limiter
+// refused its arguments. It never passes: its handler would run
+// uncounted. The answer is FailClosed's 503; a client that went away
+// never reads it, and a server timeout gets a clear one. Only an error
+// that is not the context's is reported: a client that leaves is no
+// error of the rule.
+func (e *Enforcer) undecided(w http.ResponseWriter, r *http.Request, hs *headerSet, err error) {
+	if r.Context().Err() == nil && e.report(w, r, err, undecidedMessage) {
+		return
+	}
+	hs.writeUnavailable(w, e.problem || acceptsProblem(r.Header[hdrAccept]))
 }
 
 // requestLimits returns the limits LimitsFor gives r, or the rule's when
@@ -478,7 +553,7 @@ func (e *Enforcer) settle(r *http.Request, status int) {
 		// the client may be gone: the units go back all the same
 		ctx := context.WithoutCancel(r.Context())
 		if err := e.l.refundAt(ctx, c.key, c.n, c.limits, c.at, c.local); err != nil {
-			e.report(discard{}, r, fmt.Errorf("refund after status %d: %w", status, err))
+			e.report(discard{}, r, fmt.Errorf("refund after status %d: %w", status, err), refundMessage)
 		}
 		return
 	}
@@ -512,22 +587,29 @@ func passOn(r *http.Request, pass bool) (*http.Request, bool) {
 // apply answers a decision: the rate-limit fields, and a denial unless the
 // rule is a dry run. It reports whether the request passes. hs holds the
 // header values of the request's limits.
+//
+// A response shows one decision's fields, in one style (see shown): an
+// allowed request the most restrictive decision of the rules that show
+// theirs, a denied one the denial. A rule with CountIf shows its numbers
+// only when it denies: an allowed request's units may be given back after
+// the handler, so its numbers would be wrong.
 func (e *Enforcer) apply(w http.ResponseWriter, r *http.Request, st *shown, hs *headerSet, key string, res Result) bool {
 	h := w.Header()
+	style := st.style(e.style)
 	if res.Allowed || e.dryRun {
-		if e.style != None {
-			earlier := st != nil && st.e != nil
+		if style != None && e.countIf == nil {
+			earlier := st.e != nil
 			if st.replace(e, res) {
 				if earlier {
 					clearRateHeaders(h)
 				}
-				hs.write(h, e.style, res, e.partition(key))
+				hs.write(h, style, res, e.partition(key))
 			}
 		}
 		return true
 	}
 	clearRateHeaders(h)
-	hs.write(h, e.style, res, e.partition(key))
+	hs.write(h, style, res, e.partition(key))
 	if !res.Never() {
 		h[hdrRetryAfter] = []string{strconv.FormatInt(retrySeconds(res.RetryAfter), 10)}
 	}
@@ -548,12 +630,11 @@ func (e *Enforcer) partition(key string) string {
 	return partitionKey(key)
 }
 
-// failed handles an error of the key function, the cost function, LimitsFor
-// or the backend: OnError first, then the failure mode. decided reports
-// that res is the failure mode's answer from the Limiter. It reports
+// failed answers a decision of the failure mode, whose backend failure is
+// in res.BackendErr: OnError first, then the failure mode. It reports
 // whether the request passes.
-func (e *Enforcer) failed(w http.ResponseWriter, r *http.Request, st *shown, hs *headerSet, key string, err error, res Result, decided bool) bool {
-	if e.report(w, r, err) {
+func (e *Enforcer) failed(w http.ResponseWriter, r *http.Request, st *shown, hs *headerSet, key string, res Result) bool {
+	if e.report(w, r, res.BackendErr, failureMessage) {
 		return false
 	}
 	switch e.l.mode {
@@ -564,19 +645,18 @@ func (e *Enforcer) failed(w http.ResponseWriter, r *http.Request, st *shown, hs 
 		hs.writeUnavailable(w, e.problem || acceptsProblem(r.Header[hdrAccept]))
 		return false
 	case FailLocal:
-		if decided {
-			return e.apply(w, r, st, hs, key, res)
-		}
+		return e.apply(w, r, st, hs, key, res)
 	}
 	return true
 }
 
 // report hands err, named by the rule, to OnError with w, and reports
-// whether OnError wrote a response; without OnError, to the default log.
-func (e *Enforcer) report(w http.ResponseWriter, r *http.Request, err error) (wrote bool) {
+// whether OnError wrote a response; without OnError, to the default log
+// with msg, which says what the rule did about it.
+func (e *Enforcer) report(w http.ResponseWriter, r *http.Request, err error, msg string) (wrote bool) {
 	err = ruleError{e.name, err}
 	if e.onError == nil {
-		e.logs.log(err, e.l.mode)
+		e.logs.log(err, msg, e.l.mode)
 		return false
 	}
 	ew := &errorWriter{ResponseWriter: w}
@@ -618,6 +698,8 @@ type shown struct {
 	context.Context
 	e         *Enforcer
 	res       Result
+	fields    HeaderStyle // the response's style, once styled
+	styled    bool
 	framework any      // the adapter's own request context (HandleFrom)
 	charges   []charge // units to settle after the handler (CountIf)
 }
@@ -653,6 +735,20 @@ func (s *shown) Value(key any) any {
 // adapter passed to Enforcer.HandleFrom (*gin.Context for ginmw,
 // echo.Context for echomw), or nil.
 func FrameworkContext(r *http.Request) any { return r.Context().Value(frameworkKey{}) }
+
+// style returns the style in which a rule of style own writes its fields:
+// None when own is None (the rule shows none), else the style of the
+// first rule on the request's way that shows fields, so that a response
+// has one style whichever rule's numbers it carries. A nil s returns own.
+func (s *shown) style(own HeaderStyle) HeaderStyle {
+	switch {
+	case own == None || s == nil:
+		return own
+	case !s.styled:
+		s.fields, s.styled = own, true
+	}
+	return s.fields
+}
 
 // replace reports whether res of rule e is more restrictive than the shown
 // decision, and if so records it. A nil s always replaces.

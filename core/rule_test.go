@@ -1,11 +1,13 @@
 package core_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratewindow/ratewindow/core"
+	"github.com/ratewindow/ratewindow/internal/redistest"
 	"github.com/ratewindow/ratewindow/keyfuncs"
 )
 
@@ -114,34 +117,59 @@ func closedLimiter(t *testing.T) *core.Limiter {
 	return l
 }
 
-func TestHandleKeyErrors(t *testing.T) {
+// TestHandleInputErrors: a request whose key, cost or limits cannot be
+// computed is still limited, whatever the failure mode: under the rule's
+// fallback key, a cost of 1 or the rule's limits, after OnError (which may
+// answer instead). The error's text never reaches the client.
+func TestHandleInputErrors(t *testing.T) {
 	errKey := errors.New("no key here")
 	failing := func(*http.Request) (string, error) { return "", errKey }
 	empty := func(*http.Request) (string, error) { return "", nil }
-	limits := []core.Limit{core.PerMinute(1)}
+	closedOnRedis, err := core.New(redistest.New(t).Client(t), core.WithFailureMode(core.FailClosed), core.WithPrefix(fmt.Sprintf("input-errors-%d:", time.Now().UnixNano())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	memory := func() *core.Limiter { return core.NewMemory() }
+	denied := "Too Many Requests\n"
 	for _, tc := range []struct {
 		name    string
-		l       *core.Limiter
+		l       func() *core.Limiter
 		rule    core.Rule
+		header  http.Header
 		wantErr error
-		status  int
-		body    string
+		codes   []int    // of two requests
+		bodies  []string // of two requests
+		keys    []string // observed (memory Limiters only)
 	}{
-		{"open", core.NewMemory(), core.Rule{Key: failing}, errKey, 200, "ok"},
-		{"empty key", core.NewMemory(), core.Rule{Key: empty}, keyfuncs.ErrNoKey, 200, "ok"},
-		{"closed", closedLimiter(t), core.Rule{Key: failing}, errKey, 503, "Service Unavailable\n"},
-		{"closed dry run passes", closedLimiter(t), core.Rule{Key: failing, DryRun: true}, errKey, 200, "ok"},
-		{"closed problem", closedLimiter(t), core.Rule{Key: failing, ProblemJSON: true}, errKey, 503,
-			`{"type":"https://iana.org/assignments/http-problem-types#temporary-reduced-capacity","title":"Request cannot be satisfied due to temporary server capacity constraints","status":503,"violated-policies":["1-per-1m"]}`},
-		{"cost", core.NewMemory(), core.Rule{Cost: func(*http.Request) int64 { return -1 }}, core.ErrInvalidCost, 200, "ok"},
-		{"OnError answers", closedLimiter(t), core.Rule{Key: failing, OnError: func(w http.ResponseWriter, _ *http.Request, _ error) {
+		{"key error: the peer address", memory, core.Rule{Key: failing}, nil, errKey,
+			[]int{200, 429}, []string{"ok", denied}, []string{"k:nokey:ip:192.0.2.1", "k:nokey:ip:192.0.2.1"}},
+		{"empty key", memory, core.Rule{Key: empty}, nil, keyfuncs.ErrNoKey,
+			[]int{200, 429}, []string{"ok", denied}, []string{"k:nokey:ip:192.0.2.1", "k:nokey:ip:192.0.2.1"}},
+		{"missing header", memory, core.Rule{Key: keyfuncs.Header("X-Api-Key")}, nil, keyfuncs.ErrNoKey,
+			[]int{200, 429}, []string{"ok", denied}, []string{"k:nokey:ip:192.0.2.1", "k:nokey:ip:192.0.2.1"}},
+		{"key error on a Limiter that fails closed, Redis up", func() *core.Limiter { return closedOnRedis }, core.Rule{Key: failing}, nil, errKey,
+			[]int{200, 429}, []string{"ok", denied}, nil},
+		{"FallbackKey", memory, core.Rule{Key: failing, FallbackKey: keyfuncs.Header("X-Client")}, http.Header{"X-Client": {"c1"}}, errKey,
+			[]int{200, 429}, []string{"ok", denied}, []string{"k:nokey:h:x-client:c1", "k:nokey:h:x-client:c1"}},
+		{"FallbackKey fails too: one key for the rule", memory, core.Rule{Key: failing, FallbackKey: failing}, nil, errKey,
+			[]int{200, 429}, []string{"ok", denied}, []string{"k:nokey", "k:nokey"}},
+		{"cost below 1 costs 1", memory, core.Rule{Cost: func(*http.Request) int64 { return -1 }}, nil, core.ErrInvalidCost,
+			[]int{200, 429}, []string{"ok", denied}, []string{"k:ip:192.0.2.1", "k:ip:192.0.2.1"}},
+		{"LimitsFor error: the rule's limits", memory, core.Rule{LimitsFor: func(*http.Request) ([]core.Limit, error) { return nil, errKey }}, nil, errKey,
+			[]int{200, 429}, []string{"ok", denied}, []string{"k:ip:192.0.2.1", "k:ip:192.0.2.1"}},
+		{"OnError answers", func() *core.Limiter { return closedLimiter(t) }, core.Rule{Key: failing, OnError: func(w http.ResponseWriter, _ *http.Request, _ error) {
 			http.Error(w, "who are you?", http.StatusUnauthorized)
-		}}, errKey, 401, "who are you?\n"},
+		}}, nil, errKey, []int{401, 401}, []string{"who are you?\n", "who are you?\n"}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var got []error
+			var keys []string
+			l := tc.l()
+			if tc.keys != nil {
+				l = core.NewMemory(core.WithObserver(func(ev core.Event) { keys = append(keys, ev.Key) }))
+			}
 			rule := tc.rule
-			rule.Name, rule.Limits = "k", limits
+			rule.Name, rule.Limits = "k", []core.Limit{core.PerMinute(1)}
 			onError := rule.OnError
 			rule.OnError = func(w http.ResponseWriter, r *http.Request, err error) {
 				got = append(got, err)
@@ -149,17 +177,27 @@ func TestHandleKeyErrors(t *testing.T) {
 					onError(w, r, err)
 				}
 			}
-			rec := serve(httptest.NewRequest("GET", "/things/1", nil), mustEnforcer(t, tc.l, rule))
-			if rec.Code != tc.status || rec.Body.String() != tc.body {
-				t.Errorf("got %d %q, want %d %q", rec.Code, rec.Body, tc.status, tc.body)
+			e := mustEnforcer(t, l, rule)
+			for i := range 2 {
+				req := httptest.NewRequest("GET", "/things/1", nil)
+				for k, v := range tc.header {
+					req.Header[k] = v
+				}
+				rec := serve(req, e)
+				if rec.Code != tc.codes[i] || rec.Body.String() != tc.bodies[i] {
+					t.Errorf("request %d: got %d %q, want %d %q", i, rec.Code, rec.Body, tc.codes[i], tc.bodies[i])
+				}
+				if strings.Contains(rec.Body.String(), "no key here") {
+					t.Error("the error's text reached the client")
+				}
 			}
-			if len(got) != 1 || !errors.Is(got[0], tc.wantErr) {
-				t.Errorf("OnError got %v, want %v", got, tc.wantErr)
+			if len(got) != 2 || !errors.Is(got[0], tc.wantErr) || !errors.Is(got[1], tc.wantErr) {
+				t.Errorf("OnError got %v, want %v twice", got, tc.wantErr)
 			} else if !strings.HasPrefix(got[0].Error(), "ratewindow: rule k: ") {
 				t.Errorf("OnError's error %q does not name the rule", got[0])
 			}
-			if strings.Contains(rec.Body.String(), "no key here") {
-				t.Error("the error's text reached the client")
+			if tc.keys != nil && !slices.Equal(keys, tc.keys) {
+				t.Errorf("observed keys %q, want %q", keys, tc.keys)
 			}
 		})
 	}
@@ -279,5 +317,82 @@ func TestByIP(t *testing.T) {
 	}
 	if err := core.ByIP(0, time.Minute).Validate(); !errors.Is(err, core.ErrInvalidLimit) {
 		t.Fatalf("core.ByIP(0): %v", err)
+	}
+}
+
+// TestHandleContextEnded: a request whose own context ended before its
+// decision never reaches the handler, whatever the failure mode: the
+// failure mode is for Redis's failures only. Without a decision it is
+// answered 503; the memory Limiter, which needs no I/O, decides anyway.
+// It is no error of the rule: OnError is not called.
+func TestHandleContextEnded(t *testing.T) {
+	rdb := redistest.New(t).Client(t)
+	run := time.Now().UnixNano()
+	onRedis := func(opts ...core.Option) func(t *testing.T) *core.Limiter {
+		return func(t *testing.T) *core.Limiter {
+			l, err := core.New(rdb, append(opts, core.WithPrefix(fmt.Sprintf("ctx-ended-%d-%s:", run, t.Name())))...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l
+		}
+	}
+	unavailable := "Service Unavailable\n"
+	for _, tc := range []struct {
+		name string
+		l    func(t *testing.T) *core.Limiter
+		code int
+		body string
+	}{
+		{"redis, fail open", onRedis(), 503, unavailable},
+		{"redis, fail open, no deny cache", onRedis(core.WithDenyCache(0)), 503, unavailable},
+		{"redis, fail local", onRedis(core.WithFailureMode(core.FailLocal), core.WithLocalShare(1)), 503, unavailable},
+		{"redis, fail closed", onRedis(core.WithFailureMode(core.FailClosed)), 503, unavailable},
+		{"memory", func(*testing.T) *core.Limiter { return core.NewMemory() }, 429, "Too Many Requests\n"},
+	} {
+		for _, end := range []struct {
+			name string
+			ctx  func() context.Context
+		}{
+			{"cancelled", func() context.Context {
+				ctx, cancel := context.WithCancel(context.Background())
+				cancel()
+				return ctx
+			}},
+			{"deadline passed", func() context.Context {
+				ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+				t.Cleanup(cancel)
+				return ctx
+			}},
+		} {
+			t.Run(tc.name+"/"+end.name, func(t *testing.T) {
+				var errs []error
+				handled := 0
+				e := mustEnforcer(t, tc.l(t), core.Rule{Name: "ended", Limits: []core.Limit{core.PerMinute(1)},
+					OnError: func(_ http.ResponseWriter, _ *http.Request, err error) { errs = append(errs, err) }})
+				h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if _, ok := e.Handle(w, r, ""); ok {
+						handled++
+						_, _ = io.WriteString(w, "ok")
+					}
+				})
+				// the first request, with a live context, takes the one unit;
+				// the next ones are over the limit, and end before deciding
+				for i, ctx := range []context.Context{context.Background(), end.ctx(), end.ctx()} {
+					rec := httptest.NewRecorder()
+					h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil).WithContext(ctx))
+					code, body := tc.code, tc.body
+					if i == 0 {
+						code, body = http.StatusOK, "ok"
+					}
+					if rec.Code != code || rec.Body.String() != body {
+						t.Errorf("request %d: %d %q, want %d %q", i, rec.Code, rec.Body, code, body)
+					}
+				}
+				if handled != 1 || len(errs) != 0 {
+					t.Errorf("the handler ran %d times (want 1), OnError got %v (want nothing)", handled, errs)
+				}
+			})
+		}
 	}
 }

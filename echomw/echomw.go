@@ -121,13 +121,14 @@ func Limit(l *core.Limiter, rule core.Rule) echo.MiddlewareFunc {
 //
 //	e.Use(echomw.LimitByIP(l, 100, time.Minute))
 func LimitByIP(l *core.Limiter, n int64, window time.Duration) echo.MiddlewareFunc {
-	return Limit(l, core.ByIP(n, window))
+	return must.Build(New(l, must.ByIP(l, n, window)))
 }
 
 // Key keys a request by a value that earlier echo middleware stored with
 // c.Set(name, value), such as the user an authentication middleware found:
 // name + ":" + the value (see keyfuncs.Value). A request without it is a
-// key error (keyfuncs.ErrNoKey), answered by OnError and the failure mode.
+// key error (keyfuncs.ErrNoKey): OnError is called, and the request is
+// counted under the rule's FallbackKey (see core.Rule.Key).
 // It works in the middleware of this package, which hands the echo.Context
 // to the rule.
 func Key(name string) keyfuncs.Func {

@@ -84,10 +84,10 @@ type IPOptions struct {
 //     cannot be told: the key function returns an error that matches
 //     [ErrBadForwardedFor], never the proxy's key, since every client
 //     behind it would share that. As for every key error, the rule's
-//     OnError is called and the Limiter's failure mode decides (see
-//     core.Rule.Key). A trusted proxy writes that entry, so a client
-//     cannot cause it; to count such requests under the proxy's key
-//     anyway, use Or(IP(trusted...), IP()).
+//     OnError is called and the request is counted under the rule's
+//     FallbackKey (see core.Rule.Key). A trusted proxy writes that entry,
+//     so a client cannot cause it; to count such requests under the
+//     proxy's key anyway, use Or(IP(trusted...), IP()).
 //
 // Other headers such as X-Real-IP, True-Client-IP, Forwarded or
 // CF-Connecting-IP are never read.

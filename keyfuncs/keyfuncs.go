@@ -122,9 +122,9 @@ func RouteFrom(ctx context.Context) (string, bool) {
 // "example.com/users/{id}"). With neither, the error is [ErrNoRoute].
 //
 // Two traps, both ending in [ErrNoRoute], which is a key error: the rule's
-// OnError is called and the Limiter's failure mode decides, so such
-// requests pass uncounted under FailOpen and get 503 instead of their
-// answer under FailClosed:
+// OnError is called and such requests are counted under the rule's
+// FallbackKey (by default per client IP, see core.Rule.Key), not per
+// route:
 //
 //   - A request that matches no route has no pattern. With chi this is
 //     every unmatched path (a 404) reaching a rule installed router-wide

@@ -39,9 +39,8 @@ type options struct {
 // by keyfuncs.Route fails on every request. With it, a request that
 // matches no pattern (the mux's 404) still has no route. Either way the
 // failure is a key error (keyfuncs.ErrNoRoute): the rule's OnError is
-// called and the Limiter's failure mode decides, so FailOpen passes the
-// request uncounted and FailClosed answers 503. keyfuncs.Or gives such
-// requests a key of their own.
+// called and the request is counted under the rule's FallbackKey (see
+// core.Rule.Key). keyfuncs.Or gives such requests a key of their own.
 func WithMux(mux *http.ServeMux) Option {
 	return WithRouteFunc(func(r *http.Request) string {
 		_, pattern := mux.Handler(r)
@@ -129,5 +128,5 @@ func (h routed) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 //
 //	http.ListenAndServe(":8080", nethttp.LimitByIP(l, 100, time.Minute)(mux))
 func LimitByIP(l *core.Limiter, n int64, window time.Duration) func(http.Handler) http.Handler {
-	return Limit(l, core.ByIP(n, window))
+	return must.Build(New(l, must.ByIP(l, n, window)))
 }

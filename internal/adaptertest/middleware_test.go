@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -283,6 +284,17 @@ func problem(retry int, policy string, rate map[string]string, more ...string) s
 	), rate)}
 }
 
+// banned is the denial of a banned or blocked key with the
+// application/problem+json body: abnormal-usage-detected, no policy.
+func banned(retry int, rate map[string]string) step {
+	body := `{"type":"https://iana.org/assignments/http-problem-types#abnormal-usage-detected","title":"Request not satisfied due to detection of abnormal request pattern","status":429}`
+	return step{status: 429, body: body, want: merge(fields(
+		"Content-Type", "application/problem+json",
+		"Content-Length", strconv.Itoa(len(body)),
+		"Retry-After", strconv.Itoa(retry),
+	), rate)}
+}
+
 // answered is a request the handler answered with status (X-Status).
 func answered(status int, rate map[string]string) step {
 	s := ok(rate).with("X-Status", strconv.Itoa(status))
@@ -432,25 +444,25 @@ func scenarios() []scenario {
 			wantKeys: []string{"left:ip:203.0.113.7", "left:ip:198.51.100.8", "left:ip:203.0.113.7", "left:ip:10.0.0.1"},
 		},
 		{
-			name: "trusted proxy: a bad client entry is a key error (OnError, fail open), never the proxy's key",
+			name: "trusted proxy: a bad client entry is a key error (OnError), limited under the fallback key, never the proxy's own key",
 			app:  on(trusted("malformed")),
 			steps: steps(
-				ok(nil).from("10.0.0.1:4711").with("X-Forwarded-For", "203.0.113.5, unknown"),
-				ok(nil).from("10.0.0.1:4711").with("X-Forwarded-For", "not-an-ip"),
+				ok(xrl(1, 0, 60)).from("10.0.0.1:4711").with("X-Forwarded-For", "203.0.113.5, unknown"),
+				tooMany(60, xrl(1, 0, 60)).from("10.0.0.1:4711").with("X-Forwarded-For", "not-an-ip"),
 				ok(xrl(1, 0, 60)).from("10.0.0.1:4711"),
 			),
-			wantKeys:   []string{"malformed:ip:10.0.0.1"},
+			wantKeys:   []string{"malformed:nokey:ip:10.0.0.1", "malformed:nokey:ip:10.0.0.1", "malformed:ip:10.0.0.1"},
 			wantErrors: 2,
 		},
 		{
-			name: "trusted proxy: a bad client entry fails closed with 503",
+			name: "trusted proxy: a bad client entry is limited under the fallback key, whatever the failure mode",
 			opts: []core.Option{core.WithFailureMode(core.FailClosed)},
 			app:  on(trusted("malformed-closed")),
 			steps: steps(
-				unavailable().from("10.0.0.1:4711").with("X-Forwarded-For", "203.0.113.5, 203.0.113.05"),
+				ok(xrl(1, 0, 60)).from("10.0.0.1:4711").with("X-Forwarded-For", "203.0.113.5, 203.0.113.05"),
 				ok(xrl(1, 0, 60)).from("10.0.0.1:4711"),
 			),
-			wantKeys:   []string{"malformed-closed:ip:10.0.0.1"},
+			wantKeys:   []string{"malformed-closed:nokey:ip:10.0.0.1", "malformed-closed:ip:10.0.0.1"},
 			wantErrors: 1,
 		},
 		{
@@ -532,13 +544,13 @@ func scenarios() []scenario {
 			wantAllowed: []bool{true, true, false, true, false},
 		},
 		{
-			name: "a cost below 1 is an error: OnError, then the failure mode (open)",
-			app: on(with(perMinute("cost0", 5), func(r *core.Rule) {
+			name: "a cost below 1 is an error: OnError, and the request costs 1",
+			app: on(with(perMinute("cost0", 2), func(r *core.Rule) {
 				r.Cost = func(*http.Request) int64 { return 0 }
 			})),
-			steps:      steps(ok(nil), ok(nil)),
-			wantKeys:   []string{},
-			wantErrors: 2,
+			steps:      steps(ok(xrl(2, 1, 60)), ok(xrl(2, 0, 60)), tooMany(60, xrl(2, 0, 60))),
+			wantKeys:   repeatString(3, "cost0:ip:192.0.2.1"),
+			wantErrors: 3,
 		},
 		{
 			name: "DryRun counts and sets headers but never denies",
@@ -633,25 +645,26 @@ func scenarios() []scenario {
 				"plans:h:x-api-key:k1", "plans:h:x-api-key:k1", "plans:h:x-api-key:k1", "plans:h:x-api-key:k1"},
 		},
 		{
-			name: "LimitsFor: an error or invalid limits are key errors (OnError, then fail open)",
+			name: "LimitsFor: an error or invalid limits go to OnError, and the rule's limits decide",
 			app:  on(plans("plans-bad")),
 			steps: steps(
-				ok(nil).with("X-Api-Key", "k1", "X-Plan", "gold"),   // unknown plan: an error
-				ok(nil).with("X-Api-Key", "k1", "X-Plan", "broken"), // a limit of Count 0
-				ok(nil).with("X-Api-Key", "k1", "X-Plan", "twice"),  // two limits of one policy name
-				ok(merge(xrl(2, 1, 60), ietf(`"free";q=2;w=60`, `"free";r=1;t=60`))).with("X-Api-Key", "k1", "X-Plan", "free"),
+				ok(merge(xrl(1, 0, 60), ietf(`"1-per-1m";q=1;w=60`, `"1-per-1m";r=0;t=60`))).with("X-Api-Key", "k1", "X-Plan", "gold"),            // unknown plan: an error
+				tooMany(60, merge(xrl(1, 0, 60), ietf(`"1-per-1m";q=1;w=60`, `"1-per-1m";r=0;t=60`))).with("X-Api-Key", "k1", "X-Plan", "broken"), // a limit of Count 0
+				tooMany(60, merge(xrl(1, 0, 60), ietf(`"1-per-1m";q=1;w=60`, `"1-per-1m";r=0;t=60`))).with("X-Api-Key", "k1", "X-Plan", "twice"),  // two limits of one policy name
+				// the same stored state (a sliding log of a minute): one unit is counted
+				ok(merge(xrl(2, 0, 60), ietf(`"free";q=2;w=60`, `"free";r=0;t=60`))).with("X-Api-Key", "k1", "X-Plan", "free"),
 			),
-			wantKeys:   []string{"plans-bad:h:x-api-key:k1"},
+			wantKeys:   repeatString(4, "plans-bad:h:x-api-key:k1"),
 			wantErrors: 3,
 		},
 		{
-			name: "CountIf: 200s never exhaust the limit, 401s do",
+			name: "CountIf: 200s never exhaust the limit, 401s do; its numbers show only on its denial",
 			app:  on(with(perMinute("failed-logins", 2), func(r *core.Rule) { r.CountIf = failedLogin })),
 			steps: steps(
-				repeat(4, answered(200, xrl(2, 1, 60))),
-				answered(401, xrl(2, 1, 60)),
-				answered(200, xrl(2, 0, 60)), // charged, then given back
-				answered(403, xrl(2, 0, 60)),
+				repeat(4, answered(200, nil)),
+				answered(401, nil),
+				answered(200, nil), // charged, then given back
+				answered(403, nil),
 				tooMany(60, xrl(2, 0, 60)).with("X-Status", "200"),
 			),
 			wantAllowed: []bool{true, true, true, true, true, true, true, false},
@@ -662,9 +675,20 @@ func scenarios() []scenario {
 				r.CountIf = func(status int) bool { return status >= 500 }
 			})),
 			steps: steps(
-				answered(404, xrl(1, 0, 60)),
-				answered(500, xrl(1, 0, 60)),
+				answered(404, nil),
+				answered(500, nil),
 				tooMany(60, xrl(1, 0, 60)),
+			),
+		},
+		{
+			name: "CountIf beside a plan's rule: allowed requests show the plan's numbers, in the first rule's style",
+			app: on(with(perMinute("logins", 1), func(r *core.Rule) { r.CountIf = failedLogin; r.Headers = core.Both }),
+				with(perMinute("plan", 3), func(r *core.Rule) { r.Headers = core.IETF })),
+			steps: steps(
+				answered(200, merge(xrl(3, 2, 60), ietf(`"3-per-1m";q=3;w=60`, `"3-per-1m";r=2;t=60`))),
+				answered(401, merge(xrl(3, 1, 60), ietf(`"3-per-1m";q=3;w=60`, `"3-per-1m";r=1;t=60`))),
+				// the login rule denies: its numbers
+				tooMany(60, merge(xrl(1, 0, 60), ietf(`"1-per-1m";q=1;w=60`, `"1-per-1m";r=0;t=60`))),
 			),
 		},
 		{
@@ -677,10 +701,14 @@ func scenarios() []scenario {
 				tooMany(60, xrl(1, 0, 60)),
 				tooMany(3600, xrl(1, 0, 3600)),
 				tooMany(3600, xrl(1, 0, 3600)),
+				// a client can tell a ban from a limit: abnormal-usage-detected
+				banned(3600, xrl(1, 0, 3600)).with("Accept", "application/problem+json"),
 				ok(xrl(1, 0, 60)).from("198.51.100.7:1"), // another client
+				// whose denial is a limit's: quota-exceeded
+				problem(60, "1-per-1m", xrl(1, 0, 60)).from("198.51.100.7:1").with("Accept", "application/problem+json"),
 			),
-			wantAllowed: []bool{true, false, false, false, true},
-			wantBanned:  []bool{false, false, true, false, false},
+			wantAllowed: []bool{true, false, false, false, false, true, false},
+			wantBanned:  []bool{false, false, true, false, false, false, false},
 		},
 		{
 			name: "Refund: Retry-After follows at once, never below empty",
@@ -742,7 +770,7 @@ func scenarios() []scenario {
 		stacked("stacked rules show the most restrictive (loose outside)", false),
 		stacked("stacked rules show the most restrictive (strict outside)", true),
 		{
-			name: "a key function error: OnError, then fail open without headers",
+			name: "a key function error: OnError, then limited under the client's IP (FallbackKey's default)",
 			app: on(with(perMinute("tenant", 1), func(r *core.Rule) {
 				r.Key = func(r *http.Request) (string, error) {
 					if t := r.Header.Get("X-Tenant"); t != "" {
@@ -752,23 +780,43 @@ func scenarios() []scenario {
 				}
 			})),
 			steps: steps(
-				ok(nil),
+				ok(xrl(1, 0, 60)),
 				ok(xrl(1, 0, 60)).with("X-Tenant", "acme"),
-				ok(nil),
+				tooMany(60, xrl(1, 0, 60)),
 				tooMany(60, xrl(1, 0, 60)).with("X-Tenant", "acme"),
+				ok(xrl(1, 0, 60)).from("198.51.100.7:4711"), // another client without a key
 			),
-			wantKeys:   repeatString(2, "tenant:tenant:acme"),
+			wantKeys:   []string{"tenant:nokey:ip:192.0.2.1", "tenant:tenant:acme", "tenant:nokey:ip:192.0.2.1", "tenant:tenant:acme", "tenant:nokey:ip:198.51.100.7"},
+			wantErrors: 3,
+		},
+		{
+			name: "a missing header is limited under FallbackKey, whatever the failure mode",
+			opts: []core.Option{core.WithFailureMode(core.FailClosed)},
+			app: on(with(perMinute("closed-key", 1), func(r *core.Rule) {
+				r.Key = keyfuncs.Header("X-Api-Key")
+				r.FallbackKey = keyfuncs.IP(netip.MustParsePrefix("10.0.0.1/32"))
+			})),
+			steps: steps(
+				ok(xrl(1, 0, 60)).from("10.0.0.1:4711").with("X-Forwarded-For", "203.0.113.9"),
+				tooMany(60, xrl(1, 0, 60)).from("10.0.0.1:4711").with("X-Forwarded-For", "203.0.113.9"),
+				ok(xrl(1, 0, 60)).with("X-Api-Key", "k1"),
+			),
+			wantKeys:   []string{"closed-key:nokey:ip:203.0.113.9", "closed-key:nokey:ip:203.0.113.9", "closed-key:h:x-api-key:k1"},
 			wantErrors: 2,
 		},
 		{
-			name: "a key function error fails closed with 503",
-			opts: []core.Option{core.WithFailureMode(core.FailClosed)},
-			app:  on(with(perMinute("closed-key", 1), func(r *core.Rule) { r.Key = keyfuncs.Header("X-Api-Key") })),
+			name: "a key error that OnError answers stops the request",
+			app: on(with(perMinute("onerror-answers", 1), func(r *core.Rule) {
+				r.Key = keyfuncs.Header("X-Api-Key")
+				r.OnError = func(w http.ResponseWriter, _ *http.Request, _ error) {
+					http.Error(w, "an API key is required", http.StatusUnauthorized)
+				}
+			})),
 			steps: steps(
-				unavailable(),
+				step{status: 401, body: "an API key is required\n", want: fields("Content-Type", "text/plain; charset=utf-8", "X-Content-Type-Options", "nosniff")},
 				ok(xrl(1, 0, 60)).with("X-Api-Key", "k1"),
 			),
-			wantErrors: 1,
+			wantKeys: []string{"onerror-answers:h:x-api-key:k1"},
 		},
 		{
 			name:       "Redis does not answer: fail closed with 503",
@@ -826,13 +874,20 @@ func stacked(name string, strictOutside bool) scenario {
 	if strictOutside {
 		rules = []core.Rule{strict, loose}
 	}
+	// one style per response: the first rule's that shows fields
+	fields := func(remaining int) map[string]string {
+		if strictOutside {
+			return xrl(2, remaining, 60)
+		}
+		return ietf(`"2-per-1m";q=2;w=60`, fmt.Sprintf(`"2-per-1m";r=%d;t=60`, remaining))
+	}
 	return scenario{
 		name: name,
 		app:  on(rules...),
 		steps: steps(
-			ok(xrl(2, 1, 60)),
-			ok(xrl(2, 0, 60)),
-			tooMany(60, xrl(2, 0, 60)),
+			ok(fields(1)),
+			ok(fields(0)),
+			tooMany(60, fields(0)),
 		),
 	}
 }
@@ -1145,8 +1200,43 @@ func TestInvalidRule(t *testing.T) {
 	}
 }
 
+// TestLimitByIPMessages: LimitByIP panics at start-up with what is wrong,
+// named after the call the user wrote, not after the rule it builds.
+func TestLimitByIPMessages(t *testing.T) {
+	byIP := map[string]func(l *core.Limiter, n int64, window time.Duration){
+		"nethttp": func(l *core.Limiter, n int64, w time.Duration) { nethttp.LimitByIP(l, n, w) },
+		"chimw":   func(l *core.Limiter, n int64, w time.Duration) { chimw.LimitByIP(l, n, w) },
+		"ginmw":   func(l *core.Limiter, n int64, w time.Duration) { ginmw.LimitByIP(l, n, w) },
+		"echomw":  func(l *core.Limiter, n int64, w time.Duration) { echomw.LimitByIP(l, n, w) },
+	}
+	for pkg, limitByIP := range byIP {
+		for _, tc := range []struct {
+			l      *core.Limiter
+			n      int64
+			window time.Duration
+			want   string
+			is     error
+		}{
+			{core.NewMemory(), 0, time.Minute, "ratewindow: invalid limit: count 0 must be > 0 (" + pkg + ".LimitByIP(l, 0, 1m0s))", core.ErrInvalidLimit},
+			{core.NewMemory(), 5, 0, "ratewindow: invalid limit: window 0s must be from 1ms to MaxWindow (8784h0m0s) (" + pkg + ".LimitByIP(l, 5, 0s))", core.ErrInvalidLimit},
+			{nil, 5, time.Minute, "ratewindow: nil Limiter (" + pkg + ".LimitByIP(l, 5, 1m0s))", nil},
+		} {
+			func() {
+				defer func() {
+					err, _ := recover().(error)
+					if err == nil || err.Error() != tc.want || (tc.is != nil && !errors.Is(err, tc.is)) {
+						t.Errorf("%s.LimitByIP(l, %d, %s) panicked with %v, want %q", pkg, tc.n, tc.window, err, tc.want)
+					}
+				}()
+				limitByIP(tc.l, tc.n, tc.window)
+			}()
+		}
+	}
+}
+
 // TestFrameworkKey: ginmw.Key and echomw.Key read what earlier middleware
-// stored in the framework's context; a request without it is a key error.
+// stored in the framework's context; a request without it is a key error,
+// limited under the fallback key.
 func TestFrameworkKey(t *testing.T) {
 	rule := func(key keyfuncs.Func, errs *[]error) core.Rule {
 		return core.Rule{Name: "orders", Limits: []core.Limit{core.PerMinute(1)}, Key: key,
@@ -1192,7 +1282,7 @@ func TestFrameworkKey(t *testing.T) {
 				h.ServeHTTP(rec, req)
 				codes = append(codes, rec.Code)
 			}
-			if !slices.Equal(codes, []int{200, 429, 200, 200}) || !slices.Equal(keys, []string{"orders:user:ann", "orders:user:ann", "orders:user:bob"}) {
+			if !slices.Equal(codes, []int{200, 429, 200, 200}) || !slices.Equal(keys, []string{"orders:user:ann", "orders:user:ann", "orders:user:bob", "orders:nokey:ip:192.0.2.1"}) {
 				t.Fatalf("codes %v, keys %q", codes, keys)
 			}
 			if len(errs) != 1 || !errors.Is(errs[0], keyfuncs.ErrNoKey) {
@@ -1296,5 +1386,74 @@ func TestCountIfPanic(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestClientGone: a client that closes its connection while its request is
+// being decided never reaches the handler, in every adapter, over real TCP
+// on a real Redis, with the default FailOpen and without a deny cache:
+// the request's context ends, so no decision is made, and no decision is
+// no pass.
+func TestClientGone(t *testing.T) {
+	rdb := redistest.New(t).Client(t)
+	run := time.Now().UnixNano()
+	for _, ad := range adapters {
+		t.Run(ad.name, func(t *testing.T) {
+			l, err := core.New(rdb, core.WithPrefix(fmt.Sprintf("gone:%d:%s:", run, ad.name)), core.WithDenyCache(0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			entered := make(chan struct{}, 1)
+			rule := core.Rule{Name: "gone", Limits: []core.Limit{core.PerMinute(1)}, Key: func(r *http.Request) (string, error) {
+				if r.Header.Get("X-Stay") == "" { // hold the request until its client has gone
+					entered <- struct{}{}
+					<-r.Context().Done()
+				}
+				return "client", nil
+			}}
+			var handled atomic.Int64
+			h := ad.build(l, app{routes: []route{{path: "/gone", rules: []core.Rule{rule}}}, handler: func(w http.ResponseWriter, r *http.Request) {
+				handled.Add(1)
+				okHandler(w, r)
+			}})
+			served := make(chan struct{}, 1)
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				defer func() { served <- struct{}{} }()
+				h.ServeHTTP(w, r)
+			}))
+			defer srv.Close()
+
+			// a request that stays takes the one unit
+			req, _ := http.NewRequest(http.MethodGet, srv.URL+"/gone", nil)
+			req.Header.Set("X-Stay", "1")
+			resp, err := srv.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = resp.Body.Close()
+			<-served
+			if resp.StatusCode != http.StatusOK || handled.Load() != 1 {
+				t.Fatalf("first request: %d, handled %d times", resp.StatusCode, handled.Load())
+			}
+			for i := range 5 {
+				conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := io.WriteString(conn, "GET /gone HTTP/1.1\r\nHost: test\r\n\r\n"); err != nil {
+					t.Fatal(err)
+				}
+				<-entered
+				_ = conn.Close()
+				select {
+				case <-served:
+				case <-time.After(30 * time.Second):
+					t.Fatalf("request %d: the server did not see its client go", i)
+				}
+			}
+			if n := handled.Load(); n != 1 {
+				t.Fatalf("the handler ran %d times, want 1: requests whose client left passed uncounted", n)
+			}
+		})
 	}
 }

@@ -4,9 +4,13 @@
 package must
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"strings"
+	"time"
+
+	"github.com/ratewindow/ratewindow/core"
 )
 
 // Build returns mw, or panics with err named after the function that
@@ -18,6 +22,23 @@ func Build[T any](mw T, err error) T {
 	}
 	return mw
 }
+
+// ByIP returns core.ByIP(n, window) for an adapter's LimitByIP, or panics
+// with what is wrong named after that call ("nethttp.LimitByIP(l, 0,
+// 1m0s)"): the rule it builds is not the user's, so its name would only
+// puzzle.
+func ByIP(l *core.Limiter, n int64, window time.Duration) core.Rule {
+	err := core.Per(n, window).Validate()
+	if l == nil {
+		err = errNilLimiter
+	}
+	if err != nil {
+		panic(fmt.Errorf("%w (%s(l, %d, %s))", err, caller(), n, window))
+	}
+	return core.ByIP(n, window)
+}
+
+var errNilLimiter = errors.New("ratewindow: nil Limiter")
 
 // caller names the function that called Build: "package.Function".
 func caller() string {
