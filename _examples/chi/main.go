@@ -66,8 +66,11 @@ func main() {
 		// whole range such as 10.0.0.0/8: a host of that range that reaches
 		// this server directly could write any X-Forwarded-For, and get
 		// another client banned by a Penalty (docs/rules-and-keys.md).
-		Key:     keyfuncs.IP(),
-		Skip:    func(r *http.Request) bool { return r.URL.Path == "/healthz" },
+		Key:  keyfuncs.IP(),
+		Skip: func(r *http.Request) bool { return r.URL.Path == "/healthz" },
+		// The IETF RateLimit and RateLimit-Policy fields. A response shows
+		// one style, that of the outermost rule: this one.
+		Headers: core.IETF,
 		OnError: onError,
 	}
 	// Failed logins only, per client IP: a successful login (200) gives its
@@ -80,7 +83,6 @@ func main() {
 		Key:     keyfuncs.IP(),
 		CountIf: func(status int) bool { return status == http.StatusUnauthorized },
 		Penalty: &core.Penalty{Denials: 3, Within: time.Minute, Ban: 15 * time.Minute},
-		Headers: core.Both, // X-RateLimit-* and the IETF RateLimit, RateLimit-Policy
 		OnError: onError,
 	}
 	// Failed logins per account, from the form's user field, whatever the
@@ -91,7 +93,6 @@ func main() {
 		Limits:  []core.Limit{core.PerHour(20)},
 		Key:     account,
 		CountIf: func(status int) bool { return status == http.StatusUnauthorized },
-		Headers: core.Both,
 		OnError: onError,
 	}
 	// The API's limits follow the plan of the caller's API key (a real
@@ -112,7 +113,6 @@ func main() {
 			return byIP(r)
 		},
 		LimitsFor: func(r *http.Request) ([]core.Limit, error) { return plans[r.Header.Get("X-Api-Key")], nil },
-		Headers:   core.IETF,
 		OnError:   onError,
 	}
 	export := core.Rule{ // 20 units a minute per client IP; an export costs 5
