@@ -56,7 +56,7 @@ blocks() {
 		state == "want-out" && /^```$/ { state = "out"; printf "" > out("want"); next }
 		state == "out" && /^```$/ { state = ""; next }
 		state == "out" { print > out("want"); next }
-		END { print count > (dir "/count") }
+		END { print count + 0 > (dir "/count") }
 	' "$1"
 	n=$((n + $(cat "$tmp/blocks/count")))
 }
