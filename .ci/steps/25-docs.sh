@@ -49,6 +49,8 @@ n=0
 blocks() {
 	awk -v dir="$tmp/blocks" -v start="$n" -v file="$1" '
 		function out(ext) { return dir "/" (start + count) "." ext }
+		/^````/ { quoted = !quoted; next } # a page showing the markup itself
+		quoted { next }
 		/^<!-- ci: against [a-z]+ -->$/ { count++; server = $4; state = "want-sh"; print server > out("server"); print file > out("file"); next }
 		state == "want-sh" && /^```sh$/ { state = "sh"; next }
 		state == "sh" && /^```$/ { state = "want-out"; next }
