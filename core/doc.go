@@ -96,4 +96,10 @@
 // only some responses (CountIf, built on Refund) and ban a key that keeps
 // being denied (Penalty, built on Block); an Enforcer applies it for every
 // adapter (nethttp, chimw, ginmw, echomw).
+//
+// No request passes a Rule because its decision could not be made: one
+// whose own context ends first (its client went away) never reaches the
+// handler, and one whose key cannot be computed (a missing header, no
+// user) is counted under the rule's FallbackKey, its client IP by default.
+// The failure mode answers Redis's failures only.
 package core
