@@ -26,7 +26,7 @@ trap 'echo "FAIL: $0 line $LINENO: $BASH_COMMAND" >&2' ERR
 
 cd "$(dirname "$0")/../.."
 
-start_timeout=20 # seconds until a server prints its address
+start_timeout=60 # seconds until a server prints its address (a loaded machine)
 
 tmp="$(mktemp -d)"
 pid=""
