@@ -27,6 +27,22 @@
 // (64:ff9b::/96) is keyed by its IPv4 address. See [IP] for the exact
 // rules.
 //
+// # Behind proxies
+//
+// List the proxies' own addresses, each as a /32 (or /128) prefix, or the
+// smallest prefix that holds only them:
+//
+//	byClient := keyfuncs.IP(netip.MustParsePrefix("10.1.0.7/32"), netip.MustParsePrefix("10.1.0.8/32"))
+//
+// not a whole range such as 10.0.0.0/8 because the proxies live somewhere in
+// it. Every host of a trusted prefix is believed about the client's address:
+// any of them that reaches the service directly (another workload of the
+// same network) can send "X-Forwarded-For: 198.51.100.23" and be counted as
+// that client. It escapes its own limit, and under a rule with a Penalty it
+// gets 198.51.100.23 banned. Give the rule's FallbackKey the same function,
+// so that requests whose key fails are counted per client too, not under
+// the proxy's address.
+//
 // # Route
 //
 // [Route] keys a request by its route pattern, never by its raw path, so one

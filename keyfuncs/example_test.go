@@ -27,8 +27,9 @@ func ExampleIP() {
 }
 
 func ExampleIP_trustedProxy() {
-	// The load balancers live in 10.0.0.0/8.
-	key := keyfuncs.IP(netip.MustParsePrefix("10.0.0.0/8"))
+	// The two load balancers' own addresses: never a whole range such as
+	// 10.0.0.0/8, whose every host could then choose its client address.
+	key := keyfuncs.IP(netip.MustParsePrefix("10.0.0.1/32"), netip.MustParsePrefix("10.1.1.1/32"))
 
 	r := httptest.NewRequest(http.MethodGet, "/", nil)
 	r.RemoteAddr = "10.0.0.1:4711"
@@ -49,11 +50,18 @@ func ExampleIP_trustedProxy() {
 	// A health check of the load balancer itself carries no list.
 	r.Header.Del("X-Forwarded-For")
 	fmt.Println(key(r))
+
+	// Another host of the network, not a listed proxy, reaching the
+	// service directly: its X-Forwarded-For is not read.
+	r.RemoteAddr = "10.0.0.99:4711"
+	r.Header.Set("X-Forwarded-For", "198.51.100.23")
+	fmt.Println(key(r))
 	// Output:
 	// ip:203.0.113.5 <nil>
 	// ip:203.0.113.5 <nil>
 	// true
 	// ip:10.0.0.1 <nil>
+	// ip:10.0.0.99 <nil>
 }
 
 func ExampleIPWith() {

@@ -14,6 +14,8 @@ trap 'echo "FAIL: $0 line $LINENO: $BASH_COMMAND" >&2' ERR
 cd "$(dirname "$0")/../.."
 
 examples=(nethttp chi gin echo)
+# quickstart, the README's first program, is built here and run by
+# 25-docs.sh with the README's own commands.
 start_timeout=20 # seconds until a server prints its address
 stop_timeout=10  # seconds until a server exits after SIGTERM
 max_requests=50  # login attempts before giving up on a 429
@@ -72,7 +74,7 @@ header() {
 # status code.
 post_login() {
 	curl -sS --max-time 5 -o /dev/null -D "$tmp/$2.headers" -w '%{http_code}' \
-		-X POST -H 'X-User: smoke' -H "X-Password: $3" "$1/login"
+		-d user=smoke -d "password=$3" "$1/login"
 }
 
 smoke() {

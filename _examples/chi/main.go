@@ -1,6 +1,6 @@
 // Command chi is a chi server rate-limited by ratewindow: a global limit
 // per client IP; failed logins per IP on POST /login, with a ban for a
-// client that keeps failing; an API whose limits follow the plan of the
+// client that keeps failing, and per account; an API whose limits follow the plan of the
 // caller's API key; and an export that costs 5 units. Run it with
 //
 //	go run ./_examples/chi
@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -58,22 +59,40 @@ func main() {
 		log.Printf("%s %s: %v", r.Method, r.URL.Path, err)
 	}
 	global := core.Rule{ // every route but the health check, per client IP
-		Name:    "global",
-		Limits:  []core.Limit{core.PerSecond(20), core.PerMinute(300)},
-		Key:     keyfuncs.IP(), // behind a proxy: keyfuncs.IP(netip.MustParsePrefix("10.0.0.0/8"))
-		Skip:    func(r *http.Request) bool { return r.URL.Path == "/healthz" },
+		Name:   "global",
+		Limits: []core.Limit{core.PerSecond(20), core.PerMinute(300)},
+		// The peer address. Behind proxies, list the proxies' own addresses,
+		// such as keyfuncs.IP(netip.MustParsePrefix("10.1.0.7/32")), never a
+		// whole range such as 10.0.0.0/8: a host of that range that reaches
+		// this server directly could write any X-Forwarded-For, and get
+		// another client banned by a Penalty (docs/rules-and-keys.md).
+		Key:  keyfuncs.IP(),
+		Skip: func(r *http.Request) bool { return r.URL.Path == "/healthz" },
+		// The IETF RateLimit and RateLimit-Policy fields. A response shows
+		// one style, that of the outermost rule: this one.
+		Headers: core.IETF,
 		OnError: onError,
 	}
 	// Failed logins only, per client IP: a successful login (200) gives its
 	// unit back, a wrong password (401) keeps it. An IP denied 3 times
-	// within a minute is banned for 15 minutes, on every replica.
+	// within a minute is banned for 15 minutes, on every replica. No user
+	// is signed in before a login: the keys come from the request.
 	login := core.Rule{
 		Name:    "login",
 		Limits:  []core.Limit{core.PerMinute(5)},
 		Key:     keyfuncs.IP(),
 		CountIf: func(status int) bool { return status == http.StatusUnauthorized },
 		Penalty: &core.Penalty{Denials: 3, Within: time.Minute, Ban: 15 * time.Minute},
-		Headers: core.Both, // X-RateLimit-* and the IETF RateLimit, RateLimit-Policy
+		OnError: onError,
+	}
+	// Failed logins per account, from the form's user field, whatever the
+	// address they come from: 20 an hour. No Penalty here: a ban of an
+	// account would let anyone lock its owner out.
+	loginAccount := core.Rule{
+		Name:    "login-account",
+		Limits:  []core.Limit{core.PerHour(20)},
+		Key:     account,
+		CountIf: func(status int) bool { return status == http.StatusUnauthorized },
 		OnError: onError,
 	}
 	// The API's limits follow the plan of the caller's API key (a real
@@ -94,7 +113,6 @@ func main() {
 			return byIP(r)
 		},
 		LimitsFor: func(r *http.Request) ([]core.Limit, error) { return plans[r.Header.Get("X-Api-Key")], nil },
-		Headers:   core.IETF,
 		OnError:   onError,
 	}
 	export := core.Rule{ // 20 units a minute per client IP; an export costs 5
@@ -107,15 +125,16 @@ func main() {
 	r := chi.NewRouter()
 	r.Use(chimw.Limit(l, global))
 	r.Get("/", func(w http.ResponseWriter, r *http.Request) {
-		w.Write([]byte("ratewindow chi example: POST /login (X-User, X-Password: letmein), GET /api/orders (X-Api-Key: free-key or pro-key), GET /export, GET /healthz\n"))
+		w.Write([]byte("ratewindow chi example: POST /login (form fields user, password=letmein), GET /api/orders (X-Api-Key: free-key or pro-key), GET /export, GET /healthz\n"))
 	})
 	r.Get("/healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
-	r.With(chimw.Limit(l, login)).Post("/login", func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("X-User") == "" || r.Header.Get("X-Password") != "letmein" {
+	r.With(chimw.Limit(l, login), chimw.Limit(l, loginAccount)).Post("/login", func(w http.ResponseWriter, r *http.Request) {
+		user := r.PostFormValue("user")
+		if user == "" || r.PostFormValue("password") != "letmein" {
 			http.Error(w, "wrong user or password", http.StatusUnauthorized)
 			return
 		}
-		w.Write([]byte("welcome, " + r.Header.Get("X-User") + "\n"))
+		w.Write([]byte("welcome, " + user + "\n"))
 	})
 	r.With(chimw.Limit(l, api)).Get("/api/orders", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -134,7 +153,7 @@ func main() {
 	}
 	log.SetFlags(log.Ltime)
 	log.SetOutput(os.Stdout)
-	log.Printf("limits: global 20/s and 300/min per IP; login 5 failed/min per IP, banned 15m after 3 denials; api by plan (free-key 10/min, pro-key 100/min and 10/s, others 5/min per IP); export 20 units/min per IP, 5 a call")
+	log.Printf("limits: global 20/s and 300/min per IP; login 5 failed/min per IP, banned 15m after 3 denials, and 20 failed/h per account; api by plan (free-key 10/min, pro-key 100/min and 10/s, others 5/min per IP); export 20 units/min per IP, 5 a call")
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}
 	os.Stdout.WriteString("listening on http://" + ln.Addr().String() + "\n")
 	go func() {
@@ -146,4 +165,16 @@ func main() {
 	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 		log.Fatal(err)
 	}
+}
+
+// account keys a login by the account it is for, from the form's user
+// field (lower-cased): no user is signed in before a login, so there is
+// nothing for keyfuncs.User to read. A request without one gets no key
+// here; it is a key error, which the rule's OnError sees.
+func account(r *http.Request) (string, error) {
+	name := strings.ToLower(strings.TrimSpace(r.PostFormValue("user")))
+	if name == "" {
+		return "", keyfuncs.ErrNoKey
+	}
+	return "account:" + name, nil
 }

@@ -7,6 +7,7 @@ package redisenv
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"strings"
@@ -31,6 +32,9 @@ func Open() (rdb *redis.Client, embedded bool, close func(), err error) {
 		fmt.Printf("redis:  embedded miniredis at %s (set REDIS_URL=redis://127.0.0.1:6379/0 to use a real Redis)\n", m.Addr())
 		return rdb, true, func() { rdb.Close(); m.Close() }, nil
 	}
+	if !strings.Contains(raw, "://") {
+		return nil, false, nil, fmt.Errorf("REDIS_URL is not a URL: write %s", urlHint(raw))
+	}
 	opt, err := redis.ParseURL(raw)
 	if err != nil {
 		var ue *url.Error
@@ -42,6 +46,21 @@ func Open() (rdb *redis.Client, embedded bool, close func(), err error) {
 	rdb = redis.NewClient(opt)
 	fmt.Printf("redis:  %s (REDIS_URL)\n", opt.Addr)
 	return rdb, false, func() { rdb.Close() }, nil
+}
+
+// urlHint suggests the URL of a REDIS_URL written without a scheme, such
+// as 127.0.0.1:6379: redis://127.0.0.1:6379/0. A value that is not a bare
+// host:port (it may hold a password) is not repeated.
+func urlHint(raw string) string {
+	const general = "redis://HOST:PORT/DB, such as redis://127.0.0.1:6379/0 (rediss:// for TLS)"
+	host, port, err := net.SplitHostPort(raw)
+	if err != nil || strings.ContainsAny(raw, "@/?#") {
+		return general
+	}
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	return "redis://" + net.JoinHostPort(host, port) + "/0 (rediss:// for TLS)"
 }
 
 // Addr is where an example listens: ADDR (host:port, or a bare port on

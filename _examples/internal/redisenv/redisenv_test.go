@@ -22,6 +22,23 @@ func TestOpen(t *testing.T) {
 	}
 }
 
+func TestOpenHint(t *testing.T) {
+	for _, c := range []struct{ env, want string }{
+		{"127.0.0.1:6379", "REDIS_URL is not a URL: write redis://127.0.0.1:6379/0 (rediss:// for TLS)"},
+		{"localhost:6380", "REDIS_URL is not a URL: write redis://localhost:6380/0 (rediss:// for TLS)"},
+		{":6379", "REDIS_URL is not a URL: write redis://127.0.0.1:6379/0 (rediss:// for TLS)"},
+		{"[::1]:6379", "REDIS_URL is not a URL: write redis://[::1]:6379/0 (rediss:// for TLS)"},
+		{"user:secret@127.0.0.1:6379", "REDIS_URL is not a URL: write redis://HOST:PORT/DB, such as redis://127.0.0.1:6379/0 (rediss:// for TLS)"},
+		{"redis-host", "REDIS_URL is not a URL: write redis://HOST:PORT/DB, such as redis://127.0.0.1:6379/0 (rediss:// for TLS)"},
+	} {
+		t.Setenv("REDIS_URL", c.env)
+		_, _, _, err := Open()
+		if err == nil || err.Error() != c.want {
+			t.Errorf("REDIS_URL=%q: %v, want %q", c.env, err, c.want)
+		}
+	}
+}
+
 func TestAddr(t *testing.T) {
 	for _, c := range []struct{ env, want string }{
 		{"", "127.0.0.1:8080"}, {"9090", "127.0.0.1:9090"}, {":8080", ":8080"}, {"[::1]:0", "[::1]:0"},
