@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"sync"
 	"time"
@@ -40,9 +41,10 @@ type Limiter struct {
 // dials, so that a decision that times out while Redis is unreachable says
 // why. It does not contact Redis: call Check at start-up (and in readiness
 // probes) to learn whether Redis is reachable, authorised and configured
-// so that it never evicts the Limiter's keys.
+// so that it never evicts the Limiter's keys. A nil rdb, or a nil pointer
+// in it (a *redis.Client that is nil), is an error.
 func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
-	if rdb == nil {
+	if v := reflect.ValueOf(rdb); rdb == nil || v.Kind() == reflect.Pointer && v.IsNil() {
 		return nil, errors.New("ratewindow: nil redis client")
 	}
 	c := defaults()
