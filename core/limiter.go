@@ -37,11 +37,11 @@ type Limiter struct {
 // *redis.Client, *redis.ClusterClient, *redis.Ring or a failover client:
 // every call is one script run on the keys of one hash slot.
 //
-// New adds a hook to rdb (when it takes hooks) that only watches failed
-// dials, so that a decision that times out while Redis is unreachable says
-// why. It does not contact Redis: call Check at start-up (and in readiness
-// probes) to learn whether Redis is reachable, authorised and configured
-// so that it never evicts the Limiter's keys. A nil rdb, or a nil pointer
+// New adds nothing to rdb (no hook): however many Limiters share a
+// client, its other commands cost what they did. It does not contact
+// Redis: call Check at start-up (and in readiness probes) to learn whether
+// Redis is reachable, authorised, takes writes and is configured so that
+// it never evicts the Limiter's keys. A nil rdb, or a nil pointer
 // in it (a *redis.Client that is nil), is an error.
 func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
 	if v := reflect.ValueOf(rdb); rdb == nil || v.Kind() == reflect.Pointer && v.IsNil() {

@@ -59,11 +59,12 @@ func WithClock(now func() time.Time) Option { return Option{func(c *config) { c.
 // The bound holds whatever the client's options. A go-redis client created
 // with ContextTimeoutEnabled: true ends its own read at the deadline. A
 // *redis.Client without it (the go-redis default; a failover client too)
-// sends a lone decision through its WithTimeout(d) clone, on the caller's
-// goroutine: the same connections, reads that end at d, and the command
-// still passes the client's hooks added before New (New adds one that
-// hands such commands to the clone; hooks added later do not see them).
-// Any other call (a caller's deadline sooner than d, a Cluster or another
+// sends a lone decision through its WithTimeout(d) clone, made by New, on
+// the caller's goroutine: the same connections, and reads that end at d.
+// go-redis gives such a clone none of the client's hooks, so a hook on
+// the client (tracing, metrics) does not see those decisions; with
+// ContextTimeoutEnabled: true every call goes through the client and its
+// hooks. New adds no hook to the client. Any other call (a caller's deadline sooner than d, a Cluster or another
 // client without ContextTimeoutEnabled) is made on a sender goroutine (kept
 // between calls) that the decision stops waiting for at the deadline, and
 // whose call ends later by the client's ReadTimeout, holding a pool
