@@ -72,8 +72,15 @@ func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
 
 // NewMemory returns a Limiter that keeps its counts in this process's
 // memory, with the same algorithms as Redis. Limits then hold per process,
-// not across replicas. Options about Redis (prefix, timeout, failure mode,
-// deny cache) have no effect.
+// not across replicas.
+//
+// It applies WithClock and WithObserver, and ignores every other option,
+// invalid values included (a negative timeout, a share outside (0, 1]):
+// WithPrefix, WithTimeout, WithWaitTimeout, WithFailureMode and
+// WithLocalShare configure the calls to Redis and their failures, which a
+// memory Limiter does not make, and WithDenyCache saves round trips it
+// does not have. So the options of a Redis Limiter can be passed as they
+// are, as in tests that swap Redis for memory; only New validates them.
 func NewMemory(opts ...Option) *Limiter {
 	c := defaults()
 	for _, o := range opts {
