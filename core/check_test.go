@@ -102,7 +102,7 @@ func TestCheck(t *testing.T) {
 		{"used memory above maxmemory, noeviction", func(t *testing.T, p *redistest.Process) *redis.Client {
 			fillPastMaxmemory(t, p.Client(t))
 			return p.Client(t)
-		}, ErrNoWrites, "EVAL on rw:{check}:check: redis refuses writes: its used memory is above maxmemory and maxmemory-policy noeviction frees none: raise maxmemory or free memory: OOM command not allowed"},
+		}, ErrNoWrites, "EVAL on rw:{check}:check: redis refuses writes: its used memory is above maxmemory, and its maxmemory-policy (noeviction, as the Limiter needs) evicts nothing: raise maxmemory or free memory: OOM command not allowed"},
 		{"read-only replica", func(t *testing.T, p *redistest.Process) *redis.Client {
 			replicate(t, p)
 			return p.Client(t)

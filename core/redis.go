@@ -248,7 +248,7 @@ var refusals = [...]struct {
 	prefix, what string
 	sentinel     error
 }{
-	{"OOM", "redis refuses writes: its used memory is above maxmemory and maxmemory-policy noeviction frees none: raise maxmemory or free memory", ErrNoWrites},
+	{"OOM", "redis refuses writes: its used memory is above maxmemory, and its maxmemory-policy (noeviction, as the Limiter needs) evicts nothing: raise maxmemory or free memory", ErrNoWrites},
 	{"READONLY", "redis refuses writes: the server is a read-only replica: connect to the master (a failover or Cluster client follows it)", ErrNoWrites},
 	{"MISCONF", "redis refuses writes: its last RDB save failed and stop-writes-on-bgsave-error is yes: fix the save (disk space, permissions of dir)", ErrNoWrites},
 	{"NOREPLICAS", "redis refuses writes: fewer replicas are connected than min-replicas-to-write requires", ErrNoWrites},
