@@ -14,7 +14,10 @@ import (
 // dialErrors keeps the last failed dial to Redis, so that a call that ends
 // at its deadline while the client keeps failing to connect says why (a
 // refused connection, a wrong host) instead of only "context deadline
-// exceeded", and so does the open circuit.
+// exceeded", and so does the open circuit. It keeps the last refusal too
+// (see explainRefusal: out of memory, a read-only replica, no password),
+// which fails every call until someone acts on Redis: the open circuit
+// then says which.
 //
 // It adds nothing to the client: a hook would run on every command of the
 // application's too, once per Limiter made on the client. It learns from
@@ -35,8 +38,9 @@ type dialErrors struct {
 }
 
 type dialError struct {
-	err error
-	at  time.Time
+	err     error
+	at      time.Time
+	refusal bool // a refusal of Redis, not a failed dial
 }
 
 // dialErrorAge is how long a failed dial explains later timeouts.
@@ -79,8 +83,9 @@ func newDialErrors(rdb redis.Scripter) *dialErrors {
 
 // note keeps err, the error of a call made with ctx, when it is a failed
 // dial that is not ctx's own deadline (a dial cut short by the caller's
-// deadline says nothing of Redis); a reply of Redis, an error reply
-// included, forgets the last one. A nil d (a batcher made by a test)
+// deadline says nothing of Redis), or a refusal of Redis; any other reply
+// of Redis, an error reply included, forgets the last one; any other
+// error starts a probe (see suspect). A nil d (a batcher made by a test)
 // does nothing, as in suspect and explain.
 func (d *dialErrors) note(ctx context.Context, err error) {
 	if d == nil {
@@ -88,17 +93,27 @@ func (d *dialErrors) note(ctx context.Context, err error) {
 	}
 	var op *net.OpError
 	switch {
-	case err == nil || isRedisError(err):
+	case err == nil:
 		if d.last.Load() != nil {
 			d.last.Store(nil)
 		}
+	case isRedisError(err):
+		if r := explainRefusal(err); r != err {
+			d.last.Store(&dialError{err: r, at: time.Now(), refusal: true})
+		} else if d.last.Load() != nil {
+			d.last.Store(nil)
+		}
 	case errors.As(err, &op) && op.Op == "dial" && !(op.Timeout() && ctx.Err() != nil):
-		d.last.Store(&dialError{err, time.Now()})
+		d.last.Store(&dialError{err: err, at: time.Now()})
+	case !errors.Is(err, context.Canceled): // the caller's cancel says nothing of Redis
+		// a timeout, a lost connection, a Ring's shards all down
+		d.suspect()
 	}
 }
 
-// suspect is called when a call ended at its deadline without a reply:
-// unless a recent failed dial explains it already, it starts a probe in
+// suspect is called when a call failed without a reply of Redis (it
+// ended at its deadline, lost its connection): unless a recent failure
+// explains it already, it starts a probe in
 // the background, at most one at a time and one per probeEvery, whose
 // failure explains the next calls. A probe is bounded by dialErrorAge.
 func (d *dialErrors) suspect() {
@@ -115,7 +130,7 @@ func (d *dialErrors) suspect() {
 		ctx, cancel := context.WithTimeout(context.Background(), dialErrorAge)
 		defer cancel()
 		if err := d.probe(ctx); err != nil {
-			d.last.Store(&dialError{err, time.Now()})
+			d.last.Store(&dialError{err: err, at: time.Now()})
 		}
 	}()
 }
@@ -142,7 +157,8 @@ func isDialError(err error) bool {
 	return errors.As(err, &op) && op.Op == "dial"
 }
 
-// explain returns err with the last recent failed dial, if any.
+// explain returns err with the last recent failed dial or refusal, if
+// any.
 func (d *dialErrors) explain(err error) error {
 	if d == nil {
 		return err
@@ -151,5 +167,9 @@ func (d *dialErrors) explain(err error) error {
 	if last == nil {
 		return err
 	}
-	return fmt.Errorf("%w (the last dial failed %s ago: %w)", err, time.Since(last.at).Round(time.Millisecond), last.err)
+	what := "dial"
+	if last.refusal {
+		what = "call"
+	}
+	return fmt.Errorf("%w (the last %s failed %s ago: %w)", err, what, time.Since(last.at).Round(time.Millisecond), last.err)
 }

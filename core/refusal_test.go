@@ -96,22 +96,28 @@ func TestDecisionExplainsRefusal(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r, err := l.Allow(ctx, "k", PerMinute(3), PerHour(10))
-			if err != nil || !r.Allowed || r.BackendErr == nil {
-				t.Fatalf("Allow: %+v %v, want a fail-open answer", r, err)
-			}
-			got := r.BackendErr.Error()
-			if !strings.HasPrefix(got, c.says+c.reply) {
-				t.Fatalf("BackendErr:\n got %s\nwant %s%s...", got, c.says, c.reply)
-			}
-			if c.want != nil && !errors.Is(r.BackendErr, c.want) {
-				t.Fatalf("BackendErr %q does not match %v", got, c.want)
-			}
-			if c.want == nil && errors.Is(r.BackendErr, ErrNoWrites) {
-				t.Fatalf("BackendErr %q matches ErrNoWrites", got)
-			}
-			if re := redis.Error(nil); !errors.As(r.BackendErr, &re) || !strings.HasPrefix(re.Error(), c.reply) {
-				t.Fatalf("BackendErr %q does not hold Redis's reply %q", got, c.reply)
+			// the first decisions fail with the refusal, the next ones
+			// with the open circuit (after 3 failures), which names it
+			for i := range 6 {
+				r, err := l.Allow(ctx, "k", PerMinute(3), PerHour(10))
+				if err != nil || !r.Allowed || r.BackendErr == nil {
+					t.Fatalf("Allow %d: %+v %v, want a fail-open answer", i, r, err)
+				}
+				got := r.BackendErr.Error()
+				if !strings.HasPrefix(got, c.says+c.reply) && !(errors.Is(r.BackendErr, ErrCircuitOpen) &&
+					strings.HasPrefix(got, "ratewindow: redis unavailable, circuit open (the last call failed ") &&
+					strings.Contains(got, " ago: "+c.says[len("ratewindow: allow script: "):]+c.reply)) {
+					t.Fatalf("Allow %d: BackendErr:\n got %s\nwant %s%s...\n  or the open circuit naming it", i, got, c.says, c.reply)
+				}
+				if c.want != nil && !errors.Is(r.BackendErr, c.want) {
+					t.Fatalf("Allow %d: BackendErr %q does not match %v", i, got, c.want)
+				}
+				if c.want == nil && errors.Is(r.BackendErr, ErrNoWrites) {
+					t.Fatalf("Allow %d: BackendErr %q matches ErrNoWrites", i, got)
+				}
+				if re := redis.Error(nil); !errors.As(r.BackendErr, &re) || !strings.HasPrefix(re.Error(), c.reply) {
+					t.Fatalf("Allow %d: BackendErr %q does not hold Redis's reply %q", i, got, c.reply)
+				}
 			}
 		})
 	}
