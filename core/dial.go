@@ -22,9 +22,10 @@ import (
 // It adds nothing to the client: a hook would run on every command of the
 // application's too, once per Limiter made on the client. It learns from
 // the Limiter's own calls instead: a call that fails to dial and still
-// returns before its deadline brings the dial's error (see note); a call
-// that ends at its deadline without a reply starts a probe, one dial made
-// as the client makes them, in the background (see suspect). go-redis
+// returns before its deadline brings the dial's error, a refusal its
+// explanation (see note); a call that fails without a reply of Redis (it
+// ends at its deadline, loses its connection) starts a probe, one dial
+// made as the client makes them, in the background (see suspect): go-redis
 // retries a failed dial, and a call that runs out of time meanwhile
 // returns only its context's error.
 type dialErrors struct {
