@@ -69,7 +69,7 @@ type batcher struct {
 	work chan *call
 
 	calls sync.Pool
-	dials *dialErrors // the last failed dial of this batcher's calls
+	dials *dialErrors // the last failed dial or refusal of this batcher's calls
 	// lib runs the scripts as FCALL once it is loaded; nil: always EVALSHA
 	lib *library
 
@@ -254,10 +254,12 @@ func (b *batcher) wait(ctx context.Context, c *call) (any, error) {
 // with: the batcher's, or its lone clone, whose reads end at the Limiter's
 // timeout. Otherwise the call goes to a sender (see sendLone).
 //
-// The clone is the client as it was when the Limiter was made: it runs
-// the hooks the client had then (its tracing, its metrics), and not those
-// added later. Nothing is added to the client itself, so however many
-// Limiters share it, its other commands cost what they did.
+// go-redis gives the clone none of the client's hooks, so the client's
+// tracing and metrics do not see such a call (with ContextTimeoutEnabled
+// every call goes through the client). Nothing is added to the client
+// itself, so however many Limiters share it, its other commands cost what
+// they did: a hook per Limiter (one that handed lone calls to the clone)
+// took a PING from 21 µs to 410-708 µs with 30,000 Limiters.
 func (b *batcher) directly(ctx context.Context) (redis.Scripter, bool) {
 	if b.boundsReads {
 		return b.rdb, true
