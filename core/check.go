@@ -17,8 +17,9 @@ var checkLua string
 
 // Check reports whether the Limiter can do its job: nil only when Redis is
 // reachable, accepts this client's credentials, lets it run the scripts
-// (EVAL and EVALSHA) on keys under the Limiter's prefix, and will not evict
-// the Limiter's keys: maxmemory is 0, or maxmemory-policy is noeviction.
+// (EVAL and EVALSHA) on keys under the Limiter's prefix, takes a write
+// there (one small key with a 1s TTL), and will not evict the Limiter's
+// keys: maxmemory is 0, or maxmemory-policy is noeviction.
 // Every ratewindow key has a TTL, so a volatile-* policy evicts them too,
 // and an evicted key is an undercount: more requests pass than the limit.
 //
@@ -27,8 +28,10 @@ var checkLua string
 // FailOpen, every request passes). On a Cluster it checks every master, on
 // a Ring every shard. The memory Limiter always passes.
 //
-// An eviction policy that would evict is an error that matches
-// ErrEvictionPolicy. When the policy cannot be read (an ACL forbids both
+// A Redis that refuses the write (used memory above maxmemory under
+// noeviction, a read-only replica, a failed save) is an error that matches
+// ErrNoWrites and says what to do: every decision would fail. An eviction
+// policy that would evict is an error that matches ErrEvictionPolicy. When the policy cannot be read (an ACL forbids both
 // CONFIG GET and INFO, or the server has neither, as miniredis), the error
 // matches ErrCheckIncomplete and says why. Other errors wrap Redis's own
 // (WRONGPASS, NOPERM, a refused dial).
@@ -99,7 +102,7 @@ func (s *redisStore) check(ctx context.Context) error {
 func checkNode(ctx context.Context, c *redis.Client, sc *redis.Script, key string) error {
 	addr := c.Options().Addr
 	if err := c.Ping(ctx).Err(); err != nil {
-		return fmt.Errorf("ratewindow: check: redis at %s: %w", addr, err)
+		return fmt.Errorf("ratewindow: check: redis at %s: %w", addr, explainRefusal(err))
 	}
 	if err := checkScript(ctx, c, sc, key); err != nil {
 		return fmt.Errorf("%w (redis at %s)", err, addr)
@@ -108,13 +111,14 @@ func checkNode(ctx context.Context, c *redis.Client, sc *redis.Script, key strin
 }
 
 // checkScript runs check.lua with EVAL, then with EVALSHA: a Limiter uses
-// both (EVALSHA, and EVAL when the server lacks the script).
+// both (EVALSHA, and EVAL when the server lacks the script). A refused
+// write or a missing password is explained (see explainRefusal).
 func checkScript(ctx context.Context, c redis.Scripter, sc *redis.Script, key string) error {
 	if err := sc.Eval(ctx, c, []string{key}).Err(); err != nil {
-		return fmt.Errorf("ratewindow: check: EVAL on %s: %w", key, err)
+		return fmt.Errorf("ratewindow: check: EVAL on %s: %w", key, explainRefusal(err))
 	}
 	if err := sc.EvalSha(ctx, c, []string{key}).Err(); err != nil {
-		return fmt.Errorf("ratewindow: check: EVALSHA on %s: %w", key, err)
+		return fmt.Errorf("ratewindow: check: EVALSHA on %s: %w", key, explainRefusal(err))
 	}
 	return nil
 }

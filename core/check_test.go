@@ -93,6 +93,26 @@ func TestCheck(t *testing.T) {
 		{"no access to the prefix", func(t *testing.T, p *redistest.Process) *redis.Client {
 			return acl(t, p, "limiter", "~other:*", "+@all")
 		}, nil, "NOPERM"},
+		{"read-only user", func(t *testing.T, p *redistest.Process) *redis.Client {
+			return acl(t, p, "limiter", "~rw:*", "+@all", "-@write")
+		}, nil, "The user executing the script can't run this command"},
+		{"read-only keys", func(t *testing.T, p *redistest.Process) *redis.Client {
+			return acl(t, p, "limiter", "%R~rw:*", "+@all")
+		}, nil, "NOPERM"},
+		{"used memory above maxmemory, noeviction", func(t *testing.T, p *redistest.Process) *redis.Client {
+			fillPastMaxmemory(t, p.Client(t))
+			return p.Client(t)
+		}, ErrNoWrites, "EVAL on rw:{check}:check: redis refuses writes: its used memory is above maxmemory, and its maxmemory-policy (noeviction, as the Limiter needs) evicts nothing: raise maxmemory or free memory: OOM command not allowed"},
+		{"read-only replica", func(t *testing.T, p *redistest.Process) *redis.Client {
+			replicate(t, p)
+			return p.Client(t)
+		}, ErrNoWrites, "redis refuses writes: the server is a read-only replica: connect to the master (a failover or Cluster client follows it): READONLY"},
+		{"no password", func(t *testing.T, p *redistest.Process) *redis.Client {
+			requirePassword(t, p.Client(t))
+			c := redis.NewClient(&redis.Options{Addr: p.Addr, MaxRetries: -1})
+			t.Cleanup(func() { c.Close() })
+			return c
+		}, nil, "redis requires authentication (NOAUTH): set the client's Password (and Username for an ACL user): NOAUTH"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

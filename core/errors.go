@@ -31,6 +31,14 @@ var (
 	// eviction policy: an ACL forbids both CONFIG GET and INFO, or the
 	// server answers neither.
 	ErrCheckIncomplete = errors.New("ratewindow: check incomplete")
+	// ErrNoWrites is returned by Check, and matched by the Result.BackendErr
+	// of decisions, when Redis refuses the Limiter's writes: its used memory
+	// is above maxmemory under maxmemory-policy noeviction (OOM), it is a
+	// read-only replica (READONLY), a failed save stops its writes
+	// (MISCONF), or fewer replicas are connected than it requires
+	// (NOREPLICAS). Every decision then fails and the failure mode answers
+	// it, until someone acts on Redis; the error says what to do.
+	ErrNoWrites = errors.New("ratewindow: redis refuses the limiter's writes")
 	// ErrInvalidDuration is returned by Block for a duration outside
 	// (0, MaxBlock].
 	ErrInvalidDuration = errors.New("ratewindow: invalid duration")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"sync"
 	"time"
@@ -36,13 +37,14 @@ type Limiter struct {
 // *redis.Client, *redis.ClusterClient, *redis.Ring or a failover client:
 // every call is one script run on the keys of one hash slot.
 //
-// New adds a hook to rdb (when it takes hooks) that only watches failed
-// dials, so that a decision that times out while Redis is unreachable says
-// why. It does not contact Redis: call Check at start-up (and in readiness
-// probes) to learn whether Redis is reachable, authorised and configured
-// so that it never evicts the Limiter's keys.
+// New adds nothing to rdb (no hook): however many Limiters share a
+// client, its other commands cost what they did. It does not contact
+// Redis: call Check at start-up (and in readiness probes) to learn whether
+// Redis is reachable, authorised, takes writes and is configured so that
+// it never evicts the Limiter's keys. A nil rdb, or a nil pointer
+// in it (a *redis.Client that is nil), is an error.
 func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
-	if rdb == nil {
+	if v := reflect.ValueOf(rdb); rdb == nil || v.Kind() == reflect.Pointer && v.IsNil() {
 		return nil, errors.New("ratewindow: nil redis client")
 	}
 	c := defaults()
@@ -70,8 +72,15 @@ func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
 
 // NewMemory returns a Limiter that keeps its counts in this process's
 // memory, with the same algorithms as Redis. Limits then hold per process,
-// not across replicas. Options about Redis (prefix, timeout, failure mode,
-// deny cache) have no effect.
+// not across replicas.
+//
+// It applies WithClock and WithObserver, and ignores every other option,
+// invalid values included (a negative timeout, a share outside (0, 1]):
+// WithPrefix, WithTimeout, WithWaitTimeout, WithFailureMode and
+// WithLocalShare configure the calls to Redis and their failures, which a
+// memory Limiter does not make, and WithDenyCache saves round trips it
+// does not have. So the options of a Redis Limiter can be passed as they
+// are, as in tests that swap Redis for memory; only New validates them.
 func NewMemory(opts ...Option) *Limiter {
 	c := defaults()
 	for _, o := range opts {

@@ -10,7 +10,8 @@ import (
 
 // ParseLimits reads limits from configuration: a comma-separated list of
 // "<count>/<window>", where the window is a unit (ms, s, m, h, d) or a
-// number and a unit ("15m", "1h30m", "500ms"):
+// duration as time.ParseDuration reads it ("15m", "1h30m", "500ms",
+// ".5s"), or a whole number of days ("2d"):
 //
 //	"10/s"          10 per second
 //	"1000/h"        1000 per hour
@@ -42,7 +43,13 @@ func parseLimit(item string) (Limit, error) {
 	if item == "" || !ok {
 		return Limit{}, fmt.Errorf("%q is not <count>/<window>, such as 10/s or 5/15m", item)
 	}
+	if strings.Contains(window, "/") {
+		return Limit{}, fmt.Errorf("%q holds more than one limit: separate them with commas, as in \"10/s, 1000/h\"", item)
+	}
 	n, err := strconv.ParseInt(strings.TrimSpace(count), 10, 64)
+	if errors.Is(err, strconv.ErrRange) && n > 0 {
+		return Limit{}, fmt.Errorf("count %q in %q overflows a 64-bit integer (a sliding log holds at most MaxLogCount, %d)", count, item, MaxLogCount)
+	}
 	if err != nil || n <= 0 {
 		return Limit{}, fmt.Errorf("count %q in %q is not a whole number above 0", count, item)
 	}
@@ -57,18 +64,19 @@ func parseLimit(item string) (Limit, error) {
 	return lim, nil
 }
 
-// parseWindow reads a window: a unit alone is one of it; "d" is 24h.
+// parseWindow reads a window: a unit alone is one of it; "d" is 24h; any
+// other window is read as time.ParseDuration reads it (".5s" is 500ms).
 func parseWindow(s string) (time.Duration, error) {
 	if s == "" {
 		return 0, fmt.Errorf("empty; want a unit (ms, s, m, h, d) or a duration such as 15m")
 	}
-	if s[0] < '0' || s[0] > '9' {
+	if c := s[0] | 0x20; c >= 'a' && c <= 'z' { // a unit alone: one of it
 		s = "1" + s
 	}
 	if days, ok := strings.CutSuffix(s, "d"); ok {
 		n, err := strconv.ParseInt(days, 10, 64)
 		if err != nil || n <= 0 || n > int64(MaxWindow/(24*time.Hour)) {
-			return 0, fmt.Errorf("not a number of days")
+			return 0, fmt.Errorf("want a whole number of days, such as 2d, or hours, such as 36h")
 		}
 		return time.Duration(n) * 24 * time.Hour, nil
 	}

@@ -20,6 +20,11 @@ func TestParseLimits(t *testing.T) {
 		{"100/d", []Limit{Per(100, 24*time.Hour)}},
 		{"7/2d", []Limit{Per(7, 48*time.Hour)}},
 		{"1/m", []Limit{PerMinute(1)}},
+		// read as time.ParseDuration reads them (issue 26: ".5s" was 1.5s)
+		{"10/.5s", []Limit{Per(10, 500*time.Millisecond)}},
+		{"100/.5h", []Limit{Per(100, 30*time.Minute)}},
+		{"4/1.5s", []Limit{Per(4, 1500*time.Millisecond)}},
+		{"10/+2s", []Limit{Per(10, 2*time.Second)}},
 	} {
 		got, err := ParseLimits(c.in)
 		if err != nil || !slices.Equal(got, c.want) {
@@ -40,6 +45,11 @@ func TestParseLimitsErrors(t *testing.T) {
 		{"10/", `ratewindow: invalid limit: item 1 of "10/": window "" in "10/": empty; want a unit (ms, s, m, h, d) or a duration such as 15m`},
 		{"10/-5s", `ratewindow: invalid limit: item 1 of "10/-5s": window "-5s" in "10/-5s": want a unit (ms, s, m, h, d) or a duration such as 15m`},
 		{"10/500us", `ratewindow: invalid limit: item 1 of "10/500us": window 500µs must be from 1ms to MaxWindow (8784h0m0s)`},
+		{"10/.5d", `ratewindow: invalid limit: item 1 of "10/.5d": window ".5d" in "10/.5d": want a whole number of days, such as 2d, or hours, such as 36h`},
+		{"10/.s", `ratewindow: invalid limit: item 1 of "10/.s": window ".s" in "10/.s": want a unit (ms, s, m, h, d) or a duration such as 15m`},
+		{"99999999999999999999/s", `ratewindow: invalid limit: item 1 of "99999999999999999999/s": count "99999999999999999999" in "99999999999999999999/s" overflows a 64-bit integer (a sliding log holds at most MaxLogCount, 1048576)`},
+		{"10/s 20/m", `ratewindow: invalid limit: item 1 of "10/s 20/m": "10/s 20/m" holds more than one limit: separate them with commas, as in "10/s, 1000/h"`},
+		{"10/s, 5/m 1/h", `ratewindow: invalid limit: item 2 of "10/s, 5/m 1/h": "5/m 1/h" holds more than one limit: separate them with commas, as in "10/s, 1000/h"`},
 		{"10/s, 20/s", `ratewindow: invalid limit: limits #0 and #1 would share storage (two sliding-log limits with the window 1s) (in "10/s, 20/s")`},
 	} {
 		got, err := ParseLimits(c.in)

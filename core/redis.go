@@ -89,7 +89,7 @@ func (s *redisStore) newCall(sc *script, q *query, own int) *call {
 func (s *redisStore) allow(ctx context.Context, q *query) error {
 	reply, err := s.batch.run(ctx, s.allowCall(q))
 	if err != nil {
-		return fmt.Errorf("ratewindow: allow script: %w", err)
+		return scriptError("allow", err)
 	}
 	return parseAllow(reply, q)
 }
@@ -157,7 +157,7 @@ func (s *redisStore) reserve(ctx context.Context, q *query, longest int64) (rese
 	}
 	reply, err := s.batch.run(ctx, c)
 	if err != nil {
-		return reservation{}, fmt.Errorf("ratewindow: reserve script: %w", err)
+		return reservation{}, scriptError("reserve", err)
 	}
 	vals, ok := reply.([]any)
 	if !ok {
@@ -187,14 +187,14 @@ func (s *redisStore) release(ctx context.Context, q *query, r reservation) error
 		c.args = append(c.args, micros(l.Window))
 	}
 	if _, err := s.batch.run(ctx, c); err != nil {
-		return fmt.Errorf("ratewindow: release script: %w", err)
+		return scriptError("release", err)
 	}
 	return nil
 }
 
 func (s *redisStore) reset(ctx context.Context, q *query) error {
 	if _, err := s.batch.run(ctx, s.newCall(s.resetS, q, withBlock|withPenalty)); err != nil {
-		return fmt.Errorf("ratewindow: reset script: %w", err)
+		return scriptError("reset", err)
 	}
 	return nil
 }
@@ -203,7 +203,7 @@ func (s *redisStore) block(ctx context.Context, q *query, d int64) error {
 	c := s.newCall(s.blockS, q, withBlock)
 	c.args = append(c.args, q.now, d)
 	if _, err := s.batch.run(ctx, c); err != nil {
-		return fmt.Errorf("ratewindow: block script: %w", err)
+		return scriptError("block", err)
 	}
 	return nil
 }
@@ -214,12 +214,62 @@ func (s *redisStore) refund(ctx context.Context, q *query) error {
 	c.args = s.appendLimitArgs(c.args, q.limits)
 	reply, err := s.batch.run(ctx, c)
 	if err != nil {
-		return fmt.Errorf("ratewindow: refund script: %w", err)
+		return scriptError("refund", err)
 	}
 	if vals, ok := reply.([]any); !ok || len(vals) != len(q.limits) {
 		return fmt.Errorf("%w: refund returned %v for %d limits", ErrUnexpectedReply, reply, len(q.limits))
 	}
 	return nil
+}
+
+// scriptError is the error of a script call named op that failed with err.
+func scriptError(op string, err error) error {
+	return fmt.Errorf("ratewindow: %s script: %w", op, explainRefusal(err))
+}
+
+// explainRefusal returns err with what it means and what to do when it is
+// one of Redis's error replies that fail every decision until someone acts
+// on Redis: a write refused (see ErrNoWrites, which the result matches),
+// or a client without the password Redis requires, which Redis answers
+// with NOAUTH, or for a command of more than 10 arguments (a decision's)
+// with "Protocol error: unauthenticated multibulk length". Any other error
+// is returned as it is. Redis's reply stays in the chain.
+func explainRefusal(err error) error {
+	for _, r := range refusals {
+		if redis.HasErrorPrefix(err, r.prefix) {
+			return &refusal{sentinel: r.sentinel, what: r.what, err: err}
+		}
+	}
+	return err
+}
+
+// refusals are the error replies explainRefusal explains, by prefix.
+var refusals = [...]struct {
+	prefix, what string
+	sentinel     error
+}{
+	{"OOM", "redis refuses writes: its used memory is above maxmemory, and its maxmemory-policy (noeviction, as the Limiter needs) evicts nothing: raise maxmemory or free memory", ErrNoWrites},
+	{"READONLY", "redis refuses writes: the server is a read-only replica: connect to the master (a failover or Cluster client follows it)", ErrNoWrites},
+	{"MISCONF", "redis refuses writes: its last RDB save failed and stop-writes-on-bgsave-error is yes: fix the save (disk space, permissions of dir)", ErrNoWrites},
+	{"NOREPLICAS", "redis refuses writes: fewer replicas are connected than min-replicas-to-write requires", ErrNoWrites},
+	{"NOAUTH", "redis requires authentication (NOAUTH): set the client's Password (and Username for an ACL user)", nil},
+	{"Protocol error: unauthenticated", "redis requires authentication (NOAUTH): set the client's Password (and Username for an ACL user)", nil},
+}
+
+// refusal is an error reply of Redis explained by explainRefusal.
+type refusal struct {
+	sentinel error // ErrNoWrites, or nil
+	what     string
+	err      error // Redis's reply
+}
+
+func (e *refusal) Error() string { return e.what + ": " + e.err.Error() }
+
+func (e *refusal) Unwrap() []error {
+	if e.sentinel == nil {
+		return []error{e.err}
+	}
+	return []error{e.sentinel, e.err}
 }
 
 // appendLimitArgs appends the 4 script arguments of each limit, as

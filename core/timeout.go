@@ -4,8 +4,6 @@ import (
 	"context"
 	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // timeoutCtx is the context of one call to Redis within the Limiter's
@@ -24,10 +22,6 @@ import (
 type timeoutCtx struct {
 	context.Context // the caller's; its deadline, if any, is after limit
 	limit           time.Time
-	// lone is the client that runs the call when it goes directly (see
-	// batcher.directly and divert): the value of loneKey. Set before the
-	// context is handed to the client, on its caller's goroutine.
-	lone *redis.Client
 
 	mu sync.Mutex
 	// Done's channel, nil until asked for: of a caller's context that can
@@ -119,12 +113,9 @@ func (t *timeoutCtx) Err() error {
 	return nil
 }
 
-// Value returns lone for loneKey, else the caller's context's value (or
-// the standard context's, once made: context.Cause then finds its cause).
+// Value returns the caller's context's value (or the standard context's,
+// once made: context.Cause then finds its cause).
 func (t *timeoutCtx) Value(key any) any {
-	if _, ok := key.(loneKey); ok && t.lone != nil {
-		return t.lone
-	}
 	t.mu.Lock()
 	inner := t.inner
 	t.mu.Unlock()

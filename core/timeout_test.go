@@ -6,8 +6,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // waitClosed fails t unless done closes within a generous bound.
@@ -97,9 +95,6 @@ func TestTimeoutCtx(t *testing.T) {
 			if v := ctx.Value(ctxKey{}); v != "v" {
 				t.Errorf("Value(ctxKey) = %v; want the caller's v", v)
 			}
-			if v := ctx.Value(loneKey{}); v != nil {
-				t.Errorf("Value(loneKey) = %v before lone is set; want nil", v)
-			}
 		})
 	}
 }
@@ -164,27 +159,6 @@ func TestTimeoutCtxRelease(t *testing.T) {
 	tc.release()
 	if err := ctx.Err(); err != nil {
 		t.Errorf("Err() = %v after release without Done; want nil (its timeout has not passed)", err)
-	}
-}
-
-// TestTimeoutCtxLone checks that a timeoutCtx answers loneKey with its
-// lone client once set (see batcher.directly), as the value of a
-// context.WithValue would, and lets other keys through.
-func TestTimeoutCtxLone(t *testing.T) {
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	defer rdb.Close()
-	ctx, tc := withTimeout(context.WithValue(context.Background(), ctxKey{}, "v"), time.Hour)
-	defer tc.release()
-	tc.lone = rdb
-	if v, _ := ctx.Value(loneKey{}).(*redis.Client); v != rdb {
-		t.Errorf("Value(loneKey) = %v; want the lone client", v)
-	}
-	if v := ctx.Value(ctxKey{}); v != "v" {
-		t.Errorf("Value(ctxKey) = %v; want v", v)
-	}
-	ctx.Done() // with the standard context made for a caller that can end, the same
-	if v, _ := ctx.Value(loneKey{}).(*redis.Client); v != rdb {
-		t.Errorf("Value(loneKey) = %v after Done; want the lone client", v)
 	}
 }
 
