@@ -46,7 +46,7 @@ func (t *transport) send(batch []*call) {
 		return
 	case len(live) == 1 || t.pipe == nil:
 		for _, c := range live {
-			reply, err := t.runAlone(context.WithoutCancel(c.ctx), t.rdb, c)
+			reply, err := t.runOne(context.WithoutCancel(c.ctx), t.rdb, c)
 			t.finish(c, reply, err)
 		}
 		return
@@ -149,7 +149,7 @@ func (t *transport) again(failed []*call) {
 			continue
 		}
 		var reply any
-		reply, err = t.runAlone(context.WithoutCancel(c.ctx), t.rdb, c)
+		reply, err = t.runOne(context.WithoutCancel(c.ctx), t.rdb, c)
 		keys = c.keys
 		t.finish(c, reply, err)
 	}
@@ -232,7 +232,7 @@ const mergedHead = 2
 func replySize(c *call) int { return 3 + 3*(len(c.args)-mergedHead-4)/4 }
 
 // merge makes one command of calls of the same merged script: the
-// arguments allow_batch.lua takes, each distinct spec once. A lone call
+// arguments allow_batch.lua takes, each distinct spec once. A single call
 // goes as it is, with its own script.
 func merge(calls []*call) *sent {
 	c := calls[0]

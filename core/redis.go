@@ -119,7 +119,7 @@ func (s *redisStore) allowCall(q *query) *call {
 
 // parseAllow reads allow.lua's reply into q: {allowed, blocked, now, then
 // per limit remaining, retry, reset}. FCALL reads it as integers (see
-// script.ints): a lone call's comes as its IntSliceCmd, a merged call's
+// script.ints): a single call's comes as its IntSliceCmd, a merged call's
 // share as *[]int64 (pointers: boxed without an allocation); EVALSHA's
 // comes as []any.
 func parseAllow(reply any, q *query) error {

@@ -15,7 +15,7 @@ import (
 
 // transport sends one Limiter's script calls to Redis. A call that finds
 // nothing queued and a free slot of the in-flight limit is sent at once, on
-// its caller's goroutine (as rueidis does with a lone command): one
+// its caller's goroutine (as rueidis does with an uncontended command): one
 // goroutine's decisions pay no hand-off. Calls that find every slot taken
 // are queued, and the caller waits for its reply or the end of its context,
 // whichever comes first. When a round trip ends with calls queued, a
@@ -28,9 +28,10 @@ import (
 // ContextTimeoutEnabled ends its reads at the deadline itself; a
 // *redis.Client without it (the go-redis default, and a failover client)
 // sends through its WithTimeout clone for the Limiter's timeouts, on the
-// caller's goroutine; any other call runs on a goroutine of its own that
-// its caller stops waiting for at the deadline. The transport adds no hook
-// to the client.
+// caller's goroutine; any other call (a caller's own deadline, a Cluster or
+// Ring without ContextTimeoutEnabled) is queued, and its caller stops
+// waiting for the flusher at the deadline. The transport adds no hook to
+// the client.
 type transport struct {
 	rdb  redis.Scripter
 	pipe func() redis.Pipeliner // nil: the client cannot pipeline
@@ -240,7 +241,7 @@ func (t *transport) run(ctx context.Context, c *call) (any, error) {
 	if rdb != nil && free && len(t.queue) == 0 {
 		t.inflight++
 		t.mu.Unlock()
-		reply, err := t.runAlone(ctx, rdb, c)
+		reply, err := t.runOne(ctx, rdb, c)
 		t.recycle(c)
 		if err != nil && isTimeout(err) && ctx.Err() != nil {
 			// a read that ends at its deadline costs its connection: for
@@ -368,11 +369,11 @@ func (t *transport) finish(c *call, reply any, err error) {
 	c.done <- struct{}{}
 }
 
-// runAlone runs c's script alone on rdb, with ctx: FCALL when the library
+// runOne runs c's script alone on rdb, with ctx: FCALL when the library
 // is loaded, else (or when the server lacks the function) Script.Run
 // (EVALSHA, and EVAL when the server lacks the script). It notes whether
 // Redis answered.
-func (t *transport) runAlone(ctx context.Context, rdb redis.Scripter, c *call) (any, error) {
+func (t *transport) runOne(ctx context.Context, rdb redis.Scripter, c *call) (any, error) {
 	if t.lib != nil && t.lib.usable() {
 		var reply any
 		var err error
