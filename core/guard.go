@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"sync"
 	"time"
 )
 
@@ -14,8 +15,12 @@ import (
 type guard struct {
 	next base       // the Redis scripts or the memory store
 	t    *transport // the Redis transport; nil: the memory store
-	br   breaker
-	mode FailureMode
+	br   breaker    // the client's (see breakerFor)
+	// masterOf returns the address of the Cluster master that serves a
+	// key, "" when unknown; nil: not a Cluster
+	masterOf func(key string) string
+	masters  sync.Map // master address → *breaker
+	mode     FailureMode
 	// local is FailLocal's store; nil for the other modes
 	local *memoryStore
 	share float64 // FailLocal's share of each Count
@@ -51,27 +56,54 @@ const (
 // the failure mode answers (see Limiter.decide).
 func (k kind) retried() bool { return k == overloaded || k == timedOut }
 
-// begin starts a call to Redis within d (0: no bound but ctx): it returns
-// the call's context and its cancel function (nil: none), the clock when
-// it was sent, and whether it is the breaker's probe; or ErrCircuitOpen.
-func (g *guard) begin(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc, int64, bool, error) {
-	sent := g.t.clock()
-	ok, probe := g.br.allow(sent)
-	if !ok {
-		return nil, nil, 0, false, ErrCircuitOpen
-	}
-	if d <= 0 {
-		return ctx, nil, sent, probe, nil
-	}
-	cctx, cancel := context.WithTimeout(ctx, d)
-	return cctx, cancel, sent, probe, nil
+// attempt is one call to Redis under way.
+type attempt struct {
+	ctx    context.Context // the call's: the caller's, bounded by the timeout
+	cancel context.CancelFunc
+	sent   int64    // the transport's clock when it was sent
+	br     *breaker // the breaker of the node that serves the key
+	probe  bool     // the call is br's probe
 }
 
-// end classifies the outcome err of a call begun at sent by the caller's
-// ctx, and tells the breaker.
-func (g *guard) end(ctx context.Context, cancel context.CancelFunc, sent int64, probe bool, err error) (kind, error) {
-	if cancel != nil {
-		cancel()
+// begin starts a call to Redis about key within d (0: no bound but ctx);
+// or returns ErrCircuitOpen.
+func (g *guard) begin(ctx context.Context, d time.Duration, key string) (attempt, error) {
+	a := attempt{ctx: ctx, sent: g.t.clock(), br: g.breakerFor(key)}
+	ok, probe := a.br.allow(a.sent)
+	if !ok {
+		return a, ErrCircuitOpen
+	}
+	a.probe = probe
+	if d > 0 {
+		a.ctx, a.cancel = context.WithTimeout(ctx, d)
+	}
+	return a, nil
+}
+
+// breakerFor returns the breaker of the node that serves key: on a
+// Cluster, its master's, where the client knows it (one breaker per
+// master, so that a failing master stops calls for its keys only); else
+// the client's.
+func (g *guard) breakerFor(key string) *breaker {
+	if g.masterOf == nil || !g.t.answeredSince(1) { // the client knows no master before a reply
+		return &g.br
+	}
+	addr := g.masterOf(key)
+	if addr == "" {
+		return &g.br
+	}
+	if b, ok := g.masters.Load(addr); ok {
+		return b.(*breaker)
+	}
+	b, _ := g.masters.LoadOrStore(addr, new(breaker))
+	return b.(*breaker)
+}
+
+// end classifies the outcome err of attempt a by the caller's ctx, and
+// tells the breaker.
+func (g *guard) end(ctx context.Context, a attempt, err error) (kind, error) {
+	if a.cancel != nil {
+		a.cancel()
 	}
 	var k kind
 	switch {
@@ -81,7 +113,7 @@ func (g *guard) end(ctx context.Context, cancel context.CancelFunc, sent int64, 
 		k = abandoned
 	case replied(err):
 		k = rejected
-	case g.t.answeredSince(sent):
+	case g.t.answeredSince(a.sent):
 		k = overloaded
 	case isTimeout(err):
 		k = timedOut
@@ -90,13 +122,13 @@ func (g *guard) end(ctx context.Context, cancel context.CancelFunc, sent int64, 
 	}
 	switch k {
 	case succeeded, rejected:
-		g.br.success()
+		a.br.success()
 	case timedOut, failed:
-		g.br.failure(sent, g.t.clock())
+		a.br.failure(a.sent, g.t.clock())
 		g.t.checkDial()
 	default:
-		if probe {
-			g.br.abandon() // it said nothing about Redis: the next call probes
+		if a.probe {
+			a.br.abandon() // it said nothing about Redis: the next call probes
 		}
 	}
 	return k, err
@@ -109,16 +141,17 @@ func isTimeout(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &te) && te.Timeout()
 }
 
-// call runs f with a context bounded by d, behind the breaker.
-func (g *guard) call(ctx context.Context, d time.Duration, f func(context.Context) error) (kind, error) {
+// call runs f, a call about key, with a context bounded by d, behind the
+// breaker.
+func (g *guard) call(ctx context.Context, d time.Duration, key string, f func(context.Context) error) (kind, error) {
 	if g.t == nil {
 		return g.plain(f(ctx))
 	}
-	cctx, cancel, sent, probe, err := g.begin(ctx, d)
+	a, err := g.begin(ctx, d, key)
 	if err != nil {
 		return failed, err
 	}
-	return g.end(ctx, cancel, sent, probe, f(cctx))
+	return g.end(ctx, a, f(a.ctx))
 }
 
 // plain is the outcome of a call to the memory store: it fails only when
@@ -136,11 +169,11 @@ func (g *guard) allow(ctx context.Context, q *query, d time.Duration) (kind, err
 	if g.t == nil {
 		return g.plain(g.next.allow(ctx, q))
 	}
-	cctx, cancel, sent, probe, err := g.begin(ctx, d)
+	a, err := g.begin(ctx, d, q.key)
 	if err != nil {
 		return failed, err
 	}
-	return g.end(ctx, cancel, sent, probe, g.next.allow(cctx, q))
+	return g.end(ctx, a, g.next.allow(a.ctx, q))
 }
 
 // failClosedRetry is the RetryAfter and ResetAfter of a FailClosed denial.
@@ -234,7 +267,7 @@ func (g *guard) reserve(ctx context.Context, q *query, longest int64, d time.Dur
 	}
 	run := func(ctx context.Context) outcome {
 		var r reservation
-		k, err := g.call(ctx, d, func(ctx context.Context) (err error) {
+		k, err := g.call(ctx, d, q.key, func(ctx context.Context) (err error) {
 			r, err = g.next.reserve(ctx, q, longest)
 			return err
 		})
@@ -282,7 +315,7 @@ func (g *guard) release(ctx context.Context, q *query, r reservation, d time.Dur
 	case r.failed != nil:
 		return nil
 	}
-	return failure(g.call(ctx, d, func(ctx context.Context) error { return g.next.release(ctx, q, r) }))
+	return failure(g.call(ctx, d, q.key, func(ctx context.Context) error { return g.next.release(ctx, q, r) }))
 }
 
 // block blocks the key in the local store too (it decides while Redis is
@@ -291,7 +324,7 @@ func (g *guard) block(ctx context.Context, q *query, d int64, timeout time.Durat
 	if g.local != nil {
 		_ = g.local.block(ctx, q, d)
 	}
-	return failure(g.call(ctx, timeout, func(ctx context.Context) error { return g.next.block(ctx, q, d) }))
+	return failure(g.call(ctx, timeout, q.key, func(ctx context.Context) error { return g.next.block(ctx, q, d) }))
 }
 
 // reset forgets the key in the local store too, then in Redis; Redis's
@@ -300,7 +333,7 @@ func (g *guard) reset(ctx context.Context, q *query, d time.Duration) error {
 	if g.local != nil {
 		_ = g.local.reset(ctx, q)
 	}
-	return failure(g.call(ctx, d, func(ctx context.Context) error { return g.next.reset(ctx, q) }))
+	return failure(g.call(ctx, d, q.key, func(ctx context.Context) error { return g.next.reset(ctx, q) }))
 }
 
 // refund gives back units recorded by the local store (q.local: the
@@ -314,7 +347,7 @@ func (g *guard) refund(ctx context.Context, q *query, d time.Duration) error {
 		}
 		return g.local.refund(ctx, g.localCopy(q))
 	}
-	k, err := g.call(ctx, d, func(ctx context.Context) error { return g.next.refund(ctx, q) })
+	k, err := g.call(ctx, d, q.key, func(ctx context.Context) error { return g.next.refund(ctx, q) })
 	if k != succeeded && k != abandoned && g.local != nil {
 		lq := g.localCopy(q)
 		lq.at = 0

@@ -59,6 +59,9 @@ func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
 	scripts := newRedisStore(rdb, c.prefix, c.timeout, c.waitTime)
 	l.store = scripts
 	l.guard = &guard{next: scripts, t: scripts.t, mode: c.mode, share: c.share}
+	if _, ok := rdb.(*redis.ClusterClient); ok {
+		l.guard.masterOf = scripts.masterOf
+	}
 	if c.mode == FailLocal {
 		l.guard.local = newMemoryStore(l.micros)
 	}

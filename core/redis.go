@@ -43,12 +43,18 @@ type redisStore struct {
 	// unless rdb is a single server (a Cluster or Ring spreads the keys).
 	allowBatchS *script
 	limitArgs   limitArgs
+	// known is a context that has ended: a lookup with it answers from
+	// the client's state, sending nothing (see masterOf)
+	known context.Context
 }
 
 // newRedisStore returns the scripts' store on rdb, for calls bounded by
 // the given timeouts (0: none).
 func newRedisStore(rdb redis.Scripter, prefix string, timeouts ...time.Duration) *redisStore {
 	s := &redisStore{rdb: rdb, prefix: prefix, t: newTransport(rdb, timeouts...)}
+	known, cancel := context.WithCancel(context.Background())
+	cancel()
+	s.known = known
 	var scripts []libraryScript
 	add := func(name, body string, algorithms bool) *script {
 		src := body
@@ -75,6 +81,18 @@ func newRedisStore(rdb redis.Scripter, prefix string, timeouts ...time.Duration)
 		s.t.lib = newLibrary(rdb, algorithmsLua, scripts)
 	}
 	return s
+}
+
+// masterOf returns the address of the master that serves key's hash slot
+// on a Cluster, as far as the client knows it without a round trip (see
+// known); "" when it does not.
+func (s *redisStore) masterOf(key string) string {
+	var buf [256]byte
+	m, err := s.rdb.(*redis.ClusterClient).MasterForKey(s.known, string(appendTag(buf[:0], s.prefix, key)))
+	if err != nil {
+		return ""
+	}
+	return m.Options().Addr
 }
 
 // newCall returns a transport call of script s with the storage keys of q's

@@ -47,6 +47,7 @@ type transport struct {
 	born      time.Time    // the origin of clock, on the monotonic clock
 	lastReply atomic.Int64 // clock when Redis last answered (0: never)
 	slowUntil atomic.Int64 // clock until which calls go through flushers
+	pauses    bool         // a *redis.Client: slowUntil applies (see run)
 
 	// dial dials the server of a *redis.Client as it does (nil: another
 	// client), for the health check after a failure (see checkDial)
@@ -110,6 +111,7 @@ func newScript(src string) *script { return &script{Script: redis.NewScript(src)
 func newTransport(rdb redis.Scripter, timeouts ...time.Duration) *transport {
 	t := &transport{rdb: rdb, boundsReads: boundsReads(rdb), born: time.Now()}
 	if c, ok := rdb.(*redis.Client); ok {
+		t.pauses = true
 		opt := c.Options()
 		t.dial = func(ctx context.Context) (net.Conn, error) {
 			if opt.Dialer != nil {
@@ -226,30 +228,43 @@ func (t *transport) recycle(c *call) {
 // run sends c (filled by the caller) and returns the script's reply, by
 // ctx's deadline at the latest. c must not be used afterwards.
 //
-// A call is sent on its caller's goroutine when nothing is queued, a slot
-// is free and the client ends it at ctx's deadline (see client); else it
-// is queued, and a flusher sends it, started now if a slot is free, and
-// the caller waits for its reply or ctx's end.
+// A call that finds nothing queued and a slot free is sent at once: on its
+// caller's goroutine when the client ends it at ctx's deadline (see
+// client), else on a goroutine of its own. Else (or within slowPause of a
+// timeout) it is queued, and a flusher sends it, started now if a slot is
+// free. A caller that does not send its call itself waits for its reply
+// or ctx's end.
 func (t *transport) run(ctx context.Context, c *call) (any, error) {
 	if err := ctx.Err(); err != nil {
 		t.recycle(c)
 		return nil, err
 	}
-	rdb := t.client(ctx)
+	rdb, slow := t.client(ctx), t.lastSlow()
 	t.mu.Lock()
 	free := t.inflight < maxInFlight || t.flushing == 0 && t.inflight < maxLone
-	if rdb != nil && free && len(t.queue) == 0 {
+	if free && len(t.queue) == 0 && !slow {
 		t.inflight++
 		t.mu.Unlock()
+		defer t.handOff()
+		if rdb == nil {
+			// the client would not end the call at ctx's deadline: it runs
+			// on a goroutine of its own (not a flusher's: a node that does
+			// not answer must not hold up the others' calls)
+			c.ctx = ctx
+			go func() {
+				c.reply, c.err = t.runOne(ctx, t.rdb, c)
+				c.done <- struct{}{}
+			}()
+			return t.await(ctx, c)
+		}
 		reply, err := t.runOne(ctx, rdb, c)
 		t.recycle(c)
-		if err != nil && isTimeout(err) && ctx.Err() != nil {
+		if err != nil && t.pauses && isTimeout(err) && ctx.Err() != nil {
 			// a read that ends at its deadline costs its connection: for
 			// a while, calls go through flushers, which wait for a late
 			// reply while their callers leave at their deadline
 			t.slowUntil.Store(t.clock() + int64(slowPause))
 		}
-		t.handOff()
 		return reply, err
 	}
 	c.ctx = ctx
@@ -267,7 +282,7 @@ func (t *transport) run(ctx context.Context, c *call) (any, error) {
 }
 
 // slowPause is how long after a call on its caller's goroutine ran out of
-// time calls go through flushers instead. Each such timeout closes a
+// time calls to a single server go through flushers instead. Each such timeout closes a
 // connection (its reply may still come), and under a flood of requests on
 // a machine short of CPU, new connections timed out in turn, so that one
 // client got no reply for hundreds of milliseconds while Redis answered
@@ -275,12 +290,8 @@ func (t *transport) run(ctx context.Context, c *call) (any, error) {
 const slowPause = time.Second
 
 // client returns the client that ends a call with ctx at ctx's deadline on
-// the caller's goroutine, or nil when there is none, or within slowPause
-// of a timeout there.
+// the caller's goroutine, or nil when there is none.
 func (t *transport) client(ctx context.Context) redis.Scripter {
-	if t.lastSlow() {
-		return nil
-	}
 	if t.boundsReads {
 		return t.rdb
 	}

@@ -492,14 +492,14 @@ func TestGuardKinds(t *testing.T) {
 			if c.answered == 1 {
 				g.t.answered(nil)
 			}
-			_, cancel, sent, probe, err := g.begin(c.ctx, 0)
+			a, err := g.begin(c.ctx, 0, "k")
 			if err != nil {
 				t.Fatal(err)
 			}
 			if c.answered == 2 {
 				g.t.answered(nil)
 			}
-			if k, _ := g.end(c.ctx, cancel, sent, probe, c.err); k != c.want {
+			if k, _ := g.end(c.ctx, a, c.err); k != c.want {
 				t.Fatalf("kind %d, want %d", k, c.want)
 			}
 		})
@@ -581,4 +581,53 @@ func (h *frameHook) take() []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.stacks
+}
+
+// TestClusterBreakerPerMaster: one master stops answering (CLIENT PAUSE):
+// decisions on its keys time out until its breaker opens, and are then
+// answered by the failure mode at once; keys on the other masters are
+// decided by Redis all along.
+func TestClusterBreakerPerMaster(t *testing.T) {
+	_, cc := settledCluster(t)
+	prefix := uniquePrefix(t)
+	l, _ := faultLimiter(t, cc, FailClosed, 1, WithPrefix(prefix))
+	ctx := context.Background()
+	lim := PerMinute(1000)
+	paused, err := cc.MasterForKey(ctx, storageKey(keyTag(prefix, "k"), lim))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var elsewhere []string // keys of the other masters
+	for i := 0; len(elsewhere) < 20; i++ {
+		key := fmt.Sprint("other-", i)
+		m, err := cc.MasterForKey(ctx, storageKey(keyTag(prefix, key), lim))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Options().Addr != paused.Options().Addr {
+			elsewhere = append(elsewhere, key)
+		}
+	}
+	for _, key := range append([]string{"k"}, elsewhere...) { // every master has answered
+		if r, err := l.Allow(ctx, key, lim); err != nil || r.BackendErr != nil {
+			t.Fatalf("%s before the pause: %+v %v", key, r, err)
+		}
+	}
+	if err := paused.Do(ctx, "CLIENT", "PAUSE", 3000, "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { paused.Do(context.Background(), "CLIENT", "UNPAUSE") })
+	for i := range 2 * breakerFailures { // the paused master's breaker opens
+		if r, err := l.Allow(ctx, "k", lim); err != nil || r.BackendErr == nil || r.Allowed {
+			t.Fatalf("decision %d on the paused master: %+v %v, want a fail-closed answer", i, r, err)
+		}
+	}
+	if r, _ := l.Allow(ctx, "k", lim); !errors.Is(r.BackendErr, ErrCircuitOpen) {
+		t.Fatalf("the paused master's breaker is not open: %v", r.BackendErr)
+	}
+	for _, key := range elsewhere {
+		if r, err := l.Allow(ctx, key, lim); err != nil || r.BackendErr != nil || !r.Allowed || r.Remaining != 998 {
+			t.Fatalf("%s on another master: %+v %v, want Redis's answer", key, r, err)
+		}
+	}
 }
