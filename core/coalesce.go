@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -37,6 +38,10 @@ func (t *transport) send(batch []*call) {
 	for _, c := range batch {
 		if err := c.ctx.Err(); err != nil {
 			t.finish(c, nil, err) // its caller is gone: nothing is sent
+			continue
+		}
+		if !c.limit.IsZero() && !time.Now().Before(c.limit) {
+			t.finish(c, nil, context.DeadlineExceeded)
 			continue
 		}
 		live = append(live, c)

@@ -169,11 +169,13 @@ func (g *guard) allow(ctx context.Context, q *query, d time.Duration) (kind, err
 	if g.t == nil {
 		return g.plain(g.next.allow(ctx, q))
 	}
-	a, err := g.begin(ctx, d, q.key)
+	a, err := g.begin(ctx, 0, q.key)
 	if err != nil {
 		return failed, err
 	}
-	return g.end(ctx, a, g.next.allow(a.ctx, q))
+	// the transport keeps d itself: a queued decision needs no context of
+	// its own (see transport.run)
+	return g.end(ctx, a, g.next.(*redisStore).allowWithin(ctx, q, d))
 }
 
 // failClosedRetry is the RetryAfter and ResetAfter of a FailClosed denial.

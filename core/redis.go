@@ -104,8 +104,12 @@ func (s *redisStore) newCall(sc *script, q *query, own int) *call {
 	return c
 }
 
-func (s *redisStore) allow(ctx context.Context, q *query) error {
-	reply, err := s.t.run(ctx, s.allowCall(q))
+func (s *redisStore) allow(ctx context.Context, q *query) error { return s.allowWithin(ctx, q, 0) }
+
+// allowWithin is allow, bounded by d as well (0: ctx alone) without a
+// context of its own for a queued call (see transport.run).
+func (s *redisStore) allowWithin(ctx context.Context, q *query, d time.Duration) error {
+	reply, err := s.t.run(ctx, s.allowCall(q), d)
 	if err != nil {
 		return fmt.Errorf("ratewindow: allow script: %w", err)
 	}
@@ -173,7 +177,7 @@ func (s *redisStore) reserve(ctx context.Context, q *query, longest int64) (rese
 	for _, l := range q.limits {
 		c.args = append(c.args, l.Count, micros(l.Window))
 	}
-	reply, err := s.t.run(ctx, c)
+	reply, err := s.t.run(ctx, c, 0)
 	if err != nil {
 		return reservation{}, fmt.Errorf("ratewindow: reserve script: %w", err)
 	}
@@ -204,14 +208,14 @@ func (s *redisStore) release(ctx context.Context, q *query, r reservation) error
 	for _, l := range q.limits {
 		c.args = append(c.args, micros(l.Window))
 	}
-	if _, err := s.t.run(ctx, c); err != nil {
+	if _, err := s.t.run(ctx, c, 0); err != nil {
 		return fmt.Errorf("ratewindow: release script: %w", err)
 	}
 	return nil
 }
 
 func (s *redisStore) reset(ctx context.Context, q *query) error {
-	if _, err := s.t.run(ctx, s.newCall(s.resetS, q, withBlock|withPenalty)); err != nil {
+	if _, err := s.t.run(ctx, s.newCall(s.resetS, q, withBlock|withPenalty), 0); err != nil {
 		return fmt.Errorf("ratewindow: reset script: %w", err)
 	}
 	return nil
@@ -220,7 +224,7 @@ func (s *redisStore) reset(ctx context.Context, q *query) error {
 func (s *redisStore) block(ctx context.Context, q *query, d int64) error {
 	c := s.newCall(s.blockS, q, withBlock)
 	c.args = append(c.args, q.now, d)
-	if _, err := s.t.run(ctx, c); err != nil {
+	if _, err := s.t.run(ctx, c, 0); err != nil {
 		return fmt.Errorf("ratewindow: block script: %w", err)
 	}
 	return nil
@@ -230,7 +234,7 @@ func (s *redisStore) refund(ctx context.Context, q *query) error {
 	c := s.newCall(s.refundS, q, 0)
 	c.args = append(c.args, q.n, q.now, q.at)
 	c.args = s.appendLimitArgs(c.args, q.limits)
-	reply, err := s.t.run(ctx, c)
+	reply, err := s.t.run(ctx, c, 0)
 	if err != nil {
 		return fmt.Errorf("ratewindow: refund script: %w", err)
 	}
