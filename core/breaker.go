@@ -3,7 +3,8 @@ package core
 import "sync/atomic"
 
 // breaker stops calls to a failing Redis: after breakerFailures failures in
-// a row it opens for breakerPause, answering every decision with the
+// a row (timeouts and connection failures without any reply of Redis since
+// the call was sent; never an error that Redis answered) it opens for breakerPause, answering every decision with the
 // failure mode at once; then a single call probes Redis, and a success
 // closes it again while a failure opens it for another pause.
 //
@@ -15,18 +16,14 @@ import "sync/atomic"
 // breakerFailures timeouts, one after the other.
 type breaker struct {
 	failures  atomic.Int32
-	lastEnd   atomic.Int64 // ns on the process clock: when the last counted failure ended
-	openUntil atomic.Int64 // ns on the process clock; 0: closed
+	lastEnd   atomic.Int64 // ns on the transport's clock: when the last counted failure ended
+	openUntil atomic.Int64 // ns on the transport's clock; 0: closed
 	probing   atomic.Bool
 }
 
-// healthy reports whether no failure has been counted since the last
-// success, or since the start.
-func (b *breaker) healthy() bool { return b.failures.Load() == 0 }
-
 const (
 	breakerFailures = 3
-	breakerPause    = int64(250e6) // ns
+	breakerPause    = int64(250e6) // ns on the transport's clock
 )
 
 // allow reports whether a call may go to Redis at now (ns), and whether

@@ -81,12 +81,14 @@
 // Denials are remembered in a local deny cache until their RetryAfter
 // passes, answering repeat requests without a round trip; this never
 // changes a decision. When one expires, one request of the key asks Redis
-// again while the others wait for its answer. A decision that times out
-// because the process itself is starved of CPU (a flood), or while Redis
-// answered its other calls, is waited for or sent again, is not counted by
-// the circuit breaker, and leaves a key that was just denied denied, so the
-// limit holds under a flood; the breaker counts failures one after the
-// other, never a burst of concurrent timeouts as many.
+// again while the others wait for its answer, at most the timeout. A
+// decision that times out while Redis answered the Limiter's other calls
+// (Redis or the process is overloaded, not down) is not counted by the
+// circuit breaker and leaves a key that was just denied denied, so the
+// limit holds under a flood; a timeout goes again once before the failure
+// mode answers. Only failures without any reply of Redis count towards the
+// breaker, one after the other, never a burst of concurrent timeouts as
+// many; an error that Redis answered for one key is that key's failure.
 //
 // # Beyond allow and deny
 //

@@ -224,7 +224,7 @@ func beyond(t *testing.T, m *stall.Meter, d, bound time.Duration, what string) {
 }
 
 // breakerOf returns the circuit breaker of a Limiter on Redis.
-func breakerOf(l *Limiter) *breaker { return l.decider.(*failover).next.(*bounds).breaker }
+func breakerOf(l *Limiter) *breaker { return &l.guard.br }
 
 func isNetTimeout(err error) bool {
 	var te interface{ Timeout() bool }

@@ -208,7 +208,9 @@ func (l *library) refused(err error) bool {
 	case functionMissing(err):
 		l.missing()
 		return true
-	case redis.HasErrorPrefix(err, "NOPERM"):
+	case redis.HasErrorPrefix(err, "NOPERM") && strings.Contains(err.Error(), "'fcall'"):
+		// the command is forbidden; a key the ACL forbids is that
+		// call's own failure, and EVALSHA would fail alike
 		l.state.Store(libraryUnusable)
 		return true
 	}

@@ -247,7 +247,8 @@ func libraryLimiter(t *testing.T, rdb redis.UniversalClient) (*Limiter, *library
 	if err != nil {
 		t.Fatal(err)
 	}
-	return l, l.store.(*redisStore).batch.lib, names
+	hookClones(l, names)
+	return l, l.store.(*redisStore).t.lib, names
 }
 
 // aclClient starts a server and returns a client of a user allowed every

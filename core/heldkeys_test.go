@@ -99,7 +99,7 @@ var heldKeyStores = []heldKeyStore{
 			if r, err := l.Allow(context.Background(), key, PerMinute(1)); err != nil || !r.Allowed || r.BackendErr == nil {
 				t.Fatalf("first request: %+v %v", r, err)
 			}
-		}, l.decider.(*failover).local.len
+		}, l.guard.local.len
 	}},
 }
 

@@ -16,18 +16,20 @@ import (
 // Limiter decides whether requests pass. It is safe for concurrent use by
 // many goroutines; create one per process and share it.
 //
-// A call goes through a chain of small layers built once by New or
-// NewMemory: the Limiter itself (validation, the deny cache, the observer,
-// the binding limit), then over Redis the failure mode (failover.go), the
-// timeout and circuit breaker (bounds.go) and the scripts with their
-// batcher (redis.go, batch.go); or the memory backend (memory.go).
+// A decision goes through a few layers built once by New or NewMemory: the
+// Limiter itself (validation, the deny cache, the observer, the binding
+// limit), its guard (guard.go: over Redis, the timeout, the circuit
+// breaker, the failure mode), then the store: the Redis scripts
+// (redis.go) and their transport (transport.go, coalesce.go), or the
+// memory backend (memory.go).
 type Limiter struct {
-	decider store // the chain for Allow, AllowN, Peek and Reset
-	waiter  store // the same chain, bounded by the wait timeout, for Wait
-	store   base  // its bottom, the backend itself: Redis scripts or memory
-	mode    FailureMode
-	clock   func() time.Time
-	cache   *denyCache
+	guard    *guard
+	store    base          // the backend itself: Redis scripts or memory
+	timeout  time.Duration // bounds each decision's call to Redis
+	waitTime time.Duration // bounds each call of Wait
+	mode     FailureMode
+	clock    func() time.Time
+	cache    *denyCache
 	// observer receives an Event per decision; nil: none
 	observer Observer
 	queries  sync.Pool // *query, reused by decisions
@@ -57,16 +59,15 @@ func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
 		return nil, err
 	}
 	l := newLimiter(c)
-	scripts := newRedisStore(rdb, c.prefix, c.timeout)
+	scripts := newRedisStore(rdb, c.prefix, c.timeout, c.waitTime)
 	l.store = scripts
-	br := &breaker{}
-	var local *memoryStore
-	if c.mode == FailLocal {
-		local = newMemoryStore(l.micros)
+	l.guard = &guard{next: scripts, t: scripts.t, mode: c.mode, share: c.share}
+	if _, ok := rdb.(*redis.ClusterClient); ok {
+		l.guard.masterOf = scripts.masterOf
 	}
-	dials := scripts.batch.dials
-	l.decider = &failover{next: &bounds{next: scripts, timeout: c.timeout, breaker: br, dials: dials}, mode: c.mode, local: local, share: c.share}
-	l.waiter = &failover{next: &bounds{next: scripts, timeout: c.waitTime, breaker: br, dials: dials}, mode: c.mode, local: local, share: c.share}
+	if c.mode == FailLocal {
+		l.guard.local = newMemoryStore(l.micros)
+	}
 	return l, nil
 }
 
@@ -92,12 +93,12 @@ func NewMemory(opts ...Option) *Limiter {
 	c.mode, c.cacheSize = FailOpen, 0
 	l := newLimiter(c)
 	ms := newMemoryStore(l.micros)
-	l.decider, l.waiter, l.store = ms, ms, ms
+	l.store, l.guard = ms, &guard{next: ms}
 	return l
 }
 
 func newLimiter(c config) *Limiter {
-	l := &Limiter{clock: c.clock, mode: c.mode, observer: c.observer}
+	l := &Limiter{clock: c.clock, mode: c.mode, observer: c.observer, timeout: c.timeout, waitTime: c.waitTime}
 	if c.cacheSize > 0 {
 		l.cache = newDenyCache(c.cacheSize)
 	}
@@ -159,7 +160,7 @@ func (l *Limiter) Reset(ctx context.Context, key string, limits ...Limit) error 
 	if l.cache != nil {
 		l.cache.forget(key)
 	}
-	return l.decider.reset(ctx, &query{key: key, n: 1, limits: limits})
+	return l.guard.reset(ctx, &query{key: key, n: 1, limits: limits}, l.timeout)
 }
 
 // Refund gives back n units of key under every limit: units recorded
@@ -187,7 +188,7 @@ func (l *Limiter) refundAt(ctx context.Context, key string, n int64, limits []Li
 	if l.cache != nil {
 		l.cache.forget(key)
 	}
-	return l.decider.refund(ctx, &query{key: key, n: n, limits: limits, now: l.queryTime(), at: at, local: local})
+	return l.guard.refund(ctx, &query{key: key, n: n, limits: limits, now: l.queryTime(), at: at, local: local}, l.timeout)
 }
 
 // MaxBlock is the longest Block: MaxWindow.
@@ -210,24 +211,21 @@ func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) error 
 	case d < time.Microsecond || d > MaxBlock:
 		return fmt.Errorf("%w: block for %s; it must be in [1µs, %s]", ErrInvalidDuration, d, MaxBlock)
 	}
-	return l.decider.block(ctx, &query{key: key, now: l.queryTime()}, micros(d))
+	return l.guard.block(ctx, &query{key: key, now: l.queryTime()}, micros(d), l.timeout)
 }
 
-// starvedRetries is how many times a decision goes again after running out
-// of time in a starved process.
-const starvedRetries = 3
-
-// retryable reports whether a decision that failed with err goes again:
-// it ran out of time in a starved process, or it is the first timeout
-// while Redis was healthy.
-func retryable(err error) bool {
-	return err != nil && (errors.Is(err, errStarved) || errors.Is(err, errFirstTimeout))
-}
-
-// decide validates, consults the deny cache, asks the chain and picks the
-// binding limit. rule is the Rule's name for observers; pen its Penalty,
-// or nil. It also returns the time in µs the store decided at (the time of
-// the units it recorded), 0 when unknown.
+// decide validates, consults the deny cache, asks the store through the
+// guard and picks the binding limit. rule is the Rule's name for
+// observers; pen its Penalty, or nil. It also returns the time in µs the
+// store decided at (the time of the units it recorded), 0 when unknown.
+//
+// A call to Redis that ran out of time, or got no reply while Redis
+// answered others (overloaded), goes again once within the caller's
+// context, so that one slow moment (a cold start, a process or a Redis
+// starved of CPU) is not taken for an outage; but when a denial of the key
+// is cached, even an expired one, it answers at once: a key denied a moment
+// ago stays denied rather than fall to the failure mode, so that a limit
+// holds under a flood. Then the failure mode answers.
 func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, limits []Limit, pen *Penalty) (Result, int64, error) {
 	if err := validate(key, n, limits); err != nil {
 		return Result{}, 0, err
@@ -242,76 +240,62 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 		probing  *probe // this call asks about an expired denial: settle it
 	)
 	if l.cache != nil && commit {
-		for {
-			cachedAt = l.now().UnixNano()
-			r, ok, p, wait := l.cache.get(key, n, limits, cachedAt)
-			// under a penalty only a ban is answered from the cache: every
-			// other denial must reach the store, which counts it
-			if ok && (pen == nil || r.blocked) {
-				l.observe(Event{Op: op, Rule: rule, Key: key, Result: r, CacheHit: true}, start)
-				return r, 0, nil
-			}
-			if p == nil || pen != nil {
-				if p != nil && !wait {
-					l.cache.settle(key, n, limits, p)
-				}
-				break
-			}
-			if !wait {
-				probing = p
-				break
-			}
-			select { // another request of the key asks: its answer is ours
-			case <-p.done:
-			case <-ctx.Done():
-				err := ctx.Err()
-				l.observe(Event{Op: op, Rule: rule, Key: key, Err: err}, start)
-				return Result{}, 0, err
-			}
+		r, hit, p, err := l.cached(ctx, key, n, limits, pen)
+		switch {
+		case err != nil:
+			l.observe(Event{Op: op, Rule: rule, Key: key, Err: err}, start)
+			return Result{}, 0, err
+		case hit:
+			l.observe(Event{Op: op, Rule: rule, Key: key, Result: r, CacheHit: true}, start)
+			return r, 0, nil
 		}
+		probing, cachedAt = p, l.now().UnixNano()
 	}
 	// the query is pooled and holds a copy of limits: the caller's
 	// variadic slice stays on its stack, and a decision allocates nothing
 	q := l.queries.Get().(*query)
-	q.key, q.n, q.limits, q.commit, q.now, q.penalty = key, n, append(q.limits[:0], limits...), commit, l.queryTime(), pen
-	err := l.decider.allow(ctx, q)
-	// A call that ran out of time because this process was starved (a
-	// flood), or while Redis answered others, goes again, up to
-	// starvedRetries times, unless a denial of the key is cached (it
-	// answers: see below): waiting in a queue is no failure of Redis. The
-	// first timeout while Redis was healthy goes again once. FailLocal's
-	// answer recorded local units, so it stands.
-	for tries := 0; err == nil && l.mode != FailLocal && tries < starvedRetries && retryable(q.backendErr) && ctx.Err() == nil; tries++ {
+	var (
+		r        Result
+		banned   bool
+		at       int64
+		cacheHit bool
+		k        kind
+		err      error
+	)
+	for try := 0; ; try++ {
+		q.key, q.n, q.limits, q.commit, q.now, q.penalty = key, n, append(q.limits[:0], limits...), commit, l.queryTime(), pen
+		var e error
+		if k, e = l.guard.allow(ctx, q, l.timeout); try == 0 || !errors.Is(e, ErrCircuitOpen) {
+			err = e // else the retry was not sent: the first failure answers
+		}
+		if !k.retried() {
+			break
+		}
 		if l.cache != nil && commit {
-			if _, ok := l.cache.last(key, n, limits, l.now().UnixNano()); ok {
+			if r, cacheHit = l.cache.last(key, n, limits, l.now().UnixNano()); cacheHit {
 				break
 			}
 		}
-		q.limits, q.now, q.backendErr = append(q.limits[:0], limits...), l.queryTime(), nil
-		err = l.decider.allow(ctx, q)
+		// FailLocal's answer is a limit of its own: it answers at once
+		if try == 1 || l.mode == FailLocal || ctx.Err() != nil {
+			break
+		}
 	}
-	var (
-		r      Result
-		banned bool
-		at     int64
-	)
-	if err == nil {
+	switch {
+	case cacheHit: // the key's last denial answers (see above)
+		err = nil
+	case k == succeeded:
 		r, banned, at = q.result(), q.banned, q.at
+	case k == abandoned:
+	default:
+		if err = l.guard.fail(ctx, q, err); err == nil {
+			r, banned, at = q.result(), q.banned, q.at
+		}
 	}
 	q.key, q.backendErr, q.penalty = "", nil, nil // keep no reference in the pool but the limits' names
 	l.queries.Put(q)
-	if err == nil && l.cache != nil && commit && !r.Allowed && r.BackendErr == nil {
+	if err == nil && l.cache != nil && commit && !r.Allowed && r.BackendErr == nil && !cacheHit {
 		l.cache.put(key, n, limits, cachedAt, r)
-	}
-	cacheHit := false
-	if err == nil && l.cache != nil && commit && retryable(r.BackendErr) {
-		// Redis did not answer in time because this process was starved
-		// (a flood), or in a first slow moment, not because Redis was seen
-		// failing: a key denied a moment ago stays denied rather than fall
-		// to the failure mode, so the limit holds under the flood.
-		if d, ok := l.cache.last(key, n, limits, l.now().UnixNano()); ok {
-			r, banned, at, cacheHit = d, false, 0, true
-		}
 	}
 	if probing != nil {
 		l.cache.settle(key, n, limits, probing)
@@ -324,6 +308,48 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 		l.observe(ev, start)
 	}
 	return r, at, err
+}
+
+// cached answers a decision from the deny cache: a denial of (key, n,
+// limits) that has not expired, and true. When it has expired, one caller
+// asks the store again (its probe, returned: settle it after) while the
+// others wait for that answer, at most the Limiter's timeout, whatever
+// their context says: a probe that takes longer has met a failing Redis,
+// and the last denial answers them. Under a penalty only a ban is answered
+// from the cache: every other denial must reach the store, which counts
+// it. The error is ctx's, when it ends first.
+func (l *Limiter) cached(ctx context.Context, key string, n int64, limits []Limit, pen *Penalty) (Result, bool, *probe, error) {
+	var bound <-chan time.Time
+	for {
+		r, ok, p, wait := l.cache.get(key, n, limits, l.now().UnixNano())
+		if ok && (pen == nil || r.blocked) {
+			return r, true, nil, nil
+		}
+		if p == nil || pen != nil {
+			if p != nil && !wait {
+				l.cache.settle(key, n, limits, p)
+			}
+			return Result{}, false, nil, nil
+		}
+		if !wait {
+			return Result{}, false, p, nil
+		}
+		if bound == nil && l.timeout > 0 {
+			t := time.NewTimer(l.timeout)
+			defer t.Stop()
+			bound = t.C
+		}
+		select { // another request of the key asks: its answer is ours
+		case <-p.done:
+		case <-ctx.Done():
+			return Result{}, false, nil, ctx.Err()
+		case <-bound:
+			if r, ok := l.cache.last(key, n, limits, l.now().UnixNano()); ok {
+				return r, true, nil, nil
+			}
+			return Result{}, false, nil, nil
+		}
+	}
 }
 
 func (l *Limiter) observe(ev Event, start time.Time) {
@@ -474,7 +500,7 @@ func longest(ctx context.Context) int64 {
 
 // reserveAndSleep makes one reservation and sleeps until its time.
 func (l *Limiter) reserveAndSleep(ctx context.Context, q *query) (time.Duration, error, error) {
-	r, err := l.waiter.reserve(ctx, q, longest(ctx))
+	r, err := l.guard.reserve(ctx, q, longest(ctx), l.waitTime)
 	if err != nil {
 		return 0, r.failed, err
 	}
@@ -500,7 +526,7 @@ func (l *Limiter) reserveAndSleep(ctx context.Context, q *query) (time.Duration,
 // release gives a reservation back, best effort, though ctx may be done.
 func (l *Limiter) release(ctx context.Context, q *query, r reservation) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultWaitTimeout)
-	_ = l.waiter.release(rctx, q, r)
+	_ = l.guard.release(rctx, q, r, l.waitTime)
 	cancel()
 }
 
@@ -518,8 +544,12 @@ func (l *Limiter) poll(ctx context.Context, q *query) (time.Duration, error, err
 		if clocked {
 			q.now = l.micros()
 		}
-		if err := l.waiter.allow(ctx, q); err != nil {
+		if k, err := l.guard.allow(ctx, q, l.waitTime); k == abandoned {
 			return waited, failed, err
+		} else if k != succeeded {
+			if err := l.guard.fail(ctx, q, err); err != nil {
+				return waited, failed, err
+			}
 		}
 		r := q.result()
 		if r.BackendErr != nil {

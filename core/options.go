@@ -47,29 +47,32 @@ func WithClock(now func() time.Time) Option { return Option{func(c *config) { c.
 // it is earlier. Zero means no bound beyond the caller's context. Default
 // DefaultTimeout.
 //
-// A timeout is taken for a failure of Redis only when Redis shows none of
-// life: a call whose time ran out while Redis answered this client's other
-// calls, or while this process was starved of CPU, goes again (up to 3
-// times) and is not counted by the circuit breaker; and the first timeout
-// while Redis was healthy (no failure counted since its last answer, or
-// since the start) goes again once. A decision can so take a few timeouts
-// when the process or Redis is overloaded, and the first decision of an
-// outage takes two.
+// A timeout is a failure of Redis only when Redis answered nothing on this
+// client since the call was sent; otherwise Redis or this process is
+// overloaded: the circuit breaker does not count it. A cached denial of the
+// key answers such a call if there is one (see WithDenyCache); otherwise a
+// call that ran out of time goes again once, within the caller's context,
+// before the failure mode answers: a
+// decision takes at most two timeouts (a slow moment, the first decisions
+// of an outage), and one once the breaker is open. An error that Redis
+// answered (a script error, NOPERM, OOM, TRYAGAIN) is that decision's
+// failure, answered by the failure mode at once; it never opens the
+// breaker for other keys. A waiter for another request's answer about the
+// same key (see WithDenyCache) waits at most d.
 //
 // The bound holds whatever the client's options. A go-redis client created
 // with ContextTimeoutEnabled: true ends its own read at the deadline. A
 // *redis.Client without it (the go-redis default; a failover client too)
-// sends a lone decision through its WithTimeout(d) clone, made by New, on
-// the caller's goroutine: the same connections, and reads that end at d.
-// go-redis gives such a clone none of the client's hooks, so a hook on
-// the client (tracing, metrics) does not see those decisions; with
-// ContextTimeoutEnabled: true every call goes through the client and its
-// hooks. New adds no hook to the client. Any other call (a caller's deadline sooner than d, a Cluster or another
-// client without ContextTimeoutEnabled) is made on a sender goroutine (kept
-// between calls) that the decision stops waiting for at the deadline, and
-// whose call ends later by the client's ReadTimeout, holding a pool
-// connection until then. go-redis retries (MaxRetries, and MaxRedirects on a
-// cluster) happen within the bound.
+// sends a decision alone through its WithTimeout(d) clone, on the caller's
+// goroutine: the same connections, reads that end at d. Such a clone runs
+// none of the client's hooks: for hooks (tracing, metrics) that see every
+// call, create the client with ContextTimeoutEnabled. Any other call (a caller's
+// deadline sooner than d, a Cluster or Ring without ContextTimeoutEnabled)
+// runs on a goroutine of its own that the decision stops waiting for at
+// the deadline, and whose call ends later by the client's ReadTimeout,
+// holding a pool connection until then. go-redis retries (MaxRetries, and
+// MaxRedirects on a cluster) happen within the bound. New adds no hook to
+// the client.
 func WithTimeout(d time.Duration) Option { return Option{func(c *config) { c.timeout = d }} }
 
 // DefaultWaitTimeout bounds each call to Redis made by Wait and WaitN.

@@ -33,22 +33,28 @@ var (
 // redisStore runs the algorithms as Lua scripts: one FCALL per call once
 // their function library is loaded (see library), else one EVALSHA, with an
 // EVAL when the server has not cached the script (NOSCRIPT). Calls from
-// concurrent goroutines share round trips through the batcher.
+// concurrent goroutines share round trips through the transport.
 type redisStore struct {
 	rdb                                                 redis.Scripter
 	prefix                                              string
 	allowS, reserveS, releaseS, resetS, blockS, refundS *script
-	batch                                               *batcher
+	t                                                   *transport
 	// allowBatchS runs the allow calls of one batch in one script call; nil
 	// unless rdb is a single server (a Cluster or Ring spreads the keys).
 	allowBatchS *script
 	limitArgs   limitArgs
+	// known is a context that has ended: a lookup with it answers from
+	// the client's state, sending nothing (see masterOf)
+	known context.Context
 }
 
-// newRedisStore returns the scripts' store on rdb, for decisions whose
-// timeout is timeout (0: none).
-func newRedisStore(rdb redis.Scripter, prefix string, timeout time.Duration) *redisStore {
-	s := &redisStore{rdb: rdb, prefix: prefix, batch: newBatcher(rdb, timeout)}
+// newRedisStore returns the scripts' store on rdb, for calls bounded by
+// the given timeouts (0: none).
+func newRedisStore(rdb redis.Scripter, prefix string, timeouts ...time.Duration) *redisStore {
+	s := &redisStore{rdb: rdb, prefix: prefix, t: newTransport(rdb, timeouts...)}
+	known, cancel := context.WithCancel(context.Background())
+	cancel()
+	s.known = known
 	var scripts []libraryScript
 	add := func(name, body string, algorithms bool) *script {
 		src := body
@@ -72,29 +78,45 @@ func newRedisStore(rdb redis.Scripter, prefix string, timeout time.Duration) *re
 		s.allowBatchS = allowBatch
 	}
 	if _, ok := rdb.(functionCaller); ok {
-		s.batch.lib = newLibrary(rdb, algorithmsLua, scripts)
+		s.t.lib = newLibrary(rdb, algorithmsLua, scripts)
 	}
 	return s
 }
 
-// newCall returns a batcher call of script s with the storage keys of q's
+// masterOf returns the address of the master that serves key's hash slot
+// on a Cluster, as far as the client knows it without a round trip (see
+// known); "" when it does not.
+func (s *redisStore) masterOf(key string) string {
+	var buf [256]byte
+	m, err := s.rdb.(*redis.ClusterClient).MasterForKey(s.known, string(appendTag(buf[:0], s.prefix, key)))
+	if err != nil {
+		return ""
+	}
+	return m.Options().Addr
+}
+
+// newCall returns a transport call of script s with the storage keys of q's
 // limits, after q's own keys named by own (see appendKeys).
 func (s *redisStore) newCall(sc *script, q *query, own int) *call {
-	c := s.batch.newCall(len(q.limits))
+	c := s.t.newCall(len(q.limits))
 	c.script = sc
 	c.keys = appendKeys(c.keys, s.prefix, q.key, q.limits, own)
 	return c
 }
 
-func (s *redisStore) allow(ctx context.Context, q *query) error {
-	reply, err := s.batch.run(ctx, s.allowCall(q))
+func (s *redisStore) allow(ctx context.Context, q *query) error { return s.allowWithin(ctx, q, 0) }
+
+// allowWithin is allow, bounded by d as well (0: ctx alone) without a
+// context of its own for a queued call (see transport.run).
+func (s *redisStore) allowWithin(ctx context.Context, q *query, d time.Duration) error {
+	reply, err := s.t.run(ctx, s.allowCall(q), d)
 	if err != nil {
 		return scriptError("allow", err)
 	}
 	return parseAllow(reply, q)
 }
 
-// allowCall builds the batcher call of q's decision (allow.lua, or merged
+// allowCall builds the transport call of q's decision (allow.lua, or merged
 // with others in allow_batch.lua).
 func (s *redisStore) allowCall(q *query) *call {
 	own := withBlock
@@ -119,7 +141,7 @@ func (s *redisStore) allowCall(q *query) *call {
 
 // parseAllow reads allow.lua's reply into q: {allowed, blocked, now, then
 // per limit remaining, retry, reset}. FCALL reads it as integers (see
-// script.ints): a lone call's comes as its IntSliceCmd, a merged call's
+// script.ints): a single call's comes as its IntSliceCmd, a merged call's
 // share as *[]int64 (pointers: boxed without an allocation); EVALSHA's
 // comes as []any.
 func parseAllow(reply any, q *query) error {
@@ -155,7 +177,7 @@ func (s *redisStore) reserve(ctx context.Context, q *query, longest int64) (rese
 	for _, l := range q.limits {
 		c.args = append(c.args, l.Count, micros(l.Window))
 	}
-	reply, err := s.batch.run(ctx, c)
+	reply, err := s.t.run(ctx, c, 0)
 	if err != nil {
 		return reservation{}, scriptError("reserve", err)
 	}
@@ -186,14 +208,14 @@ func (s *redisStore) release(ctx context.Context, q *query, r reservation) error
 	for _, l := range q.limits {
 		c.args = append(c.args, micros(l.Window))
 	}
-	if _, err := s.batch.run(ctx, c); err != nil {
+	if _, err := s.t.run(ctx, c, 0); err != nil {
 		return scriptError("release", err)
 	}
 	return nil
 }
 
 func (s *redisStore) reset(ctx context.Context, q *query) error {
-	if _, err := s.batch.run(ctx, s.newCall(s.resetS, q, withBlock|withPenalty)); err != nil {
+	if _, err := s.t.run(ctx, s.newCall(s.resetS, q, withBlock|withPenalty), 0); err != nil {
 		return scriptError("reset", err)
 	}
 	return nil
@@ -202,7 +224,7 @@ func (s *redisStore) reset(ctx context.Context, q *query) error {
 func (s *redisStore) block(ctx context.Context, q *query, d int64) error {
 	c := s.newCall(s.blockS, q, withBlock)
 	c.args = append(c.args, q.now, d)
-	if _, err := s.batch.run(ctx, c); err != nil {
+	if _, err := s.t.run(ctx, c, 0); err != nil {
 		return scriptError("block", err)
 	}
 	return nil
@@ -212,7 +234,7 @@ func (s *redisStore) refund(ctx context.Context, q *query) error {
 	c := s.newCall(s.refundS, q, 0)
 	c.args = append(c.args, q.n, q.now, q.at)
 	c.args = s.appendLimitArgs(c.args, q.limits)
-	reply, err := s.batch.run(ctx, c)
+	reply, err := s.t.run(ctx, c, 0)
 	if err != nil {
 		return scriptError("refund", err)
 	}

@@ -84,7 +84,7 @@ func checkRunsAgainstAlone(t *testing.T, rdb redis.Scripter, seed uint64) {
 			calls[i] = merged.allowCall(q)
 			calls[i].ctx = ctx
 		}
-		merged.batch.send(calls)
+		merged.t.send(calls)
 		for i, c := range calls {
 			<-c.done
 			if c.err != nil {

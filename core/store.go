@@ -2,10 +2,9 @@ package core
 
 import "context"
 
-// store is one layer of the chain that a Limiter calls: the Redis scripts
-// or the memory backend at the bottom, and, over Redis, the bounds
-// (timeout and circuit breaker) and the failure mode. New and NewMemory
-// build the chain once; the Limiter calls it without knowing its layers.
+// store is a backend of a Limiter: the Redis scripts (redis.go) or the
+// memory backend (memory.go). Over Redis the Limiter's guard (guard.go)
+// wraps each call: the timeout, the circuit breaker, the failure mode.
 type store interface {
 	// allow decides q: it sets q.allowed and one state per limit in
 	// q.states and, when q.commit is set and every limit admits, records
@@ -28,8 +27,8 @@ type store interface {
 	refund(ctx context.Context, q *query) error
 }
 
-// base is the bottom of the chain: the Redis scripts or the memory
-// store. Check asks it directly, past the breaker and the failure mode.
+// base is a store that Check can ask directly, past the breaker and the
+// failure mode.
 type base interface {
 	store
 	check(ctx context.Context) error

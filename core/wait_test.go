@@ -468,6 +468,7 @@ func runThrottle(t *testing.T, r throttleRun) throttleRun {
 		if err != nil {
 			t.Fatal(err)
 		}
+		hookClones(l, counter)
 		limiters[i] = l
 	}
 	rec := recordLog(t, srv, storageKey(keyTag(prefix, "api"), lim))
