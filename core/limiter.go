@@ -292,7 +292,10 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 			r, banned, at = q.result(), q.banned, q.at
 		}
 	}
-	q.key, q.backendErr, q.penalty = "", nil, nil // keep no reference in the pool but the limits' names
+	// the pool keeps no reference to the caller's strings: a key or a
+	// limit's name may be a slice of a larger, client-chosen string
+	q.key, q.backendErr, q.penalty = "", nil, nil
+	clear(q.limits)
 	l.queries.Put(q)
 	if err == nil && l.cache != nil && commit && !r.Allowed && r.BackendErr == nil && !cacheHit {
 		l.cache.put(key, n, limits, cachedAt, r)
