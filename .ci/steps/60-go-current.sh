@@ -9,4 +9,7 @@ current=go1.27.4
 export GOTOOLCHAIN="$current"
 go version
 go vet work
-go test -race -shuffle=on -count=1 work
+# without -race: the race detector ran on every test above, and this run
+# only asks whether the newest release builds and passes them (it keeps CI
+# under ten minutes on a 2-core machine)
+go test -shuffle=on -count=1 work
