@@ -19,6 +19,9 @@ type breaker struct {
 	lastEnd   atomic.Int64 // ns on the transport's clock: when the last counted failure ended
 	openUntil atomic.Int64 // ns on the transport's clock; 0: closed
 	probing   atomic.Bool
+	// lastReply is when (the transport's clock) the node last answered a
+	// call, for a Cluster master's breaker (see guard.answeredSince)
+	lastReply atomic.Int64
 }
 
 const (

@@ -86,7 +86,8 @@
 // (Redis or the process is overloaded, not down) is not counted by the
 // circuit breaker and leaves a key that was just denied denied, so the
 // limit holds under a flood; a timeout goes again once before the failure
-// mode answers. Only failures without any reply of Redis count towards the
+// mode answers (but under FailLocal, whose local decision counts units).
+// Only failures without any reply of Redis count towards the
 // breaker, one after the other, never a burst of concurrent timeouts as
 // many; an error that Redis answered for one key is that key's failure.
 //

@@ -48,7 +48,8 @@ const (
 	// starved of CPU). The breaker counts it.
 	timedOut
 	// failed: a connection failure, and no other reply since the call was
-	// sent; or the breaker is open. The breaker counts it.
+	// sent, which the breaker counts; or the breaker is open (ErrCircuitOpen,
+	// not counted again).
 	failed
 )
 
@@ -99,6 +100,17 @@ func (g *guard) breakerFor(key string) *breaker {
 	return b.(*breaker)
 }
 
+// answeredSince reports whether the node that serves a's key answered
+// since a was sent: on a Cluster, its master (the replies to this
+// Limiter's calls on its keys), so that a silent master's timeouts count
+// while the others answer; else the client.
+func (g *guard) answeredSince(a attempt) bool {
+	if a.br != &g.br {
+		return a.br.lastReply.Load() >= a.sent
+	}
+	return g.t.answeredSince(a.sent)
+}
+
 // end classifies the outcome err of attempt a by the caller's ctx, and
 // tells the breaker.
 func (g *guard) end(ctx context.Context, a attempt, err error) (kind, error) {
@@ -113,7 +125,7 @@ func (g *guard) end(ctx context.Context, a attempt, err error) (kind, error) {
 		k = abandoned
 	case replied(err):
 		k = rejected
-	case g.t.answeredSince(a.sent):
+	case g.answeredSince(a):
 		k = overloaded
 	case isTimeout(err):
 		k = timedOut
@@ -123,6 +135,9 @@ func (g *guard) end(ctx context.Context, a attempt, err error) (kind, error) {
 	switch k {
 	case succeeded, rejected:
 		a.br.success()
+		if a.br != &g.br {
+			a.br.lastReply.Store(g.t.clock())
+		}
 	case timedOut, failed:
 		a.br.failure(a.sent, g.t.clock())
 		if !g.t.noteDial(err) {

@@ -47,14 +47,16 @@ func WithClock(now func() time.Time) Option { return Option{func(c *config) { c.
 // it is earlier. Zero means no bound beyond the caller's context. Default
 // DefaultTimeout.
 //
-// A timeout is a failure of Redis only when Redis answered nothing on this
-// client since the call was sent; otherwise Redis or this process is
-// overloaded: the circuit breaker does not count it. A cached denial of the
-// key answers such a call if there is one (see WithDenyCache); otherwise a
-// call that ran out of time goes again once, within the caller's context,
-// before the failure mode answers: a
-// decision takes at most two timeouts (a slow moment, the first decisions
-// of an outage), and one once the breaker is open. An error that Redis
+// A timeout is a failure of Redis only when Redis answered nothing since
+// the call was sent (on a Cluster, the key's master); otherwise Redis or
+// this process is overloaded: the circuit breaker does not count it.
+// Either way, a cached denial of the key answers a call that ran out of
+// time if there is one (see WithDenyCache); otherwise the call goes again
+// once, within the caller's context, before the failure mode answers
+// (FailLocal answers at once: its local decision counts units): a decision
+// takes at most two timeouts (a slow moment, the first decisions of an
+// outage), and none while the breaker is open, but for the one probe that
+// asks Redis again. An error that Redis
 // answered (a script error, NOPERM, OOM, TRYAGAIN) is that decision's
 // failure, answered by the failure mode at once; it never opens the
 // breaker for other keys. A waiter for another request's answer about the

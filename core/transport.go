@@ -29,9 +29,9 @@ import (
 // *redis.Client without it (the go-redis default, and a failover client)
 // sends through its WithTimeout clone for the Limiter's timeouts, on the
 // caller's goroutine; any other call (a caller's own deadline, a Cluster or
-// Ring without ContextTimeoutEnabled) is queued, and its caller stops
-// waiting for the flusher at the deadline. The transport adds no hook to
-// the client.
+// Ring without ContextTimeoutEnabled) runs on a goroutine of its own when
+// a slot is free, else is queued, and its caller stops waiting at the
+// deadline either way. The transport adds no hook to the client.
 type transport struct {
 	rdb  redis.Scripter
 	pipe func() redis.Pipeliner // nil: the client cannot pipeline
@@ -426,9 +426,11 @@ const lateAllowance = 25 * time.Millisecond
 
 // late reports whether the reply on done came after all, once the caller's
 // wait has ended: it lets the goroutines that are ready run once (the
-// reply's reader among them), and when the wait ended at limit, the
-// Limiter's timeout, and this goroutine saw it more than lateAllowance
-// late, it waits on as long again. A caller's own deadline never waits.
+// reply's reader among them), and when a queued call's wait ended at
+// limit, the Limiter's timeout, and this goroutine saw it more than
+// lateAllowance late, it waits on as long again. A caller's own deadline
+// never waits, nor does a call run on a goroutine of its own (its
+// context carries the timeout).
 // Without it, TestFlood beside two busy loops answered 1-3 decisions in 1
 // run of 10 by the failure mode after a stall of the whole process.
 func (t *transport) late(done <-chan struct{}, limit time.Time, atLimit bool) bool {

@@ -617,6 +617,23 @@ func TestClusterBreakerPerMaster(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { paused.Do(context.Background(), "CLIENT", "UNPAUSE") })
+	// the other masters keep answering meanwhile: their replies say
+	// nothing of the paused one
+	stop, busy := make(chan struct{}), make(chan error, 1)
+	go func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				busy <- nil
+				return
+			default:
+			}
+			if r, err := l.Allow(ctx, elsewhere[i%len(elsewhere)], PerHour(1_000_000)); err != nil || r.BackendErr != nil {
+				busy <- fmt.Errorf("another master during the pause: %+v %v", r, err)
+				return
+			}
+		}
+	}()
 	for i := range 2 * breakerFailures { // the paused master's breaker opens
 		if r, err := l.Allow(ctx, "k", lim); err != nil || r.BackendErr == nil || r.Allowed {
 			t.Fatalf("decision %d on the paused master: %+v %v, want a fail-closed answer", i, r, err)
@@ -624,6 +641,10 @@ func TestClusterBreakerPerMaster(t *testing.T) {
 	}
 	if r, _ := l.Allow(ctx, "k", lim); !errors.Is(r.BackendErr, ErrCircuitOpen) {
 		t.Fatalf("the paused master's breaker is not open: %v", r.BackendErr)
+	}
+	close(stop)
+	if err := <-busy; err != nil {
+		t.Fatal(err)
 	}
 	for _, key := range elsewhere {
 		if r, err := l.Allow(ctx, key, lim); err != nil || r.BackendErr != nil || !r.Allowed || r.Remaining != 998 {
