@@ -16,13 +16,17 @@ import (
 // Limiter decides whether requests pass. It is safe for concurrent use by
 // many goroutines; create one per process and share it.
 //
-// A decision goes through a few layers built once by New or NewMemory: the
-// Limiter itself (validation, the deny cache, the observer, the binding
-// limit), its guard (guard.go: over Redis, the timeout, the circuit
-// breaker, the failure mode), then the store: the Redis scripts
-// (redis.go) and their transport (transport.go, coalesce.go), or the
-// memory backend (memory.go).
+// Each decision is validated before anything is sent, answered from the
+// deny cache while a denial is known to stand, and otherwise asked of the
+// store (Redis, or this process's memory for NewMemory) within the
+// Limiter's timeout; when Redis fails, the failure mode answers (see
+// WithTimeout and WithFailureMode).
 type Limiter struct {
+	// A decision goes through the Limiter itself (validation, the deny
+	// cache, the observer, the binding limit), its guard (guard.go: over
+	// Redis, the timeout, the circuit breaker, the failure mode), then the
+	// store: the Redis scripts (redis.go) and their transport
+	// (transport.go, coalesce.go), or the memory backend (memory.go).
 	guard    *guard
 	store    base          // the backend itself: Redis scripts or memory
 	timeout  time.Duration // bounds each decision's call to Redis
