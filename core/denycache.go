@@ -17,8 +17,9 @@ import (
 // It holds at most size denials: the size is split over the shards, and a
 // full shard evicts a key, preferring one whose denials have all expired.
 //
-// It keeps no client-chosen bytes beyond a fixed size per denial: a key
-// longer than maxRawKey is kept as its 23-byte digest (see heldKey; a
+// Its methods take a key in the form heldKey gives (the Limiter computes
+// it once a decision), so it keeps no client-chosen bytes beyond a fixed
+// size per denial: a key longer than maxRawKey as its 23-byte digest (a
 // digest stands for one key only, as in storage keys), a short one as a
 // copy of its own; a denial's limits are at most MaxLimits, with names of
 // at most MaxLimitName bytes, copied (see ownLimits). A denial under one
@@ -89,7 +90,7 @@ func (c *denyCache) shard(key string) *denyShard {
 // backend (and must call settle with p afterwards), true when another
 // caller is asking already and p is the probe to wait for.
 func (c *denyCache) get(key string, n int64, limits []Limit, now int64) (r Result, ok bool, p *probe, wait bool) {
-	sh, d := c.locked(heldKey(key), n, limits)
+	sh, d := c.locked(key, n, limits)
 	defer sh.mu.Unlock()
 	if d == nil {
 		return Result{}, false, nil, false
@@ -108,7 +109,7 @@ func (c *denyCache) get(key string, n int64, limits []Limit, now int64) (r Resul
 // its durations counted down to now (an expired one is due again in a
 // millisecond), and whether there is one. It starts no probe.
 func (c *denyCache) last(key string, n int64, limits []Limit, now int64) (Result, bool) {
-	sh, d := c.locked(heldKey(key), n, limits)
+	sh, d := c.locked(key, n, limits)
 	defer sh.mu.Unlock()
 	if d == nil {
 		return Result{}, false
@@ -144,7 +145,7 @@ func (d *denial) countedDown(now int64, least time.Duration) Result {
 // asked, and p's waiters wake up to look again (a denial put meanwhile
 // answers them; otherwise the first becomes the next probe).
 func (c *denyCache) settle(key string, n int64, limits []Limit, p *probe) {
-	sh, d := c.locked(heldKey(key), n, limits)
+	sh, d := c.locked(key, n, limits)
 	if d != nil && d.probe == p {
 		d.probe = nil
 	}
@@ -158,7 +159,6 @@ func (c *denyCache) put(key string, n int64, limits []Limit, now int64, r Result
 		return
 	}
 	until := now + int64(r.RetryAfter)
-	key = heldKey(key)
 	sh := c.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -233,7 +233,6 @@ func (sh *denyShard) drop(key string, ds []denial, i int) {
 
 // forget drops every denial of key.
 func (c *denyCache) forget(key string) {
-	key = heldKey(key)
 	sh := c.shard(key)
 	sh.mu.Lock()
 	sh.n -= len(sh.m[key])

@@ -162,7 +162,7 @@ func (l *Limiter) Reset(ctx context.Context, key string, limits ...Limit) error 
 		return err
 	}
 	if l.cache != nil {
-		l.cache.forget(key)
+		l.cache.forget(heldKey(key))
 	}
 	return l.guard.reset(ctx, &query{key: key, n: 1, limits: limits}, l.timeout)
 }
@@ -190,7 +190,7 @@ func (l *Limiter) Refund(ctx context.Context, key string, n int64, limits ...Lim
 // newest. local reports that the failure mode's local store recorded them.
 func (l *Limiter) refundAt(ctx context.Context, key string, n int64, limits []Limit, at int64, local bool) error {
 	if l.cache != nil {
-		l.cache.forget(key)
+		l.cache.forget(heldKey(key))
 	}
 	return l.guard.refund(ctx, &query{key: key, n: n, limits: limits, now: l.queryTime(), at: at, local: local}, l.timeout)
 }
@@ -243,8 +243,11 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 		cachedAt int64
 		probing  *probe // this call asks about an expired denial: settle it
 	)
+	// the deny cache's form of key, computed once: a long key's digest
+	ck := key
 	if l.cache != nil && commit {
-		r, hit, p, err := l.cached(ctx, key, n, limits, pen)
+		ck = heldKey(key)
+		r, hit, p, err := l.cached(ctx, ck, n, limits, pen)
 		switch {
 		case err != nil:
 			l.observe(Event{Op: op, Rule: rule, Key: key, Err: err}, start)
@@ -276,7 +279,7 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 			break
 		}
 		if l.cache != nil && commit {
-			if r, cacheHit = l.cache.last(key, n, limits, l.now().UnixNano()); cacheHit {
+			if r, cacheHit = l.cache.last(ck, n, limits, l.now().UnixNano()); cacheHit {
 				break
 			}
 		}
@@ -302,10 +305,10 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 	clear(q.limits)
 	l.queries.Put(q)
 	if err == nil && l.cache != nil && commit && !r.Allowed && r.BackendErr == nil && !cacheHit {
-		l.cache.put(key, n, limits, cachedAt, r)
+		l.cache.put(ck, n, limits, cachedAt, r)
 	}
 	if probing != nil {
-		l.cache.settle(key, n, limits, probing)
+		l.cache.settle(ck, n, limits, probing)
 	}
 	if l.observer != nil {
 		ev := Event{Op: op, Rule: rule, Key: key, Result: r, Err: err, Banned: banned, CacheHit: cacheHit}
@@ -318,7 +321,8 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 }
 
 // cached answers a decision from the deny cache: a denial of (key, n,
-// limits) that has not expired, and true. When it has expired, one caller
+// limits) that has not expired, and true; key is in the cache's form
+// (heldKey). When it has expired, one caller
 // asks the store again (its probe, returned: settle it after) while the
 // others wait for that answer, at most the Limiter's timeout, whatever
 // their context says: a probe that takes longer has met a failing Redis,
