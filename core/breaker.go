@@ -4,9 +4,10 @@ import "sync/atomic"
 
 // breaker stops calls to a failing Redis: after breakerFailures failures in
 // a row (timeouts and connection failures without any reply of Redis since
-// the call was sent; never an error that Redis answered) it opens for breakerPause, answering every decision with the
-// failure mode at once; then a single call probes Redis, and a success
-// closes it again while a failure opens it for another pause.
+// the call was sent; never an error that Redis answered) it opens for
+// breakerPause, answering every decision with the failure mode at once;
+// then a single call probes Redis, and a success closes it again while a
+// failure opens it for another pause.
 //
 // Failures in a row are failures in sequence: a call that was sent before
 // the last counted failure ended is not counted, as it saw the same moment

@@ -31,9 +31,10 @@ var checkLua string
 // A Redis that refuses the write (used memory above maxmemory under
 // noeviction, a read-only replica, a failed save) is an error that matches
 // ErrNoWrites and says what to do: every decision would fail. An eviction
-// policy that would evict is an error that matches ErrEvictionPolicy. When the policy cannot be read (an ACL forbids both
-// CONFIG GET and INFO, or the server has neither, as miniredis), the error
-// matches ErrCheckIncomplete and says why. Other errors wrap Redis's own
+// policy that would evict is an error that matches ErrEvictionPolicy.
+// When the policy cannot be read (an ACL forbids both CONFIG GET and
+// INFO, or the server has neither, as miniredis), the error matches
+// ErrCheckIncomplete and says why. Other errors wrap Redis's own
 // (WRONGPASS, NOPERM, a refused dial).
 func (l *Limiter) Check(ctx context.Context) error { return l.store.check(ctx) }
 

@@ -190,8 +190,8 @@ type Rule struct {
 // Retry-After of the ban's time left, and counted nowhere; the deny cache
 // answers them without a round trip. An application/problem+json answer
 // to a banned key has the type ProblemAbnormalUsage, not
-// ProblemQuotaExceeded, so that a client can tell a ban from a limit. A ban is the same stored state as
-// Limiter.Block: Reset lifts it.
+// ProblemQuotaExceeded, so that a client can tell a ban from a limit. A
+// ban is the same stored state as Limiter.Block: Reset lifts it.
 //
 // The denials are counted atomically with the decisions that deny, in the
 // same script call; the first counted denial starts the Within period,
