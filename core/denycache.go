@@ -6,6 +6,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/ratewindow/ratewindow/core/internal/store"
 )
 
 // denyCache remembers denials until their RetryAfter has passed. A denial
@@ -17,13 +19,13 @@ import (
 // It holds at most size denials: the size is split over the shards, and a
 // full shard evicts a key, preferring one whose denials have all expired.
 //
-// Its methods take a key in the form heldKey gives (the Limiter computes
+// Its methods take a key in the form store.HeldKey gives (the Limiter computes
 // it once a decision), so it keeps no client-chosen bytes beyond a fixed
-// size per denial: a key longer than maxRawKey as its 23-byte digest (a
+// size per denial: a key longer than store.MaxRawKey as its 23-byte digest (a
 // digest stands for one key only, as in storage keys), a short one as a
 // copy of its own; a denial's limits are at most MaxLimits, with names of
 // at most MaxLimitName bytes, copied (see ownLimits). A denial under one
-// limit takes about 430 bytes of heap with a key of maxRawKey bytes (less
+// limit takes about 430 bytes of heap with a key of store.MaxRawKey bytes (less
 // with a shorter key or a digest), 2.3 KB under MaxLimits limits with names
 // of MaxLimitName bytes (measured by TestHeldKeys and TestHeldLimitNames):
 // the cache holds at most about size × 2.5 KB, whatever its clients send.
@@ -117,7 +119,7 @@ func (c *denyCache) last(key string, n int64, limits []Limit, now int64) (Result
 	return d.countedDown(now, time.Millisecond), true
 }
 
-// locked returns the shard of key (a heldKey), locked (the caller unlocks
+// locked returns the shard of key (a store.HeldKey), locked (the caller unlocks
 // it), and the denial of n units under limits in it, or nil.
 func (c *denyCache) locked(key string, n int64, limits []Limit) (*denyShard, *denial) {
 	sh := c.shard(key)
@@ -169,7 +171,7 @@ func (c *denyCache) put(key string, n int64, limits []Limit, now int64, r Result
 		return
 	}
 	// the map keeps the key of its latest assignment: always one of its own
-	key = ownKey(key)
+	key = store.OwnKey(key)
 	switch {
 	case len(ds) >= denialsPerKey, len(ds) > 0 && sh.n >= sh.size && len(sh.m) == 1:
 		// make room in this key: drop its oldest denial

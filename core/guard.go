@@ -4,25 +4,28 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
 	"sync"
 	"time"
+
+	"github.com/ratewindow/ratewindow/core/internal/memstore"
+	"github.com/ratewindow/ratewindow/core/internal/store"
 )
 
-// guard wraps each call of a Limiter to its store. Over Redis it bounds
-// the call by a timeout, keeps a circuit breaker, and tells what a failed
-// call means (a kind, see classify); the failure mode (fail) then answers
-// for Redis. Over the memory store it only passes calls on.
+// guard wraps each call of a Limiter to its store. Over Redis (a
+// store.Remote) it keeps a circuit breaker per node and tells what a
+// failed call means (a kind, see end); the failure mode (fail) then answers
+// for Redis. The timeout travels in the Request (Within): the store bounds
+// the call. Over the memory store the guard only passes calls on.
 type guard struct {
-	next base       // the Redis scripts or the memory store
-	t    *transport // the Redis transport; nil: the memory store
-	br   breaker    // the client's (see breakerFor)
-	// masterOf returns the address of the Cluster master that serves a
-	// key, "" when unknown; nil: not a Cluster
-	masterOf func(key string) string
-	masters  sync.Map // master address → *breaker
-	mode     FailureMode
+	next   store.Store
+	remote store.Remote // next, over Redis; nil: the memory store
+	br     breaker      // the client's (see breakerFor)
+	// masters holds a breaker per Cluster master: address → *breaker
+	masters sync.Map
+	mode    FailureMode
 	// local is FailLocal's store; nil for the other modes
-	local *memoryStore
+	local *memstore.Store
 	share float64 // FailLocal's share of each Count
 }
 
@@ -59,25 +62,19 @@ func (k kind) retried() bool { return k == overloaded || k == timedOut }
 
 // attempt is one call to Redis under way.
 type attempt struct {
-	ctx    context.Context // the call's: the caller's, bounded by the timeout
-	cancel context.CancelFunc
-	sent   int64    // the transport's clock when it was sent
-	br     *breaker // the breaker of the node that serves the key
-	probe  bool     // the call is br's probe
+	sent  int64    // the store's clock when it was sent
+	br    *breaker // the breaker of the node that serves the key
+	probe bool     // the call is br's probe
 }
 
-// begin starts a call to Redis about key within d (0: no bound but ctx);
-// or returns ErrCircuitOpen.
-func (g *guard) begin(ctx context.Context, d time.Duration, key string) (attempt, error) {
-	a := attempt{ctx: ctx, sent: g.t.clock(), br: g.breakerFor(key)}
+// begin starts a call to Redis about key, or returns ErrCircuitOpen.
+func (g *guard) begin(key string) (attempt, error) {
+	a := attempt{sent: g.remote.Clock(), br: g.breakerFor(key)}
 	ok, probe := a.br.allow(a.sent)
 	if !ok {
 		return a, ErrCircuitOpen
 	}
 	a.probe = probe
-	if d > 0 {
-		a.ctx, a.cancel = context.WithTimeout(ctx, d)
-	}
 	return a, nil
 }
 
@@ -86,10 +83,7 @@ func (g *guard) begin(ctx context.Context, d time.Duration, key string) (attempt
 // master, so that a failing master stops calls for its keys only); else
 // the client's.
 func (g *guard) breakerFor(key string) *breaker {
-	if g.masterOf == nil || !g.t.answeredSince(1) { // the client knows no master before a reply
-		return &g.br
-	}
-	addr := g.masterOf(key)
+	addr := g.remote.Node(key)
 	if addr == "" {
 		return &g.br
 	}
@@ -108,26 +102,23 @@ func (g *guard) answeredSince(a attempt) bool {
 	if a.br != &g.br {
 		return a.br.lastReply.Load() >= a.sent
 	}
-	return g.t.answeredSince(a.sent)
+	return g.remote.AnsweredSince(a.sent)
 }
 
-// end classifies the outcome err of attempt a by the caller's ctx, and
-// tells the breaker.
+// end classifies the outcome err of attempt a by the caller's ctx (the
+// one health rule), and tells the breaker.
 func (g *guard) end(ctx context.Context, a attempt, err error) (kind, error) {
-	if a.cancel != nil {
-		a.cancel()
-	}
 	var k kind
 	switch {
 	case err == nil:
 		k = succeeded
 	case ctx.Err() != nil:
 		k = abandoned
-	case replied(err):
+	case g.remote.Replied(err):
 		k = rejected
 	case g.answeredSince(a):
 		k = overloaded
-	case isTimeout(err):
+	case store.IsTimeout(err):
 		k = timedOut
 	default:
 		k = failed
@@ -136,13 +127,11 @@ func (g *guard) end(ctx context.Context, a attempt, err error) (kind, error) {
 	case succeeded, rejected:
 		a.br.success()
 		if a.br != &g.br {
-			a.br.lastReply.Store(g.t.clock())
+			a.br.lastReply.Store(g.remote.Clock())
 		}
 	case timedOut, failed:
-		a.br.failure(a.sent, g.t.clock())
-		if !g.t.noteDial(err) {
-			g.t.checkDial()
-		}
+		a.br.failure(a.sent, g.remote.Clock())
+		g.remote.Failed(err)
 	default:
 		if a.probe {
 			a.br.abandon() // it said nothing about Redis: the next call probes
@@ -151,101 +140,94 @@ func (g *guard) end(ctx context.Context, a attempt, err error) (kind, error) {
 	return k, err
 }
 
-// isTimeout reports whether err is a deadline's: the context's, or a
-// read's or write's.
-func isTimeout(err error) bool {
-	var te interface{ Timeout() bool }
-	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &te) && te.Timeout()
-}
-
-// call runs f, a call about key, with a context bounded by d, behind the
-// breaker.
-func (g *guard) call(ctx context.Context, d time.Duration, key string, f func(context.Context) error) (kind, error) {
-	if g.t == nil {
-		return g.plain(f(ctx))
+// call runs f, a call about key, behind the breaker.
+func (g *guard) call(ctx context.Context, key string, f func() error) (kind, error) {
+	if g.remote == nil {
+		return plain(f())
 	}
-	a, err := g.begin(ctx, d, key)
+	a, err := g.begin(key)
 	if err != nil {
 		return failed, err
 	}
-	return g.end(ctx, a, f(a.ctx))
+	return g.end(ctx, a, f())
 }
 
 // plain is the outcome of a call to the memory store: it fails only when
 // its caller's context ends.
-func (g *guard) plain(err error) (kind, error) {
+func plain(err error) (kind, error) {
 	if err != nil {
 		return abandoned, err
 	}
 	return succeeded, nil
 }
 
-// allow decides q within d (see store.allow); the failure mode does not
+// allow decides r (see store.Store.Allow); the failure mode does not
 // answer here (see fail).
-func (g *guard) allow(ctx context.Context, q *query, d time.Duration) (kind, error) {
-	if g.t == nil {
-		return g.plain(g.next.allow(ctx, q))
+func (g *guard) allow(ctx context.Context, r store.Request) (d store.Decision, k kind, err error) {
+	if g.remote == nil {
+		d, err = g.next.Allow(ctx, r)
+		k, err = plain(err)
+		return d, k, err
 	}
-	a, err := g.begin(ctx, 0, q.key)
-	if err != nil {
-		return failed, err
-	}
-	// the transport keeps d itself: a queued decision needs no context of
-	// its own (see transport.run)
-	return g.end(ctx, a, g.next.(*redisStore).allowWithin(ctx, q, d))
+	k, err = g.call(ctx, r.Key, func() (err error) {
+		d, err = g.next.Allow(ctx, r)
+		return err
+	})
+	return d, k, err
 }
 
 // failClosedRetry is the RetryAfter and ResetAfter of a FailClosed denial.
 const failClosedRetry = int64(1e6) // µs
 
-// fail answers q by the failure mode, Redis having failed with err: the
-// decision holds the failure in q.backendErr (Result.BackendErr). The
-// error is FailLocal's store's, if any.
-func (g *guard) fail(ctx context.Context, q *query, err error) error {
+// fail answers r by the failure mode, Redis having failed with err, and
+// returns the failure as the caller is told of it (Result.BackendErr).
+// FailLocal scales the Counts of r.Limits in place (the decision's Result
+// names the scaled limits, see Limiter.decide). The error is FailLocal's
+// store's, if any.
+func (g *guard) fail(ctx context.Context, r store.Request, err error) (store.Decision, error, error) {
+	d := store.Decision{Allowed: g.mode != FailClosed}
 	switch g.mode {
 	case FailClosed:
-		for i := range q.decided(false) {
-			q.states[i] = limitState{retry: failClosedRetry, reset: failClosedRetry}
+		for i := range r.Limits {
+			d.States[i] = store.State{Retry: failClosedRetry, Reset: failClosedRetry}
 		}
 	case FailLocal:
-		g.localQuery(q)
-		if lerr := g.local.allow(ctx, q); lerr != nil {
-			return lerr
+		var lerr error
+		if d, lerr = g.local.Allow(ctx, g.localRequest(r)); lerr != nil {
+			return d, nil, lerr
 		}
 	default: // FailOpen
-		for i := range q.decided(true) {
-			q.states[i] = limitState{remaining: max(q.limits[i].Count-q.n, 0)}
+		for i, lim := range r.Limits {
+			d.States[i] = store.State{Remaining: max(lim.Count-r.N, 0)}
 		}
 	}
-	q.backendErr = g.backendError(err)
-	return nil
+	return d, g.backendError(err), nil
 }
 
 // backendError returns err, a failure of Redis, as its caller is told of
-// it: explained by a failed dial when there is a recent one.
+// it: explained by a failed health check when there is a recent one.
 func (g *guard) backendError(err error) error {
-	if g.t != nil {
-		err = g.t.explain(err)
+	if g.remote != nil {
+		err = g.remote.Explain(err)
 	}
 	return backendError{err}
 }
 
-// localQuery turns q into the local store's query: each Count scaled by
-// the share (the decision's Result then names the scaled limit), on the
-// process clock.
-func (g *guard) localQuery(q *query) {
-	for i := range q.limits {
-		q.limits[i].Count = scaled(q.limits[i].Count, g.share)
+// localRequest turns r into the local store's: each Count of its limits
+// scaled by the share, in place, on the process clock.
+func (g *guard) localRequest(r store.Request) store.Request {
+	for i := range r.Limits {
+		r.Limits[i].Count = scaled(r.Limits[i].Count, g.share)
 	}
-	q.now = 0
+	r.Now, r.Within = 0, 0
+	return r
 }
 
-// localCopy returns a copy of q for the local store, leaving q as it is.
-func (g *guard) localCopy(q *query) *query {
-	lq := *q
-	lq.limits = append([]Limit(nil), q.limits...)
-	g.localQuery(&lq)
-	return &lq
+// localCopy returns the local store's request for r, leaving r's limits as
+// they are.
+func (g *guard) localCopy(r store.Request) store.Request {
+	r.Limits = slices.Clone(r.Limits)
+	return g.localRequest(r)
 }
 
 // scaled returns count multiplied by share, rounded down, at least 1. A
@@ -269,7 +251,14 @@ func failure(k kind, err error) error {
 	return backendError{err}
 }
 
-// reserve makes a reservation within d (see store.reserve), and answers
+// reservation is what a reservation made, and who made it.
+type reservation struct {
+	store.Reservation
+	local  bool  // the failure mode's local store made it
+	failed error // the failure the failure mode answered
+}
+
+// reserve makes a reservation (see store.Store.Reserve), and answers
 // Redis's failure by the failure mode: FailOpen lets the caller proceed at
 // once, FailLocal reserves in the local store, FailClosed returns the
 // failure.
@@ -278,22 +267,21 @@ func failure(k kind, err error) error {
 // first: the script may have run, and only its reply names the units it
 // recorded. A caller that leaves gets ctx's error at once; the reply is
 // then read on another goroutine, and a reservation it holds is given back.
-func (g *guard) reserve(ctx context.Context, q *query, longest int64, d time.Duration) (reservation, error) {
+func (g *guard) reserve(ctx context.Context, r store.Request, longest int64) (reservation, error) {
 	type outcome struct {
-		r   reservation
+		res store.Reservation
 		k   kind
 		err error
 	}
-	run := func(ctx context.Context) outcome {
-		var r reservation
-		k, err := g.call(ctx, d, q.key, func(ctx context.Context) (err error) {
-			r, err = g.next.reserve(ctx, q, longest)
+	run := func(ctx context.Context) (o outcome) {
+		o.k, o.err = g.call(ctx, r.Key, func() (err error) {
+			o.res, err = g.next.Reserve(ctx, r, longest)
 			return err
 		})
-		return outcome{r, k, err}
+		return o
 	}
 	var o outcome
-	if ctx.Done() == nil || g.t == nil {
+	if ctx.Done() == nil || g.remote == nil {
 		o = run(ctx)
 	} else {
 		done := make(chan outcome, 1)
@@ -303,74 +291,73 @@ func (g *guard) reserve(ctx context.Context, q *query, longest int64, d time.Dur
 		case o = <-done:
 		case <-ctx.Done():
 			go func() {
-				if o := <-done; o.err == nil && o.r.ok {
-					_ = g.release(detached, q, o.r, d)
+				if o := <-done; o.err == nil && o.res.OK {
+					_ = g.release(detached, r, reservation{Reservation: o.res})
 				}
 			}()
 			return reservation{}, ctx.Err()
 		}
 	}
 	if o.k == succeeded || o.k == abandoned {
-		return o.r, o.err
+		return reservation{Reservation: o.res}, o.err
 	}
 	err := g.backendError(o.err)
 	switch g.mode {
 	case FailOpen:
-		return reservation{ok: true, failed: err}, nil
+		return reservation{Reservation: store.Reservation{OK: true}, failed: err}, nil
 	case FailLocal:
-		r, lerr := g.local.reserve(ctx, g.localCopy(q), longest)
-		r.local, r.failed = true, err
-		return r, lerr
+		res, lerr := g.local.Reserve(ctx, g.localCopy(r), longest)
+		return reservation{Reservation: res, local: true, failed: err}, lerr
 	}
 	return reservation{failed: err}, err
 }
 
 // release gives back a reservation: the local store's there; one of
 // FailOpen recorded nothing.
-func (g *guard) release(ctx context.Context, q *query, r reservation, d time.Duration) error {
+func (g *guard) release(ctx context.Context, r store.Request, res reservation) error {
 	switch {
-	case r.local:
-		return g.local.release(ctx, q, r)
-	case r.failed != nil:
+	case res.local:
+		return g.local.Release(ctx, g.localCopy(r), res.Reservation)
+	case res.failed != nil:
 		return nil
 	}
-	return failure(g.call(ctx, d, q.key, func(ctx context.Context) error { return g.next.release(ctx, q, r) }))
+	return failure(g.call(ctx, r.Key, func() error { return g.next.Release(ctx, r, res.Reservation) }))
 }
 
 // block blocks the key in the local store too (it decides while Redis is
 // down), then in Redis; Redis's failure is returned.
-func (g *guard) block(ctx context.Context, q *query, d int64, timeout time.Duration) error {
+func (g *guard) block(ctx context.Context, r store.Request, d time.Duration) error {
 	if g.local != nil {
-		_ = g.local.block(ctx, q, d)
+		_ = g.local.Block(ctx, g.localCopy(r), d)
 	}
-	return failure(g.call(ctx, timeout, q.key, func(ctx context.Context) error { return g.next.block(ctx, q, d) }))
+	return failure(g.call(ctx, r.Key, func() error { return g.next.Block(ctx, r, d) }))
 }
 
 // reset forgets the key in the local store too, then in Redis; Redis's
 // failure is returned.
-func (g *guard) reset(ctx context.Context, q *query, d time.Duration) error {
+func (g *guard) reset(ctx context.Context, r store.Request) error {
 	if g.local != nil {
-		_ = g.local.reset(ctx, q)
+		_ = g.local.Reset(ctx, g.localCopy(r))
 	}
-	return failure(g.call(ctx, d, q.key, func(ctx context.Context) error { return g.next.reset(ctx, q) }))
+	return failure(g.call(ctx, r.Key, func() error { return g.next.Reset(ctx, r) }))
 }
 
-// refund gives back units recorded by the local store (q.local: the
-// failure mode decided) there, and any others in Redis. When Redis fails,
+// refund gives back units recorded by the local store (local: the failure
+// mode decided) there, and any others in Redis. When Redis fails,
 // FailLocal gives back the local store's newest units (it decided while
 // Redis was down), and Redis's failure is returned.
-func (g *guard) refund(ctx context.Context, q *query, d time.Duration) error {
-	if q.local {
+func (g *guard) refund(ctx context.Context, r store.Request, local bool) error {
+	if local {
 		if g.local == nil {
 			return nil // FailOpen recorded nothing
 		}
-		return g.local.refund(ctx, g.localCopy(q))
+		return g.local.Refund(ctx, g.localCopy(r))
 	}
-	k, err := g.call(ctx, d, q.key, func(ctx context.Context) error { return g.next.refund(ctx, q) })
+	k, err := g.call(ctx, r.Key, func() error { return g.next.Refund(ctx, r) })
 	if k != succeeded && k != abandoned && g.local != nil {
-		lq := g.localCopy(q)
-		lq.at = 0
-		_ = g.local.refund(ctx, lq)
+		lr := g.localCopy(r)
+		lr.At = 0
+		_ = g.local.Refund(ctx, lr)
 	}
 	return failure(k, err)
 }

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/ratewindow/ratewindow/core/internal/store"
 )
 
 // Algorithm selects how a Limit counts requests inside its sliding window.
@@ -178,18 +180,14 @@ func ownLimits(limits []Limit) []Limit {
 }
 
 // shortDuration writes d in its largest whole unit: 1h, 15m, 30s, 250ms.
-func shortDuration(d time.Duration) string { return string(appendDuration(nil, d)) }
+func shortDuration(d time.Duration) string { return string(store.AppendDuration(nil, d)) }
 
 // precision returns the sub-window length used by SlidingBuckets.
 func (l Limit) precision() time.Duration {
 	if l.Precision != 0 {
 		return l.Precision
 	}
-	p := l.Window / 60
-	if p < time.Millisecond {
-		p = time.Millisecond
-	}
-	return p
+	return store.DefaultPrecision(l.Window)
 }
 
 // micros converts d to whole microseconds.

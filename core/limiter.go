@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
-	"slices"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ratewindow/ratewindow/core/internal/memstore"
+	"github.com/ratewindow/ratewindow/core/internal/redisstore"
+	"github.com/ratewindow/ratewindow/core/internal/store"
 )
 
 // Limiter decides whether requests pass. It is safe for concurrent use by
@@ -24,11 +27,10 @@ import (
 type Limiter struct {
 	// A decision goes through the Limiter itself (validation, the deny
 	// cache, the observer, the binding limit), its guard (guard.go: over
-	// Redis, the timeout, the circuit breaker, the failure mode), then the
-	// store: the Redis scripts (redis.go) and their transport
-	// (transport.go, coalesce.go), or the memory backend (memory.go).
+	// Redis, the circuit breaker, the health rule, the failure mode), then
+	// the store, through the seam (internal/store): the Redis backend
+	// (internal/redisstore) or the memory backend (internal/memstore).
 	guard    *guard
-	store    base          // the backend itself: Redis scripts or memory
 	timeout  time.Duration // bounds each decision's call to Redis
 	waitTime time.Duration // bounds each call of Wait
 	mode     FailureMode
@@ -36,7 +38,10 @@ type Limiter struct {
 	cache    *denyCache
 	// observer receives an Event per decision; nil: none
 	observer Observer
-	queries  sync.Pool // *query, reused by decisions
+	// specs holds *[MaxLimits]store.Limit, the limits of a decision's
+	// Request: a buffer on the caller's stack would escape to the heap
+	// through the Store interface, one allocation a decision
+	specs sync.Pool
 }
 
 // New returns a Limiter that keeps its counts in Redis. rdb may be a
@@ -63,14 +68,10 @@ func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
 		return nil, err
 	}
 	l := newLimiter(c)
-	scripts := newRedisStore(rdb, c.prefix, c.timeout, c.waitTime)
-	l.store = scripts
-	l.guard = &guard{next: scripts, t: scripts.t, mode: c.mode, share: c.share}
-	if _, ok := rdb.(*redis.ClusterClient); ok {
-		l.guard.masterOf = scripts.masterOf
-	}
+	rs := redisstore.New(rdb, c.prefix, c.timeout, c.waitTime)
+	l.guard = &guard{next: rs, remote: rs, mode: c.mode, share: c.share}
 	if c.mode == FailLocal {
-		l.guard.local = newMemoryStore(l.micros)
+		l.guard.local = memstore.New(l.micros)
 	}
 	return l, nil
 }
@@ -96,8 +97,7 @@ func NewMemory(opts ...Option) *Limiter {
 	// the deny cache saves round trips; the memory store has none to save
 	c.mode, c.cacheSize = FailOpen, 0
 	l := newLimiter(c)
-	ms := newMemoryStore(l.micros)
-	l.store, l.guard = ms, &guard{next: ms}
+	l.guard = &guard{next: memstore.New(l.micros)}
 	return l
 }
 
@@ -106,7 +106,7 @@ func newLimiter(c config) *Limiter {
 	if c.cacheSize > 0 {
 		l.cache = newDenyCache(c.cacheSize)
 	}
-	l.queries.New = func() any { return new(query) }
+	l.specs.New = func() any { return new([MaxLimits]store.Limit) }
 	return l
 }
 
@@ -162,9 +162,9 @@ func (l *Limiter) Reset(ctx context.Context, key string, limits ...Limit) error 
 		return err
 	}
 	if l.cache != nil {
-		l.cache.forget(heldKey(key))
+		l.cache.forget(store.HeldKey(key))
 	}
-	return l.guard.reset(ctx, &query{key: key, n: 1, limits: limits}, l.timeout)
+	return l.guard.reset(ctx, l.request(key, 1, limits, nil, l.timeout))
 }
 
 // Refund gives back n units of key under every limit: units recorded
@@ -190,9 +190,11 @@ func (l *Limiter) Refund(ctx context.Context, key string, n int64, limits ...Lim
 // newest. local reports that the failure mode's local store recorded them.
 func (l *Limiter) refundAt(ctx context.Context, key string, n int64, limits []Limit, at int64, local bool) error {
 	if l.cache != nil {
-		l.cache.forget(heldKey(key))
+		l.cache.forget(store.HeldKey(key))
 	}
-	return l.guard.refund(ctx, &query{key: key, n: n, limits: limits, now: l.queryTime(), at: at, local: local}, l.timeout)
+	r := l.request(key, n, limits, nil, l.timeout)
+	r.At = at
+	return l.guard.refund(ctx, r, local)
 }
 
 // MaxBlock is the longest Block: MaxWindow.
@@ -215,7 +217,7 @@ func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) error 
 	case d < time.Microsecond || d > MaxBlock:
 		return fmt.Errorf("%w: block for %s; it must be in [1µs, %s]", ErrInvalidDuration, d, MaxBlock)
 	}
-	return l.guard.block(ctx, &query{key: key, now: l.queryTime()}, micros(d), l.timeout)
+	return l.guard.block(ctx, store.Request{Key: key, N: 1, Now: l.queryTime(), Within: l.timeout}, d)
 }
 
 // decide validates, consults the deny cache, asks the store through the
@@ -246,7 +248,7 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 	// the deny cache's form of key, computed once: a long key's digest
 	ck := key
 	if l.cache != nil && commit {
-		ck = heldKey(key)
+		ck = store.HeldKey(key)
 		r, hit, p, err := l.cached(ctx, ck, n, limits, pen)
 		switch {
 		case err != nil:
@@ -258,21 +260,23 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 		}
 		probing, cachedAt = p, l.now().UnixNano()
 	}
-	// the query is pooled and holds a copy of limits: the caller's
-	// variadic slice stays on its stack, and a decision allocates nothing
-	q := l.queries.Get().(*query)
+	buf := l.specs.Get().(*[MaxLimits]store.Limit)
+	req := l.request(key, n, limits, buf, l.timeout)
+	req.Commit = commit
+	if pen != nil {
+		req.Penalty = store.Penalty(*pen)
+	}
 	var (
 		r        Result
-		banned   bool
-		at       int64
+		d        store.Decision
 		cacheHit bool
 		k        kind
 		err      error
 	)
 	for try := 0; ; try++ {
-		q.key, q.n, q.limits, q.commit, q.now, q.penalty = key, n, append(q.limits[:0], limits...), commit, l.queryTime(), pen
+		req.Now = l.queryTime()
 		var e error
-		if k, e = l.guard.allow(ctx, q, l.timeout); try == 0 || !errors.Is(e, ErrCircuitOpen) {
+		if d, k, e = l.guard.allow(ctx, req); try == 0 || !errors.Is(e, ErrCircuitOpen) {
 			err = e // else the retry was not sent: the first failure answers
 		}
 		if !k.retried() {
@@ -288,22 +292,13 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 			break
 		}
 	}
-	switch {
-	case cacheHit: // the key's last denial answers (see above)
+	if cacheHit { // the key's last denial answers (see above)
 		err = nil
-	case k == succeeded:
-		r, banned, at = q.result(), q.banned, q.at
-	case k == abandoned:
-	default:
-		if err = l.guard.fail(ctx, q, err); err == nil {
-			r, banned, at = q.result(), q.banned, q.at
-		}
+	} else {
+		r, d, err = l.answer(ctx, req, limits, d, k, err)
 	}
-	// the pool keeps no reference to the caller's strings: a key or a
-	// limit's name may be a slice of a larger, client-chosen string
-	q.key, q.backendErr, q.penalty = "", nil, nil
-	clear(q.limits)
-	l.queries.Put(q)
+	l.specs.Put(buf)
+	banned, at := d.Banned, d.At
 	if err == nil && l.cache != nil && commit && !r.Allowed && r.BackendErr == nil && !cacheHit {
 		l.cache.put(ck, n, limits, cachedAt, r)
 	}
@@ -370,25 +365,66 @@ func (l *Limiter) observe(ev Event, start time.Time) {
 	}
 }
 
-// result turns q's decision into a Result with its binding limit: when
-// denied, the limit with the longest retry (never is longest); when
-// allowed, or on a tie, the one with the fewest units remaining, then the
-// latest reset.
-func (q *query) result() Result {
-	var b binder
-	for i, lim := range q.limits {
-		s := q.states[i]
-		b.add(lim, q.allowed, s.remaining, s.retry, s.reset)
+// request returns the store's Request for n units of key under limits,
+// bounded by within: its limits in buf, or in a slice of their own when
+// buf is nil.
+func (l *Limiter) request(key string, n int64, limits []Limit, buf *[MaxLimits]store.Limit, within time.Duration) store.Request {
+	var specs []store.Limit
+	if buf != nil {
+		specs = buf[:len(limits)]
+	} else {
+		specs = make([]store.Limit, len(limits))
 	}
-	r := Result{Allowed: q.allowed, Limit: b.limit, Remaining: b.remaining, ResetAfter: usec(b.reset), BackendErr: q.backendErr,
-		blocked: q.blocked}
-	if !q.allowed {
+	for i, lim := range limits {
+		specs[i] = store.Limit{Algorithm: store.Algorithm(lim.Algorithm), Count: lim.Count, Window: lim.Window, Precision: lim.Precision}
+	}
+	return store.Request{Key: key, N: n, Limits: specs, Now: l.queryTime(), Within: within}
+}
+
+// answer turns the outcome of a decision's call (req on limits, kind k)
+// into its Result: the store's decision, or the failure mode's when Redis
+// failed (FailLocal's Result names the limits with their Counts scaled).
+// It also returns the decision. The error is ctx's when the caller left.
+func (l *Limiter) answer(ctx context.Context, req store.Request, limits []Limit, d store.Decision, k kind, err error) (Result, store.Decision, error) {
+	switch k {
+	case succeeded:
+		return result(d, limits, nil), d, nil
+	case abandoned:
+		return Result{}, d, err
+	}
+	d, failure, err := l.guard.fail(ctx, req, err)
+	if err != nil {
+		return Result{}, d, err
+	}
+	if l.mode == FailLocal {
+		var buf [MaxLimits]Limit
+		limits = append(buf[:0], limits...)
+		for i := range limits {
+			limits[i].Count = req.Limits[i].Count
+		}
+	}
+	return result(d, limits, failure), d, nil
+}
+
+// result turns d, a decision on limits, into a Result with its binding
+// limit: when denied, the limit with the longest retry (never is
+// longest); when allowed, or on a tie, the one with the fewest units
+// remaining, then the latest reset.
+func result(d store.Decision, limits []Limit, backendErr error) Result {
+	var b binder
+	for i, lim := range limits {
+		s := d.States[i]
+		b.add(lim, d.Allowed, s.Remaining, s.Retry, s.Reset)
+	}
+	r := Result{Allowed: d.Allowed, Limit: b.limit, Remaining: b.remaining, ResetAfter: usec(b.reset), BackendErr: backendErr,
+		blocked: d.Blocked}
+	if !d.Allowed {
 		r.RetryAfter = usec(b.retry)
 		if b.retry < 0 {
 			r.RetryAfter = -1
 		}
-		for i, s := range q.states {
-			if s.retry != 0 || q.blocked {
+		for i := range limits {
+			if d.States[i].Retry != 0 || d.Blocked {
 				r.violated |= 1 << i
 			}
 		}
@@ -468,18 +504,15 @@ func (l *Limiter) waitN(ctx context.Context, rule, key string, n int64, limits [
 	if l.observer != nil {
 		start = time.Now()
 	}
-	// not pooled: a reservation whose caller left is released later; its
-	// own limits: the failure mode may scale them (FailLocal)
-	q := &query{key: key, n: n, limits: slices.Clone(limits), now: l.queryTime()}
 	var (
 		wait   time.Duration
 		failed error // the failure the failure mode answered
 		err    error
 	)
 	if allLog(limits) {
-		wait, failed, err = l.reserveAndSleep(ctx, q)
+		wait, failed, err = l.reserveAndSleep(ctx, l.request(key, n, limits, nil, l.waitTime))
 	} else {
-		wait, failed, err = l.poll(ctx, q)
+		wait, failed, err = l.poll(ctx, key, n, limits)
 	}
 	if l.observer != nil {
 		ev := Event{Op: OpWait, Rule: rule, Key: key, Result: Result{Allowed: err == nil, Limit: limits[0], RetryAfter: wait, BackendErr: failed}, Err: err}
@@ -510,59 +543,53 @@ func longest(ctx context.Context) int64 {
 }
 
 // reserveAndSleep makes one reservation and sleeps until its time.
-func (l *Limiter) reserveAndSleep(ctx context.Context, q *query) (time.Duration, error, error) {
-	r, err := l.guard.reserve(ctx, q, longest(ctx), l.waitTime)
+func (l *Limiter) reserveAndSleep(ctx context.Context, r store.Request) (time.Duration, error, error) {
+	res, err := l.guard.reserve(ctx, r, longest(ctx))
 	if err != nil {
-		return 0, r.failed, err
+		return 0, res.failed, err
 	}
-	wait := usec(r.wait)
+	wait := usec(res.Wait)
 	switch {
-	case r.wait < 0:
-		return -1, r.failed, fmt.Errorf("%w: %d units", ErrNeverFits, q.n)
-	case !r.ok:
-		return wait, r.failed, fmt.Errorf("%w: the units fit in %s", ErrWaitExceedsDeadline, wait)
+	case res.Wait < 0:
+		return -1, res.failed, fmt.Errorf("%w: %d units", ErrNeverFits, r.N)
+	case !res.OK:
+		return wait, res.failed, fmt.Errorf("%w: the units fit in %s", ErrWaitExceedsDeadline, wait)
 	}
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
 		// the reply took the slack: the slot would come after the deadline
-		l.release(ctx, q, r)
-		return wait, r.failed, fmt.Errorf("%w: the units fit in %s", ErrWaitExceedsDeadline, wait)
+		l.release(ctx, r, res)
+		return wait, res.failed, fmt.Errorf("%w: the units fit in %s", ErrWaitExceedsDeadline, wait)
 	}
 	if err := sleep(ctx, wait); err != nil {
-		l.release(ctx, q, r)
-		return wait, r.failed, err
+		l.release(ctx, r, res)
+		return wait, res.failed, err
 	}
-	return wait, r.failed, nil
+	return wait, res.failed, nil
 }
 
 // release gives a reservation back, best effort, though ctx may be done.
-func (l *Limiter) release(ctx context.Context, q *query, r reservation) {
+func (l *Limiter) release(ctx context.Context, r store.Request, res reservation) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultWaitTimeout)
-	_ = l.guard.release(rctx, q, r, l.waitTime)
+	_ = l.guard.release(rctx, r, res)
 	cancel()
 }
 
-// poll asks until the units fit, sleeping RetryAfter and some jitter
-// between two tries.
-func (l *Limiter) poll(ctx context.Context, q *query) (time.Duration, error, error) {
+// poll asks until n units of key fit under limits, sleeping RetryAfter and
+// some jitter between two tries.
+func (l *Limiter) poll(ctx context.Context, key string, n int64, limits []Limit) (time.Duration, error, error) {
 	var (
 		waited time.Duration
 		failed error
+		buf    [MaxLimits]store.Limit
 	)
-	limits, clocked := slices.Clone(q.limits), q.now != 0
 	for {
-		q.commit = true
-		q.limits = append(q.limits[:0], limits...) // FailLocal scales them
-		if clocked {
-			q.now = l.micros()
-		}
-		if k, err := l.guard.allow(ctx, q, l.waitTime); k == abandoned {
+		req := l.request(key, n, limits, &buf, l.waitTime) // FailLocal scales its limits
+		req.Commit = true
+		dec, k, err := l.guard.allow(ctx, req)
+		r, _, err := l.answer(ctx, req, limits, dec, k, err)
+		if err != nil {
 			return waited, failed, err
-		} else if k != succeeded {
-			if err := l.guard.fail(ctx, q, err); err != nil {
-				return waited, failed, err
-			}
 		}
-		r := q.result()
 		if r.BackendErr != nil {
 			failed = r.BackendErr
 			if l.mode == FailClosed {
@@ -573,7 +600,7 @@ func (l *Limiter) poll(ctx context.Context, q *query) (time.Duration, error, err
 			return waited, failed, nil
 		}
 		if r.RetryAfter < 0 {
-			return waited, failed, fmt.Errorf("%w: %d units", ErrNeverFits, q.n)
+			return waited, failed, fmt.Errorf("%w: %d units", ErrNeverFits, n)
 		}
 		if dl, ok := ctx.Deadline(); ok && time.Now().Add(r.RetryAfter).After(dl) {
 			return waited, failed, fmt.Errorf("%w: the units fit in %s", ErrWaitExceedsDeadline, r.RetryAfter)

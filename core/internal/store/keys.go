@@ -3,7 +3,9 @@ package store
 import (
 	"crypto/sha256"
 	"encoding/base64"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // MaxRawKey is the longest key kept as is; longer keys are hashed.
@@ -49,4 +51,20 @@ func OwnKey(h string) string {
 		return h
 	}
 	return strings.Clone(h)
+}
+
+// AppendDuration appends d in its largest whole unit: 1h, 15m, 30s,
+// 250ms, 1500us, or ns. The units are told apart by their names ("1m" is a
+// minute, "1ms" a millisecond), so the text is short and never ambiguous.
+func AppendDuration(b []byte, d time.Duration) []byte {
+	units := [...]struct {
+		d    time.Duration
+		name string
+	}{{time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}, {time.Millisecond, "ms"}, {time.Microsecond, "us"}}
+	for _, u := range units {
+		if d >= u.d && d%u.d == 0 {
+			return append(strconv.AppendInt(b, int64(d/u.d), 10), u.name...)
+		}
+	}
+	return append(strconv.AppendInt(b, int64(d), 10), "ns"...)
 }

@@ -174,3 +174,10 @@ var (
 	// NOREPLICAS).
 	ErrNoWrites = errors.New("ratewindow: redis refuses the limiter's writes")
 )
+
+// IsTimeout reports whether err is a deadline's: a context's, or a network
+// read's or write's.
+func IsTimeout(err error) bool {
+	var te interface{ Timeout() bool }
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &te) && te.Timeout()
+}

@@ -1,4 +1,4 @@
-package core
+package redisstore
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ratewindow/ratewindow/core/internal/store"
 )
 
 // transport sends one Limiter's script calls to Redis. A call that finds
@@ -256,7 +258,7 @@ func (t *transport) explain(err error) error {
 // send.
 func replied(err error) bool {
 	var re redis.Error
-	return errors.As(err, &re) || errors.Is(err, ErrUnexpectedReply)
+	return errors.As(err, &re) || errors.Is(err, store.ErrUnexpectedReply)
 }
 
 // newCall returns a call with room for the keys and arguments of a call
@@ -331,7 +333,7 @@ func (t *transport) run(ctx context.Context, c *call, d time.Duration) (any, err
 		}
 		reply, err := t.runOne(ctx, rdb, c)
 		t.recycle(c)
-		if err != nil && t.pauses && isTimeout(err) && ctx.Err() != nil {
+		if err != nil && t.pauses && store.IsTimeout(err) && ctx.Err() != nil {
 			// a read that ends at its deadline costs its connection: for
 			// a while, calls go through flushers, which wait for a late
 			// reply while their callers leave at their deadline

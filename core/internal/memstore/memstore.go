@@ -1,4 +1,8 @@
-package core
+// Package memstore is the memory backend of a Limiter: it runs the
+// algorithms of the Lua scripts (core/lua/algorithms.lua) in Go, on state
+// kept in the process, with the same numbers (see package storetest for
+// the suite both backends pass). It implements store.Store.
+package memstore
 
 import (
 	"context"
@@ -8,16 +12,20 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
+
+	"github.com/ratewindow/ratewindow/core/internal/store"
 )
 
-// memoryStore runs the algorithms of the Lua scripts in Go, for one process.
+// Store runs the algorithms of the Lua scripts in Go, for one process.
 // It is safe for concurrent use: keys are spread over mutex-guarded shards.
 // Expired state is dropped when a key is touched, and a few keys of a shard
 // are checked on every sweepEvery-th call, so memory follows the live keys.
-// A key is kept as heldKey makes it: itself (a copy of its own) up to
-// maxRawKey bytes, else its 23-byte digest, so that no client-chosen key
-// holds more than that (see TestHeldKeys).
-type memoryStore struct {
+// A key is kept as store.HeldKey makes it: itself (a copy of its own) up to
+// store.MaxRawKey bytes, else its 23-byte digest, so that no client-chosen
+// key holds more than that. The memory store never waits and never fails:
+// its methods return no error.
+type Store struct {
 	seed   maphash.Seed
 	clock  func() int64 // µs since the epoch
 	calls  atomic.Uint64
@@ -47,7 +55,7 @@ type memKey struct {
 
 // memState is one limit's state: the fields of its algorithm are used.
 type memState struct {
-	alg          Algorithm
+	alg          store.Algorithm
 	window, prec int64    // µs
 	log          []int64  // sliding log: unit times, ascending
 	buckets      []bucket // sliding buckets: ascending by index
@@ -57,23 +65,26 @@ type memState struct {
 
 type bucket struct{ index, count int64 }
 
-func newMemoryStore(clock func() int64) *memoryStore {
-	s := &memoryStore{seed: maphash.MakeSeed(), clock: clock}
+// New returns an empty memory store. clock is the time in µs since the
+// epoch, read for a Request whose Now is 0.
+func New(clock func() int64) *Store {
+	s := &Store{seed: maphash.MakeSeed(), clock: clock}
 	for i := range s.shards {
 		s.shards[i].keys = make(map[string]*memKey)
 	}
 	return s
 }
 
-func (s *memoryStore) shard(key string) *memShard {
+func (s *Store) shard(key string) *memShard {
 	return &s.shards[maphash.String(s.seed, key)%memShards]
 }
 
-// lock returns the shard of q's key locked, the key as the shard keeps it
-// (see heldKey), and the time of the call. Every sweepEvery-th call first
-// sweeps the next shard in turn, so shards without traffic are swept too.
-func (s *memoryStore) lock(q *query) (*memShard, string, int64) {
-	key, now := heldKey(q.key), q.now
+// lock returns the shard of key locked, the key as the shard keeps it (see
+// store.HeldKey), and the time of the call: now, or with now 0 the store's
+// clock. Every sweepEvery-th call first sweeps the next shard in turn, so
+// shards without traffic are swept too.
+func (s *Store) lock(key string, now int64) (*memShard, string, int64) {
+	key = store.HeldKey(key)
 	if now == 0 {
 		now = s.clock()
 	}
@@ -109,9 +120,9 @@ func (sh *memShard) sweep(now int64) {
 	}
 }
 
-// states returns the state of each limit of key (a heldKey), created when
+// states returns the state of each limit of key (a held key), created when
 // missing, and the µs the key stays blocked (0: not blocked).
-func (sh *memShard) states(key string, limits []Limit, now int64, dst []*memState) ([]*memState, int64) {
+func (sh *memShard) states(key string, limits []store.Limit, now int64, dst []*memState) ([]*memState, int64) {
 	mk := sh.key(key)
 	var blocked int64
 	if mk.blocked > now {
@@ -133,18 +144,18 @@ func (sh *memShard) states(key string, limits []Limit, now int64, dst []*memStat
 	return dst, blocked
 }
 
-// key returns the state of key (a heldKey), created when missing.
+// key returns the state of key (a held key), created when missing.
 func (sh *memShard) key(key string) *memKey {
 	mk := sh.keys[key]
 	if mk == nil {
 		mk = &memKey{}
-		sh.keys[ownKey(key)] = mk
+		sh.keys[store.OwnKey(key)] = mk
 	}
 	return mk
 }
 
 // find returns the state of limit l, or nil.
-func (mk *memKey) find(l Limit) *memState {
+func (mk *memKey) find(l store.Limit) *memState {
 	window, prec := micros(l.Window), statePrecision(l)
 	for _, st := range mk.states {
 		if st.alg == l.Algorithm && st.window == window && st.prec == prec {
@@ -156,12 +167,15 @@ func (mk *memKey) find(l Limit) *memState {
 
 // statePrecision is the bucket length in µs that tells states apart: only
 // SlidingBuckets has one.
-func statePrecision(l Limit) int64 {
-	if l.Algorithm == SlidingBuckets {
-		return micros(l.precision())
+func statePrecision(l store.Limit) int64 {
+	if l.Algorithm == store.SlidingBuckets {
+		return micros(l.Step())
 	}
 	return 0
 }
+
+// micros converts d to whole microseconds.
+func micros(d time.Duration) int64 { return int64(d / time.Microsecond) }
 
 // touch updates the key's expiry after its states changed, and forgets it
 // when every state is empty.
@@ -191,9 +205,9 @@ func (st *memState) clear() {
 // check mirrors the *_check functions of algorithms.lua.
 func (st *memState) check(count, n, now int64) (free, retry, reset int64) {
 	switch st.alg {
-	case SlidingLog:
+	case store.SlidingLog:
 		return st.logCheck(count, n, now)
-	case SlidingBuckets:
+	case store.SlidingBuckets:
 		return st.bucketsCheck(count, n, now)
 	}
 	return st.counterCheck(count, n, now)
@@ -202,7 +216,7 @@ func (st *memState) check(count, n, now int64) (free, retry, reset int64) {
 // add mirrors the *_add functions of algorithms.lua; it returns the reset.
 func (st *memState) add(n, t, now int64) int64 {
 	switch st.alg {
-	case SlidingLog:
+	case store.SlidingLog:
 		i := sort.Search(len(st.log), func(i int) bool { return st.log[i] > t })
 		st.log = append(st.log, make([]int64, n)...)
 		copy(st.log[i+int(n):], st.log[i:])
@@ -210,7 +224,7 @@ func (st *memState) add(n, t, now int64) int64 {
 			st.log[i+int(j)] = t
 		}
 		st.expires = st.log[len(st.log)-1] + st.window
-	case SlidingBuckets:
+	case store.SlidingBuckets:
 		b := floorDiv(now, st.prec)
 		if k := len(st.buckets); k > 0 && st.buckets[k-1].index == b {
 			st.buckets[k-1].count += n
@@ -342,47 +356,52 @@ func floorDiv(a, b int64) int64 {
 	return q
 }
 
-// allow mirrors decide in algorithms.lua.
-func (s *memoryStore) allow(_ context.Context, q *query) error {
-	sh, key, now := s.lock(q)
+// Allow decides r as decide in algorithms.lua does: every limit is checked
+// first, then r.N units are recorded under all of them (r.Commit set and
+// every limit admits) or under none. A blocked key is denied under every
+// limit, with a retry and reset of at least the block's time left. A
+// committed denial of a key that is not blocked counts towards r.Penalty;
+// the one that reaches it bans the key. It returns no error.
+func (s *Store) Allow(_ context.Context, r store.Request) (store.Decision, error) {
+	sh, key, now := s.lock(r.Key, r.Now)
 	defer sh.mu.Unlock()
 	var buf [4]*memState
-	mstates, blocked := sh.states(key, q.limits, now, buf[:0])
-	states := q.decided(blocked == 0)
-	q.at, q.blocked = now, blocked > 0
+	mstates, blocked := sh.states(key, r.Limits, now, buf[:0])
+	d := store.Decision{Allowed: blocked == 0, Blocked: blocked > 0, At: now}
 	for i, st := range mstates {
-		f, r, z := st.check(q.limits[i].Count, q.n, now)
-		if r != 0 {
-			q.allowed = false
+		f, retry, z := st.check(r.Limits[i].Count, r.N, now)
+		if retry != 0 {
+			d.Allowed = false
 		}
-		states[i] = limitState{remaining: f, retry: r, reset: z}
+		d.States[i] = store.State{Remaining: f, Retry: retry, Reset: z}
 	}
-	if p := q.penalty; p != nil && !q.allowed && q.commit && blocked == 0 {
+	if p := r.Penalty; p.Denials > 0 && !d.Allowed && r.Commit && blocked == 0 {
 		if blocked = sh.penalize(key, p, now); blocked > 0 {
-			q.blocked, q.banned = true, true
+			d.Blocked, d.Banned = true, true
 		}
 	}
 	for i, st := range mstates {
-		if q.allowed && q.commit {
-			states[i].reset = st.add(q.n, now, now)
-			states[i].remaining -= q.n
+		ls := &d.States[i]
+		if d.Allowed && r.Commit {
+			ls.Reset = st.add(r.N, now, now)
+			ls.Remaining -= r.N
 		}
 		if blocked > 0 {
-			states[i].remaining = 0
-			if states[i].retry >= 0 {
-				states[i].retry = max(states[i].retry, blocked)
+			ls.Remaining = 0
+			if ls.Retry >= 0 {
+				ls.Retry = max(ls.Retry, blocked)
 			}
-			states[i].reset = max(states[i].reset, blocked)
+			ls.Reset = max(ls.Reset, blocked)
 		}
 	}
 	sh.touch(key, now)
-	return nil
+	return d, nil
 }
 
 // penalize mirrors penalize in algorithms.lua: it counts a denial of key
 // and bans the key at the penalty's count, returning the ban's µs (0:
 // none).
-func (sh *memShard) penalize(key string, p *Penalty, now int64) int64 {
+func (sh *memShard) penalize(key string, p store.Penalty, now int64) int64 {
 	mk := sh.keys[key]
 	if mk.denialsEnd <= now {
 		mk.denials, mk.denialsEnd = 0, now+micros(p.Within)
@@ -395,17 +414,19 @@ func (sh *memShard) penalize(key string, p *Penalty, now int64) int64 {
 	return mk.blocked - now
 }
 
-// refund mirrors refund.lua.
-func (s *memoryStore) refund(_ context.Context, q *query) error {
-	sh, key, now := s.lock(q)
+// Refund mirrors refund.lua: it gives back up to r.N units of r.Key under
+// every limit, those recorded at r.At or with r.At 0 the newest at or
+// before now, never below empty. It returns no error.
+func (s *Store) Refund(_ context.Context, r store.Request) error {
+	sh, key, now := s.lock(r.Key, r.Now)
 	defer sh.mu.Unlock()
 	mk := sh.keys[key]
 	if mk == nil {
 		return nil
 	}
-	for _, l := range q.limits {
+	for _, l := range r.Limits {
 		if st := mk.find(l); st != nil && (st.expires == 0 || st.expires > now) {
-			st.refund(l.Count, q.n, now, q.at)
+			st.refund(l.Count, r.N, now, r.At)
 		}
 	}
 	sh.touch(key, now)
@@ -417,7 +438,7 @@ func (s *memoryStore) refund(_ context.Context, q *query) error {
 func (st *memState) refund(count, n, now, at int64) int64 {
 	var given int64
 	switch st.alg {
-	case SlidingLog:
+	case store.SlidingLog:
 		st.logCheck(count, 1, now) // drops the units that left
 		lo, hi := now-st.window, now
 		if at > 0 {
@@ -437,7 +458,7 @@ func (st *memState) refund(count, n, now, at int64) int64 {
 		if len(st.log) == 0 {
 			st.expires = 0
 		}
-	case SlidingBuckets:
+	case store.SlidingBuckets:
 		st.bucketsCheck(count, 1, now) // drops the buckets that left
 		current := floorDiv(now, st.prec)
 		for i := len(st.buckets) - 1; i >= 0 && given < n; i-- {
@@ -483,43 +504,49 @@ func (st *memState) refund(count, n, now, at int64) int64 {
 	return given
 }
 
-func (s *memoryStore) reserve(_ context.Context, q *query, longest int64) (reservation, error) {
-	sh, key, now := s.lock(q)
+// Reserve mirrors reserve.lua: it records r.N units at the earliest time
+// they fit under every limit (all store.SlidingLog), counting reservations
+// already made and placed after any block of the key, unless that is more
+// than longest µs from now (longest < 0: no bound). It returns no error.
+func (s *Store) Reserve(_ context.Context, r store.Request, longest int64) (store.Reservation, error) {
+	sh, key, now := s.lock(r.Key, r.Now)
 	defer sh.mu.Unlock()
 	var buf [4]*memState
-	states, blocked := sh.states(key, q.limits, now, buf[:0])
+	states, blocked := sh.states(key, r.Limits, now, buf[:0])
 	at := now + blocked
 	for i, st := range states {
-		_, retry, _ := st.check(q.limits[i].Count, q.n, now)
+		_, retry, _ := st.check(r.Limits[i].Count, r.N, now)
 		if retry < 0 {
 			sh.touch(key, now)
-			return reservation{wait: -1}, nil
+			return store.Reservation{Wait: -1}, nil
 		}
 		at = max(at, now+retry)
 	}
 	if longest >= 0 && at-now > longest {
 		sh.touch(key, now)
-		return reservation{wait: at - now}, nil
+		return store.Reservation{Wait: at - now}, nil
 	}
 	for _, st := range states {
-		st.add(q.n, at, now)
+		st.add(r.N, at, now)
 	}
 	sh.touch(key, now)
-	return reservation{ok: true, wait: at - now, at: at}, nil
+	return store.Reservation{OK: true, Wait: at - now, At: at}, nil
 }
 
-func (s *memoryStore) release(_ context.Context, q *query, r reservation) error {
-	sh, key, now := s.lock(q)
+// Release mirrors release.lua: it removes up to r.N units at res.At under
+// every limit of r. It returns no error.
+func (s *Store) Release(_ context.Context, r store.Request, res store.Reservation) error {
+	sh, key, now := s.lock(r.Key, r.Now)
 	defer sh.mu.Unlock()
 	mk := sh.keys[key]
 	if mk == nil {
 		return nil
 	}
-	for _, l := range q.limits {
+	for _, l := range r.Limits {
 		if st := mk.find(l); st != nil {
-			i := sort.Search(len(st.log), func(i int) bool { return st.log[i] >= r.at })
+			i := sort.Search(len(st.log), func(i int) bool { return st.log[i] >= res.At })
 			j := i
-			for j < len(st.log) && j-i < int(q.n) && st.log[j] == r.at {
+			for j < len(st.log) && j-i < int(r.N) && st.log[j] == res.At {
 				j++
 			}
 			st.log = append(st.log[:i], st.log[j:]...)
@@ -534,24 +561,28 @@ func (s *memoryStore) release(_ context.Context, q *query, r reservation) error 
 	return nil
 }
 
-func (s *memoryStore) block(_ context.Context, q *query, d int64) error {
-	sh, key, now := s.lock(q)
+// Block mirrors block.lua: r.Key is exhausted under any limits for d from
+// now, unless it is blocked longer already. It returns no error.
+func (s *Store) Block(_ context.Context, r store.Request, d time.Duration) error {
+	sh, key, now := s.lock(r.Key, r.Now)
 	defer sh.mu.Unlock()
 	mk := sh.key(key)
-	mk.blocked = max(mk.blocked, now+d)
+	mk.blocked = max(mk.blocked, now+micros(d))
 	sh.touch(key, now)
 	return nil
 }
 
-func (s *memoryStore) reset(_ context.Context, q *query) error {
-	sh, key, now := s.lock(q)
+// Reset mirrors reset.lua: it forgets every unit of r.Key under r.Limits,
+// its block and its penalty's denials. It returns no error.
+func (s *Store) Reset(_ context.Context, r store.Request) error {
+	sh, key, now := s.lock(r.Key, r.Now)
 	defer sh.mu.Unlock()
 	mk := sh.keys[key]
 	if mk == nil {
 		return nil
 	}
 	mk.blocked, mk.denials, mk.denialsEnd = 0, 0, 0
-	for _, l := range q.limits {
+	for _, l := range r.Limits {
 		if st := mk.find(l); st != nil {
 			st.clear()
 		}
@@ -559,3 +590,8 @@ func (s *memoryStore) reset(_ context.Context, q *query) error {
 	sh.touch(key, now)
 	return nil
 }
+
+// Check reports nil: the memory store has nothing to check.
+func (s *Store) Check(context.Context) error { return nil }
+
+var _ store.Store = (*Store)(nil)

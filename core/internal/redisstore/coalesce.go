@@ -1,4 +1,4 @@
-package core
+package redisstore
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ratewindow/ratewindow/core/internal/store"
 )
 
 // Coalescing: the calls queued while every slot of the in-flight limit was
@@ -111,7 +113,7 @@ func (t *transport) send(batch []*call) {
 			total += replySize(c)
 		}
 		if err == nil && replyLen(reply) != total {
-			err = fmt.Errorf("%w: a merged call returned %T of %d values for %d calls", ErrUnexpectedReply, reply, replyLen(reply), len(s.calls))
+			err = fmt.Errorf("%w: a merged call returned %T of %d values for %d calls", store.ErrUnexpectedReply, reply, replyLen(reply), len(s.calls))
 		}
 		at := 0
 		var parts [][]int64 // the calls' answers read as integers (see share)
@@ -172,7 +174,7 @@ func result(cmd redis.Cmder) (any, error) {
 	case *redis.Cmd:
 		return cmd.Result()
 	}
-	return nil, fmt.Errorf("%w: %T", ErrUnexpectedReply, cmd)
+	return nil, fmt.Errorf("%w: %T", store.ErrUnexpectedReply, cmd)
 }
 
 // replyLen is the number of values of a merged call's reply; -1 for one

@@ -1,0 +1,158 @@
+package redisstore
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratewindow/ratewindow/core/internal/store"
+)
+
+//go:embed lua/check.lua
+var checkLua string
+
+// checkKey is the key under prefix that check.lua reads, with tag as its
+// hash tag.
+func checkKey(prefix, tag string) string { return prefix + "{" + tag + "}:check" }
+
+// Check runs core.Limiter.Check on every node of s's client: each
+// answers, runs the scripts, takes a write and will not evict.
+func (s *Store) Check(ctx context.Context) error {
+	sc := redis.NewScript(checkLua)
+	switch c := s.rdb.(type) {
+	case *redis.Client: // also NewFailoverClient
+		return checkNode(ctx, c, sc, checkKey(s.prefix, "check"))
+	case *redis.ClusterClient:
+		// each master runs the script on a key of a slot it owns
+		var (
+			mu      sync.Mutex
+			masters = map[string]string{} // address → key
+		)
+		if err := c.ForEachMaster(ctx, func(_ context.Context, m *redis.Client) error {
+			mu.Lock()
+			masters[m.Options().Addr] = ""
+			mu.Unlock()
+			return nil
+		}); err != nil {
+			return fmt.Errorf("ratewindow: check: %w", err)
+		}
+		for i, left := 0, len(masters); i < 1<<16 && left > 0; i++ {
+			key := checkKey(s.prefix, "check-"+strconv.Itoa(i))
+			m, err := c.MasterForKey(ctx, key)
+			if err != nil {
+				return fmt.Errorf("ratewindow: check: %w", err)
+			}
+			if k, ok := masters[m.Options().Addr]; ok && k == "" {
+				masters[m.Options().Addr] = key
+				left--
+			}
+		}
+		keys := masters
+		return c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			key := keys[m.Options().Addr]
+			if key == "" {
+				return fmt.Errorf("ratewindow: check: no key found for master %s", m.Options().Addr)
+			}
+			return checkNode(ctx, m, sc, key)
+		})
+	case *redis.Ring:
+		if err := checkScript(ctx, c, sc, checkKey(s.prefix, "check")); err != nil {
+			return err
+		}
+		return c.ForEachShard(ctx, func(ctx context.Context, shard *redis.Client) error {
+			return checkEviction(ctx, shard, shard.Options().Addr)
+		})
+	}
+	if err := checkScript(ctx, s.rdb, sc, checkKey(s.prefix, "check")); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: a %T cannot be asked for its eviction policy", store.ErrCheckIncomplete, s.rdb)
+}
+
+// checkNode checks one server: it answers, runs the scripts, and will not
+// evict.
+func checkNode(ctx context.Context, c *redis.Client, sc *redis.Script, key string) error {
+	addr := c.Options().Addr
+	if err := c.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("ratewindow: check: redis at %s: %w", addr, explainRefusal(err))
+	}
+	if err := checkScript(ctx, c, sc, key); err != nil {
+		return fmt.Errorf("%w (redis at %s)", err, addr)
+	}
+	return checkEviction(ctx, c, addr)
+}
+
+// checkScript runs check.lua with EVAL, then with EVALSHA: a Limiter uses
+// both (EVALSHA, and EVAL when the server lacks the script). A refused
+// write or a missing password is explained (see explainRefusal).
+func checkScript(ctx context.Context, c redis.Scripter, sc *redis.Script, key string) error {
+	if err := sc.Eval(ctx, c, []string{key}).Err(); err != nil {
+		return fmt.Errorf("ratewindow: check: EVAL on %s: %w", key, explainRefusal(err))
+	}
+	if err := sc.EvalSha(ctx, c, []string{key}).Err(); err != nil {
+		return fmt.Errorf("ratewindow: check: EVALSHA on %s: %w", key, explainRefusal(err))
+	}
+	return nil
+}
+
+// checkEviction reads maxmemory and maxmemory-policy with CONFIG GET, or
+// from INFO memory where CONFIG is forbidden or renamed (managed Redis),
+// and fails when the server would evict keys.
+func checkEviction(ctx context.Context, c *redis.Client, addr string) error {
+	maxmemory, policy, cfgErr := configEviction(ctx, c)
+	if cfgErr != nil {
+		var infoErr error
+		maxmemory, policy, infoErr = infoEviction(ctx, c)
+		if infoErr != nil {
+			return fmt.Errorf("%w: redis at %s: CONFIG GET: %v; INFO memory: %v", store.ErrCheckIncomplete, addr, cfgErr, infoErr)
+		}
+	}
+	if maxmemory != "0" && policy != "noeviction" {
+		return fmt.Errorf("%w: redis at %s has maxmemory %s with maxmemory-policy %s, which evicts the Limiter's keys (they all have a TTL): set maxmemory-policy noeviction, or maxmemory 0", store.ErrEvictionPolicy, addr, maxmemory, policy)
+	}
+	return nil
+}
+
+func configEviction(ctx context.Context, c *redis.Client) (maxmemory, policy string, err error) {
+	v, err := c.ConfigGet(ctx, "maxmemory").Result()
+	if err != nil {
+		return "", "", err
+	}
+	p, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
+	if err != nil {
+		return "", "", err
+	}
+	var ok1, ok2 bool
+	maxmemory, ok1 = v["maxmemory"]
+	policy, ok2 = p["maxmemory-policy"]
+	if !ok1 || !ok2 {
+		return "", "", errors.New("no maxmemory or maxmemory-policy in the reply")
+	}
+	return maxmemory, policy, nil
+}
+
+func infoEviction(ctx context.Context, c *redis.Client) (maxmemory, policy string, err error) {
+	info, err := c.Info(ctx, "memory").Result()
+	if err != nil {
+		return "", "", err
+	}
+	for _, line := range strings.Split(info, "\n") {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		switch k {
+		case "maxmemory":
+			maxmemory = v
+		case "maxmemory_policy":
+			policy = v
+		}
+	}
+	if maxmemory == "" || policy == "" {
+		return "", "", errors.New("no maxmemory or maxmemory_policy in the reply")
+	}
+	return maxmemory, policy, nil
+}

@@ -1,0 +1,94 @@
+package redisstore
+
+import (
+	"strings"
+
+	"github.com/ratewindow/ratewindow/core/internal/store"
+)
+
+// blockName ends the name of a key's block key (see Limiter.Block):
+// "rw:{ip:203.0.113.9}:block". No limit's name is a word.
+const blockName = "block"
+
+// penaltyName ends the name of a key's penalty key, which counts its
+// denials under a Rule's Penalty: "rw:{ip:203.0.113.9}:penalty".
+const penaltyName = "penalty"
+
+// Which of a key's own keys appendKeys puts before its limits' keys.
+const (
+	withBlock   = 1 << iota // the block key
+	withPenalty             // the penalty key, after the block key
+)
+
+// appendKeys appends to dst the block key of key and its penalty key, as
+// own (withBlock, withPenalty) says, then the storage key of every limit of
+// key: "<prefix>{<key>}:" (see appendTag) and the limit's name (see
+// appendLimit), such as "rw:{ip:203.0.113.9}:r1m". The keys are built
+// into one buffer and share one string: one allocation in all.
+func appendKeys(dst []string, prefix, key string, limits []store.Limit, own int) []string {
+	var buf [256]byte
+	b := appendTag(buf[:0], prefix, key)
+	tag := len(b)
+	var endsBuf [2 + store.MaxLimits]int
+	ends := endsBuf[:0] // where each key ends in b
+	if 2+len(limits) > len(endsBuf) {
+		ends = make([]int, 0, 2+len(limits))
+	}
+	for _, k := range [...]struct {
+		flag int
+		name string
+	}{{withBlock, blockName}, {withPenalty, penaltyName}} {
+		if own&k.flag == 0 {
+			continue
+		}
+		if len(ends) > 0 {
+			b = append(b, b[:tag]...)
+		}
+		b = append(b, k.name...)
+		ends = append(ends, len(b))
+	}
+	for _, l := range limits {
+		if len(ends) > 0 {
+			b = append(b, b[:tag]...)
+		}
+		b = appendLimit(b, l)
+		ends = append(ends, len(b))
+	}
+	all := string(b)
+	start := 0
+	for _, end := range ends {
+		dst = append(dst, all[start:end])
+		start = end
+	}
+	return dst
+}
+
+// appendTag appends "<prefix>{<key>}:", the part of the storage key shared
+// by every limit of key, to b. The braces make it a Redis Cluster hash tag,
+// so all limits of one key live in one slot. Keys that the process keeps
+// as a digest (see store.Hashed) and keys with a brace (which would end the
+// tag early) are replaced by their digest (see store.AppendDigest).
+func appendTag(b []byte, prefix, key string) []byte {
+	b = append(b, prefix...)
+	b = append(b, '{')
+	if store.Hashed(key) || strings.ContainsAny(key, "{}") {
+		b = store.AppendDigest(b, key)
+	} else {
+		b = append(b, key...)
+	}
+	return append(b, '}', ':')
+}
+
+// appendLimit appends the part of a storage key that names limit l: the
+// algorithm's letter and the window in its largest whole unit ("r1m" for a
+// sliding log of one minute, "c250ms", "b1500us"), and for SlidingBuckets
+// with a precision other than the default, "/" + precision ("b1h/1m").
+func appendLimit(b []byte, l store.Limit) []byte {
+	b = append(b, "rbc"[l.Algorithm])
+	b = store.AppendDuration(b, l.Window)
+	if l.Algorithm == store.SlidingBuckets && l.Precision != 0 && l.Precision != store.DefaultPrecision(l.Window) {
+		b = append(b, '/')
+		b = store.AppendDuration(b, l.Precision)
+	}
+	return b
+}

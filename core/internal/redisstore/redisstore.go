@@ -1,0 +1,390 @@
+// Package redisstore is the Redis backend of a Limiter: the algorithms as
+// Lua scripts of one function library (FCALL, or EVALSHA where functions
+// are unavailable), their storage keys and hash tags, Check, and the
+// transport that sends the calls: a lone call on its caller's goroutine,
+// contended decisions merged into one call.
+package redisstore
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratewindow/ratewindow/core/internal/store"
+)
+
+var (
+	//go:embed lua/algorithms.lua
+	algorithmsLua string
+	//go:embed lua/allow.lua
+	allowLua string
+	//go:embed lua/allow_batch.lua
+	allowBatchLua string
+	//go:embed lua/reserve.lua
+	reserveLua string
+	//go:embed lua/release.lua
+	releaseLua string
+	//go:embed lua/reset.lua
+	resetLua string
+	//go:embed lua/block.lua
+	blockLua string
+	//go:embed lua/refund.lua
+	refundLua string
+)
+
+// Store runs the algorithms as Lua scripts: one FCALL per call once their
+// function library is loaded (see library), else one EVALSHA, with an EVAL
+// when the server has not cached the script (NOSCRIPT). Calls from
+// concurrent goroutines share round trips through the transport.
+type Store struct {
+	rdb                                                 redis.Scripter
+	prefix                                              string
+	allowS, reserveS, releaseS, resetS, blockS, refundS *script
+	t                                                   *transport
+	// allowBatchS runs the allow calls of one batch in one script call; nil
+	// unless rdb is a single server (a Cluster or Ring spreads the keys).
+	allowBatchS *script
+	limitArgs   limitArgs
+	// known is a context that has ended: a lookup with it answers from
+	// the client's state, sending nothing (see Node)
+	known   context.Context
+	cluster *redis.ClusterClient // nil: not a Cluster
+}
+
+var _ store.Remote = (*Store)(nil)
+
+// New returns the store of rdb (a *redis.Client, *redis.ClusterClient,
+// *redis.Ring or failover client), its keys under prefix, for calls whose
+// Request.Within is one of timeouts (see transport).
+func New(rdb redis.Scripter, prefix string, timeouts ...time.Duration) *Store {
+	s := &Store{rdb: rdb, prefix: prefix, t: newTransport(rdb, timeouts...)}
+	s.cluster, _ = rdb.(*redis.ClusterClient)
+	known, cancel := context.WithCancel(context.Background())
+	cancel()
+	s.known = known
+	var scripts []libraryScript
+	add := func(name, body string, algorithms bool) *script {
+		src := body
+		if algorithms {
+			src = algorithmsLua + body
+		}
+		sc := newScript(src)
+		scripts = append(scripts, libraryScript{sc, name, body, algorithms})
+		return sc
+	}
+	s.allowS = add("allow", allowLua, true)
+	s.allowS.ints = true
+	s.reserveS = add("reserve", reserveLua, true)
+	s.releaseS = add("release", releaseLua, true)
+	s.resetS = add("reset", resetLua, false)
+	s.blockS = add("block", blockLua, true)
+	s.refundS = add("refund", refundLua, true)
+	allowBatch := add("allow_batch", allowBatchLua, true)
+	allowBatch.ints = true
+	if _, single := rdb.(*redis.Client); single { // also NewFailoverClient
+		s.allowBatchS = allowBatch
+	}
+	if _, ok := rdb.(functionCaller); ok {
+		s.t.lib = newLibrary(rdb, algorithmsLua, scripts)
+	}
+	return s
+}
+
+// Clock is the transport's clock (see store.Remote).
+func (s *Store) Clock() int64 { return s.t.clock() }
+
+// AnsweredSince reports whether Redis answered this client since sent.
+func (s *Store) AnsweredSince(sent int64) bool { return s.t.answeredSince(sent) }
+
+// Replied reports whether err is an answer of the server.
+func (s *Store) Replied(err error) bool { return replied(err) }
+
+// Failed starts a health check after a call failed without any reply,
+// unless err is a failed dial itself, which explains what follows.
+func (s *Store) Failed(err error) {
+	if !s.t.noteDial(err) {
+		s.t.checkDial()
+	}
+}
+
+// Explain returns err with the health check's recent failure, if any.
+func (s *Store) Explain(err error) error { return s.t.explain(err) }
+
+// Node returns the address of the master that serves key's hash slot on a
+// Cluster, as far as the client knows it without a round trip (see known):
+// "" when not a Cluster, before Redis first answered (the client knows no
+// master yet), or when unknown.
+func (s *Store) Node(key string) string {
+	if s.cluster == nil || !s.t.answeredSince(1) {
+		return ""
+	}
+	var buf [256]byte
+	m, err := s.cluster.MasterForKey(s.known, string(appendTag(buf[:0], s.prefix, key)))
+	if err != nil {
+		return ""
+	}
+	return m.Options().Addr
+}
+
+// newCall returns a transport call of script sc with the storage keys of
+// r's limits, after r's own keys named by own (see appendKeys).
+func (s *Store) newCall(sc *script, r store.Request, own int) *call {
+	c := s.t.newCall(len(r.Limits))
+	c.script = sc
+	c.keys = appendKeys(c.keys, s.prefix, r.Key, r.Limits, own)
+	return c
+}
+
+// Allow decides r (allow.lua, or merged with others in allow_batch.lua).
+func (s *Store) Allow(ctx context.Context, r store.Request) (store.Decision, error) {
+	own := withBlock
+	if r.Penalty.Denials > 0 {
+		own |= withPenalty
+	}
+	c := s.newCall(s.allowS, r, own)
+	c.merged = s.allowBatchS
+	commit := 0
+	if r.Commit {
+		commit = 1
+	}
+	c.args = append(c.args, r.N, r.Now, commit)
+	if p := r.Penalty; p.Denials > 0 {
+		c.args = append(c.args, p.Denials, micros(p.Within), micros(p.Ban))
+	} else {
+		c.args = append(c.args, 0, 0, 0)
+	}
+	c.args = s.appendLimitArgs(c.args, r.Limits)
+	reply, err := s.t.run(ctx, c, r.Within)
+	if err != nil {
+		return store.Decision{}, scriptError("allow", err)
+	}
+	return parseAllow(reply, len(r.Limits))
+}
+
+// parseAllow reads allow.lua's reply for n limits: {allowed, blocked, now,
+// then per limit remaining, retry, reset}. FCALL reads it as integers (see
+// script.ints): a single call's comes as its IntSliceCmd, a merged call's
+// share as *[]int64 (pointers: boxed without an allocation); EVALSHA's
+// comes as []any.
+func parseAllow(reply any, n int) (store.Decision, error) {
+	var buf [3 + 3*4]int64
+	var ints []int64
+	switch vals := reply.(type) {
+	case *redis.IntSliceCmd:
+		ints = vals.Val()
+	case *[]int64:
+		ints = *vals
+	case []any:
+		var err error
+		if ints, err = appendInts(buf[:0], vals); err != nil {
+			return store.Decision{}, err
+		}
+	default:
+		return store.Decision{}, fmt.Errorf("%w: allow returned %T", store.ErrUnexpectedReply, reply)
+	}
+	if len(ints) != 3+3*n {
+		return store.Decision{}, fmt.Errorf("%w: allow returned %d values for %d limits", store.ErrUnexpectedReply, len(ints), n)
+	}
+	d := store.Decision{Allowed: ints[0] == 1, Blocked: ints[1] > 0, Banned: ints[1] == 2, At: ints[2]}
+	for i := range n {
+		d.States[i] = store.State{Remaining: ints[3+3*i], Retry: ints[4+3*i], Reset: ints[5+3*i]}
+	}
+	return d, nil
+}
+
+// Reserve makes a reservation (reserve.lua).
+func (s *Store) Reserve(ctx context.Context, r store.Request, longest int64) (store.Reservation, error) {
+	c := s.newCall(s.reserveS, r, withBlock)
+	c.args = append(c.args, r.N, r.Now, longest)
+	for _, l := range r.Limits {
+		c.args = append(c.args, l.Count, micros(l.Window))
+	}
+	reply, err := s.t.run(ctx, c, r.Within)
+	if err != nil {
+		return store.Reservation{}, scriptError("reserve", err)
+	}
+	vals, ok := reply.([]any)
+	if !ok {
+		return store.Reservation{}, fmt.Errorf("%w: reserve returned %T", store.ErrUnexpectedReply, reply)
+	}
+	ints, err := appendInts(nil, vals)
+	switch {
+	case err != nil:
+		return store.Reservation{}, err
+	case len(ints) < 2 || ints[0] == 1 && len(ints) != 3:
+		return store.Reservation{}, fmt.Errorf("%w: reserve returned %d values", store.ErrUnexpectedReply, len(ints))
+	}
+	res := store.Reservation{OK: ints[0] == 1, Wait: ints[1]}
+	if res.OK {
+		res.At = ints[2]
+	}
+	return res, nil
+}
+
+// Release gives a reservation back (release.lua).
+func (s *Store) Release(ctx context.Context, r store.Request, res store.Reservation) error {
+	c := s.newCall(s.releaseS, r, 0)
+	c.args = append(c.args, r.N, res.At, r.Now)
+	for _, l := range r.Limits {
+		c.args = append(c.args, micros(l.Window))
+	}
+	return s.exec(ctx, "release", c, r.Within)
+}
+
+// Reset forgets r.Key under r.Limits, its block and penalty (reset.lua).
+func (s *Store) Reset(ctx context.Context, r store.Request) error {
+	return s.exec(ctx, "reset", s.newCall(s.resetS, r, withBlock|withPenalty), r.Within)
+}
+
+// Block blocks r.Key for d (block.lua).
+func (s *Store) Block(ctx context.Context, r store.Request, d time.Duration) error {
+	c := s.newCall(s.blockS, store.Request{Key: r.Key}, withBlock)
+	c.args = append(c.args, r.Now, micros(d))
+	return s.exec(ctx, "block", c, r.Within)
+}
+
+// Refund gives back units (refund.lua).
+func (s *Store) Refund(ctx context.Context, r store.Request) error {
+	c := s.newCall(s.refundS, r, 0)
+	c.args = append(c.args, r.N, r.Now, r.At)
+	c.args = s.appendLimitArgs(c.args, r.Limits)
+	reply, err := s.t.run(ctx, c, r.Within)
+	if err != nil {
+		return scriptError("refund", err)
+	}
+	if vals, ok := reply.([]any); !ok || len(vals) != len(r.Limits) {
+		return fmt.Errorf("%w: refund returned %v for %d limits", store.ErrUnexpectedReply, reply, len(r.Limits))
+	}
+	return nil
+}
+
+// exec runs c, a script named op whose reply tells nothing.
+func (s *Store) exec(ctx context.Context, op string, c *call, within time.Duration) error {
+	if _, err := s.t.run(ctx, c, within); err != nil {
+		return scriptError(op, err)
+	}
+	return nil
+}
+
+// micros converts d to whole microseconds.
+func micros(d time.Duration) int64 { return int64(d / time.Microsecond) }
+
+// scriptError is the error of a script call named op that failed with err.
+func scriptError(op string, err error) error {
+	return fmt.Errorf("ratewindow: %s script: %w", op, explainRefusal(err))
+}
+
+// explainRefusal returns err with what it means and what to do when it is
+// one of Redis's error replies that fail every decision until someone acts
+// on Redis: a write refused (see store.ErrNoWrites, which the result matches),
+// or a client without the password Redis requires, which Redis answers
+// with NOAUTH, or for a command of more than 10 arguments (a decision's)
+// with "Protocol error: unauthenticated multibulk length". Any other error
+// is returned as it is. Redis's reply stays in the chain.
+func explainRefusal(err error) error {
+	for _, r := range refusals {
+		if redis.HasErrorPrefix(err, r.prefix) {
+			return &refusal{sentinel: r.sentinel, what: r.what, err: err}
+		}
+	}
+	return err
+}
+
+// refusals are the error replies explainRefusal explains, by prefix.
+var refusals = [...]struct {
+	prefix, what string
+	sentinel     error
+}{
+	{"OOM", "redis refuses writes: its used memory is above maxmemory, and its maxmemory-policy (noeviction, as the Limiter needs) evicts nothing: raise maxmemory or free memory", store.ErrNoWrites},
+	{"READONLY", "redis refuses writes: the server is a read-only replica: connect to the master (a failover or Cluster client follows it)", store.ErrNoWrites},
+	{"MISCONF", "redis refuses writes: its last RDB save failed and stop-writes-on-bgsave-error is yes: fix the save (disk space, permissions of dir)", store.ErrNoWrites},
+	{"NOREPLICAS", "redis refuses writes: fewer replicas are connected than min-replicas-to-write requires", store.ErrNoWrites},
+	{"NOAUTH", "redis requires authentication (NOAUTH): set the client's Password (and Username for an ACL user)", nil},
+	{"Protocol error: unauthenticated", "redis requires authentication (NOAUTH): set the client's Password (and Username for an ACL user)", nil},
+}
+
+// refusal is an error reply of Redis explained by explainRefusal.
+type refusal struct {
+	sentinel error // store.ErrNoWrites, or nil
+	what     string
+	err      error // Redis's reply
+}
+
+func (e *refusal) Error() string { return e.what + ": " + e.err.Error() }
+
+func (e *refusal) Unwrap() []error {
+	if e.sentinel == nil {
+		return []error{e.err}
+	}
+	return []error{e.sentinel, e.err}
+}
+
+// appendLimitArgs appends the 4 script arguments of each limit, as
+// allow.lua and refund.lua take them: algorithm (0 log, 1 buckets, 2
+// counter), count, window µs, precision µs. They come boxed from
+// s.limitArgs.
+func (s *Store) appendLimitArgs(args []any, limits []store.Limit) []any {
+	for _, l := range limits {
+		args = append(args, s.limitArgs.of(l)[:]...)
+	}
+	return args
+}
+
+// limitArgs keeps the script arguments of the limits used lately, boxed
+// once: boxing a number into an argument allocates (for all but small
+// ones), three times a limit on every call otherwise. A limit has one
+// slot, by a hash of it, and takes it over on a miss; the slots are read
+// and written without a lock.
+type limitArgs [limitArgSlots]atomic.Pointer[limitArg]
+
+// limitArgSlots is how many limits limitArgs holds at most: a service's
+// rules use a few.
+const limitArgSlots = 32
+
+// limitArg is a limit (what its arguments depend on) and its arguments.
+type limitArg struct {
+	count             int64
+	window, precision time.Duration
+	algorithm         store.Algorithm
+	args              [4]any
+}
+
+// of returns l's arguments.
+func (c *limitArgs) of(l store.Limit) *[4]any {
+	h := uint64(l.Count)*0x9e3779b97f4a7c15 ^ uint64(l.Window)*0xbf58476d1ce4e5b9 ^
+		uint64(l.Precision)*0x94d049bb133111eb ^ uint64(l.Algorithm)
+	slot := &c[(h>>32)%limitArgSlots]
+	if a := slot.Load(); a != nil && a.count == l.Count && a.window == l.Window && a.precision == l.Precision && a.algorithm == l.Algorithm {
+		return &a.args
+	}
+	a := &limitArg{count: l.Count, window: l.Window, precision: l.Precision, algorithm: l.Algorithm,
+		args: [4]any{int(l.Algorithm), l.Count, micros(l.Window), micros(l.Step())}}
+	slot.Store(a)
+	return &a.args
+}
+
+// appendInts appends a script's reply, converted to integers, to dst. Lua
+// numbers arrive as int64; anything else is an unexpected reply, never a
+// panic.
+func appendInts(dst []int64, reply []any) ([]int64, error) {
+	for i, v := range reply {
+		switch v := v.(type) {
+		case int64:
+			dst = append(dst, v)
+		case string:
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("%w: value %d is %q", store.ErrUnexpectedReply, i, v)
+			}
+			dst = append(dst, n)
+		default:
+			return nil, fmt.Errorf("%w: value %d is %T", store.ErrUnexpectedReply, i, v)
+		}
+	}
+	return dst, nil
+}
