@@ -182,6 +182,11 @@ func ownLimits(limits []Limit) []Limit {
 // shortDuration writes d in its largest whole unit: 1h, 15m, 30s, 250ms.
 func shortDuration(d time.Duration) string { return string(store.AppendDuration(nil, d)) }
 
+// spec returns l as the store takes it.
+func (l Limit) spec() store.Limit {
+	return store.Limit{Algorithm: store.Algorithm(l.Algorithm), Count: l.Count, Window: l.Window, Precision: l.Precision}
+}
+
 // precision returns the sub-window length used by SlidingBuckets.
 func (l Limit) precision() time.Duration {
 	if l.Precision != 0 {

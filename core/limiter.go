@@ -376,7 +376,7 @@ func (l *Limiter) request(key string, n int64, limits []Limit, buf *[MaxLimits]s
 		specs = make([]store.Limit, len(limits))
 	}
 	for i, lim := range limits {
-		specs[i] = store.Limit{Algorithm: store.Algorithm(lim.Algorithm), Count: lim.Count, Window: lim.Window, Precision: lim.Precision}
+		specs[i] = lim.spec()
 	}
 	return store.Request{Key: key, N: n, Limits: specs, Now: l.queryTime(), Within: within}
 }

@@ -92,3 +92,11 @@ func appendLimit(b []byte, l store.Limit) []byte {
 	}
 	return b
 }
+
+// Tag returns "<prefix>{<key>}:", the part shared by every storage key of
+// key (the Cluster hash tag; a digest for a long key or one with braces).
+func Tag(prefix, key string) string { return string(appendTag(nil, prefix, key)) }
+
+// LimitName returns the part of a storage key that names l, such as "r1m"
+// (after Tag: "rw:{ip:203.0.113.9}:r1m").
+func LimitName(l store.Limit) string { return string(appendLimit(nil, l)) }
