@@ -12,6 +12,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ratewindow/ratewindow/core/internal/memstore"
 	"github.com/ratewindow/ratewindow/internal/redistest"
 )
 
@@ -59,20 +60,7 @@ func (e *env) storedKeys() []string {
 	e.t.Helper()
 	ctx := context.Background()
 	if e.rdb == nil {
-		ms := e.lim.store.(*memoryStore)
-		now := e.clock.Now().UnixMicro()
-		var keys []string
-		for i := range ms.shards {
-			sh := &ms.shards[i]
-			sh.mu.Lock()
-			for k, mk := range sh.keys {
-				if mk.expires > now {
-					keys = append(keys, k)
-				}
-			}
-			sh.mu.Unlock()
-		}
-		return keys
+		return e.lim.guard.next.(*memstore.Store).Keys(e.clock.Now().UnixMicro())
 	}
 	var (
 		mu   sync.Mutex

@@ -1,6 +1,10 @@
 package core
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/ratewindow/ratewindow/core/internal/store"
+)
 
 // Sentinel errors. Test for them with errors.Is: the errors returned by the
 // Limiter wrap them with details.
@@ -16,7 +20,7 @@ var (
 	ErrInvalidCost = errors.New("ratewindow: invalid cost")
 	// ErrUnexpectedReply is returned when Redis answers with something the
 	// scripts never send.
-	ErrUnexpectedReply = errors.New("ratewindow: unexpected reply from redis")
+	ErrUnexpectedReply = store.ErrUnexpectedReply
 	// ErrWaitExceedsDeadline is returned by Wait when the request cannot
 	// start before the context's deadline. Nothing was recorded.
 	ErrWaitExceedsDeadline = errors.New("ratewindow: wait would exceed the context deadline")
@@ -26,11 +30,11 @@ var (
 	// ErrEvictionPolicy is returned by Check when Redis would evict the
 	// Limiter's keys: maxmemory is set and maxmemory-policy is not
 	// noeviction.
-	ErrEvictionPolicy = errors.New("ratewindow: redis may evict the limiter's keys")
+	ErrEvictionPolicy = store.ErrEvictionPolicy
 	// ErrCheckIncomplete is returned by Check when it could not read the
 	// eviction policy: an ACL forbids both CONFIG GET and INFO, or the
 	// server answers neither.
-	ErrCheckIncomplete = errors.New("ratewindow: check incomplete")
+	ErrCheckIncomplete = store.ErrCheckIncomplete
 	// ErrNoWrites is returned by Check, and matched by the Result.BackendErr
 	// of decisions, when Redis refuses the Limiter's writes: its used memory
 	// is above maxmemory under maxmemory-policy noeviction (OOM), it is a
@@ -38,7 +42,7 @@ var (
 	// (MISCONF), or fewer replicas are connected than it requires
 	// (NOREPLICAS). Every decision then fails and the failure mode answers
 	// it, until someone acts on Redis; the error says what to do.
-	ErrNoWrites = errors.New("ratewindow: redis refuses the limiter's writes")
+	ErrNoWrites = store.ErrNoWrites
 	// ErrInvalidDuration is returned by Block for a duration outside
 	// (0, MaxBlock].
 	ErrInvalidDuration = errors.New("ratewindow: invalid duration")

@@ -13,6 +13,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ratewindow/ratewindow/core/internal/memstore"
+	"github.com/ratewindow/ratewindow/core/internal/store"
 	"github.com/ratewindow/ratewindow/internal/redistest"
 )
 
@@ -85,7 +87,7 @@ var heldKeyStores = []heldKeyStore{
 			if r, err := l.Allow(context.Background(), key, PerMinute(1)); err != nil || !r.Allowed {
 				t.Fatalf("first request: %+v %v", r, err)
 			}
-		}, l.store.(*memoryStore).len
+		}, l.guard.next.(*memstore.Store).Len
 	}},
 	{"fail-local", func(t *testing.T) (any, func(string), func() int) {
 		// Redis unreachable: FailLocal's store decides, and holds the key
@@ -99,7 +101,7 @@ var heldKeyStores = []heldKeyStore{
 			if r, err := l.Allow(context.Background(), key, PerMinute(1)); err != nil || !r.Allowed || r.BackendErr == nil {
 				t.Fatalf("first request: %+v %v", r, err)
 			}
-		}, l.guard.local.len
+		}, l.guard.local.Len
 	}},
 }
 
@@ -143,10 +145,10 @@ func heldKeyPairs() [][2]string {
 	a, b, c := longKey(1000, 10), longKey(1000, 20), longKey(1000, 30)
 	short := "ip:203.0.113.9"
 	return [][2]string{
-		{a, a[:len(a)-1] + "1"},          // long keys that differ in their last byte
-		{b, heldKey(b)},                  // a key posing as a long key's digest
-		{"#" + short, short},             // a key starting with '#' is a digest too
-		{c[:maxRawKey+1], c[:maxRawKey]}, // the shortest digested key and the longest raw one
+		{a, a[:len(a)-1] + "1"},                      // long keys that differ in their last byte
+		{b, store.HeldKey(b)},                        // a key posing as a long key's digest
+		{"#" + short, short},                         // a key starting with '#' is a digest too
+		{c[:store.MaxRawKey+1], c[:store.MaxRawKey]}, // the shortest digested key and the longest raw one
 	}
 }
 
@@ -212,29 +214,29 @@ func TestHeldKeysDistinct(t *testing.T) {
 // TestHeldKeyForms: the forms heldKey and ownKey give, and storage keys
 // unchanged by sharing the digest with them.
 func TestHeldKeyForms(t *testing.T) {
-	long := longKey(maxRawKey+1, 7)
+	long := longKey(store.MaxRawKey+1, 7)
 	cases := []struct {
 		key, held string
 	}{
 		{"ip:203.0.113.9", "ip:203.0.113.9"},
 		{"a{b}", "a{b}"}, // braces matter only in storage keys
-		{long[:maxRawKey], long[:maxRawKey]},
-		{long, "#" + keyTag("", long)[2:digestLen+1]},
-		{"#x", "#" + keyTag("", "#x")[2:digestLen+1]},
+		{long[:store.MaxRawKey], long[:store.MaxRawKey]},
+		{long, "#" + keyTag("", long)[2:store.DigestLen+1]},
+		{"#x", "#" + keyTag("", "#x")[2:store.DigestLen+1]},
 	}
 	for _, c := range cases {
-		h := heldKey(c.key)
-		if h != c.held || len(h) > maxRawKey {
-			t.Errorf("heldKey(%.20q…) = %q, want %q", c.key, h, c.held)
+		h := store.HeldKey(c.key)
+		if h != c.held || len(h) > store.MaxRawKey {
+			t.Errorf("store.HeldKey(%.20q…) = %q, want %q", c.key, h, c.held)
 		}
-		if hashedKey(c.key) && len(h) != digestLen {
-			t.Errorf("digest of %.20q… has %d bytes, want %d", c.key, len(h), digestLen)
+		if store.Hashed(c.key) && len(h) != store.DigestLen {
+			t.Errorf("digest of %.20q… has %d bytes, want %d", c.key, len(h), store.DigestLen)
 		}
-		if o := ownKey(h); o != h {
-			t.Errorf("ownKey(%q) = %q", h, o)
+		if o := store.OwnKey(h); o != h {
+			t.Errorf("store.OwnKey(%q) = %q", h, o)
 		}
 	}
-	if got, want := keyTag(DefaultPrefix, long), "rw:{"+heldKey(long)+"}:"; got != want {
+	if got, want := keyTag(DefaultPrefix, long), "rw:{"+store.HeldKey(long)+"}:"; got != want {
 		t.Errorf("storage tag of a long key: %q, want %q", got, want)
 	}
 }
@@ -291,7 +293,7 @@ func TestHeldLimitNames(t *testing.T) {
 			dc := newDenyCache(4 * longKeys) // room to spare in every shard
 			before := heapAfterGC()
 			for i := range longKeys {
-				key := longKey(maxRawKey, i)
+				key := longKey(store.MaxRawKey, i)
 				for range 2 { // the second put renews the denial, with limits equal but not the same
 					limits := c.limits(i)
 					dc.put(key, 1, limits, 0, Result{Limit: limits[0], RetryAfter: time.Minute, ResetAfter: time.Minute})

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ratewindow/ratewindow/core/internal/memstore"
 )
 
 // Expired state is dropped: after a flood of distinct keys and one window,
@@ -13,7 +15,7 @@ import (
 func TestMemoryDropsExpiredKeys(t *testing.T) {
 	clock := newFakeClock()
 	l := NewMemory(WithClock(clock.Now), WithDenyCache(0))
-	ms := l.store.(*memoryStore)
+	ms := l.guard.next.(*memstore.Store)
 	ctx := context.Background()
 	for _, a := range algorithms {
 		lim := PerSecond(5).With(a)
@@ -21,7 +23,7 @@ func TestMemoryDropsExpiredKeys(t *testing.T) {
 			l.Allow(ctx, fmt.Sprint("flood-", a, i), lim)
 		}
 	}
-	if n := ms.len(); n != 60000 {
+	if n := ms.Len(); n != 60000 {
 		t.Fatalf("keys after the flood: %d", n)
 	}
 	clock.mu.Lock()
@@ -31,19 +33,9 @@ func TestMemoryDropsExpiredKeys(t *testing.T) {
 	for i := 0; i < 200000; i++ {
 		l.Allow(ctx, fmt.Sprint("live-", i%100), PerSecond(1000000))
 	}
-	if n := ms.len(); n > 100+1000 {
+	if n := ms.Len(); n > 100+1000 {
 		t.Fatalf("keys after the window: %d, want about 100", n)
 	}
-}
-
-func (s *memoryStore) len() int {
-	n := 0
-	for i := range s.shards {
-		s.shards[i].mu.Lock()
-		n += len(s.shards[i].keys)
-		s.shards[i].mu.Unlock()
-	}
-	return n
 }
 
 func TestLimitValidateAndString(t *testing.T) {

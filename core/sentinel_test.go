@@ -48,7 +48,8 @@ func TestSentinelFailover(t *testing.T) {
 func sentinelFailover(t *testing.T, fault func(*testing.T, *redistest.Sentinel) *redistest.Process) {
 	s := redistest.NewSentinel(t)
 	rdb := s.Client(t)
-	l, rec := faultLimiter(t, rdb, FailOpen, 1)
+	prefix := uniquePrefix(t)
+	l, rec := faultLimiter(t, rdb, FailOpen, 1, WithPrefix(prefix))
 	ctx := context.Background()
 	if _, err := l.Allow(ctx, "warm-up", PerSecond(1)); err != nil {
 		t.Fatal(err)
@@ -148,7 +149,7 @@ func sentinelFailover(t *testing.T, fault func(*testing.T, *redistest.Sentinel) 
 	if r, err, _ := faultAllow(ctx, l, "after", PerMinute(3)); err != nil || r.Allowed {
 		t.Fatalf("after the failover, 4th request: %+v %v", r, err)
 	}
-	key := storageKey(keyTag(l.store.(*redisStore).prefix, "after"), PerMinute(3))
+	key := storageKey(keyTag(prefix, "after"), PerMinute(3))
 	if n, err := master.Client(t).Exists(ctx, key).Result(); err != nil || n != 1 {
 		t.Fatalf("the new master %s does not hold the key: %d %v", master.Addr, n, err)
 	}

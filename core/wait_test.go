@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ratewindow/ratewindow/core/internal/memstore"
 	"github.com/ratewindow/ratewindow/internal/redistest"
 	"github.com/ratewindow/ratewindow/internal/stall"
 )
@@ -22,18 +23,7 @@ import (
 func (e *env) logLen(key string, lim Limit) int64 {
 	e.t.Helper()
 	if e.rdb == nil {
-		ms := e.lim.store.(*memoryStore)
-		sh := ms.shard(key)
-		sh.mu.Lock()
-		defer sh.mu.Unlock()
-		if mk := sh.keys[key]; mk != nil {
-			for _, st := range mk.states {
-				if st.alg == SlidingLog && st.window == micros(lim.Window) {
-					return int64(len(st.log))
-				}
-			}
-		}
-		return 0
+		return e.lim.guard.next.(*memstore.Store).Units(key, lim.spec())
 	}
 	n, err := storedLogLen(context.Background(), e.rdb, storageKey(keyTag(e.prefix, key), lim))
 	if err != nil {

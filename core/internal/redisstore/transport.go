@@ -571,3 +571,12 @@ func boundsReads(rdb redis.Scripter) bool {
 	}
 	return false
 }
+
+// AddHook adds h to the clients the store sends through beside its own
+// (the WithTimeout clones, which have none of its hooks), so that a test
+// that hooks the client sees every call.
+func (s *Store) AddHook(h redis.Hook) {
+	for _, cl := range s.t.clones {
+		cl.c.AddHook(h)
+	}
+}
