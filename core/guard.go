@@ -169,10 +169,12 @@ func (g *guard) allow(ctx context.Context, r store.Request) (d store.Decision, k
 		k, err = plain(err)
 		return d, k, err
 	}
-	k, err = g.call(ctx, r.Key, func() (err error) {
-		d, err = g.next.Allow(ctx, r)
-		return err
-	})
+	a, err := g.begin(r.Key)
+	if err != nil {
+		return d, failed, err
+	}
+	d, err = g.next.Allow(ctx, r)
+	k, err = g.end(ctx, a, err)
 	return d, k, err
 }
 
