@@ -6,6 +6,7 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -50,6 +51,45 @@ func TestGoDocSpeaksToUsers(t *testing.T) {
 		}
 		for _, v := range append(typ.Consts, typ.Vars...) {
 			check(strings.Join(v.Names, ", "), v.Doc)
+		}
+	}
+}
+
+// TestEngineLayers: the layering is a fact of the imports. The engine
+// beneath core (the seam and both backends) imports no net/http, the seam
+// no backend, and neither backend the other.
+func TestEngineLayers(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", "./internal/...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	const mod = "github.com/ratewindow/ratewindow/core/internal/"
+	forbidden := map[string][]string{
+		mod + "store":      {"net/http", mod + "memstore", mod + "redisstore"},
+		mod + "memstore":   {"net/http", mod + "redisstore"},
+		mod + "redisstore": {"net/http", mod + "memstore"},
+	}
+	deps := map[string][]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		deps[f[0]] = f[1:]
+	}
+	var reach func(pkg string, seen map[string]bool)
+	reach = func(pkg string, seen map[string]bool) {
+		for _, d := range deps[pkg] {
+			if !seen[d] {
+				seen[d] = true
+				reach(d, seen)
+			}
+		}
+	}
+	for pkg, bad := range forbidden {
+		seen := map[string]bool{}
+		reach(pkg, seen)
+		for _, b := range bad {
+			if seen[b] {
+				t.Errorf("%s imports %s", pkg, b)
+			}
 		}
 	}
 }
