@@ -1,0 +1,597 @@
+// Package memstore is the memory backend of a Limiter: it runs the
+// algorithms of the Lua scripts (core/lua/algorithms.lua) in Go, on state
+// kept in the process, with the same numbers (see package storetest for
+// the suite both backends pass). It implements store.Store.
+package memstore
+
+import (
+	"context"
+	"hash/maphash"
+	"math"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ratewindow/ratewindow/core/internal/store"
+)
+
+// Store runs the algorithms of the Lua scripts in Go, for one process.
+// It is safe for concurrent use: keys are spread over mutex-guarded shards.
+// Expired state is dropped when a key is touched, and a few keys of a shard
+// are checked on every sweepEvery-th call, so memory follows the live keys.
+// A key is kept as store.HeldKey makes it: itself (a copy of its own) up to
+// store.MaxRawKey bytes, else its 23-byte digest, so that no client-chosen
+// key holds more than that. The memory store never waits and never fails:
+// its methods return no error.
+type Store struct {
+	seed   maphash.Seed
+	clock  func() int64 // µs since the epoch
+	calls  atomic.Uint64
+	shards [memShards]memShard
+}
+
+const (
+	memShards   = 64
+	sweepEvery  = 64 // calls per shard between two sweeps
+	sweepKeys   = 16 // keys checked by one sample
+	sweepRounds = 16 // samples in one sweep, at most
+)
+
+type memShard struct {
+	mu   sync.Mutex
+	keys map[string]*memKey
+}
+
+// memKey holds the state of every limit used with one key.
+type memKey struct {
+	states  []*memState
+	blocked int64 // µs; the end of the key's block, 0: none
+	// denials counted towards the key's penalty until denialsEnd (µs)
+	denials, denialsEnd int64
+	expires             int64 // µs; the latest expiry of its states, block and denials
+}
+
+// memState is one limit's state: the fields of its algorithm are used.
+type memState struct {
+	alg          store.Algorithm
+	window, prec int64    // µs
+	log          []int64  // sliding log: unit times, ascending
+	buckets      []bucket // sliding buckets: ascending by index
+	w, prev, cur int64    // sliding counter
+	expires      int64    // µs; zero when empty
+}
+
+type bucket struct{ index, count int64 }
+
+// New returns an empty memory store. clock is the time in µs since the
+// epoch, read for a Request whose Now is 0.
+func New(clock func() int64) *Store {
+	s := &Store{seed: maphash.MakeSeed(), clock: clock}
+	for i := range s.shards {
+		s.shards[i].keys = make(map[string]*memKey)
+	}
+	return s
+}
+
+func (s *Store) shard(key string) *memShard {
+	return &s.shards[maphash.String(s.seed, key)%memShards]
+}
+
+// lock returns the shard of key locked, the key as the shard keeps it (see
+// store.HeldKey), and the time of the call: now, or with now 0 the store's
+// clock. Every sweepEvery-th call first sweeps the next shard in turn, so
+// shards without traffic are swept too.
+func (s *Store) lock(key string, now int64) (*memShard, string, int64) {
+	key = store.HeldKey(key)
+	if now == 0 {
+		now = s.clock()
+	}
+	if n := s.calls.Add(1); n%sweepEvery == 0 {
+		if sh := &s.shards[(n/sweepEvery)%memShards]; sh.mu.TryLock() {
+			sh.sweep(now)
+			sh.mu.Unlock()
+		}
+	}
+	sh := s.shard(key)
+	sh.mu.Lock()
+	return sh, key, now
+}
+
+// sweep drops expired keys the way Redis's active expiry does: it samples
+// sweepKeys keys (map order is random) and goes on while more than a
+// quarter of a sample had expired, for at most sweepRounds samples.
+func (sh *memShard) sweep(now int64) {
+	for round := 0; round < sweepRounds; round++ {
+		sampled, expired := 0, 0
+		for k, mk := range sh.keys {
+			if mk.expires <= now {
+				delete(sh.keys, k)
+				expired++
+			}
+			if sampled++; sampled == sweepKeys {
+				break
+			}
+		}
+		if expired*4 <= sampled {
+			return
+		}
+	}
+}
+
+// states returns the state of each limit of key (a held key), created when
+// missing, and the µs the key stays blocked (0: not blocked).
+func (sh *memShard) states(key string, limits []store.Limit, now int64, dst []*memState) ([]*memState, int64) {
+	mk := sh.key(key)
+	var blocked int64
+	if mk.blocked > now {
+		blocked = mk.blocked - now
+	} else {
+		mk.blocked = 0
+	}
+	for _, l := range limits {
+		st := mk.find(l)
+		if st == nil {
+			st = &memState{alg: l.Algorithm, window: micros(l.Window), prec: statePrecision(l)}
+			mk.states = append(mk.states, st)
+		}
+		if st.expires != 0 && st.expires <= now {
+			st.clear()
+		}
+		dst = append(dst, st)
+	}
+	return dst, blocked
+}
+
+// key returns the state of key (a held key), created when missing.
+func (sh *memShard) key(key string) *memKey {
+	mk := sh.keys[key]
+	if mk == nil {
+		mk = &memKey{}
+		sh.keys[store.OwnKey(key)] = mk
+	}
+	return mk
+}
+
+// find returns the state of limit l, or nil.
+func (mk *memKey) find(l store.Limit) *memState {
+	window, prec := micros(l.Window), statePrecision(l)
+	for _, st := range mk.states {
+		if st.alg == l.Algorithm && st.window == window && st.prec == prec {
+			return st
+		}
+	}
+	return nil
+}
+
+// statePrecision is the bucket length in µs that tells states apart: only
+// SlidingBuckets has one.
+func statePrecision(l store.Limit) int64 {
+	if l.Algorithm == store.SlidingBuckets {
+		return micros(l.Step())
+	}
+	return 0
+}
+
+// micros converts d to whole microseconds.
+func micros(d time.Duration) int64 { return int64(d / time.Microsecond) }
+
+// touch updates the key's expiry after its states changed, and forgets it
+// when every state is empty.
+func (sh *memShard) touch(key string, now int64) {
+	mk := sh.keys[key]
+	if mk == nil {
+		return
+	}
+	if mk.denialsEnd <= now {
+		mk.denials, mk.denialsEnd = 0, 0
+	}
+	mk.expires = max(mk.blocked, mk.denialsEnd)
+	for _, st := range mk.states {
+		mk.expires = max(mk.expires, st.expires)
+	}
+	if mk.expires == 0 {
+		delete(sh.keys, key)
+	}
+}
+
+func (st *memState) clear() {
+	st.log = st.log[:0]
+	st.buckets = st.buckets[:0]
+	st.w, st.prev, st.cur, st.expires = 0, 0, 0, 0
+}
+
+// check mirrors the *_check functions of algorithms.lua.
+func (st *memState) check(count, n, now int64) (free, retry, reset int64) {
+	switch st.alg {
+	case store.SlidingLog:
+		return st.logCheck(count, n, now)
+	case store.SlidingBuckets:
+		return st.bucketsCheck(count, n, now)
+	}
+	return st.counterCheck(count, n, now)
+}
+
+// add mirrors the *_add functions of algorithms.lua; it returns the reset.
+func (st *memState) add(n, t, now int64) int64 {
+	switch st.alg {
+	case store.SlidingLog:
+		i := sort.Search(len(st.log), func(i int) bool { return st.log[i] > t })
+		st.log = append(st.log, make([]int64, n)...)
+		copy(st.log[i+int(n):], st.log[i:])
+		for j := range n {
+			st.log[i+int(j)] = t
+		}
+		st.expires = st.log[len(st.log)-1] + st.window
+	case store.SlidingBuckets:
+		b := floorDiv(now, st.prec)
+		if k := len(st.buckets); k > 0 && st.buckets[k-1].index == b {
+			st.buckets[k-1].count += n
+		} else {
+			i := sort.Search(k, func(i int) bool { return st.buckets[i].index >= b })
+			if i < k && st.buckets[i].index == b {
+				st.buckets[i].count += n
+			} else {
+				st.buckets = append(st.buckets, bucket{})
+				copy(st.buckets[i+1:], st.buckets[i:])
+				st.buckets[i] = bucket{b, n}
+			}
+		}
+		st.expires = (st.buckets[len(st.buckets)-1].index+1)*st.prec + st.window
+	default:
+		c := st.roll(now)
+		st.w, st.cur = c, st.cur+n
+		st.expires = (c + 2) * st.window
+	}
+	return st.expires - now
+}
+
+func (st *memState) logCheck(count, n, now int64) (free, retry, reset int64) {
+	// Scan from the front rather than bisect: usually no unit or one has
+	// left since the last call, and the front is one cache line.
+	i := 0
+	for i < len(st.log) && st.log[i] <= now-st.window {
+		i++
+	}
+	if i > 0 {
+		st.log = st.log[:copy(st.log, st.log[i:])]
+	}
+	used := int64(len(st.log))
+	if used > 0 {
+		reset = st.log[used-1] + st.window - now
+	} else {
+		st.expires = 0
+	}
+	if k := count - n + 1; k <= 0 {
+		retry = -1
+	} else if used >= k {
+		retry = st.log[used-k] + st.window - now
+	}
+	return max(count-used, 0), retry, reset
+}
+
+func (st *memState) bucketsCheck(count, n, now int64) (free, retry, reset int64) {
+	oldest := floorDiv(now-st.window, st.prec)
+	i := 0 // from the front, as in logCheck
+	for i < len(st.buckets) && st.buckets[i].index < oldest {
+		i++
+	}
+	if i > 0 {
+		st.buckets = st.buckets[:copy(st.buckets, st.buckets[i:])]
+	}
+	var used int64
+	for _, b := range st.buckets {
+		used += b.count
+	}
+	if k := len(st.buckets); k > 0 {
+		reset = (st.buckets[k-1].index+1)*st.prec + st.window - now
+	} else {
+		st.expires = 0
+	}
+	if n > count {
+		retry = -1
+	} else if over := used + n - count; over > 0 {
+		for _, b := range st.buckets {
+			if over -= b.count; over <= 0 {
+				retry = (b.index+1)*st.prec + st.window - now
+				break
+			}
+		}
+	}
+	return max(count-used, 0), retry, reset
+}
+
+// roll moves the counter to the fixed window of now and returns its index.
+func (st *memState) roll(now int64) int64 {
+	c := floorDiv(now, st.window)
+	if st.w != c {
+		if st.w == c-1 {
+			st.prev, st.cur = st.cur, 0
+		} else {
+			st.prev, st.cur = 0, 0
+		}
+		st.w = c
+	}
+	return c
+}
+
+// counterCheck computes in float64, as the Lua script does in its doubles:
+// Count × Window in µs overflows int64 for large limits.
+func (st *memState) counterCheck(count, n, now int64) (free, retry, reset int64) {
+	c := st.roll(now)
+	w, prev, cur := st.window, st.prev, st.cur
+	elapsed := now - c*w
+	fw, fcount := float64(w), float64(count)
+	weighted := float64(prev) * float64(w-elapsed)
+	free = int64(max(min(math.Floor((fcount*fw-weighted-float64(cur)*fw)/fw), fcount), 0))
+	if cur > 0 {
+		reset = (c+2)*w - now
+	} else if prev > 0 {
+		reset = (c+1)*w - now
+	} else {
+		st.expires = 0
+	}
+	switch {
+	case n > count:
+		retry = -1
+	case weighted+float64(cur+n)*fw <= fcount*fw:
+	case cur+n <= count:
+		// later in this window: prev×(w−e) ≤ (count−n−cur)×w
+		e := w - int64(math.Floor(float64(count-n-cur)*fw/float64(prev)))
+		retry = e - elapsed
+	default:
+		// in the next window, where this one's count is the previous one
+		e := w - int64(math.Floor(float64(count-n)*fw/float64(cur)))
+		retry = (c+1)*w - now + e
+	}
+	return free, retry, reset
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if (a%b != 0) && ((a < 0) != (b < 0)) {
+		q--
+	}
+	return q
+}
+
+// Allow decides r as decide in algorithms.lua does: every limit is checked
+// first, then r.N units are recorded under all of them (r.Commit set and
+// every limit admits) or under none. A blocked key is denied under every
+// limit, with a retry and reset of at least the block's time left. A
+// committed denial of a key that is not blocked counts towards r.Penalty;
+// the one that reaches it bans the key. It returns no error.
+func (s *Store) Allow(_ context.Context, r store.Request) (store.Decision, error) {
+	sh, key, now := s.lock(r.Key, r.Now)
+	defer sh.mu.Unlock()
+	var buf [4]*memState
+	mstates, blocked := sh.states(key, r.Limits, now, buf[:0])
+	d := store.Decision{Allowed: blocked == 0, Blocked: blocked > 0, At: now}
+	for i, st := range mstates {
+		f, retry, z := st.check(r.Limits[i].Count, r.N, now)
+		if retry != 0 {
+			d.Allowed = false
+		}
+		d.States[i] = store.State{Remaining: f, Retry: retry, Reset: z}
+	}
+	if p := r.Penalty; p.Denials > 0 && !d.Allowed && r.Commit && blocked == 0 {
+		if blocked = sh.penalize(key, p, now); blocked > 0 {
+			d.Blocked, d.Banned = true, true
+		}
+	}
+	for i, st := range mstates {
+		ls := &d.States[i]
+		if d.Allowed && r.Commit {
+			ls.Reset = st.add(r.N, now, now)
+			ls.Remaining -= r.N
+		}
+		if blocked > 0 {
+			ls.Remaining = 0
+			if ls.Retry >= 0 {
+				ls.Retry = max(ls.Retry, blocked)
+			}
+			ls.Reset = max(ls.Reset, blocked)
+		}
+	}
+	sh.touch(key, now)
+	return d, nil
+}
+
+// penalize mirrors penalize in algorithms.lua: it counts a denial of key
+// and bans the key at the penalty's count, returning the ban's µs (0:
+// none).
+func (sh *memShard) penalize(key string, p store.Penalty, now int64) int64 {
+	mk := sh.keys[key]
+	if mk.denialsEnd <= now {
+		mk.denials, mk.denialsEnd = 0, now+micros(p.Within)
+	}
+	if mk.denials++; mk.denials < p.Denials {
+		return 0
+	}
+	mk.denials, mk.denialsEnd = 0, 0
+	mk.blocked = max(mk.blocked, now+micros(p.Ban))
+	return mk.blocked - now
+}
+
+// Refund mirrors refund.lua: it gives back up to r.N units of r.Key under
+// every limit, those recorded at r.At or with r.At 0 the newest at or
+// before now, never below empty. It returns no error.
+func (s *Store) Refund(_ context.Context, r store.Request) error {
+	sh, key, now := s.lock(r.Key, r.Now)
+	defer sh.mu.Unlock()
+	mk := sh.keys[key]
+	if mk == nil {
+		return nil
+	}
+	for _, l := range r.Limits {
+		if st := mk.find(l); st != nil && (st.expires == 0 || st.expires > now) {
+			st.refund(l.Count, r.N, now, r.At)
+		}
+	}
+	sh.touch(key, now)
+	return nil
+}
+
+// refund gives back up to n units recorded within the window: those at
+// time at, or with at 0 the newest at or before now. It returns how many.
+func (st *memState) refund(count, n, now, at int64) int64 {
+	var given int64
+	switch st.alg {
+	case store.SlidingLog:
+		st.logCheck(count, 1, now) // drops the units that left
+		lo, hi := now-st.window, now
+		if at > 0 {
+			if at <= lo || at > now {
+				return 0
+			}
+			lo, hi = at-1, at
+		}
+		// the units in (lo, hi], the newest first
+		j := sort.Search(len(st.log), func(i int) bool { return st.log[i] > hi })
+		i := j
+		for i > 0 && st.log[i-1] > lo && int64(j-i) < n {
+			i--
+		}
+		given = int64(j - i)
+		st.log = append(st.log[:i], st.log[j:]...)
+		if len(st.log) == 0 {
+			st.expires = 0
+		}
+	case store.SlidingBuckets:
+		st.bucketsCheck(count, 1, now) // drops the buckets that left
+		current := floorDiv(now, st.prec)
+		for i := len(st.buckets) - 1; i >= 0 && given < n; i-- {
+			b := &st.buckets[i]
+			if b.index > current || (at > 0 && b.index != floorDiv(at, st.prec)) {
+				continue
+			}
+			take := min(n-given, b.count)
+			b.count -= take
+			given += take
+		}
+		st.buckets = slices.DeleteFunc(st.buckets, func(b bucket) bool { return b.count == 0 })
+		if len(st.buckets) == 0 {
+			st.expires = 0
+		} else {
+			st.expires = (st.buckets[len(st.buckets)-1].index+1)*st.prec + st.window
+		}
+	default:
+		c := st.roll(now)
+		fromCur, fromPrev := true, true
+		if at > 0 {
+			w := floorDiv(at, st.window)
+			fromCur, fromPrev = w == c, w == c-1
+		}
+		if fromCur {
+			given = min(n, st.cur)
+			st.cur -= given
+		}
+		if fromPrev {
+			take := min(n-given, st.prev)
+			st.prev -= take
+			given += take
+		}
+		switch {
+		case st.cur > 0:
+			st.expires = (c + 2) * st.window
+		case st.prev > 0:
+			st.expires = (c + 1) * st.window
+		default:
+			st.expires = 0
+		}
+	}
+	return given
+}
+
+// Reserve mirrors reserve.lua: it records r.N units at the earliest time
+// they fit under every limit (all store.SlidingLog), counting reservations
+// already made and placed after any block of the key, unless that is more
+// than longest µs from now (longest < 0: no bound). It returns no error.
+func (s *Store) Reserve(_ context.Context, r store.Request, longest int64) (store.Reservation, error) {
+	sh, key, now := s.lock(r.Key, r.Now)
+	defer sh.mu.Unlock()
+	var buf [4]*memState
+	states, blocked := sh.states(key, r.Limits, now, buf[:0])
+	at := now + blocked
+	for i, st := range states {
+		_, retry, _ := st.check(r.Limits[i].Count, r.N, now)
+		if retry < 0 {
+			sh.touch(key, now)
+			return store.Reservation{Wait: -1}, nil
+		}
+		at = max(at, now+retry)
+	}
+	if longest >= 0 && at-now > longest {
+		sh.touch(key, now)
+		return store.Reservation{Wait: at - now}, nil
+	}
+	for _, st := range states {
+		st.add(r.N, at, now)
+	}
+	sh.touch(key, now)
+	return store.Reservation{OK: true, Wait: at - now, At: at}, nil
+}
+
+// Release mirrors release.lua: it removes up to r.N units at res.At under
+// every limit of r. It returns no error.
+func (s *Store) Release(_ context.Context, r store.Request, res store.Reservation) error {
+	sh, key, now := s.lock(r.Key, r.Now)
+	defer sh.mu.Unlock()
+	mk := sh.keys[key]
+	if mk == nil {
+		return nil
+	}
+	for _, l := range r.Limits {
+		if st := mk.find(l); st != nil {
+			i := sort.Search(len(st.log), func(i int) bool { return st.log[i] >= res.At })
+			j := i
+			for j < len(st.log) && j-i < int(r.N) && st.log[j] == res.At {
+				j++
+			}
+			st.log = append(st.log[:i], st.log[j:]...)
+			if len(st.log) == 0 {
+				st.expires = 0
+			} else {
+				st.expires = st.log[len(st.log)-1] + st.window
+			}
+		}
+	}
+	sh.touch(key, now)
+	return nil
+}
+
+// Block mirrors block.lua: r.Key is exhausted under any limits for d from
+// now, unless it is blocked longer already. It returns no error.
+func (s *Store) Block(_ context.Context, r store.Request, d time.Duration) error {
+	sh, key, now := s.lock(r.Key, r.Now)
+	defer sh.mu.Unlock()
+	mk := sh.key(key)
+	mk.blocked = max(mk.blocked, now+micros(d))
+	sh.touch(key, now)
+	return nil
+}
+
+// Reset mirrors reset.lua: it forgets every unit of r.Key under r.Limits,
+// its block and its penalty's denials. It returns no error.
+func (s *Store) Reset(_ context.Context, r store.Request) error {
+	sh, key, now := s.lock(r.Key, r.Now)
+	defer sh.mu.Unlock()
+	mk := sh.keys[key]
+	if mk == nil {
+		return nil
+	}
+	mk.blocked, mk.denials, mk.denialsEnd = 0, 0, 0
+	for _, l := range r.Limits {
+		if st := mk.find(l); st != nil {
+			st.clear()
+		}
+	}
+	sh.touch(key, now)
+	return nil
+}
+
+// Check reports nil: the memory store has nothing to check.
+func (s *Store) Check(context.Context) error { return nil }
+
+var _ store.Store = (*Store)(nil)
