@@ -404,6 +404,11 @@ func refund(k *kit) {
 			k.allow("2 at t0+10s", at(2, t0+10*sec), decision(true, t0+10*sec, state(1, 0, reset10)))
 			now := t0 + 20*sec
 			k.do("Refund the newest", k.s.Refund(ctx, at(1, now)))
+			// two units at t0 and one at t0+10s are left: 4 fit when the
+			// second unit at t0 has left (the counter: 40s into the next
+			// window, when the 3 weigh 1)
+			k.peek("after refunding the newest", at(4, now), decision(false, now,
+				state(2, [...]int64{40 * sec, 41 * sec, 80 * sec}[a.alg], [...]int64{50 * sec, 51 * sec, 100 * sec}[a.alg])))
 			r := at(1, now)
 			r.At = d1.At
 			k.do("Refund at t0", k.s.Refund(ctx, r))
@@ -474,6 +479,7 @@ func reserve(k *kit) {
 	k.reserve("beyond the bound", r, 20*sec-us, store.Reservation{Wait: 20 * sec})
 	r3 := k.reserve("at the bound", r, 20*sec, store.Reservation{OK: true, Wait: 20 * sec, At: t0 + 20*sec})
 	k.reserve("never", k.req("k", 3, t0, lim), -1, store.Reservation{Wait: -1})
+	k.reserve("no wait", r, 0, store.Reservation{Wait: 20 * sec})
 	k.do("Release", k.s.Release(ctx, r, r3))
 	k.do("Release", k.s.Release(ctx, r, r2))
 	k.do("Release of nothing", k.s.Release(ctx, r, store.Reservation{OK: true, At: t0 + 5*sec}))
