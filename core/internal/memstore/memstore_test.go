@@ -95,7 +95,7 @@ func TestKeyExpiry(t *testing.T) {
 		{store.SlidingBuckets, func(now int64) int64 { return (now/prec+1)*prec + w }},
 		{store.SlidingCounter, func(now int64) int64 { return (now/w + 2) * w }},
 	} {
-		t.Run(strconv.Itoa(int(c.alg)), func(t *testing.T) {
+		t.Run(algorithmNames[c.alg], func(t *testing.T) {
 			s := New(nil)
 			lim := store.Limit{Algorithm: c.alg, Count: 100, Window: window}
 			for i, at := range []int64{0, 100000, 2000000, 2100000} {
