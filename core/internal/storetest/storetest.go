@@ -1,7 +1,7 @@
 // Package storetest is the conformance suite of the Limiter's backends: Run
 // drives a store.Store through the seam alone, on a controlled clock
 // (Request.Now), and asserts the exact Decision, Reservation and state of
-// each step, as the Lua scripts (core/lua) compute them. Every backend
+// each step, as the Lua scripts (redisstore/lua) compute them. Every backend
 // (package memstore, package redisstore) passes it. It is a test helper:
 // only tests import it.
 package storetest
