@@ -319,7 +319,7 @@ func (t *transport) run(ctx context.Context, c *call, d time.Duration) (any, err
 			ctx, cancel = context.WithDeadline(ctx, limit)
 			defer cancel()
 		}
-		rdb := t.client(ctx)
+		rdb := t.client(ctx, d, !limit.IsZero())
 		if rdb == nil {
 			// the client would not end the call at ctx's deadline: it runs
 			// on a goroutine of its own (not a flusher's: a node that does
@@ -363,26 +363,25 @@ func (t *transport) run(ctx context.Context, c *call, d time.Duration) (any, err
 // the others (TestFlood beside two busy loops).
 const slowPause = time.Second
 
-// client returns the client that ends a call with ctx at ctx's deadline on
-// the caller's goroutine, or nil when there is none.
-func (t *transport) client(ctx context.Context) redis.Scripter {
-	if t.boundsReads {
+// client returns the client that ends a call on its caller's goroutine at
+// its deadline, or nil when there is none: rdb itself when it ends its
+// reads at the context's deadline or the call never ends; else, for a call
+// bounded by d (limited: no sooner deadline of the caller's), the
+// WithTimeout clone of d.
+func (t *transport) client(ctx context.Context, d time.Duration, limited bool) redis.Scripter {
+	switch {
+	case t.boundsReads:
 		return t.rdb
-	}
-	dl, ok := ctx.Deadline() // before Done, which may make ctx's channel
-	if !ok {
-		if ctx.Done() == nil {
-			return t.rdb // it never ends
+	case limited:
+		for _, cl := range t.clones {
+			if cl.timeout == d {
+				return cl.c
+			}
 		}
 		return nil
 	}
-	// a clone whose timeout is ctx's deadline (the Limiter's timeout, not a
-	// caller's sooner deadline), to within an eighth
-	left := time.Until(dl)
-	for _, cl := range t.clones {
-		if left <= cl.timeout && left > cl.timeout-cl.timeout/8 {
-			return cl.c
-		}
+	if _, ok := ctx.Deadline(); !ok && ctx.Done() == nil {
+		return t.rdb // it never ends
 	}
 	return nil
 }
