@@ -1,5 +1,5 @@
 // Package memstore is the memory backend of a Limiter: it runs the
-// algorithms of the Lua scripts (core/lua/algorithms.lua) in Go, on state
+// algorithms of the Lua scripts (redisstore/lua/algorithms.lua) in Go, on state
 // kept in the process, with the same numbers (see package storetest for
 // the suite both backends pass). It implements store.Store.
 package memstore
