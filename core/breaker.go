@@ -17,17 +17,17 @@ import "sync/atomic"
 // breakerFailures timeouts, one after the other.
 type breaker struct {
 	failures  atomic.Int32
-	lastEnd   atomic.Int64 // ns on the transport's clock: when the last counted failure ended
-	openUntil atomic.Int64 // ns on the transport's clock; 0: closed
+	lastEnd   atomic.Int64 // ns on the store's clock: when the last counted failure ended
+	openUntil atomic.Int64 // ns on the store's clock; 0: closed
 	probing   atomic.Bool
-	// lastReply is when (the transport's clock) the node last answered a
+	// lastReply is when (the store's clock) the node last answered a
 	// call, for a Cluster master's breaker (see guard.answeredSince)
 	lastReply atomic.Int64
 }
 
 const (
 	breakerFailures = 3
-	breakerPause    = int64(250e6) // ns on the transport's clock
+	breakerPause    = int64(250e6) // ns on the store's clock
 )
 
 // allow reports whether a call may go to Redis at now (ns), and whether

@@ -120,9 +120,9 @@ func (l *Limiter) now() time.Time {
 // micros is the time in µs since the epoch on the Limiter's clock.
 func (l *Limiter) micros() int64 { return l.now().UnixMicro() }
 
-// queryTime is the time passed to the store: the injected clock, or 0 for
+// storeTime is the time passed to the store: the injected clock, or 0 for
 // the store's own (Redis TIME).
-func (l *Limiter) queryTime() int64 {
+func (l *Limiter) storeTime() int64 {
 	if l.clock != nil {
 		return l.clock().UnixMicro()
 	}
@@ -186,7 +186,7 @@ func (l *Limiter) Refund(ctx context.Context, key string, n int64, limits ...Lim
 }
 
 // refundAt gives back the n units of key that the decision at at (µs; the
-// query's at) recorded: exactly those on a sliding log; with at 0, the
+// Decision's At) recorded: exactly those on a sliding log; with at 0, the
 // newest. local reports that the failure mode's local store recorded them.
 func (l *Limiter) refundAt(ctx context.Context, key string, n int64, limits []Limit, at int64, local bool) error {
 	if l.cache != nil {
@@ -217,7 +217,7 @@ func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) error 
 	case d < time.Microsecond || d > MaxBlock:
 		return fmt.Errorf("%w: block for %s; it must be in [1µs, %s]", ErrInvalidDuration, d, MaxBlock)
 	}
-	return l.guard.block(ctx, store.Request{Key: key, N: 1, Now: l.queryTime(), Within: l.timeout}, d)
+	return l.guard.block(ctx, store.Request{Key: key, N: 1, Now: l.storeTime(), Within: l.timeout}, d)
 }
 
 // decide validates, consults the deny cache, asks the store through the
@@ -274,7 +274,7 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 		err      error
 	)
 	for try := 0; ; try++ {
-		req.Now = l.queryTime()
+		req.Now = l.storeTime()
 		var e error
 		if d, k, e = l.guard.allow(ctx, req); try == 0 || !errors.Is(e, ErrCircuitOpen) {
 			err = e // else the retry was not sent: the first failure answers
@@ -378,7 +378,7 @@ func (l *Limiter) request(key string, n int64, limits []Limit, buf *[MaxLimits]s
 	for i, lim := range limits {
 		specs[i] = lim.spec()
 	}
-	return store.Request{Key: key, N: n, Limits: specs, Now: l.queryTime(), Within: within}
+	return store.Request{Key: key, N: n, Limits: specs, Now: l.storeTime(), Within: within}
 }
 
 // answer turns the outcome of a decision's call (req on limits, kind k)
