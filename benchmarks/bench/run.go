@@ -38,6 +38,10 @@ type Config struct {
 	// MemKeys keys get MemRequests requests each (and then one each) for
 	// the Redis memory per key.
 	MemKeys, MemRequests int
+	// Settle is how long the server is left alone before each memory
+	// reading: its cron finishes an incremental rehash of the key tables
+	// and trims the connections' buffers.
+	Settle time.Duration
 	// AdmitFor is how long AdmitGoroutines drive one hot key with a limit
 	// of 100 per second to find the worst count in a one-second window.
 	AdmitFor        time.Duration
@@ -75,7 +79,7 @@ func FullConfig() Config {
 	return Config{
 		Goroutines: []int{1, 16, 64, 256}, Keys: []int{1, 100_000},
 		Rounds: 3, Slice: time.Second, Warm: 200 * time.Millisecond, Count: 1_000_000, Window: time.Second,
-		MemKeys: 100_000, MemRequests: 10,
+		MemKeys: 100_000, MemRequests: 10, Settle: 500 * time.Millisecond,
 		AdmitFor: 3 * time.Second, AdmitGoroutines: 64, DenyFor: time.Second,
 		FloodProcesses: 3, FloodGoroutines: 64, FloodFor: 10 * time.Second,
 	}
@@ -85,7 +89,7 @@ func FullConfig() Config {
 func QuickConfig() Config {
 	c := FullConfig()
 	c.Rounds, c.Slice, c.Warm = 1, 150*time.Millisecond, 50*time.Millisecond
-	c.MemKeys = 5_000
+	c.MemKeys, c.Settle = 5_000, 200*time.Millisecond
 	c.AdmitFor, c.DenyFor = 1200*time.Millisecond, 200*time.Millisecond
 	c.FloodFor = 1500 * time.Millisecond
 	return c
@@ -211,35 +215,38 @@ func Run(ctx context.Context, srv *Server, cfg Config) (*Report, error) {
 	if len(rep.Contenders) == 0 {
 		return nil, errors.New("bench: no contender matches -only")
 	}
-	if cfg.FloodOnly {
-		err := runFlood(ctx, srv, &cfg, rep)
-		rep.Took = time.Since(rep.Started)
-		return rep, err
+	type phase struct {
+		name string
+		run  func() error
 	}
-	if err := runThroughput(ctx, srv, rdb, &cfg, rep); err != nil {
-		return nil, err
-	}
-	if cfg.ThroughputOnly {
-		rep.Took = time.Since(rep.Started)
-		return rep, nil
-	}
-	if err := runDeny(ctx, rdb, &cfg, rep); err != nil {
-		return nil, err
-	}
-	if err := runAdmission(ctx, rdb, &cfg, rep); err != nil {
-		return nil, err
-	}
-	if cfg.FloodProcesses > 0 {
-		if err := runFlood(ctx, srv, &cfg, rep); err != nil {
-			return nil, err
+	flood := phase{"flood", func() error { return runFlood(ctx, srv, &cfg, rep) }}
+	var phases []phase
+	switch {
+	case cfg.FloodOnly:
+		phases = []phase{flood}
+	case cfg.ThroughputOnly:
+		phases = []phase{{"throughput", func() error { return runThroughput(ctx, srv, rdb, &cfg, rep) }}}
+	default:
+		phases = []phase{
+			{"throughput", func() error { return runThroughput(ctx, srv, rdb, &cfg, rep) }},
+			{"deny cache", func() error { return runDeny(ctx, rdb, &cfg, rep) }},
+			{"worst window", func() error { return runAdmission(ctx, rdb, &cfg, rep) }},
+		}
+		if cfg.FloodProcesses > 0 {
+			phases = append(phases, flood)
+		}
+		if cfg.Flush || srv.Own {
+			phases = append(phases, phase{"memory", func() error { return runMemory(ctx, rdb, &cfg, rep) }})
+		} else {
+			rep.MemoryNote = "not measured: REDIS_ADDR is not the program's own server and -flush was not given"
 		}
 	}
-	if cfg.Flush || srv.Own {
-		if err := runMemory(ctx, rdb, &cfg, rep); err != nil {
+	for _, ph := range phases {
+		t0 := time.Now()
+		if err := ph.run(); err != nil {
 			return nil, err
 		}
-	} else {
-		rep.MemoryNote = "not measured: REDIS_ADDR is not the program's own server and -flush was not given"
+		cfg.logf("-- %s took %v", ph.name, time.Since(t0).Round(100*time.Millisecond))
 	}
 	rep.Took = time.Since(rep.Started)
 	return rep, nil
