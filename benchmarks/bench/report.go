@@ -126,7 +126,8 @@ func (r *Report) Markdown(w io.Writer) error {
 	p("%s\n\n", roundsNote(cfg.Rounds))
 	p("Client CPU is the process's own (getrusage); Redis CPU is the server's INFO cpu (user + system), so it includes reading and answering the connections. ")
 	p("Redis's own µs a call is INFO commandstats' usec over calls of the contender's call (CONFIG RESETSTAT before each slice): the time Redis spends executing the call, its script's Lua and the commands inside included, without the connection's I/O; decisions a call is above 1 where decisions are merged into one call. ")
-	p("The throughput limit (%s per %s) admits every request. Ratios are to the baseline: %s (by median decisions/s).\n\n", thousands(int64(cfg.Count)), cfg.Window, baselineName(cfg))
+	p("The throughput limit (%s per %s) admits every request. Ratios are to the baseline: %s (by median decisions/s). ", thousands(int64(cfg.Count)), cfg.Window, baselineName(cfg))
+	p("The hot denied key, the worst window and the memory are measured in the program itself, with one client, one contender after another.\n\n")
 
 	p("## Contenders\n\n| contender | method | the call Redis sees |\n|---|---|---|\n")
 	for _, c := range r.Contenders {
