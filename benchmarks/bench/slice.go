@@ -202,19 +202,25 @@ func commandStats(ctx context.Context, rdb *redis.Client) (map[string]CommandSta
 
 // SliceSpec is what one child process measures (see SliceChild).
 type SliceSpec struct {
-	Addr       string
-	Contender  string
-	Goroutines int
-	Keys       int
+	// Addr is the Redis; Contender the name of one of Contenders.
+	Addr, Contender string
+	// Goroutines decide on random keys among Keys ("user:0" ...).
+	Goroutines, Keys int
 	// PoolSize is the go-redis pool of the process: the same in every
 	// setting, as in one shared client.
-	PoolSize       int
-	Count          int
-	Window         time.Duration
-	Warm, For      time.Duration
-	ResetStat      bool // CONFIG RESETSTAT before measuring (a server the program may reset)
-	ContextTimeout bool // go-redis's ContextTimeoutEnabled
-	CPUProfile     string
+	PoolSize int
+	// Count per Window is the limit.
+	Count  int
+	Window time.Duration
+	// Warm is the warm-up before the slice; For, the slice.
+	Warm, For time.Duration
+	// ResetStat sends CONFIG RESETSTAT before the slice (a server the
+	// program may reset); the figures are differences either way.
+	ResetStat bool
+	// ContextTimeout sets go-redis's ContextTimeoutEnabled.
+	ContextTimeout bool
+	// CPUProfile, when set, receives a CPU profile of the slice.
+	CPUProfile string
 }
 
 // SliceChild measures one contender in one setting in this process (see
