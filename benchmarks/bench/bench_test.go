@@ -5,6 +5,7 @@ import (
 	"encoding/xml"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -71,12 +72,13 @@ func testReport() *Report {
 	r := &Report{Config: cfg, Redis: "7.0", Go: "go", CPUs: 2, Started: time.Unix(0, 0), Took: time.Second}
 	r.Contenders = []Contender{{Name: "ours <a&b>"}, {Name: "peer", Peer: true}}
 	r.Throughput = []Throughput{
-		{Contender: "ours <a&b>", Goroutines: 1, Keys: 1, Decisions: 3000, Elapsed: time.Second, Mallocs: 3000},
-		{Contender: "peer", Goroutines: 1, Keys: 1, Decisions: 1000, Elapsed: time.Second},
+		{Contender: "ours <a&b>", Goroutines: 1, Keys: 1, Rounds: []Slice{{Decisions: 3000, Elapsed: time.Second, Mallocs: 3000,
+			Call: Call{Name: "FCALL", Calls: 3000, Usec: 42000}, Inside: []CommandStat{{"set", 3000, 3000}, {"get", 6000, 1500}}}}},
+		{Contender: "peer", Goroutines: 1, Keys: 1, Rounds: []Slice{{Decisions: 1000, Elapsed: time.Second, Call: Call{Name: "EVALSHA", Calls: 1000, Usec: 5000}}}},
 	}
 	r.Admission = []Admission{{Contender: "ours <a&b>", Worst: 100}, {Contender: "peer", Worst: 199}}
 	r.Memory = []Memory{{Contender: "ours <a&b>", PerKey: 60}, {Contender: "peer", PerKey: 120}}
-	r.Deny = []Deny{{Goroutines: 1, On: Throughput{Decisions: 500, Elapsed: time.Second}, Off: Throughput{Decisions: 10, Elapsed: time.Second}}}
+	r.Deny = []Deny{{Goroutines: 1, On: Slice{Decisions: 500, Elapsed: time.Second}, Off: Slice{Decisions: 10, Elapsed: time.Second}}}
 	return r
 }
 
@@ -88,6 +90,10 @@ func TestMarkdown(t *testing.T) {
 	for _, want := range []string{
 		"| ours <a&b> | 3,000 (3.00×) |",
 		"| peer | 1,000 (1.00×) |",
+		"| ours <a&b> | 3,000 | 3.00× | 0 ns | 0 ns | 1.0 | 0.0 | 0.0 | 14.00 | 1.0 | 0 |",
+		"| ours <a&b> | FCALL | 14.00 | 1.0 | SET 1.00, GET ×2 0.50 | 1.50 | 12.50 |",
+		"| peer | EVALSHA | 5.00 | 1.0 | — | 0.00 | 5.00 |",
+		"One round: each figure is that round's.",
 		"| 1 | 500 | 10 | 50.00× | 0.0 |",
 		"| peer |  | 199 |",
 		"| ours <a&b> | 60.0 | 0.50× | 0.0 | 0 |",
@@ -126,12 +132,138 @@ func TestSVGIsWellFormed(t *testing.T) {
 func TestBaselineIsTheFastestPeer(t *testing.T) {
 	r := testReport()
 	r.Contenders = append(r.Contenders, Contender{Name: "fast peer", Peer: true})
-	r.Throughput = append(r.Throughput, Throughput{Contender: "fast peer", Goroutines: 1, Keys: 1, Decisions: 2000, Elapsed: time.Second})
+	r.Throughput = append(r.Throughput, Throughput{Contender: "fast peer", Goroutines: 1, Keys: 1, Rounds: []Slice{{Decisions: 2000, Elapsed: time.Second}}})
 	if b, ok := r.Baseline(1, 1); !ok || b.Contender != "fast peer" {
 		t.Fatalf("baseline %+v %v", b, ok)
 	}
 	r.Config.Baseline = "peer"
 	if b, ok := r.Baseline(1, 1); !ok || b.Contender != "peer" {
 		t.Fatalf("named baseline %+v %v", b, ok)
+	}
+}
+
+func TestMedianAndSpread(t *testing.T) {
+	sl := func(n ...int64) Throughput {
+		var tp Throughput
+		for _, d := range n {
+			tp.Rounds = append(tp.Rounds, Slice{Decisions: d, Elapsed: time.Second})
+		}
+		return tp
+	}
+	cases := []struct {
+		name         string
+		t            Throughput
+		med, lo, hi  float64
+		formatted    string
+		perSecondMed float64
+	}{
+		{"none", sl(), 0, 0, 0, "0", 0},
+		{"one round has no spread", sl(7), 7, 7, 7, "7", 7},
+		{"odd", sl(30, 10, 20), 20, 10, 30, "20 (10–30)", 20},
+		{"even: the mean of the middle two", sl(40, 10, 20, 30), 25, 10, 40, "25 (10–40)", 25},
+	}
+	for _, c := range cases {
+		med, lo, hi := c.t.Median(Slice.PerSecond)
+		if med != c.med || lo != c.lo || hi != c.hi {
+			t.Errorf("%s: Median = %v, %v, %v; want %v, %v, %v", c.name, med, lo, hi, c.med, c.lo, c.hi)
+		}
+		if got := spread(c.t, Slice.PerSecond, count); got != c.formatted {
+			t.Errorf("%s: spread = %q, want %q", c.name, got, c.formatted)
+		}
+		if got := c.t.PerSecond(); got != c.perSecondMed {
+			t.Errorf("%s: PerSecond = %v, want %v", c.name, got, c.perSecondMed)
+		}
+	}
+}
+
+func TestDurationUnits(t *testing.T) {
+	cases := []struct {
+		med, lo, hi float64
+		spread      bool
+		want        string
+	}{
+		{500, 400, 600, true, "500 ns (400–600)"},
+		{41_000, 39_400, 52_600, true, "41 µs (39–53)"},
+		{41_000, 0, 0, false, "41 µs"},
+		{1_210_000, 900_000, 5_110_000, true, "1.21 ms (0.90–5.11)"},
+	}
+	for _, c := range cases {
+		if got := durNs(c.med, c.lo, c.hi, c.spread); got != c.want {
+			t.Errorf("durNs(%v, %v, %v) = %q, want %q", c.med, c.lo, c.hi, got, c.want)
+		}
+	}
+}
+
+const commandStatsInfo = "# Commandstats\r\n" +
+	"cmdstat_fcall:calls=10,usec=150,usec_per_call=15.00,rejected_calls=0,failed_calls=0\r\n" +
+	"cmdstat_get:calls=20,usec=10,usec_per_call=0.50,rejected_calls=0,failed_calls=0\r\n" +
+	"cmdstat_config|resetstat:calls=1,usec=30,usec_per_call=30.00,rejected_calls=0,failed_calls=0\r\n" +
+	"cmdstat_info:calls=3,usec=90,usec_per_call=30.00,rejected_calls=0,failed_calls=0\r\n" +
+	"cmdstat_time:calls=10,usec=2,usec_per_call=0.20,rejected_calls=0,failed_calls=0\r\n"
+
+func TestParseCommandStats(t *testing.T) {
+	got, err := parseCommandStats(commandStatsInfo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]CommandStat{
+		"fcall":            {"fcall", 10, 150},
+		"get":              {"get", 20, 10},
+		"config|resetstat": {"config|resetstat", 1, 30},
+		"info":             {"info", 3, 90},
+		"time":             {"time", 10, 2},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	for k, w := range want {
+		if got[k] != w {
+			t.Errorf("%s: got %+v, want %+v", k, got[k], w)
+		}
+	}
+	for _, bad := range []string{"cmdstat_get\r\n", "cmdstat_get:calls=x,usec=1\r\n", "cmdstat_get:usec=1\r\n"} {
+		if _, err := parseCommandStats(bad); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}
+
+func TestSplitCall(t *testing.T) {
+	before := map[string]CommandStat{"fcall": {"fcall", 4, 60}, "info": {"info", 1, 30}}
+	after := map[string]CommandStat{
+		"fcall": {"fcall", 14, 210}, "get": {"get", 20, 10}, "time": {"time", 10, 2},
+		"info": {"info", 3, 90}, "config|resetstat": {"config|resetstat", 1, 30}, "set": {"set", 0, 0},
+	}
+	delta := commandDelta(before, after)
+	call, inside := splitCall(delta, nil, "")
+	if want := (Call{Name: "FCALL", Calls: 10, Usec: 150}); call != want {
+		t.Errorf("script call: got %+v, want %+v", call, want)
+	}
+	if want := []CommandStat{{"get", 20, 10}, {"time", 10, 2}}; !slices.Equal(inside, want) {
+		t.Errorf("inside the script: got %+v, want %+v", inside, want)
+	}
+	tx := map[string]CommandStat{
+		"exec": {"exec", 5, 20}, "mget": {"mget", 5, 4}, "multi": {"multi", 5, 1},
+		"incrby": {"incrby", 5, 3}, "expire": {"expire", 5, 6},
+	}
+	call, inside = splitCall(tx, []string{"exec", "mget", "multi"}, "MGET + MULTI/EXEC")
+	if want := (Call{Name: "MGET + MULTI/EXEC", Calls: 5, Usec: 25}); call != want {
+		t.Errorf("named call: got %+v, want %+v", call, want)
+	}
+	if want := []CommandStat{{"expire", 5, 6}, {"incrby", 5, 3}}; !slices.Equal(inside, want) {
+		t.Errorf("inside the transaction: got %+v, want %+v", inside, want)
+	}
+}
+
+func TestSlug(t *testing.T) {
+	for in, want := range map[string]string{
+		"ratewindow sliding-log":     "ratewindow-sliding-log",
+		"plain sliding log, rueidis": "plain-sliding-log-rueidis",
+		"go-redis/redis_rate v10":    "go-redis-redis-rate-v10",
+		" x ":                        "x",
+	} {
+		if got := slug(in); got != want {
+			t.Errorf("slug(%q) = %q, want %q", in, got, want)
+		}
 	}
 }

@@ -33,6 +33,13 @@ type Contender struct {
 	// Peer marks another library (the default baseline is the fastest peer);
 	// false for ratewindow and for the reference script.
 	Peer bool
+	// Call names the commands of one call to Redis as INFO commandstats
+	// does, the first counting the calls, and CallName names them in
+	// tables. None: the call is the script commands (FCALL, EVALSHA, EVAL
+	// and their _RO forms) the contender sent, and every other command ran
+	// inside them.
+	Call     []string
+	CallName string
 	// New returns a factory of per-goroutine Decide functions for a limit of
 	// count units per window, on rdb.
 	New func(rdb *redis.Client, count int, window time.Duration) (func() Decide, error)
@@ -49,7 +56,8 @@ func Contenders() []Contender {
 		ratewindow("ratewindow sliding-counter", core.SlidingCounter),
 		{Name: "ulule/limiter v3", Method: "fixed window, Lua INCRBY", Peer: true, New: newUlule},
 		{Name: "go-redis/redis_rate v10", Method: "GCRA, Lua", Peer: true, New: newRedisRate},
-		{Name: "go-chi/httprate-redis", Method: "sliding counter, MGET + MULTI INCR", Peer: true, New: newHTTPRate},
+		{Name: "go-chi/httprate-redis", Method: "sliding counter, MGET + MULTI INCR", Peer: true, New: newHTTPRate,
+			Call: []string{"exec", "mget", "multi"}, CallName: "MGET + MULTI/EXEC"},
 		{Name: "plain sliding log", Method: "ZSET + UUID members, one EVALSHA", New: newPlainLog},
 		{Name: "plain sliding log, rueidis", Method: "the same script, rueidis auto-pipelining", New: newRueidisLog},
 	}

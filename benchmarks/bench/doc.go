@@ -1,8 +1,11 @@
 // Package bench measures ratewindow and other Go rate limiters side by side
 // on one Redis: decisions per second with latency, allocations and CPU per
 // decision; Redis memory per key; and the worst count admitted in any one
-// second for a limit of 100 per second. The contenders run in turn, in
-// rounds, so that machine noise hits them alike.
+// second for a limit of 100 per second. For the throughput, each contender
+// runs in a process of its own (SliceChild) against a flushed Redis, the
+// rounds interleaved so that machine noise hits them alike; the tables give
+// the median and the spread of the rounds, and Redis's own time a call from
+// INFO commandstats.
 //
 // The command github.com/ratewindow/ratewindow/benchmarks/cmd/rwbench runs
 // it and writes results/results.md and results/results.svg.

@@ -36,7 +36,7 @@ func runMemory(ctx context.Context, rdb *redis.Client, cfg *Config, rep *Report)
 			if err := rdb.Do(ctx, "FLUSHALL", "SYNC").Err(); err != nil {
 				return err
 			}
-			before, err := keyMemory(ctx, rdb)
+			before, err := keyMemory(ctx, rdb, cfg.Settle)
 			if err != nil {
 				return err
 			}
@@ -44,7 +44,7 @@ func runMemory(ctx context.Context, rdb *redis.Client, cfg *Config, rep *Report)
 			if err != nil {
 				return fmt.Errorf("bench: %s: %d requests per key: %w", c.Name, reqs, err)
 			}
-			after, err := keyMemory(ctx, rdb)
+			after, err := keyMemory(ctx, rdb, cfg.Settle)
 			if err != nil {
 				return err
 			}
@@ -62,15 +62,10 @@ func runMemory(ctx context.Context, rdb *redis.Client, cfg *Config, rep *Report)
 	return rdb.Do(ctx, "FLUSHALL", "SYNC").Err()
 }
 
-// settle is how long the server is left alone before a memory reading:
-// its cron finishes an incremental rehash of the key tables and trims the
-// connections' buffers.
-const settle = 500 * time.Millisecond
-
 // keyMemory is INFO memory's used_memory less mem_clients_normal, after
-// settle: the connections' buffers grow and shrink with traffic and are no
+// leaving the server alone for settle (see Config.Settle): the connections' buffers grow and shrink with traffic and are no
 // key's cost.
-func keyMemory(ctx context.Context, rdb *redis.Client) (int64, error) {
+func keyMemory(ctx context.Context, rdb *redis.Client, settle time.Duration) (int64, error) {
 	time.Sleep(settle)
 	info, err := rdb.Info(ctx, "memory").Result()
 	if err != nil {

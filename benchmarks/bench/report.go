@@ -2,10 +2,12 @@ package bench
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/xml"
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strings"
 	"time"
 )
@@ -102,6 +104,9 @@ func dur(d time.Duration) string {
 }
 
 // Markdown writes the report as Markdown tables.
+//
+// Each throughput figure is the median over the rounds, followed by its
+// spread (the smallest and largest round) when there is more than one.
 func (r *Report) Markdown(w io.Writer) error {
 	var b bytes.Buffer
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
@@ -109,11 +114,28 @@ func (r *Report) Markdown(w io.Writer) error {
 	p("# ratewindow side by side\n\n")
 	p("Run %s on Redis %s, %s, %d CPUs; took %s. Regenerate: `%s`.\n\n",
 		r.Started.UTC().Format("2006-01-02 15:04 UTC"), r.Redis, r.Go, r.CPUs, r.Took.Round(time.Second), Command)
-	p("Every contender runs against the same Redis, in turn (%d round(s) of %s each per setting, the order rotating every round), with the same go-redis client (pool of %d connections). ",
-		cfg.Rounds, cfg.Slice, maxInt(cfg.Goroutines))
-	p("The throughput limit (%s per %s) admits every request. Ratios are to the baseline: %s.\n\n", thousands(int64(cfg.Count)), cfg.Window, baselineName(cfg))
+	p("Each contender runs in a process of its own, one process per contender, setting and round, against the same Redis; ")
+	if r.Flushed {
+		p("the server is flushed (FLUSHALL) before each process. ")
+	} else {
+		p("the server is not the program's own and was not flushed. ")
+	}
+	p("A process opens its go-redis client (a pool of %d connections in every setting), warms up for %s (connections open, scripts loaded), then decides for %s. ",
+		maxInt(cfg.Goroutines), cfg.Warm, cfg.Slice)
+	p("The rounds interleave: in each setting, round 1 runs every contender once, then round 2 again, the order rotating by one each round. ")
+	p("%s\n\n", roundsNote(cfg.Rounds))
+	p("Client CPU is the process's own (getrusage); Redis CPU is the server's INFO cpu (user + system), so it includes reading and answering the connections. ")
+	p("Redis's own µs a call is INFO commandstats' usec over calls of the contender's call (CONFIG RESETSTAT before each slice): the time Redis spends executing the call, its script's Lua and the commands inside included, without the connection's I/O; decisions a call is above 1 where decisions are merged into one call. ")
+	p("The throughput limit (%s per %s) admits every request. Ratios are to the baseline: %s (by median decisions/s). ", thousands(int64(cfg.Count)), cfg.Window, baselineName(cfg))
+	p("The hot denied key, the worst window and the memory are measured in the program itself, with one client, one contender after another.\n\n")
 
-	p("## Decisions per second\n\n| contender |")
+	p("## Contenders\n\n| contender | method | the call Redis sees |\n|---|---|---|\n")
+	for _, c := range r.Contenders {
+		p("| %s | %s | %s |\n", c.Name, c.Method, r.callNames(c.Name))
+	}
+	p("\n")
+
+	p("## Decisions per second (median)\n\n| contender |")
 	for _, s := range r.settings() {
 		p(" %d goroutine(s), %s |", s.g, keysLabel(s.keys))
 	}
@@ -143,17 +165,39 @@ func (r *Report) Markdown(w io.Writer) error {
 	for _, s := range r.settings() {
 		base, _ := r.Baseline(s.g, s.keys)
 		p("### %d goroutine(s), %s (baseline: %s)\n\n", s.g, keysLabel(s.keys), base.Contender)
-		p("| contender | method | decisions/s | × baseline | p50 | p99 | allocs/decision | client CPU µs/decision | Redis CPU µs/decision | errors |\n")
-		p("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		p("| contender | decisions/s | × baseline | p50 | p99 | allocs/decision | client CPU µs/decision | Redis CPU µs/decision | Redis's own µs a call | decisions a call | errors |\n")
+		p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, c := range r.Contenders {
 			t, ok := r.row(c.Name, s)
 			if !ok {
 				continue
 			}
-			p("| %s | %s | %s | %s | %s | %s | %.1f | %.1f | %.1f | %d |\n", c.Name, c.Method, thousands(int64(t.PerSecond())),
-				ratio(t.PerSecond(), base.PerSecond()), dur(t.P50), dur(t.P99), t.AllocsPerDecision(), t.ClientMicros(), t.RedisMicros(), t.Errors)
+			p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d |\n", c.Name,
+				spread(t, Slice.PerSecond, count), ratio(t.PerSecond(), base.PerSecond()),
+				spread(t, p50, durNs), spread(t, p99, durNs), spread(t, Slice.AllocsPerDecision, oneDigit),
+				spread(t, Slice.ClientMicros, oneDigit), spread(t, Slice.RedisMicros, oneDigit),
+				spread(t, Slice.CallMicros, twoDigits), spread(t, Slice.DecisionsPerCall, oneDigit), t.Errors())
 		}
 		p("\n")
+	}
+
+	if low := r.lowestGoroutines(); low > 0 {
+		p("## Redis's own time a call, %d goroutine(s) (INFO commandstats)\n\n", low)
+		p("The call's µs, the commands Redis ran inside it (each command's µs per call, and how many per call where not one), their sum, and the rest: the call's own work around them (for a script, its Lua). Medians over the rounds, spreads in brackets.\n\n")
+		for _, nk := range cfg.Keys {
+			p("### %d goroutine(s), %s\n\n", low, keysLabel(nk))
+			p("| contender | call | µs a call | decisions a call | the commands inside, µs a call | inside | the rest |\n|---|---|---:|---:|---|---:|---:|\n")
+			for _, c := range r.Contenders {
+				t, ok := r.row(c.Name, setting{low, nk})
+				if !ok {
+					continue
+				}
+				p("| %s | %s | %s | %s | %s | %s | %s |\n", c.Name, r.callNames(c.Name),
+					spread(t, Slice.CallMicros, twoDigits), spread(t, Slice.DecisionsPerCall, oneDigit),
+					insideList(t), spread(t, Slice.InsideMicros, twoDigits), spread(t, Slice.RestMicros, twoDigits))
+			}
+			p("\n")
+		}
 	}
 
 	if len(r.Deny) > 0 {
@@ -229,6 +273,134 @@ func (r *Report) smallestPeerMemory() float64 {
 		return 0
 	}
 	return small
+}
+
+func roundsNote(rounds int) string {
+	if rounds == 1 {
+		return "One round: each figure is that round's."
+	}
+	return fmt.Sprintf("Each figure is the median of the %d rounds, followed by its spread (smallest–largest) in brackets.", rounds)
+}
+
+// callNames names the calls contender name sent in any setting.
+func (r *Report) callNames(name string) string {
+	var names []string
+	for _, t := range r.Throughput {
+		if t.Contender != name {
+			continue
+		}
+		for _, s := range t.Rounds {
+			if s.Call.Name != "" && !slices.Contains(names, s.Call.Name) {
+				names = append(names, s.Call.Name)
+			}
+		}
+	}
+	if len(names) == 0 {
+		return "—"
+	}
+	return strings.Join(names, ", ")
+}
+
+// lowestGoroutines is the smallest goroutine count of the grid; 0 when the
+// grid was not run.
+func (r *Report) lowestGoroutines() int {
+	if len(r.Throughput) == 0 || len(r.Config.Goroutines) == 0 {
+		return 0
+	}
+	return slices.Min(r.Config.Goroutines)
+}
+
+func p50(s Slice) float64 { return float64(s.P50) }
+func p99(s Slice) float64 { return float64(s.P99) }
+
+// A unit formats a figure's median and, with spread, its smallest and
+// largest round.
+type unit func(med, lo, hi float64, spread bool) string
+
+func count(med, lo, hi float64, spread bool) string {
+	if !spread {
+		return thousands(int64(med))
+	}
+	return fmt.Sprintf("%s (%s–%s)", thousands(int64(med)), thousands(int64(lo)), thousands(int64(hi)))
+}
+
+func digits(n int) unit {
+	return func(med, lo, hi float64, spread bool) string {
+		if !spread {
+			return fmt.Sprintf("%.*f", n, med)
+		}
+		return fmt.Sprintf("%.*f (%.*f–%.*f)", n, med, n, lo, n, hi)
+	}
+}
+
+var oneDigit, twoDigits = digits(1), digits(2)
+
+// durNs formats nanoseconds in the unit the median reads best in.
+func durNs(med, lo, hi float64, spread bool) string {
+	div, name, prec := 1.0, "ns", 0
+	switch {
+	case med >= 1e6:
+		div, name, prec = 1e6, "ms", 2
+	case med >= 1e3:
+		div, name = 1e3, "µs"
+	}
+	if !spread {
+		return fmt.Sprintf("%.*f %s", prec, med/div, name)
+	}
+	return fmt.Sprintf("%.*f %s (%.*f–%.*f)", prec, med/div, name, prec, lo/div, prec, hi/div)
+}
+
+// spread formats fig of t's rounds in u.
+func spread(t Throughput, fig func(Slice) float64, u unit) string {
+	med, lo, hi := t.Median(fig)
+	return u(med, lo, hi, len(t.Rounds) > 1)
+}
+
+// insideList lists the commands inside t's calls, most time first: each
+// one's median µs per call over the rounds, and its count per call where
+// that is not one.
+func insideList(t Throughput) string {
+	var names []string
+	for _, s := range t.Rounds {
+		for _, c := range s.Inside {
+			if !slices.Contains(names, c.Name) {
+				names = append(names, c.Name)
+			}
+		}
+	}
+	type item struct {
+		name        string
+		usec, calls float64
+	}
+	items := make([]item, len(names))
+	for i, name := range names {
+		per := func(f func(CommandStat) int64) func(Slice) float64 {
+			return func(s Slice) float64 {
+				for _, c := range s.Inside {
+					if c.Name == name && s.Call.Calls > 0 {
+						return float64(f(c)) / float64(s.Call.Calls)
+					}
+				}
+				return 0
+			}
+		}
+		usec, _, _ := t.Median(per(func(c CommandStat) int64 { return c.Usec }))
+		calls, _, _ := t.Median(per(func(c CommandStat) int64 { return c.Calls }))
+		items[i] = item{strings.ToUpper(strings.ReplaceAll(name, "|", " ")), usec, calls}
+	}
+	slices.SortStableFunc(items, func(a, b item) int { return cmp.Compare(b.usec, a.usec) })
+	var parts []string
+	for _, it := range items {
+		if it.calls < 0.995 || it.calls >= 1.005 {
+			parts = append(parts, fmt.Sprintf("%s ×%.2g %.2f", it.name, it.calls, it.usec))
+		} else {
+			parts = append(parts, fmt.Sprintf("%s %.2f", it.name, it.usec))
+		}
+	}
+	if len(parts) == 0 {
+		return "—"
+	}
+	return strings.Join(parts, ", ")
 }
 
 func baselineName(cfg Config) string {

@@ -26,10 +26,11 @@ type Config struct {
 	// Goroutines and Keys are the throughput settings, run as a grid.
 	Goroutines []int
 	Keys       []int
-	// Rounds is how often every contender runs in each setting, in turn
-	// (A B C, A B C, ...), each time for Slice.
-	Rounds int
-	Slice  time.Duration
+	// Rounds is how often every contender runs in each setting, the rounds
+	// interleaved (A B C, then B C A, ...): each time in a process of its
+	// own that warms up for Warm, then decides for Slice.
+	Rounds      int
+	Slice, Warm time.Duration
 	// Count per Window is the limit of the throughput runs: high enough
 	// that every request is admitted, so every decision does the full work.
 	Count  int
@@ -37,6 +38,10 @@ type Config struct {
 	// MemKeys keys get MemRequests requests each (and then one each) for
 	// the Redis memory per key.
 	MemKeys, MemRequests int
+	// Settle is how long the server is left alone before each memory
+	// reading: its cron finishes an incremental rehash of the key tables
+	// and trims the connections' buffers.
+	Settle time.Duration
 	// AdmitFor is how long AdmitGoroutines drive one hot key with a limit
 	// of 100 per second to find the worst count in a one-second window.
 	AdmitFor        time.Duration
@@ -55,9 +60,13 @@ type Config struct {
 	Baseline string
 	// Only keeps the contenders whose name matches, when set.
 	Only *regexp.Regexp
-	// ContextTimeout sets go-redis's ContextTimeoutEnabled on the client
-	// every contender shares.
+	// ContextTimeout sets go-redis's ContextTimeoutEnabled on every
+	// contender's client.
 	ContextTimeout bool
+	// CPUProfile, when set, is where each throughput process writes a CPU
+	// profile of its slice: CPUProfile followed by the contender, setting
+	// and round.
+	CPUProfile string
 	// ThroughputOnly skips everything but the throughput grid; FloodOnly
 	// everything but the flood.
 	ThroughputOnly, FloodOnly bool
@@ -69,8 +78,8 @@ type Config struct {
 func FullConfig() Config {
 	return Config{
 		Goroutines: []int{1, 16, 64, 256}, Keys: []int{1, 100_000},
-		Rounds: 3, Slice: time.Second, Count: 1_000_000, Window: time.Second,
-		MemKeys: 100_000, MemRequests: 10,
+		Rounds: 3, Slice: time.Second, Warm: 200 * time.Millisecond, Count: 1_000_000, Window: time.Second,
+		MemKeys: 100_000, MemRequests: 10, Settle: 500 * time.Millisecond,
 		AdmitFor: 3 * time.Second, AdmitGoroutines: 64, DenyFor: time.Second,
 		FloodProcesses: 3, FloodGoroutines: 64, FloodFor: 10 * time.Second,
 	}
@@ -79,45 +88,52 @@ func FullConfig() Config {
 // QuickConfig is a smoke run of the same code paths in under a minute.
 func QuickConfig() Config {
 	c := FullConfig()
-	c.Rounds, c.Slice = 1, 150*time.Millisecond
-	c.MemKeys = 5_000
+	c.Rounds, c.Slice, c.Warm = 1, 150*time.Millisecond, 50*time.Millisecond
+	c.MemKeys, c.Settle = 5_000, 200*time.Millisecond
 	c.AdmitFor, c.DenyFor = 1200*time.Millisecond, 200*time.Millisecond
 	c.FloodFor = 1500 * time.Millisecond
 	return c
 }
 
-// Throughput is one contender in one setting, summed over its rounds.
+// Throughput is one contender in one setting: a Slice a round.
 type Throughput struct {
 	Contender        string
 	Goroutines, Keys int
-	Decisions        int64
-	Admitted, Errors int64
-	Elapsed          time.Duration
-	P50, P99         time.Duration
-	Mallocs          uint64
-	ClientCPU        time.Duration // this process, user + system
-	RedisCPU         time.Duration // the server's INFO cpu, user + system
+	Rounds           []Slice
 }
 
-// PerSecond is decisions per second.
-func (t Throughput) PerSecond() float64 {
-	if t.Elapsed <= 0 {
-		return 0
+// Median returns the median of fig over the rounds, and the smallest and
+// largest value (the spread).
+func (t Throughput) Median(fig func(Slice) float64) (med, lo, hi float64) {
+	if len(t.Rounds) == 0 {
+		return 0, 0, 0
 	}
-	return float64(t.Decisions) / t.Elapsed.Seconds()
+	v := make([]float64, len(t.Rounds))
+	for i, s := range t.Rounds {
+		v[i] = fig(s)
+	}
+	slices.Sort(v)
+	n := len(v)
+	med = v[n/2]
+	if n%2 == 0 {
+		med = (v[n/2-1] + v[n/2]) / 2
+	}
+	return med, v[0], v[n-1]
 }
 
-// AllocsPerDecision is runtime.MemStats.Mallocs per decision.
-func (t Throughput) AllocsPerDecision() float64 { return perDecision(float64(t.Mallocs), t.Decisions) }
-
-// ClientMicros is this process's CPU µs per decision.
-func (t Throughput) ClientMicros() float64 {
-	return perDecision(float64(t.ClientCPU)/1e3, t.Decisions)
+// PerSecond is the median of the rounds' decisions per second.
+func (t Throughput) PerSecond() float64 {
+	m, _, _ := t.Median(Slice.PerSecond)
+	return m
 }
 
-// RedisMicros is the server's CPU µs per decision.
-func (t Throughput) RedisMicros() float64 {
-	return perDecision(float64(t.RedisCPU)/1e3, t.Decisions)
+// Errors is the failed decisions of every round.
+func (t Throughput) Errors() int64 {
+	var n int64
+	for _, s := range t.Rounds {
+		n += s.Errors
+	}
+	return n
 }
 
 func perDecision(v float64, n int64) float64 {
@@ -152,7 +168,7 @@ type Admission struct {
 // Deny compares a hot denied key with ratewindow's deny cache on and off.
 type Deny struct {
 	Goroutines int
-	On, Off    Throughput
+	On, Off    Slice // summed over the rounds
 }
 
 // Report is the outcome of a run.
@@ -162,6 +178,9 @@ type Report struct {
 	Go         string
 	CPUs       int
 	Contenders []Contender
+	// Flushed is set when the server was flushed before each throughput
+	// process (the program's own server, or -flush).
+	Flushed    bool
 	Throughput []Throughput
 	Memory     []Memory
 	MemoryNote string
@@ -186,7 +205,8 @@ func Run(ctx context.Context, srv *Server, cfg Config) (*Report, error) {
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		return nil, fmt.Errorf("bench: redis at %s: %w", srv.Addr, err)
 	}
-	rep := &Report{Config: cfg, Redis: redisVersion(ctx, rdb), Go: runtime.Version(), CPUs: runtime.NumCPU(), Started: time.Now()}
+	rep := &Report{Config: cfg, Redis: redisVersion(ctx, rdb), Go: runtime.Version(), CPUs: runtime.NumCPU(), Started: time.Now(),
+		Flushed: srv.Own || cfg.Flush}
 	for _, c := range Contenders() {
 		if cfg.Only == nil || cfg.Only.MatchString(c.Name) {
 			rep.Contenders = append(rep.Contenders, c)
@@ -195,35 +215,38 @@ func Run(ctx context.Context, srv *Server, cfg Config) (*Report, error) {
 	if len(rep.Contenders) == 0 {
 		return nil, errors.New("bench: no contender matches -only")
 	}
-	if cfg.FloodOnly {
-		err := runFlood(ctx, srv, &cfg, rep)
-		rep.Took = time.Since(rep.Started)
-		return rep, err
+	type phase struct {
+		name string
+		run  func() error
 	}
-	if err := runThroughput(ctx, rdb, &cfg, rep); err != nil {
-		return nil, err
-	}
-	if cfg.ThroughputOnly {
-		rep.Took = time.Since(rep.Started)
-		return rep, nil
-	}
-	if err := runDeny(ctx, rdb, &cfg, rep); err != nil {
-		return nil, err
-	}
-	if err := runAdmission(ctx, rdb, &cfg, rep); err != nil {
-		return nil, err
-	}
-	if cfg.FloodProcesses > 0 {
-		if err := runFlood(ctx, srv, &cfg, rep); err != nil {
-			return nil, err
+	flood := phase{"flood", func() error { return runFlood(ctx, srv, &cfg, rep) }}
+	var phases []phase
+	switch {
+	case cfg.FloodOnly:
+		phases = []phase{flood}
+	case cfg.ThroughputOnly:
+		phases = []phase{{"throughput", func() error { return runThroughput(ctx, srv, rdb, &cfg, rep) }}}
+	default:
+		phases = []phase{
+			{"throughput", func() error { return runThroughput(ctx, srv, rdb, &cfg, rep) }},
+			{"deny cache", func() error { return runDeny(ctx, rdb, &cfg, rep) }},
+			{"worst window", func() error { return runAdmission(ctx, rdb, &cfg, rep) }},
+		}
+		if cfg.FloodProcesses > 0 {
+			phases = append(phases, flood)
+		}
+		if cfg.Flush || srv.Own {
+			phases = append(phases, phase{"memory", func() error { return runMemory(ctx, rdb, &cfg, rep) }})
+		} else {
+			rep.MemoryNote = "not measured: REDIS_ADDR is not the program's own server and -flush was not given"
 		}
 	}
-	if cfg.Flush || srv.Own {
-		if err := runMemory(ctx, rdb, &cfg, rep); err != nil {
+	for _, ph := range phases {
+		t0 := time.Now()
+		if err := ph.run(); err != nil {
 			return nil, err
 		}
-	} else {
-		rep.MemoryNote = "not measured: REDIS_ADDR is not the program's own server and -flush was not given"
+		cfg.logf("-- %s took %v", ph.name, time.Since(t0).Round(100*time.Millisecond))
 	}
 	rep.Took = time.Since(rep.Started)
 	return rep, nil
@@ -238,49 +261,69 @@ func keyNames(prefix string, n int) []string {
 	return keys
 }
 
-func runThroughput(ctx context.Context, rdb *redis.Client, cfg *Config, rep *Report) error {
-	makers := make([]func() Decide, len(rep.Contenders))
-	for i, c := range rep.Contenders {
-		m, err := c.New(rdb, cfg.Count, cfg.Window)
-		if err != nil {
-			return fmt.Errorf("bench: %s: %w", c.Name, err)
-		}
-		makers[i] = m
-	}
+// runThroughput runs the throughput grid: in each setting, Rounds rounds,
+// each running every contender once, in turn, in a child process of its own
+// (SliceChild), the order rotating by one every round. Before each process
+// the server is flushed, where the program may flush it.
+func runThroughput(ctx context.Context, srv *Server, rdb *redis.Client, cfg *Config, rep *Report) error {
+	mayFlush := srv.Own || cfg.Flush
+	n := len(rep.Contenders)
 	for _, nk := range cfg.Keys {
-		keys := keyNames("user:", nk)
 		for _, g := range cfg.Goroutines {
-			sums := make([]Throughput, len(makers))
-			hs := make([]hist, len(makers))
+			ts := make([]Throughput, n)
 			for r := 0; r < cfg.Rounds; r++ {
-				for j := range makers {
-					i := (j + r) % len(makers) // rotate the order each round
-					t, h, err := runSlice(ctx, rdb, makers[i], g, keys, cfg.Slice)
-					if err != nil {
-						return fmt.Errorf("bench: %s: %w", rep.Contenders[i].Name, err)
+				for j := range n {
+					i := (j + r) % n
+					c := rep.Contenders[i]
+					if mayFlush {
+						if err := rdb.Do(ctx, "FLUSHALL", "SYNC").Err(); err != nil {
+							return err
+						}
 					}
-					s := &sums[i]
-					s.Decisions += t.Decisions
-					s.Admitted += t.Admitted
-					s.Errors += t.Errors
-					s.Elapsed += t.Elapsed
-					s.Mallocs += t.Mallocs
-					s.ClientCPU += t.ClientCPU
-					s.RedisCPU += t.RedisCPU
-					hs[i].merge(h)
+					spec := SliceSpec{
+						Addr: srv.Addr, Contender: c.Name, Goroutines: g, Keys: nk,
+						PoolSize: slices.Max(cfg.Goroutines), Count: cfg.Count, Window: cfg.Window,
+						Warm: cfg.Warm, For: cfg.Slice, ResetStat: mayFlush, ContextTimeout: cfg.ContextTimeout,
+					}
+					if cfg.CPUProfile != "" {
+						spec.CPUProfile = fmt.Sprintf("%s.%s.g%d.k%d.r%d", cfg.CPUProfile, slug(c.Name), g, nk, r+1)
+					}
+					s, err := runChild(ctx, spec)
+					if err != nil {
+						return fmt.Errorf("bench: %s, %d goroutine(s), %d key(s): %w", c.Name, g, nk, err)
+					}
+					cfg.logf("round %d/%d %-28s g=%-3d keys=%-6d %10.0f/s p50=%-9v p99=%-9v Redis %s %.1f µs/call, %.1f decisions/call, errors=%d",
+						r+1, cfg.Rounds, c.Name, g, nk, s.PerSecond(), s.P50, s.P99, s.Call.Name, s.CallMicros(), s.DecisionsPerCall(), s.Errors)
+					ts[i].Rounds = append(ts[i].Rounds, s)
 				}
 			}
-			for i := range sums {
-				s := &sums[i]
-				s.Contender, s.Goroutines, s.Keys = rep.Contenders[i].Name, g, nk
-				s.P50, s.P99 = hs[i].quantile(0.50), hs[i].quantile(0.99)
-				cfg.logf("%-28s g=%-3d keys=%-6d %10.0f/s p50=%-9v p99=%-9v allocs=%.1f errors=%d",
-					s.Contender, g, nk, s.PerSecond(), s.P50, s.P99, s.AllocsPerDecision(), s.Errors)
-				rep.Throughput = append(rep.Throughput, *s)
+			for i := range ts {
+				t := &ts[i]
+				t.Contender, t.Goroutines, t.Keys = rep.Contenders[i].Name, g, nk
+				rep.Throughput = append(rep.Throughput, *t)
 			}
 		}
 	}
 	return nil
+}
+
+// slug is name with every run of other characters than letters and digits
+// made one '-'.
+func slug(name string) string {
+	var b strings.Builder
+	dash := false
+	for _, r := range strings.ToLower(name) {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			if dash && b.Len() > 0 {
+				b.WriteByte('-')
+			}
+			b.WriteRune(r)
+			dash = false
+		} else {
+			dash = true
+		}
+	}
+	return b.String()
 }
 
 // worker is one goroutine's share of a slice.
@@ -292,16 +335,20 @@ type worker struct {
 	err                 error
 }
 
-// runSlice runs g goroutines deciding on random keys for about d.
-func runSlice(ctx context.Context, rdb *redis.Client, mk func() Decide, g int, keys []string, d time.Duration) (Throughput, *hist, error) {
-	ws := make([]*worker, g)
+// runSlice runs a goroutine for each of decide, deciding on random keys,
+// for about d. With stats, it reads the server's CPU time before and after.
+func runSlice(ctx context.Context, stats *redis.Client, decide []Decide, keys []string, d time.Duration) (Slice, *hist, error) {
+	ws := make([]*worker, len(decide))
 	for i := range ws {
-		ws[i] = &worker{decide: mk()}
+		ws[i] = &worker{decide: decide[i]}
 		ws[i].rng.Seed(rand.Uint64(), rand.Uint64())
 	}
-	cpu0, err := redisCPU(ctx, rdb)
-	if err != nil {
-		return Throughput{}, nil, err
+	var cpu0, cpu1 time.Duration
+	var err error
+	if stats != nil {
+		if cpu0, err = redisCPU(ctx, stats); err != nil {
+			return Slice{}, nil, err
+		}
 	}
 	var stop atomic.Bool
 	var wg sync.WaitGroup
@@ -339,22 +386,23 @@ func runSlice(ctx context.Context, rdb *redis.Client, mk func() Decide, g int, k
 	elapsed := time.Since(start)
 	ru1 := rusage()
 	runtime.ReadMemStats(&ms1)
-	cpu1, err := redisCPU(ctx, rdb)
-	if err != nil {
-		return Throughput{}, nil, err
-	}
-	t := Throughput{Elapsed: elapsed, Mallocs: ms1.Mallocs - ms0.Mallocs, ClientCPU: ru1 - ru0, RedisCPU: cpu1 - cpu0}
-	h := new(hist)
-	for _, w := range ws {
-		t.Decisions += w.n
-		t.Admitted += w.admitted
-		t.Errors += w.errors
-		h.merge(&w.h)
-		if w.err != nil && w.errors == w.n {
-			return t, h, fmt.Errorf("every decision failed: %w", w.err)
+	if stats != nil {
+		if cpu1, err = redisCPU(ctx, stats); err != nil {
+			return Slice{}, nil, err
 		}
 	}
-	return t, h, nil
+	s := Slice{Elapsed: elapsed, Mallocs: ms1.Mallocs - ms0.Mallocs, ClientCPU: ru1 - ru0, RedisCPU: cpu1 - cpu0}
+	h := new(hist)
+	for _, w := range ws {
+		s.Decisions += w.n
+		s.Admitted += w.admitted
+		s.Errors += w.errors
+		h.merge(&w.h)
+		if w.err != nil && w.errors == w.n {
+			return s, h, fmt.Errorf("every decision failed: %w", w.err)
+		}
+	}
+	return s, h, nil
 }
 
 // rusage is this process's CPU time, user plus system.
@@ -406,12 +454,19 @@ func runDeny(ctx context.Context, rdb *redis.Client, cfg *Config, rep *Report) e
 		}
 		makers[i] = m
 	}
+	decide := func(m func() Decide, g int) []Decide {
+		d := make([]Decide, g)
+		for i := range d {
+			d[i] = m()
+		}
+		return d
+	}
 	for _, g := range []int{1, 64} {
 		var d Deny
 		d.Goroutines = g
 		for r := 0; r < max(cfg.Rounds, 1); r++ {
 			for i, m := range makers {
-				t, _, err := runSlice(ctx, rdb, m, g, key, cfg.DenyFor)
+				t, _, err := runSlice(ctx, nil, decide(m, g), key, cfg.DenyFor)
 				if err != nil {
 					return fmt.Errorf("bench: deny cache: %w", err)
 				}

@@ -5,12 +5,17 @@
 // port of 127.0.0.1. Memory is measured with FLUSHALL, so on a REDIS_ADDR
 // server it runs only with -flush.
 //
-//	cd benchmarks && go run ./cmd/rwbench            # full run, a few minutes
+// Each contender's throughput is measured in processes of its own: the
+// program runs itself again (-slice-child) for every contender, setting and
+// round, and the flood's replicas likewise (-flood-child).
+//
+//	cd benchmarks && go run ./cmd/rwbench            # full run, about 10 minutes
 //	cd benchmarks && go run ./cmd/rwbench -quick     # smoke run, under a minute
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -39,17 +44,20 @@ func run() error {
 	baseline := flag.String("baseline", "", "contender the ratios refer to (default: the fastest peer of each setting)")
 	flush := flag.Bool("flush", false, "allow FLUSHALL on REDIS_ADDR (memory measurement); the program's own server is always flushed")
 	only := flag.String("only", "", "regexp: run only the contenders whose name matches")
-	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
-	ctxTimeout := flag.Bool("ctxtimeout", false, "set go-redis's ContextTimeoutEnabled on the shared client")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the program to this file, and one of each throughput process to FILE.<contender>.g<G>.k<K>.r<round>")
+	ctxTimeout := flag.Bool("ctxtimeout", false, "set go-redis's ContextTimeoutEnabled on every contender's client")
 	speedOnly := flag.Bool("speed", false, "measure decisions per second only (no deny cache, worst window or memory)")
 	goroutines := flag.String("g", "", "comma-separated goroutine counts (default 1,16,64,256)")
 	keys := flag.String("keys", "", "comma-separated key counts (default 1,100000)")
 	slice := flag.Duration("slice", 0, "time per contender per round (default 1s, 150ms with -quick)")
+	warm := flag.Duration("warm", 0, "warm-up of each throughput process before its slice (default 200ms, 50ms with -quick)")
 	rounds := flag.Int("rounds", 0, "rounds per setting (default 3, 1 with -quick)")
 	memKeys := flag.Int("memkeys", 0, "keys of the memory measurement (default 100000, 5000 with -quick)")
 	flood := flag.Bool("flood", true, "run the flood scenario (several processes on one key)")
 	floodOnly := flag.Bool("flood-only", false, "run the flood scenario only")
 	floodFor := flag.Duration("flood-for", 0, "length of the flood (default 10s, 1.5s with -quick)")
+	// the throughput's child processes, one per contender, setting and round
+	sliceChild := flag.String("slice-child", "", "internal: measure one slice, given as JSON")
 	// the flood's child processes
 	floodChild := flag.Bool("flood-child", false, "internal: run one process of the flood")
 	floodAddr := flag.String("flood-addr", "", "internal")
@@ -61,6 +69,13 @@ func run() error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	if *sliceChild != "" {
+		var spec bench.SliceSpec
+		if err := json.Unmarshal([]byte(*sliceChild), &spec); err != nil {
+			return fmt.Errorf("-slice-child: %w", err)
+		}
+		return bench.SliceChild(ctx, spec)
+	}
 	if *floodChild {
 		return bench.FloodChild(ctx, *floodAddr, *floodKey, core.Algorithm(*floodAlg), *floodG, *floodFor, time.Unix(0, *floodStart))
 	}
@@ -70,9 +85,12 @@ func run() error {
 		cfg = bench.QuickConfig()
 	}
 	cfg.Baseline, cfg.Flush, cfg.Log = *baseline, *flush, os.Stderr
-	cfg.ThroughputOnly, cfg.ContextTimeout = *speedOnly, *ctxTimeout
+	cfg.ThroughputOnly, cfg.ContextTimeout, cfg.CPUProfile = *speedOnly, *ctxTimeout, *cpuProfile
 	if *slice > 0 {
 		cfg.Slice = *slice
+	}
+	if *warm > 0 {
+		cfg.Warm = *warm
 	}
 	if *rounds > 0 {
 		cfg.Rounds = *rounds
