@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http/httptest"
+	"net"
 	"os"
 	"runtime"
 	"slices"
@@ -16,53 +16,19 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ratewindow/ratewindow/core/internal/store"
 	"github.com/ratewindow/ratewindow/internal/redistest"
 	"github.com/ratewindow/ratewindow/internal/stall"
 )
 
-// hookClones adds h to the client clones of l's transport, which run
-// none of the client's hooks: a test's hook on the client then sees every
-// call of l.
-func hookClones(l *Limiter, h redis.Hook) {
-	for _, cl := range l.store.(*redisStore).t.clones {
-		cl.c.AddHook(h)
-	}
-}
+// patient is the timeout of tests that expect Redis to answer: long enough
+// for a loaded CI machine, where a loopback call may take over 100ms.
+const patient = 2 * time.Second
 
 // isScriptCall reports whether cmd runs a script: EVALSHA, EVAL or FCALL.
 func isScriptCall(cmd redis.Cmder) bool {
 	n := cmd.Name()
 	return n == "evalsha" || n == "eval" || n == "fcall"
-}
-
-// answeredScript reports whether cmd is a script call that ran (not one
-// answered NOSCRIPT, which is sent again).
-func answeredScript(cmd redis.Cmder, err error) bool {
-	return isScriptCall(cmd) && !redis.HasErrorPrefix(err, "NOSCRIPT") && !functionMissing(err)
-}
-
-// allowCallFor builds the transport call of one Allow of key on limits.
-func allowCallFor(s *redisStore, key string, limits ...Limit) *call {
-	c := s.allowCall(&query{key: key, n: 1, limits: limits, commit: true})
-	c.ctx = context.Background()
-	return c
-}
-
-// sendAll sends calls as one batch and returns each caller's outcome.
-func sendAll(s *redisStore, calls []*call) ([]Result, []error) {
-	s.t.send(calls)
-	rs, errs := make([]Result, len(calls)), make([]error, len(calls))
-	for i, c := range calls {
-		<-c.done
-		errs[i] = c.err
-		if c.err == nil {
-			q := &query{limits: []Limit{PerMinute(3)}}
-			if errs[i] = parseAllow(c.reply, q); errs[i] == nil {
-				rs[i] = q.result()
-			}
-		}
-	}
-	return rs, errs
 }
 
 // One batch of decisions on many keys, with three on one key: every
@@ -81,28 +47,27 @@ func TestTransportSend(t *testing.T) {
 	}
 	for _, cl := range clients {
 		t.Run(cl.name, func(t *testing.T) {
-			s := newRedisStore(cl.rdb, uniquePrefix(t), 0)
+			s := New(cl.rdb, uniquePrefix(t))
 			for round := range 2 {
 				if round == 1 && cl.flush != nil {
 					if err := cl.flush(); err != nil { // NOSCRIPT: sent again as EVAL
 						t.Fatal(err)
 					}
 				}
-				var calls []*call
+				var rs []store.Request
 				for i := range 8 {
-					calls = append(calls, allowCallFor(s, fmt.Sprintf("k%d-%d", round, i), PerMinute(3)))
+					rs = append(rs, decision(fmt.Sprintf("k%d-%d", round, i), perMinute(3)))
 				}
 				for range 4 {
-					calls = append(calls, allowCallFor(s, fmt.Sprintf("hot-%d", round), PerMinute(3)))
+					rs = append(rs, decision(fmt.Sprintf("hot-%d", round), perMinute(3)))
 				}
-				rs, errs := sendAll(s, calls)
-				for i := range calls {
+				for i, o := range allowBatch(s, rs) {
 					wantRemaining := int64(2)
 					if i >= 8 {
 						wantRemaining = max(2-int64(i-8), 0)
 					}
-					if errs[i] != nil || rs[i].Allowed != (i < 11) || rs[i].Remaining != wantRemaining {
-						t.Fatalf("round %d call %d: %+v %v", round, i, rs[i], errs[i])
+					if o.err != nil || o.d.Allowed != (i < 11) || o.d.States[0].Remaining != wantRemaining {
+						t.Fatalf("round %d call %d: %+v %v", round, i, o.d, o.err)
 					}
 				}
 			}
@@ -119,8 +84,8 @@ func TestTransportMergedError(t *testing.T) {
 	rdb := redistest.New(t).Client(t)
 	names := newScriptNames()
 	rdb.AddHook(names)
-	s := newRedisStore(rdb, uniquePrefix(t), 0)
-	lim := PerMinute(30)
+	s := New(rdb, uniquePrefix(t))
+	lim := perMinute(30)
 	for _, key := range []string{"bad", "worse"} {
 		bad := storageKey(keyTag(s.prefix, key), lim)
 		if err := rdb.Set(context.Background(), bad, "not a sliding log", time.Minute).Err(); err != nil {
@@ -143,22 +108,21 @@ func TestTransportMergedError(t *testing.T) {
 			}
 		}
 		keys := []string{"a", "bad", "bad", "bad", "b", "worse", "c"}
-		calls := make([]*call, len(keys))
+		rs := make([]store.Request, len(keys))
 		for i, k := range keys {
-			calls[i] = allowCallFor(s, k, lim)
+			rs[i] = decision(k, lim)
 		}
 		names.take()
 		ints := names.ints.Load()
-		rs, errs := sendAll(s, calls)
-		for i, k := range keys {
-			if strings.HasPrefix(k, "bad") || k == "worse" {
-				if errs[i] == nil || !strings.Contains(errs[i].Error(), "WRONGTYPE") {
-					t.Fatalf("%s: call %d (%s): %v, want WRONGTYPE", phase, i, k, errs[i])
+		for i, o := range allowBatch(s, rs) {
+			if k := keys[i]; k == "bad" || k == "worse" {
+				if o.err == nil || !strings.Contains(o.err.Error(), "WRONGTYPE") || !s.Replied(o.err) {
+					t.Fatalf("%s: call %d (%s): %v, want WRONGTYPE, an answer of the server", phase, i, k, o.err)
 				}
 				continue
 			}
-			if errs[i] != nil || !rs[i].Allowed {
-				t.Fatalf("%s: call %d (%s): %+v %v", phase, i, k, rs[i], errs[i])
+			if o.err != nil || !o.d.Allowed || o.d.States[0].Remaining != 29 {
+				t.Fatalf("%s: call %d (%s): %+v %v", phase, i, keys[i], o.d, o.err)
 			}
 		}
 		// the merged call, then one decision of the bad run and the worse
@@ -169,12 +133,17 @@ func TestTransportMergedError(t *testing.T) {
 		if got, want := names.ints.Load()-ints, map[string]int64{"evalsha": 0, "fcall": 3}[phase]; got != want {
 			t.Fatalf("%s: %d calls read as []int64, want %d", phase, got, want)
 		}
+		for _, k := range []string{"a", "b", "c"} { // the next phase decides them anew
+			if err := s.Reset(ctx, decision(k, lim)); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 }
 
-// Concurrent decisions through a Limiter, on a single server and on a
-// Cluster: every decision exact.
-func TestTransportLimiter(t *testing.T) {
+// Concurrent decisions on a single server and on a Cluster: every
+// decision exact.
+func TestTransportConcurrent(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		rdb  func(t *testing.T) redis.UniversalClient
@@ -183,15 +152,12 @@ func TestTransportLimiter(t *testing.T) {
 		{"cluster", func(t *testing.T) redis.UniversalClient { return redistest.NewCluster(t).Client(t) }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			rdb := c.rdb(t)
-			l, err := New(rdb, WithPrefix(uniquePrefix(t)), WithTimeout(10*time.Second))
-			if err != nil {
-				t.Fatal(err)
-			}
+			const timeout = 10 * time.Second
+			s := New(c.rdb(t), uniquePrefix(t), timeout)
 			ctx := context.Background()
-			lim := PerHour(40)
-			if r, err := l.Allow(ctx, "lone", lim); err != nil || !r.Allowed || r.Remaining != 39 {
-				t.Fatalf("lone call: %+v %v", r, err)
+			lim := perHour(40)
+			if d, err := s.Allow(ctx, within(decision("lone", lim), timeout)); err != nil || !d.Allowed || d.States[0].Remaining != 39 {
+				t.Fatalf("lone call: %+v %v", d, err)
 			}
 			const goroutines, each, keys = 64, 10, 8
 			admitted := make([]atomic.Int64, keys)
@@ -200,12 +166,12 @@ func TestTransportLimiter(t *testing.T) {
 				wg.Go(func() {
 					for i := range each {
 						k := (g + i) % keys
-						r, err := l.Allow(ctx, fmt.Sprint("key-", k), lim)
+						d, err := s.Allow(ctx, within(decision(fmt.Sprint("key-", k), lim), timeout))
 						if err != nil {
 							t.Error(err)
 							return
 						}
-						if r.Allowed {
+						if d.Allowed {
 							admitted[k].Add(1)
 						}
 					}
@@ -224,9 +190,9 @@ func TestTransportLimiter(t *testing.T) {
 // TestTransportKeepsDeadline: with a server that accepts connections and
 // never answers, every call returns by its deadline, with every client type
 // and whichever way it is sent: concurrent decisions (some alone, some
-// queued) end by the Limiter's timeout (two at the start: the first
-// timeout of a Redis that never answered goes again), and with a later
-// Limiter's timeout, by the caller's own deadline.
+// queued) end by their Request's Within (the Limiter's timeout), and with
+// a later Within, by the caller's own deadline; no reply came, and the
+// error says so (a deadline's, not an answer of the server).
 func TestTransportKeepsDeadline(t *testing.T) {
 	t.Parallel()
 	addr := redistest.Silent(t)
@@ -260,11 +226,12 @@ func TestTransportKeepsDeadline(t *testing.T) {
 				t.Parallel()
 				rdb := c.new()
 				t.Cleanup(func() { go rdb.Close() })
-				limiterTimeout, bound := timeout, 2*timeout+margin
+				storeTimeout, bound := timeout, timeout+margin
 				if callerDeadline {
-					limiterTimeout, bound = time.Minute, deadline+margin
+					storeTimeout, bound = time.Minute, deadline+margin
 				}
-				l, _ := faultLimiter(t, rdb, FailClosed, 1, WithTimeout(limiterTimeout))
+				s := New(rdb, uniquePrefix(t), storeTimeout)
+				sent := s.Clock()
 				stalls := stall.Start(t)
 				var wg sync.WaitGroup
 				for i := range callers {
@@ -276,17 +243,17 @@ func TestTransportKeepsDeadline(t *testing.T) {
 							defer cancel()
 						}
 						start := time.Now()
-						r, err := l.Allow(ctx, fmt.Sprint("k", i), PerMinute(4))
+						d, err := s.Allow(ctx, within(decision(fmt.Sprint("k", i), perMinute(4)), storeTimeout))
 						beyond(t, stalls, time.Since(start), bound, fmt.Sprintf("decision %d", i))
-						switch {
-						case callerDeadline && !errors.Is(err, context.DeadlineExceeded):
-							t.Errorf("decision %d: %+v %v, want the caller's deadline", i, r, err)
-						case !callerDeadline && (err != nil || r.Allowed || !isBackendError(r.BackendErr)):
-							t.Errorf("decision %d: %+v %v, want a fail-closed answer", i, r, err)
+						if err == nil || !store.IsTimeout(err) || s.Replied(err) {
+							t.Errorf("decision %d: %+v %v, want a deadline's error", i, d, err)
 						}
 					})
 				}
 				wg.Wait()
+				if s.AnsweredSince(sent) {
+					t.Error("the store says the silent server answered")
+				}
 			})
 		}
 	}
@@ -297,14 +264,11 @@ func TestTransportKeepsDeadline(t *testing.T) {
 // resumes, within a timeout longer than the pause: every decision exact.
 func TestTransportRepliesAfterPause(t *testing.T) {
 	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	l, err := New(rdb, WithPrefix(uniquePrefix(t)), WithTimeout(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
+	const timeout = 5 * time.Second
+	s := New(srv.Client(t), uniquePrefix(t), timeout)
 	ctx := context.Background()
-	lim := PerHour(20)
-	if _, err := l.Peek(ctx, "warm", lim); err != nil {
+	lim := perHour(20)
+	if _, err := s.Allow(ctx, within(peek("warm", lim), timeout)); err != nil {
 		t.Fatal(err)
 	}
 	if err := srv.Client(t).Do(ctx, "CLIENT", "PAUSE", "300", "ALL").Err(); err != nil {
@@ -314,11 +278,11 @@ func TestTransportRepliesAfterPause(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 4 * maxLone {
 		wg.Go(func() {
-			r, err := l.Allow(ctx, "k", lim)
-			if err != nil || r.BackendErr != nil {
-				t.Errorf("%+v %v", r, err)
+			d, err := s.Allow(ctx, within(decision("k", lim), timeout))
+			if err != nil {
+				t.Errorf("%+v %v", d, err)
 			}
-			if r.Allowed {
+			if d.Allowed {
 				admitted.Add(1)
 			}
 		})
@@ -334,10 +298,10 @@ func TestTransportRepliesAfterPause(t *testing.T) {
 func TestTransportAbandonedNotCharged(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	s := newRedisStore(rdb, uniquePrefix(t), 0)
+	s := New(rdb, uniquePrefix(t))
 	ctx := context.Background()
-	lim := []Limit{PerMinute(3)}
-	if err := s.allow(ctx, &query{key: "warm", n: 1, limits: lim}); err != nil {
+	lim := perMinute(3)
+	if _, err := s.Allow(ctx, peek("warm", lim)); err != nil {
 		t.Fatal(err)
 	}
 	if err := rdb.Do(ctx, "CLIENT", "PAUSE", "500", "ALL").Err(); err != nil {
@@ -345,7 +309,10 @@ func TestTransportAbandonedNotCharged(t *testing.T) {
 	}
 	first := make(chan error, maxLone)
 	for range maxLone { // in flight for the whole pause: every slot taken
-		go func() { first <- s.allow(ctx, &query{key: "a", n: 1, limits: lim, commit: true}) }()
+		go func() {
+			_, err := s.Allow(ctx, decision("a", lim))
+			first <- err
+		}()
 	}
 	for { // set-up: wait until every slot is in flight
 		s.t.mu.Lock()
@@ -358,7 +325,7 @@ func TestTransportAbandonedNotCharged(t *testing.T) {
 	}
 	dctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer cancel()
-	if err := s.allow(dctx, &query{key: "b", n: 1, limits: lim, commit: true}); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := s.Allow(dctx, decision("b", lim)); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("queued call: %v, want the deadline", err)
 	}
 	for range maxLone {
@@ -366,21 +333,21 @@ func TestTransportAbandonedNotCharged(t *testing.T) {
 			t.Fatalf("a call in flight: %v", err)
 		}
 	}
-	q := &query{key: "b", n: 1, limits: lim}
-	if err := s.allow(ctx, q); err != nil || q.states[0].remaining != 3 {
-		t.Fatalf("peek of the abandoned key: %+v %v, want 3 remaining: nothing recorded", q.states, err)
+	if d, err := s.Allow(ctx, peek("b", lim)); err != nil || d.States[0].Remaining != 3 {
+		t.Fatalf("peek of the abandoned key: %+v %v, want 3 remaining: nothing recorded", d.States[0], err)
 	}
 }
 
 // TestRedisAnsweredErrorsStayWithTheirKey: errors that Redis answered for
 // one key (NOPERM from an ACL that forbids its keys; a script error on a
-// key that holds another type) are that key's decisions' failures, answered
-// by the failure mode; they open no circuit: every other key is decided by
-// Redis meanwhile.
+// key that holds another type) are that key's decisions' failures, and the
+// store says they are answers of the server (Replied), which the
+// Limiter's guard never counts against Redis; every other key is decided
+// by Redis meanwhile.
 func TestRedisAnsweredErrorsStayWithTheirKey(t *testing.T) {
 	t.Parallel()
 	prefix := "acl:"
-	lim := PerMinute(100)
+	lim := perMinute(100)
 	for _, c := range []struct {
 		name string
 		rdb  func(t *testing.T) *redis.Client
@@ -399,114 +366,127 @@ func TestRedisAnsweredErrorsStayWithTheirKey(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			l, rec := faultLimiter(t, c.rdb(t), FailClosed, 1, WithPrefix(prefix), WithTimeout(patient))
+			s := New(c.rdb(t), prefix, patient)
 			ctx := context.Background()
-			for i := range 4 * breakerFailures { // one after the other
-				r, err := l.Allow(ctx, "bad", lim)
-				if err != nil || r.Allowed || r.BackendErr == nil || !strings.Contains(r.BackendErr.Error(), c.want) {
-					t.Fatalf("bad key, decision %d: %+v %v, want %s answered by fail-closed", i, r, err, c.want)
+			const tries = 12       // four times the Limiter's breakerFailures
+			for i := range tries { // one after the other
+				sent := s.Clock()
+				d, err := s.Allow(ctx, within(decision("bad", lim), patient))
+				if err == nil || !strings.Contains(err.Error(), c.want) || !s.Replied(err) || !s.AnsweredSince(sent) {
+					t.Fatalf("bad key, decision %d: %+v %v, want %s, an answer of the server", i, d, err, c.want)
 				}
 			}
-			for i := range 4 * breakerFailures {
-				r, err := l.Allow(ctx, fmt.Sprint("ok", i), lim)
-				if err != nil || !r.Allowed || r.BackendErr != nil || r.Remaining != 99 {
-					t.Fatalf("another key, decision %d: %+v %v, want Redis's answer", i, r, err)
+			for i := range tries {
+				d, err := s.Allow(ctx, within(decision(fmt.Sprint("ok", i), lim), patient))
+				if err != nil || !d.Allowed || d.States[0].Remaining != 99 {
+					t.Fatalf("another key, decision %d: %+v %v, want Redis's answer", i, d, err)
 				}
-			}
-			if c := tallyEvents(rec.take()); c.failed != 4*breakerFailures {
-				t.Fatalf("observer: %+v, want %d failures (the bad key's)", c, 4*breakerFailures)
 			}
 		})
 	}
 }
 
-// TestPausedRedisHotKeyWaitersBounded: a hot key's cached denial expires
-// while Redis is paused (CLIENT PAUSE from another client). One request
-// asks Redis again (the probe) and the others wait for its answer: each
-// decision is back within its bound (twice the timeout: a waiter that
-// becomes the next probe), whatever its context says (none here).
-func TestPausedRedisHotKeyWaitersBounded(t *testing.T) {
-	t.Parallel()
+// TestRemoteAnswers: what a call's outcome says about Redis (store.Remote,
+// which the Limiter's guard reads). An error reply of the server, however
+// wrapped, and a reply the scripts never send are answers (Replied); a
+// deadline, the caller leaving and a network error are not. Redis answered
+// this client since a call was sent (AnsweredSince) when a reply or an
+// error reply came after it; not when the call got none, whether Redis
+// answered before (a paused server) or never (a silent one).
+func TestRemoteAnswers(t *testing.T) {
 	srv := redistest.Start(t)
-	const timeout = 400 * time.Millisecond
-	l, _ := faultLimiter(t, srv.Client(t), FailOpen, 1, WithTimeout(timeout))
+	rdb := srv.Client(t)
 	ctx := context.Background()
-	lim := PerHour(1)
-	for range 2 { // the second is denied, and cached for an hour
-		if _, err := l.Allow(ctx, "hot", lim); err != nil {
-			t.Fatal(err)
+	serverErr := rdb.Do(ctx, "NOSUCHCOMMAND").Err()
+	if serverErr == nil {
+		t.Fatal("NOSUCHCOMMAND: no error")
+	}
+	s := New(rdb, uniquePrefix(t), 50*time.Millisecond)
+	for _, c := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"no error", nil, false},
+		{"error reply", serverErr, true},
+		{"wrapped error reply", fmt.Errorf("script: %w", serverErr), true},
+		{"explained refusal", scriptError("allow", serverErr), true},
+		{"unexpected reply", fmt.Errorf("%w: allow returned int64", store.ErrUnexpectedReply), true},
+		{"caller gone", context.Canceled, false},
+		{"timeout", context.DeadlineExceeded, false},
+		{"read timeout", fmt.Errorf("read: %w", os.ErrDeadlineExceeded), false},
+		{"network", errors.New("connection refused"), false},
+	} {
+		if got := s.Replied(c.err); got != c.want {
+			t.Errorf("%s: Replied(%v) = %v, want %v", c.name, c.err, got, c.want)
 		}
 	}
-	if err := srv.Client(t).Do(ctx, "CLIENT", "PAUSE", "3000", "ALL").Err(); err != nil {
+
+	before := s.Clock()
+	if before == 0 {
+		t.Fatal("Clock is 0")
+	}
+	if s.AnsweredSince(before) {
+		t.Fatal("a new store says Redis answered")
+	}
+	lim := perMinute(5)
+	if _, err := s.Allow(ctx, decision("k", lim)); err != nil || !s.AnsweredSince(before) {
+		t.Fatalf("a reply: %v, answered since %v", err, s.AnsweredSince(before))
+	}
+	if err := rdb.Set(ctx, storageKey(keyTag(s.prefix, "bad"), lim), "a string", time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	sent := s.Clock()
+	if _, err := s.Allow(ctx, decision("bad", lim)); !s.Replied(err) || !s.AnsweredSince(sent) {
+		t.Fatalf("an error reply: %v, answered since %v", err, s.AnsweredSince(sent))
+	}
+	if err := srv.Client(t).Do(ctx, "CLIENT", "PAUSE", "1000", "ALL").Err(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Client(t).Do(context.Background(), "CLIENT", "UNPAUSE") })
-	sh := l.cache.shard("hot") // the cached denial expires
-	sh.mu.Lock()
-	sh.m["hot"][0].until = 0
-	sh.mu.Unlock()
-	stalls := stall.Start(t)
-	var wg sync.WaitGroup
-	for i := range 50 {
-		wg.Go(func() {
-			start := time.Now()
-			r, err := l.Allow(ctx, "hot", lim)
-			beyond(t, stalls, time.Since(start), 2*timeout+250*time.Millisecond, fmt.Sprintf("decision %d", i))
-			if err != nil {
-				t.Errorf("decision %d: %+v %v", i, r, err)
-			}
-		})
+	sent = s.Clock()
+	if _, err := s.Allow(ctx, within(decision("k", lim), 50*time.Millisecond)); !store.IsTimeout(err) || s.Replied(err) || s.AnsweredSince(sent) {
+		t.Fatalf("no reply from a paused server: %v, answered since %v", err, s.AnsweredSince(sent))
 	}
-	wg.Wait()
-}
 
-// TestGuardKinds: what a call's outcome says about Redis. A reply, or an
-// error reply of the server, shows Redis alive; no reply is overload when
-// Redis answered this client since the call was sent, else a timeout or a
-// connection failure.
-func TestGuardKinds(t *testing.T) {
-	srv := redistest.New(t)
-	rdb := srv.Client(t)
-	serverErr := rdb.Do(context.Background(), "NOSUCHCOMMAND").Err()
-	gone, cancel := context.WithCancel(context.Background())
-	cancel()
-	for _, c := range []struct {
-		name     string
-		ctx      context.Context
-		err      error
-		answered int // 0: never; 1: before the call; 2: since
-		want     kind
-	}{
-		{"reply", context.Background(), nil, 0, succeeded},
-		{"error reply", context.Background(), serverErr, 0, rejected},
-		{"wrapped error reply", context.Background(), fmt.Errorf("script: %w", serverErr), 2, rejected},
-		{"unexpected reply", context.Background(), ErrUnexpectedReply, 1, rejected},
-		{"caller gone", gone, context.Canceled, 1, abandoned},
-		{"timeout, answered since", context.Background(), context.DeadlineExceeded, 2, overloaded},
-		{"timeout, answered before", context.Background(), context.DeadlineExceeded, 1, timedOut},
-		{"read timeout, never answered", context.Background(), fmt.Errorf("read: %w", os.ErrDeadlineExceeded), 0, timedOut},
-		{"network, answered before", context.Background(), errors.New("connection refused"), 1, failed},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			g := &guard{t: newTransport(rdb)}
-			if c.answered == 1 {
-				g.t.answered(nil)
-			}
-			a, err := g.begin(c.ctx, 0, "k")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if c.answered == 2 {
-				g.t.answered(nil)
-			}
-			if k, _ := g.end(c.ctx, a, c.err); k != c.want {
-				t.Fatalf("kind %d, want %d", k, c.want)
-			}
-		})
+	silent := New(redis.NewClient(&redis.Options{Addr: redistest.Silent(t)}), uniquePrefix(t), 50*time.Millisecond)
+	sent = silent.Clock()
+	if _, err := silent.Allow(ctx, within(decision("k", lim), 50*time.Millisecond)); !store.IsTimeout(err) || silent.Replied(err) || silent.AnsweredSince(sent) {
+		t.Fatalf("no reply from a silent server: %v, answered since %v", err, silent.AnsweredSince(sent))
 	}
 }
 
-// TestLonePathFrames measures the frames from Enforcer.HandleFrom to the
+// TestRemoteExplainsFailedDial: a call whose connection is refused fails
+// without a reply; once told (Failed), the store explains later failures
+// with that dial's error.
+func TestRemoteExplainsFailedDial(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing listens there now
+	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	s := New(rdb, uniquePrefix(t), patient)
+	_, err = s.Allow(context.Background(), within(decision("k", perMinute(1)), patient))
+	if err == nil || s.Replied(err) {
+		t.Fatalf("a refused connection: %v, want a failure without a reply", err)
+	}
+	s.Failed(err)
+	other := errors.New("a later failure")
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		got := s.Explain(other)
+		if errors.Is(got, other) && strings.Contains(got.Error(), "refused") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Explain: %v, want the refused dial", got)
+		}
+	}
+}
+
+// TestLonePathFrames measures the frames from the store's Allow to the
 // client's Process on the path of a lone decision (logged, not asserted).
 func TestLonePathFrames(t *testing.T) {
 	for _, cte := range []bool{false, true} {
@@ -516,26 +496,23 @@ func TestLonePathFrames(t *testing.T) {
 			t.Cleanup(func() { rdb.Close() })
 			frames := &frameHook{}
 			rdb.AddHook(frames)
-			l, err := New(rdb, WithPrefix(uniquePrefix(t)), WithTimeout(10*time.Second))
-			if err != nil {
-				t.Fatal(err)
-			}
-			hookClones(l, frames)
-			e, err := NewEnforcer(l, Rule{Name: "frames", Limits: []Limit{PerHour(100)}})
-			if err != nil {
-				t.Fatal(err)
-			}
+			const timeout = 10 * time.Second
+			s := New(rdb, uniquePrefix(t), timeout)
+			hookClones(s, frames)
 			for range 3 { // the library loads in the background: FCALL by the third
-				req := httptest.NewRequest("GET", "/", nil)
-				e.HandleFrom(httptest.NewRecorder(), req, "/", nil)
+				ctx, cancel := context.WithTimeout(context.Background(), timeout)
+				if _, err := s.Allow(ctx, within(decision("k", perHour(100)), timeout)); err != nil {
+					t.Fatal(err)
+				}
+				cancel()
 			}
-			t.Logf("frames from HandleFrom to Process: %v", frames.take())
+			t.Logf("frames from Store.Allow to Process: %v", frames.take())
 		})
 	}
 }
 
-// frameHook records, for each script call, the stack between
-// Enforcer.HandleFrom and the client's Process.
+// frameHook records, for each script call, the stack between the store's
+// Allow and the client's Process.
 type frameHook struct {
 	mu     sync.Mutex
 	stacks []string
@@ -553,7 +530,7 @@ func (h *frameHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 				f, more := frames.Next()
 				fn := f.Function[strings.LastIndex(f.Function, "/")+1:]
 				names = append(names, fn)
-				if strings.HasSuffix(fn, "HandleFrom") || !more {
+				if strings.HasSuffix(fn, "(*Store).Allow") || !more {
 					break
 				}
 			}
@@ -583,19 +560,48 @@ func (h *frameHook) take() []string {
 	return h.stacks
 }
 
-// TestClusterBreakerPerMaster: one master stops answering (CLIENT PAUSE):
-// decisions on its keys time out until its breaker opens, and are then
-// answered by the failure mode at once; keys on the other masters are
-// decided by Redis all along.
-func TestClusterBreakerPerMaster(t *testing.T) {
-	_, cc := settledCluster(t)
-	prefix := uniquePrefix(t)
-	l, _ := faultLimiter(t, cc, FailClosed, 1, WithPrefix(prefix))
+// settledCluster returns a client of the test binary's cluster once a
+// decision on keys of every master succeeds quickly (right after the
+// cluster is created, the nodes may still disagree for a moment, which is
+// not what these tests are about).
+func settledCluster(t *testing.T) *redis.ClusterClient {
+	t.Helper()
+	cc := redistest.NewCluster(t).Client(t)
+	s := New(cc, uniquePrefix(t))
 	ctx := context.Background()
-	lim := PerMinute(1000)
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; i < 30; i++ {
+		start := time.Now()
+		_, err := s.Allow(ctx, within(decision(fmt.Sprint("settle-", i), perSecond(1)), 5*time.Second))
+		if d := time.Since(start); err != nil || d > 50*time.Millisecond {
+			if time.Now().After(deadline) {
+				t.Fatalf("the cluster does not settle: %v after %v", err, d)
+			}
+			i = -1 // again, from the first key
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return cc
+}
+
+// TestClusterNodePerMaster: one master stops answering (CLIENT PAUSE). The
+// store names each key's master (Node), so that the Limiter's guard can
+// tell the paused one's failures from the others: decisions on its keys
+// end at their deadline, without a reply; keys on the other masters are
+// decided by Redis all along.
+func TestClusterNodePerMaster(t *testing.T) {
+	cc := settledCluster(t)
+	prefix := uniquePrefix(t)
+	const timeout = 100 * time.Millisecond
+	s := New(cc, prefix, timeout, patient)
+	ctx := context.Background()
+	lim := perMinute(1000)
 	paused, err := cc.MasterForKey(ctx, storageKey(keyTag(prefix, "k"), lim))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if n := s.Node("k"); n != "" {
+		t.Fatalf("Node before Redis answered: %q, want \"\"", n)
 	}
 	var elsewhere []string // keys of the other masters
 	for i := 0; len(elsewhere) < 20; i++ {
@@ -609,16 +615,23 @@ func TestClusterBreakerPerMaster(t *testing.T) {
 		}
 	}
 	for _, key := range append([]string{"k"}, elsewhere...) { // every master has answered
-		if r, err := l.Allow(ctx, key, lim); err != nil || r.BackendErr != nil {
-			t.Fatalf("%s before the pause: %+v %v", key, r, err)
+		if _, err := s.Allow(ctx, within(decision(key, lim), patient)); err != nil {
+			t.Fatalf("%s before the pause: %v", key, err)
+		}
+	}
+	if n := s.Node("k"); n != paused.Options().Addr {
+		t.Fatalf("Node(k) = %q, want the master %s", n, paused.Options().Addr)
+	}
+	for _, key := range elsewhere {
+		if n := s.Node(key); n == "" || n == paused.Options().Addr {
+			t.Fatalf("Node(%s) = %q, want another master than %s", key, n, paused.Options().Addr)
 		}
 	}
 	if err := paused.Do(ctx, "CLIENT", "PAUSE", 3000, "ALL").Err(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { paused.Do(context.Background(), "CLIENT", "UNPAUSE") })
-	// the other masters keep answering meanwhile: their replies say
-	// nothing of the paused one
+	// the other masters keep answering meanwhile
 	stop, busy := make(chan struct{}), make(chan error, 1)
 	go func() {
 		for i := 0; ; i++ {
@@ -628,27 +641,28 @@ func TestClusterBreakerPerMaster(t *testing.T) {
 				return
 			default:
 			}
-			if r, err := l.Allow(ctx, elsewhere[i%len(elsewhere)], PerHour(1_000_000)); err != nil || r.BackendErr != nil {
-				busy <- fmt.Errorf("another master during the pause: %+v %v", r, err)
+			if _, err := s.Allow(ctx, within(decision(elsewhere[i%len(elsewhere)], perHour(1_000_000)), patient)); err != nil {
+				busy <- fmt.Errorf("another master during the pause: %v", err)
 				return
 			}
 		}
 	}()
-	for i := range 2 * breakerFailures { // the paused master's breaker opens
-		if r, err := l.Allow(ctx, "k", lim); err != nil || r.BackendErr == nil || r.Allowed {
-			t.Fatalf("decision %d on the paused master: %+v %v, want a fail-closed answer", i, r, err)
+	stalls := stall.Start(t)
+	for i := range 6 { // twice the Limiter's breakerFailures
+		start := time.Now()
+		_, err := s.Allow(ctx, within(decision("k", lim), timeout))
+		beyond(t, stalls, time.Since(start), timeout+250*time.Millisecond, fmt.Sprintf("decision %d on the paused master", i))
+		if !store.IsTimeout(err) || s.Replied(err) {
+			t.Fatalf("decision %d on the paused master: %v, want its deadline's error", i, err)
 		}
-	}
-	if r, _ := l.Allow(ctx, "k", lim); !errors.Is(r.BackendErr, ErrCircuitOpen) {
-		t.Fatalf("the paused master's breaker is not open: %v", r.BackendErr)
 	}
 	close(stop)
 	if err := <-busy; err != nil {
 		t.Fatal(err)
 	}
 	for _, key := range elsewhere {
-		if r, err := l.Allow(ctx, key, lim); err != nil || r.BackendErr != nil || !r.Allowed || r.Remaining != 998 {
-			t.Fatalf("%s on another master: %+v %v, want Redis's answer", key, r, err)
+		if d, err := s.Allow(ctx, within(decision(key, lim), patient)); err != nil || !d.Allowed || d.States[0].Remaining != 998 {
+			t.Fatalf("%s on another master: %+v %v, want Redis's answer", key, d, err)
 		}
 	}
 }
