@@ -666,3 +666,25 @@ func TestClusterNodePerMaster(t *testing.T) {
 		}
 	}
 }
+
+// TestAnsweredNeverGoesBack: a reply noted by one goroutine is never
+// overwritten by an earlier one that another goroutine notes after it (it
+// read the clock first, then was preempted): a call sent between the two
+// would be told that Redis did not answer since, and its timeout taken
+// for a failure of Redis.
+func TestAnsweredNeverGoesBack(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
+	t.Cleanup(func() { rdb.Close() })
+	tr := newTransport(rdb)
+	early := tr.clock()
+	later := early + int64(time.Hour) // noted by another goroutine first
+	tr.lastReply.Store(later)
+	tr.answered(nil) // reads the clock now: before later
+	if !tr.answeredSince(later) {
+		t.Fatalf("a reply at %d noted after one at %d: answered since %d reports false", early, later, later)
+	}
+	tr.answered(nil)
+	if got := tr.lastReply.Load(); got != later {
+		t.Fatalf("lastReply %d, want %d", got, later)
+	}
+}
