@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ratewindow/ratewindow/core/internal/memstore"
+	"github.com/ratewindow/ratewindow/core/internal/store"
 )
 
 // TestBucketsMatchMemory drives sliding buckets in the scripts and in the
@@ -26,8 +29,8 @@ func TestBucketsMatchMemory(t *testing.T) {
 
 func checkBucketsAgainstMemory(t *testing.T, rdb redis.Scripter, seed uint64, summed *[2]atomic.Int64) {
 	rng := rand.New(rand.NewPCG(seed, 11))
-	rs := newRedisStore(rdb, uniquePrefix(t), 0)
-	ms := newMemoryStore(func() int64 { panic("the test passes every time") })
+	rs := New(rdb, uniquePrefix(t))
+	ms := memstore.New(func() int64 { panic("the test passes every time") })
 	now := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC).UnixMicro()
 	// windows long enough that real Redis never expires a key (by its own
 	// clock) before the test's clock has moved past its units; every step
@@ -35,34 +38,30 @@ func checkBucketsAgainstMemory(t *testing.T, rdb redis.Scripter, seed uint64, su
 	// buckets (see bucket_ring), so a hash Redis keeps past its TTL (by the
 	// test's clock) never holds a bucket old enough to pass for a new one
 	long, short := 100*time.Second, 20*time.Second
-	limits := func() []Limit {
-		many := Limit{Count: []int64{2000, 5000, 400}[rng.IntN(3)], Window: long, Algorithm: SlidingBuckets}
-		few := Limit{Count: int64(10 + rng.IntN(30)), Window: short, Algorithm: SlidingBuckets, Precision: 2 * time.Second}
-		return []Limit{many, few}
+	limits := func() []store.Limit {
+		many := store.Limit{Count: []int64{2000, 5000, 400}[rng.IntN(3)], Window: long, Algorithm: store.SlidingBuckets}
+		few := store.Limit{Count: int64(10 + rng.IntN(30)), Window: short, Algorithm: store.SlidingBuckets, Precision: 2 * time.Second}
+		return []store.Limit{many, few}
 	}
 	var decided []int64 // times of admitted decisions
 	for step := range 2500 {
 		lims := limits()
 		n := int64(1 + rng.IntN(8))
-		mq := &query{key: "k", n: n, limits: lims, now: now}
-		rq := &query{key: "k", n: n, limits: lims, now: now}
+		r := store.Request{Key: "k", N: n, Limits: lims, Now: now}
 		what := ""
 		switch op := rng.IntN(100); {
 		case op < 80:
-			mq.commit = rng.IntN(10) > 0
-			rq.commit = mq.commit
-			what = fmt.Sprintf("allow %d commit %v", n, mq.commit)
-			allowBoth(t, ms, rs, mq, rq, step, what)
-			if mq.allowed && mq.commit {
+			r.Commit = rng.IntN(10) > 0
+			what = fmt.Sprintf("allow %d commit %v", n, r.Commit)
+			if d := allowBoth(t, ms, rs, r, step, what); d.Allowed && r.Commit {
 				decided = append(decided, now)
 			}
 		case op < 95:
 			if rng.IntN(2) == 0 && len(decided) > 0 {
-				mq.at = decided[rng.IntN(len(decided))]
-				rq.at = mq.at
+				r.At = decided[rng.IntN(len(decided))]
 			}
-			what = fmt.Sprintf("refund %d at %d", n, mq.at)
-			refundBoth(t, ms, rs, mq, rq, step, what)
+			what = fmt.Sprintf("refund %d at %d", n, r.At)
+			refundBoth(t, ms, rs, r, step, what)
 		default:
 			what = "nothing"
 		}
@@ -81,7 +80,7 @@ func checkBucketsAgainstMemory(t *testing.T, rdb redis.Scripter, seed uint64, su
 // compareBuckets fails unless the hash of limit l has a TTL, and the sum it
 // keeps, if any, is that of its buckets (those the next check drops
 // included). It counts the hashes with and without a sum in summed.
-func compareBuckets(t *testing.T, step string, rdb redis.Scripter, rs *redisStore, l Limit, summed *[2]atomic.Int64) {
+func compareBuckets(t *testing.T, step string, rdb redis.Scripter, rs *Store, l store.Limit, summed *[2]atomic.Int64) {
 	t.Helper()
 	ctx := context.Background()
 	c := rdb.(redis.Cmdable)

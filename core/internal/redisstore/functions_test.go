@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ratewindow/ratewindow/core/internal/store"
 	"github.com/ratewindow/ratewindow/internal/redistest"
 )
 
@@ -87,16 +89,16 @@ func TestLibrary(t *testing.T) {
 	ctx := context.Background()
 	t.Run("redis", func(t *testing.T) {
 		rdb := redistest.Start(t).Client(t)
-		l, lib, names := libraryLimiter(t, rdb)
-		lim := PerHour(1000)
+		s, lib, names := libraryStore(t, rdb)
+		lim := perHour(1000)
 		remaining := int64(1000)
 		allow := func(step string, n int) {
 			t.Helper()
 			for range n {
 				remaining--
-				r, err := l.Allow(ctx, "k", lim)
-				if err != nil || !r.Allowed || r.BackendErr != nil || r.Remaining != remaining {
-					t.Fatalf("%s: %+v %v, want %d remaining", step, r, err, remaining)
+				d, err := s.Allow(ctx, decision("k", lim))
+				if err != nil || !d.Allowed || d.States[0].Remaining != remaining {
+					t.Fatalf("%s: %+v %v, want %d remaining", step, d, err, remaining)
 				}
 			}
 		}
@@ -123,7 +125,7 @@ func TestLibrary(t *testing.T) {
 		done := make(chan error, 64)
 		for range 64 {
 			go func() {
-				_, err := l.Allow(ctx, "other", lim)
+				_, err := s.Allow(ctx, decision("other", lim))
 				done <- err
 			}()
 		}
@@ -137,9 +139,9 @@ func TestLibrary(t *testing.T) {
 				t.Fatalf("a concurrent decision sent %s", n)
 			}
 		}
-		r, err := l.Peek(ctx, "other", lim)
-		if err != nil || r.Remaining != 1000-64 {
-			t.Fatalf("after 64 concurrent decisions: %+v %v", r, err)
+		d, err := s.Allow(ctx, peek("other", lim))
+		if err != nil || d.States[0].Remaining != 1000-64 {
+			t.Fatalf("after 64 concurrent decisions: %+v %v", d, err)
 		}
 		names.take()
 		// the library lost: the call goes again as EVALSHA, then the
@@ -166,14 +168,14 @@ func TestLibrary(t *testing.T) {
 	})
 	t.Run("cluster", func(t *testing.T) {
 		rdb := redistest.NewCluster(t).Client(t)
-		l, lib, names := libraryLimiter(t, rdb)
-		lim := PerHour(10)
+		s, lib, names := libraryStore(t, rdb)
+		lim := perHour(10)
 		keys := []string{"a", "b", "c", "d", "e", "f", "g", "h"} // on every node
 		for i, want := range []int64{9, 8} {
 			for _, k := range keys {
-				r, err := l.Allow(ctx, k, lim)
-				if err != nil || r.BackendErr != nil || r.Remaining != want {
-					t.Fatalf("round %d, key %s: %+v %v", i, k, r, err)
+				d, err := s.Allow(ctx, decision(k, lim))
+				if err != nil || d.States[0].Remaining != want {
+					t.Fatalf("round %d, key %s: %+v %v", i, k, d, err)
 				}
 			}
 			if i == 0 {
@@ -209,11 +211,11 @@ func TestLibrary(t *testing.T) {
 		{"ACL without FUNCTION", func(t *testing.T) *redis.Client { return aclClient(t, "-function") }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			l, lib, names := libraryLimiter(t, c.client(t))
+			s, lib, names := libraryStore(t, c.client(t))
 			for i := range 3 {
-				r, err := l.Allow(ctx, "k", PerHour(10))
-				if err != nil || r.BackendErr != nil || r.Remaining != int64(9-i) {
-					t.Fatalf("decision %d: %+v %v", i, r, err)
+				d, err := s.Allow(ctx, decision("k", perHour(10)))
+				if err != nil || d.States[0].Remaining != int64(9-i) {
+					t.Fatalf("decision %d: %+v %v", i, d, err)
 				}
 				if i == 0 {
 					waitLibrary(t, lib)
@@ -235,20 +237,17 @@ func TestLibrary(t *testing.T) {
 	}
 }
 
-// libraryLimiter returns a Limiter on rdb (no deny cache), its library,
-// and a hook that records the script commands rdb sends.
-func libraryLimiter(t *testing.T, rdb redis.UniversalClient) (*Limiter, *library, scriptNames) {
+// libraryStore returns a store on rdb, its library, and a hook that
+// records the script commands rdb sends.
+func libraryStore(t *testing.T, rdb redis.UniversalClient) (*Store, *library, scriptNames) {
 	t.Helper()
 	names := newScriptNames()
 	rdb.AddHook(names)
 	// no timeout: every call goes through rdb and its hooks (a lone call
-	// bounded by the timeout goes by rdb's clone, which runs no hooks)
-	l, err := New(rdb, WithPrefix(uniquePrefix(t)), WithTimeout(0), WithDenyCache(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	hookClones(l, names)
-	return l, l.store.(*redisStore).t.lib, names
+	// bounded by a timeout goes by rdb's clone, which runs no hooks)
+	s := New(rdb, uniquePrefix(t))
+	hookClones(s, names)
+	return s, s.t.lib, names
 }
 
 // aclClient starts a server and returns a client of a user allowed every
@@ -275,34 +274,32 @@ func aclClient(t *testing.T, rules ...string) *redis.Client {
 func TestLibrarySpecs(t *testing.T) {
 	ctx := context.Background()
 	rdb := redistest.Start(t).Client(t)
-	l, lib, names := libraryLimiter(t, rdb)
-	if _, err := l.Allow(ctx, "load", PerHour(1)); err != nil {
+	s, lib, names := libraryStore(t, rdb)
+	if _, err := s.Allow(ctx, decision("load", perHour(1))); err != nil {
 		t.Fatal(err)
 	}
 	if st := waitLibrary(t, lib); st != libraryLoaded {
 		t.Fatalf("the library's state is %d after its load, want loaded", st)
 	}
 	names.take()
-	three, five, fiveMinute := PerHour(3), PerHour(5), Per(5, time.Minute)
+	three, five, fiveMinute := perHour(3), perHour(5), per(5, time.Minute)
 	for i := range int64(7) {
 		steps := []struct {
 			name    string
-			do      func() (Result, error)
+			r       store.Request
 			allowed bool
-			left    int64
+			left    []int64 // remaining under each limit
 		}{
-			{"three", func() (Result, error) { return l.Allow(ctx, "a", three) }, i < 3, max(2-i, 0)},
-			{"five", func() (Result, error) { return l.Allow(ctx, "b", five) }, i < 5, max(4-i, 0)},
-			{"peek three", func() (Result, error) { return l.Peek(ctx, "a", three) }, false, 0},
-			{"both", func() (Result, error) { return l.Allow(ctx, "c", three, fiveMinute) }, i < 3, max(2-i, 0)},
+			{"three", decision("a", three), i < 3, []int64{max(2-i, 0)}},
+			{"five", decision("b", five), i < 5, []int64{max(4-i, 0)}},
+			// one unit more would fit while any is left; nothing recorded
+			{"peek three", peek("a", three), i < 2, []int64{max(2-i, 0)}},
+			{"both", decision("c", three, fiveMinute), i < 3, []int64{max(2-i, 0), 4 - min(i, 2)}},
 		}
-		for _, s := range steps {
-			r, err := s.do()
-			if s.name == "peek three" { // one unit more would fit while any is left; nothing recorded
-				s.allowed, s.left = i < 2, max(2-i, 0)
-			}
-			if err != nil || r.Allowed != s.allowed || r.Remaining != s.left {
-				t.Fatalf("decision %d, %s: %+v %v; want allowed %v, %d remaining", i, s.name, r, err, s.allowed, s.left)
+		for _, step := range steps {
+			d, err := s.Allow(ctx, step.r)
+			if err != nil || d.Allowed != step.allowed || !slices.Equal(remainings(d, len(step.left)), step.left) {
+				t.Fatalf("decision %d, %s: %+v %v; want allowed %v, %v remaining", i, step.name, d, err, step.allowed, step.left)
 			}
 		}
 	}
@@ -311,4 +308,13 @@ func TestLibrarySpecs(t *testing.T) {
 			t.Fatalf("a decision went as %s; want every one as FCALL (the library's spec kept)", n)
 		}
 	}
+}
+
+// remainings returns the units remaining under each of the n limits of d.
+func remainings(d store.Decision, n int) []int64 {
+	out := make([]int64, n)
+	for i := range out {
+		out[i] = d.States[i].Remaining
+	}
+	return out
 }

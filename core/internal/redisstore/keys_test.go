@@ -3,29 +3,31 @@ package redisstore
 import (
 	"testing"
 	"time"
+
+	"github.com/ratewindow/ratewindow/core/internal/store"
 )
 
 // keyTag returns "<prefix>{<key>}:" as appendTag writes it.
-func keyTag(prefix, key string) string { return string(appendTag(nil, prefix, key)) }
+func keyTag(prefix, key string) string { return Tag(prefix, key) }
 
 // storageKey returns the storage key of limit l under the tag from keyTag,
 // as appendKeys builds it.
-func storageKey(tag string, l Limit) string { return string(appendLimit([]byte(tag), l)) }
+func storageKey(tag string, l store.Limit) string { return string(appendLimit([]byte(tag), l)) }
 
 func TestStorageKeys(t *testing.T) {
 	cases := []struct {
 		key   string
-		limit Limit
+		limit store.Limit
 		want  string
 	}{
-		{"ip:203.0.113.9", PerMinute(1), "rw:{ip:203.0.113.9}:r1m"},
-		{"u", PerSecond(1).With(SlidingBuckets), "rw:{u}:b1s"},
-		{"u", Limit{Count: 1, Window: time.Second, Algorithm: SlidingBuckets, Precision: 100 * time.Millisecond}, "rw:{u}:b1s/100ms"},
-		{"u", Per(1, 1500*time.Microsecond).With(SlidingCounter), "rw:{u}:c1500us"},
-		{"a{b}", PerSecond(1), "rw:{#uKS3Bgk7nHEuACsbKDwEhg}:r1s"},
+		{"ip:203.0.113.9", perMinute(1), "rw:{ip:203.0.113.9}:r1m"},
+		{"u", with(perSecond(1), store.SlidingBuckets), "rw:{u}:b1s"},
+		{"u", store.Limit{Count: 1, Window: time.Second, Algorithm: store.SlidingBuckets, Precision: 100 * time.Millisecond}, "rw:{u}:b1s/100ms"},
+		{"u", with(per(1, 1500*time.Microsecond), store.SlidingCounter), "rw:{u}:c1500us"},
+		{"a{b}", perSecond(1), "rw:{#uKS3Bgk7nHEuACsbKDwEhg}:r1s"},
 	}
 	for _, c := range cases {
-		if got := storageKey(keyTag(DefaultPrefix, c.key), c.limit); got != c.want {
+		if got := storageKey(keyTag(testPrefix, c.key), c.limit); got != c.want {
 			t.Errorf("%q %v: got %q, want %q", c.key, c.limit, got, c.want)
 		}
 	}
@@ -34,7 +36,7 @@ func TestStorageKeys(t *testing.T) {
 // TestAppendKeys: the block and penalty keys as own asks, then one key per
 // limit, built with one allocation whatever their number.
 func TestAppendKeys(t *testing.T) {
-	limits := []Limit{PerSecond(1), PerMinute(10).With(SlidingBuckets), PerHour(100).With(SlidingCounter)}
+	limits := []store.Limit{perSecond(1), with(perMinute(10), store.SlidingBuckets), with(perHour(100), store.SlidingCounter)}
 	cases := []struct {
 		own  int
 		want []string
@@ -45,7 +47,7 @@ func TestAppendKeys(t *testing.T) {
 		{withPenalty, []string{"rw:{k}:penalty", "rw:{k}:r1s", "rw:{k}:b1m", "rw:{k}:c1h"}},
 	}
 	for _, c := range cases {
-		got := appendKeys([]string{"before"}, DefaultPrefix, "k", limits, c.own)
+		got := appendKeys([]string{"before"}, testPrefix, "k", limits, c.own)
 		if len(got) != 1+len(c.want) || got[0] != "before" {
 			t.Fatalf("own %b: got %q", c.own, got)
 		}
@@ -55,15 +57,15 @@ func TestAppendKeys(t *testing.T) {
 			}
 		}
 	}
-	many := make([]Limit, MaxLimits+3) // beyond the stack's room: still right
+	many := make([]store.Limit, store.MaxLimits+3) // beyond the stack's room: still right
 	for i := range many {
-		many[i] = Per(int64(i+1), time.Duration(i+1)*time.Second)
+		many[i] = per(int64(i+1), time.Duration(i+1)*time.Second)
 	}
-	if got := appendKeys(nil, DefaultPrefix, "k", many, withBlock|withPenalty); len(got) != 2+len(many) || got[len(got)-1] != "rw:{k}:r19s" {
+	if got := appendKeys(nil, testPrefix, "k", many, withBlock|withPenalty); len(got) != 2+len(many) || got[len(got)-1] != "rw:{k}:r19s" {
 		t.Fatalf("many limits: %d keys, last %q", len(got), got[len(got)-1])
 	}
 	dst := make([]string, 0, 8)
-	if n := testing.AllocsPerRun(100, func() { dst = appendKeys(dst[:0], DefaultPrefix, "k", limits, withBlock|withPenalty) }); n != 1 {
+	if n := testing.AllocsPerRun(100, func() { dst = appendKeys(dst[:0], testPrefix, "k", limits, withBlock|withPenalty) }); n != 1 {
 		t.Errorf("%v allocations, want 1", n)
 	}
 }

@@ -11,6 +11,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ratewindow/ratewindow/core/internal/memstore"
+	"github.com/ratewindow/ratewindow/core/internal/store"
 	"github.com/ratewindow/ratewindow/internal/redistest"
 )
 
@@ -27,44 +29,38 @@ func TestLogValueMatchesMemory(t *testing.T) {
 	againstMemory(t, 8, [2]string{"compact values", "rings"}, checkLogAgainstMemory)
 }
 
-// allowBoth makes the same decision in the memory store (mq) and the
-// scripts (rq), the test's step, and fails unless both answer alike.
-func allowBoth(t *testing.T, ms *memoryStore, rs *redisStore, mq, rq *query, step int, what string) {
+// allowBoth makes the decision r, the test's step, in the memory store and
+// in the scripts, fails unless both answer alike, and returns the answer.
+func allowBoth(t *testing.T, ms *memstore.Store, rs *Store, r store.Request, step int, what string) store.Decision {
 	t.Helper()
 	ctx := context.Background()
-	if err := ms.allow(ctx, mq); err != nil {
+	md, err := ms.Allow(ctx, r)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := rs.allow(ctx, rq); err != nil {
+	rd, err := rs.Allow(ctx, r)
+	if err != nil {
 		t.Fatalf("step %d %s: %v", step, what, err)
 	}
-	if !sameAnswer(mq, rq) {
-		t.Fatalf("step %d %s at %d: memory %s, redis %s", step, what, mq.now, answer(mq), answer(rq))
+	if md != rd {
+		t.Fatalf("step %d %s at %d: memory %s, redis %s", step, what, r.Now, answer(md, len(r.Limits)), answer(rd, len(r.Limits)))
 	}
+	return md
 }
 
-// sameAnswer reports whether two decisions answered alike: allowed,
-// blocked, banned, every limit's state and the time they were made at.
-func sameAnswer(a, b *query) bool {
-	return a.allowed == b.allowed && a.blocked == b.blocked && a.banned == b.banned &&
-		slices.Equal(a.states, b.states) && a.at == b.at
+// answer describes a decision on n limits for a test's failure.
+func answer(d store.Decision, n int) string {
+	return fmt.Sprintf("%v %+v blocked %v banned %v at %d", d.Allowed, d.States[:n], d.Blocked, d.Banned, d.At)
 }
 
-// answer describes a decision's answer (see sameAnswer) for a test's
-// failure.
-func answer(q *query) string {
-	return fmt.Sprintf("%v %+v blocked %v banned %v at %d", q.allowed, q.states, q.blocked, q.banned, q.at)
-}
-
-// refundBoth makes the same refund in the memory store (mq) and the
-// scripts (rq).
-func refundBoth(t *testing.T, ms *memoryStore, rs *redisStore, mq, rq *query, step int, what string) {
+// refundBoth makes the same refund r in the memory store and the scripts.
+func refundBoth(t *testing.T, ms *memstore.Store, rs *Store, r store.Request, step int, what string) {
 	t.Helper()
 	ctx := context.Background()
-	if err := ms.refund(ctx, mq); err != nil {
+	if err := ms.Refund(ctx, r); err != nil {
 		t.Fatal(err)
 	}
-	if err := rs.refund(ctx, rq); err != nil {
+	if err := rs.Refund(ctx, r); err != nil {
 		t.Fatalf("step %d %s: %v", step, what, err)
 	}
 }
@@ -119,21 +115,21 @@ func diffServers(seeds uint64) []diffServer {
 func checkLogAgainstMemory(t *testing.T, rdb redis.Scripter, seed uint64, layouts *[2]atomic.Int64) {
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(seed, 7))
-	rs := newRedisStore(rdb, uniquePrefix(t), 0)
-	ms := newMemoryStore(func() int64 { panic("the test passes every time") })
+	rs := New(rdb, uniquePrefix(t))
+	ms := memstore.New(func() int64 { panic("the test passes every time") })
 	now := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC).UnixMicro()
 	// windows long enough that real Redis never expires a key (by its own
 	// clock) before the test's clock has moved past its units: the test's
 	// clock moves far faster
 	long, short := 100*time.Second, 2*time.Second
 	longCounts := []int64{400, 900, 250} // hundreds of units: the ring layout
-	limits := func() []Limit {
-		return []Limit{Per(longCounts[rng.IntN(len(longCounts))], long), Per(int64(10+rng.IntN(30)), short)}
+	limits := func() []store.Limit {
+		return []store.Limit{per(longCounts[rng.IntN(len(longCounts))], long), per(int64(10+rng.IntN(30)), short)}
 	}
 	type held struct { // a reservation made, to release later
 		n      int64
-		limits []Limit
-		r      reservation
+		limits []store.Limit
+		r      store.Reservation
 	}
 	var reserved []held
 	var decided []int64 // times of admitted decisions
@@ -143,16 +139,13 @@ func checkLogAgainstMemory(t *testing.T, rdb redis.Scripter, seed uint64, layout
 		if rng.IntN(10) == 0 {
 			lims = lims[:1] // the long log alone
 		}
-		mq := &query{key: "k", n: n, limits: lims, now: now}
-		rq := &query{key: "k", n: n, limits: lims, now: now}
+		r := store.Request{Key: "k", N: n, Limits: lims, Now: now}
 		what := ""
 		switch op := rng.IntN(100); {
 		case op < 60:
-			mq.commit = rng.IntN(10) > 0
-			rq.commit = mq.commit
-			what = fmt.Sprintf("allow %d commit %v", n, mq.commit)
-			allowBoth(t, ms, rs, mq, rq, step, what)
-			if mq.allowed && mq.commit {
+			r.Commit = rng.IntN(10) > 0
+			what = fmt.Sprintf("allow %d commit %v", n, r.Commit)
+			if d := allowBoth(t, ms, rs, r, step, what); d.Allowed && r.Commit {
 				decided = append(decided, now)
 			}
 		case op < 75:
@@ -161,39 +154,38 @@ func checkLogAgainstMemory(t *testing.T, rdb redis.Scripter, seed uint64, layout
 				longest = rng.Int64N(int64(2 * long / time.Microsecond))
 			}
 			what = fmt.Sprintf("reserve %d within %d", n, longest)
-			mr, err := ms.reserve(ctx, mq, longest)
+			mr, err := ms.Reserve(ctx, r, longest)
 			if err != nil {
 				t.Fatal(err)
 			}
-			rr, err := rs.reserve(ctx, rq, longest)
+			rr, err := rs.Reserve(ctx, r, longest)
 			if err != nil {
 				t.Fatalf("step %d %s: %v", step, what, err)
 			}
-			if mr.ok != rr.ok || mr.wait != rr.wait || (mr.ok && mr.at != rr.at) {
+			if mr.OK != rr.OK || mr.Wait != rr.Wait || (mr.OK && mr.At != rr.At) {
 				t.Fatalf("step %d %s at %d: memory %+v, redis %+v", step, what, now, mr, rr)
 			}
-			if mr.ok {
+			if mr.OK {
 				reserved = append(reserved, held{n, lims, mr})
 			}
 		case op < 82 && len(reserved) > 0:
 			i := rng.IntN(len(reserved))
 			res := reserved[i]
 			reserved = slices.Delete(reserved, i, i+1)
-			what = fmt.Sprintf("release %d at %d", res.n, res.r.at)
-			mq.n, mq.limits, rq.n, rq.limits = res.n, res.limits, res.n, res.limits
-			if err := ms.release(ctx, mq, res.r); err != nil {
+			what = fmt.Sprintf("release %d at %d", res.n, res.r.At)
+			r.N, r.Limits = res.n, res.limits
+			if err := ms.Release(ctx, r, res.r); err != nil {
 				t.Fatal(err)
 			}
-			if err := rs.release(ctx, rq, res.r); err != nil {
+			if err := rs.Release(ctx, r, res.r); err != nil {
 				t.Fatalf("step %d %s: %v", step, what, err)
 			}
 		case op < 90:
 			if rng.IntN(2) == 0 && len(decided) > 0 {
-				mq.at = decided[rng.IntN(len(decided))]
-				rq.at = mq.at
+				r.At = decided[rng.IntN(len(decided))]
 			}
-			what = fmt.Sprintf("refund %d at %d", n, mq.at)
-			refundBoth(t, ms, rs, mq, rq, step, what)
+			what = fmt.Sprintf("refund %d at %d", n, r.At)
+			refundBoth(t, ms, rs, r, step, what)
 		default:
 			what = "nothing"
 		}
@@ -214,12 +206,12 @@ func checkLogAgainstMemory(t *testing.T, rdb redis.Scripter, seed uint64, layout
 // compareLogs fails unless both stores hold the same units that count at
 // now, in both logs, and Redis's logs have a TTL. It counts the layouts of
 // the values in layouts.
-func compareLogs(t *testing.T, step string, rdb redis.Scripter, rs *redisStore, ms *memoryStore, now int64, layouts *[2]atomic.Int64, windows ...time.Duration) {
+func compareLogs(t *testing.T, step string, rdb redis.Scripter, rs *Store, ms *memstore.Store, now int64, layouts *[2]atomic.Int64, windows ...time.Duration) {
 	t.Helper()
 	ctx := context.Background()
 	c := rdb.(redis.Cmdable)
 	for _, w := range windows {
-		key := storageKey(keyTag(rs.prefix, "k"), Per(1, w))
+		key := storageKey(keyTag(rs.prefix, "k"), per(1, w))
 		stored, err := storedLog(ctx, c, key)
 		if err != nil {
 			t.Fatalf("%s: %s: %v", step, key, err)
@@ -234,18 +226,11 @@ func compareLogs(t *testing.T, step string, rdb redis.Scripter, rs *redisStore, 
 		if !slices.IsSorted(stored) {
 			t.Fatalf("%s: %s holds units out of order: %v", step, key, stored)
 		}
-		sh := ms.shard("k")
-		sh.mu.Lock()
-		if mk := sh.keys["k"]; mk != nil {
-			if st := mk.find(Per(1, w)); st != nil {
-				for _, u := range st.log {
-					if u > oldest {
-						want = append(want, u)
-					}
-				}
+		for _, u := range memLog(t, ms, "k", w, now) {
+			if u > oldest {
+				want = append(want, u)
 			}
 		}
-		sh.mu.Unlock()
 		if !slices.Equal(got, want) {
 			t.Fatalf("%s: %s holds %d units that count, memory %d:\n%v\n%v", step, key, len(got), len(want), got, want)
 		}
@@ -260,4 +245,32 @@ func compareLogs(t *testing.T, step string, rdb redis.Scripter, rs *redisStore, 
 			}
 		}
 	}
+}
+
+// memLog returns the times in µs of the units that ms holds in key's
+// sliding log of window w, oldest first, read through the seam: Peeks a
+// day before now (the test's clock never goes back that far), at which
+// every unit held counts and none is dropped. A Peek of one unit under a
+// Count c, with used units held, is retried when the (used-c+1)th newest
+// unit leaves the window: its Retry tells that unit's time; under a Count
+// larger than any log, its Remaining tells used.
+func memLog(t *testing.T, ms *memstore.Store, key string, w time.Duration, now int64) []int64 {
+	t.Helper()
+	ctx := context.Background()
+	at := now - int64(24*time.Hour/time.Microsecond)
+	const huge = 1 << 40
+	d, err := ms.Allow(ctx, store.Request{Key: key, N: 1, Limits: []store.Limit{per(huge, w)}, Now: at})
+	if err != nil {
+		t.Fatal(err)
+	}
+	used := huge - d.States[0].Remaining
+	units := make([]int64, used)
+	for c := int64(1); c <= used; c++ {
+		d, err := ms.Allow(ctx, store.Request{Key: key, N: 1, Limits: []store.Limit{per(c, w)}, Now: at})
+		if err != nil {
+			t.Fatal(err)
+		}
+		units[used-c] = d.States[0].Retry - micros(w) + at
+	}
+	return units
 }

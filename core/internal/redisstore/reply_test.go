@@ -3,12 +3,13 @@ package redisstore
 import (
 	"context"
 	"errors"
-	"reflect"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ratewindow/ratewindow/core/internal/store"
 )
 
 // TestParseAllow reads allow.lua's reply as each path delivers it: the
@@ -16,10 +17,10 @@ import (
 // *[]int64, []any from EVALSHA; and refuses what is not such a reply with
 // ErrUnexpectedReply.
 func TestParseAllow(t *testing.T) {
-	limits := []Limit{PerMinute(10), PerSecond(2)}
-	want := query{allowed: true, blocked: true, at: 1700000000000000, states: []limitState{
-		{remaining: 7, retry: 0, reset: 60000000},
-		{remaining: 1, retry: 0, reset: 1000000},
+	const limits = 2
+	want := store.Decision{Allowed: true, Blocked: true, At: 1700000000000000, States: [store.MaxLimits]store.State{
+		{Remaining: 7, Retry: 0, Reset: 60000000},
+		{Remaining: 1, Retry: 0, Reset: 1000000},
 	}}
 	ints := []int64{1, 1, 1700000000000000, 7, 0, 60000000, 1, 0, 1000000}
 	boxed := make([]any, len(ints))
@@ -50,10 +51,9 @@ func TestParseAllow(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			q := query{limits: limits}
-			err := parseAllow(tc.reply, &q)
+			got, err := parseAllow(tc.reply, limits)
 			if !tc.ok {
-				if !errors.Is(err, ErrUnexpectedReply) {
+				if !errors.Is(err, store.ErrUnexpectedReply) {
 					t.Fatalf("parseAllow = %v, want ErrUnexpectedReply", err)
 				}
 				return
@@ -61,8 +61,7 @@ func TestParseAllow(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := query{allowed: q.allowed, blocked: q.blocked, banned: q.banned, at: q.at, states: q.states}
-			if !reflect.DeepEqual(got, want) {
+			if got != want {
 				t.Fatalf("parsed %+v, want %+v", got, want)
 			}
 		})
@@ -74,16 +73,16 @@ func TestParseAllow(t *testing.T) {
 // once), and boxed once: a limit used again allocates nothing.
 func TestLimitArgs(t *testing.T) {
 	var c limitArgs
-	var limits []Limit
+	var limits []store.Limit
 	for i := range 3 * limitArgSlots { // more than the slots: some share
-		l := Limit{Count: int64(100 + i), Window: time.Duration(1+i%7) * time.Second, Algorithm: Algorithm(i % 3)}
+		l := store.Limit{Count: int64(100 + i), Window: time.Duration(1+i%7) * time.Second, Algorithm: store.Algorithm(i % 3)}
 		if i%5 == 0 {
 			l.Precision = 10 * time.Millisecond
 		}
 		limits = append(limits, l)
 	}
-	want := func(l Limit) [4]any {
-		return [4]any{int(l.Algorithm), l.Count, micros(l.Window), micros(l.precision())}
+	want := func(l store.Limit) [4]any {
+		return [4]any{int(l.Algorithm), l.Count, micros(l.Window), micros(l.Step())}
 	}
 	var wg sync.WaitGroup
 	for g := range 8 {

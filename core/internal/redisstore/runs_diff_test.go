@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ratewindow/ratewindow/core/internal/store"
 )
 
 // TestBatchRunsMatchAlone sends random batches of decisions as merged
@@ -38,20 +40,20 @@ func checkRunsAgainstAlone(t *testing.T, rdb redis.Scripter, seed uint64) {
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(seed, 11))
 	prefix := uniquePrefix(t)
-	merged := newRedisStore(rdb, prefix+"m:", 0)
-	alone := newRedisStore(rdb, prefix+"a:", 0)
+	merged := New(rdb, prefix+"m:")
+	alone := New(rdb, prefix+"a:")
 	// Windows long enough that Redis never expires a key by its own clock
 	// while the units it holds still count by the test's, which moves far
 	// faster.
-	specs := [][]Limit{
-		{Per(9, time.Minute)},
-		{Per(25, time.Minute).With(SlidingBuckets)},
-		{Per(12, time.Minute).With(SlidingCounter)},
-		{Per(400, time.Minute)}, // the ring layout
-		{Per(6, 30*time.Second), Per(40, time.Hour).With(SlidingCounter), Per(30, time.Hour).With(SlidingBuckets)},
-		{Per(200, time.Minute).With(SlidingBuckets), Per(15, time.Minute)},
+	specs := [][]store.Limit{
+		{per(9, time.Minute)},
+		{with(per(25, time.Minute), store.SlidingBuckets)},
+		{with(per(12, time.Minute), store.SlidingCounter)},
+		{per(400, time.Minute)}, // the ring layout
+		{per(6, 30*time.Second), with(per(40, time.Hour), store.SlidingCounter), with(per(30, time.Hour), store.SlidingBuckets)},
+		{with(per(200, time.Minute), store.SlidingBuckets), per(15, time.Minute)},
 	}
-	penalty := &Penalty{Denials: 3, Within: time.Minute, Ban: 20 * time.Second}
+	penalty := store.Penalty{Denials: 3, Within: time.Minute, Ban: 20 * time.Second}
 	now := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC).UnixMicro()
 	var runs, admittedInRuns, deniedAfterAdmitted int
 	for step := range 250 {
@@ -62,59 +64,49 @@ func checkRunsAgainstAlone(t *testing.T, rdb redis.Scripter, seed uint64) {
 		default: // past a window
 			now += int64(time.Hour / time.Microsecond)
 		}
-		var qs []*query
+		var qs []store.Request
 		for len(qs) < 2+rng.IntN(30) {
 			if len(qs) > 0 && rng.IntN(10) < 7 { // the run goes on
-				q := *qs[len(qs)-1]
+				q := qs[len(qs)-1]
 				if rng.IntN(20) == 0 {
-					q.now++ // ends it: another time
+					q.Now++ // ends it: another time
 				}
-				qs = append(qs, &q)
+				qs = append(qs, q)
 				continue
 			}
-			q := &query{key: fmt.Sprint("k", rng.IntN(3)), n: int64(1 + rng.IntN(3)),
-				limits: specs[rng.IntN(len(specs))], commit: rng.IntN(10) > 0, now: now}
+			q := store.Request{Key: fmt.Sprint("k", rng.IntN(3)), N: int64(1 + rng.IntN(3)),
+				Limits: specs[rng.IntN(len(specs))], Commit: rng.IntN(10) > 0, Now: now}
 			if rng.IntN(8) == 0 {
-				q.penalty = penalty
+				q.Penalty = penalty
 			}
 			qs = append(qs, q)
 		}
-		calls := make([]*call, len(qs))
-		for i, q := range qs {
-			calls[i] = merged.allowCall(q)
-			calls[i].ctx = ctx
-		}
-		merged.t.send(calls)
-		for i, c := range calls {
-			<-c.done
-			if c.err != nil {
-				t.Fatalf("step %d decision %d: %v", step, i, c.err)
+		allowed := make([]bool, len(qs))
+		for i, o := range allowBatch(merged, qs) {
+			if o.err != nil {
+				t.Fatalf("step %d decision %d: %v", step, i, o.err)
 			}
-			got := *qs[i]
-			if err := parseAllow(c.reply, &got); err != nil {
+			got := o.d
+			want, err := alone.Allow(ctx, qs[i])
+			if err != nil {
 				t.Fatal(err)
 			}
-			want := *qs[i]
-			want.states = nil
-			if err := alone.allow(ctx, &want); err != nil {
-				t.Fatal(err)
-			}
-			if !sameAnswer(&got, &want) {
+			if got != want {
 				t.Fatalf("step %d decision %d of %d (%s, n %d, %v): merged %s, alone %s",
-					step, i, len(qs), qs[i].key, qs[i].n, qs[i].limits, answer(&got), answer(&want))
+					step, i, len(qs), qs[i].Key, qs[i].N, qs[i].Limits, answer(got, len(qs[i].Limits)), answer(want, len(qs[i].Limits)))
 			}
 			// the runs decide answers together: the same as the decision
 			// before, committed, without penalty
-			if i > 0 && sameDecision(qs[i-1], qs[i]) && qs[i].commit && qs[i].penalty == nil {
+			if i > 0 && sameDecision(qs[i-1], qs[i]) && qs[i].Commit && qs[i].Penalty.Denials == 0 {
 				runs++
 				switch {
-				case got.allowed && qs[i-1].allowed:
+				case got.Allowed && allowed[i-1]:
 					admittedInRuns++
-				case !got.allowed && qs[i-1].allowed:
+				case !got.Allowed && allowed[i-1]:
 					deniedAfterAdmitted++
 				}
 			}
-			qs[i].allowed = got.allowed
+			allowed[i] = got.Allowed
 		}
 	}
 	t.Logf("%d decisions in runs: %d admitted after an admitted one, %d denied after one", runs, admittedInRuns, deniedAfterAdmitted)
@@ -136,7 +128,7 @@ func checkRunsAgainstAlone(t *testing.T, rdb redis.Scripter, seed uint64) {
 
 // sameDecision reports whether a and b ask the same of the same key at the
 // same time.
-func sameDecision(a, b *query) bool {
-	return a.key == b.key && a.n == b.n && a.now == b.now && a.commit == b.commit &&
-		a.penalty == b.penalty && slices.Equal(a.limits, b.limits)
+func sameDecision(a, b store.Request) bool {
+	return a.Key == b.Key && a.N == b.N && a.Now == b.Now && a.Commit == b.Commit &&
+		a.Penalty == b.Penalty && slices.Equal(a.Limits, b.Limits)
 }

@@ -176,10 +176,14 @@ func (t *transport) lastSlow() bool {
 func (t *transport) answeredSince(sent int64) bool { return t.lastReply.Load() >= sent }
 
 // answered notes a reply of Redis when err is none or an error reply of the
-// server (not a network error, a timeout or the context's end).
+// server (not a network error, a timeout or the context's end). The time
+// noted never goes back: a goroutine that read the clock, then was
+// preempted while another noted a later reply, leaves the later one.
 func (t *transport) answered(err error) {
 	if err == nil || replied(err) {
-		t.lastReply.Store(t.clock())
+		now := t.clock()
+		for last := t.lastReply.Load(); last < now && !t.lastReply.CompareAndSwap(last, now); last = t.lastReply.Load() {
+		}
 	}
 }
 

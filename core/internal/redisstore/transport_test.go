@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http/httptest"
+	"net"
 	"os"
 	"runtime"
 	"slices"
@@ -16,53 +16,19 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ratewindow/ratewindow/core/internal/store"
 	"github.com/ratewindow/ratewindow/internal/redistest"
 	"github.com/ratewindow/ratewindow/internal/stall"
 )
 
-// hookClones adds h to the client clones of l's transport, which run
-// none of the client's hooks: a test's hook on the client then sees every
-// call of l.
-func hookClones(l *Limiter, h redis.Hook) {
-	for _, cl := range l.store.(*redisStore).t.clones {
-		cl.c.AddHook(h)
-	}
-}
+// patient is the timeout of tests that expect Redis to answer: long enough
+// for a loaded CI machine, where a loopback call may take over 100ms.
+const patient = 2 * time.Second
 
 // isScriptCall reports whether cmd runs a script: EVALSHA, EVAL or FCALL.
 func isScriptCall(cmd redis.Cmder) bool {
 	n := cmd.Name()
 	return n == "evalsha" || n == "eval" || n == "fcall"
-}
-
-// answeredScript reports whether cmd is a script call that ran (not one
-// answered NOSCRIPT, which is sent again).
-func answeredScript(cmd redis.Cmder, err error) bool {
-	return isScriptCall(cmd) && !redis.HasErrorPrefix(err, "NOSCRIPT") && !functionMissing(err)
-}
-
-// allowCallFor builds the transport call of one Allow of key on limits.
-func allowCallFor(s *redisStore, key string, limits ...Limit) *call {
-	c := s.allowCall(&query{key: key, n: 1, limits: limits, commit: true})
-	c.ctx = context.Background()
-	return c
-}
-
-// sendAll sends calls as one batch and returns each caller's outcome.
-func sendAll(s *redisStore, calls []*call) ([]Result, []error) {
-	s.t.send(calls)
-	rs, errs := make([]Result, len(calls)), make([]error, len(calls))
-	for i, c := range calls {
-		<-c.done
-		errs[i] = c.err
-		if c.err == nil {
-			q := &query{limits: []Limit{PerMinute(3)}}
-			if errs[i] = parseAllow(c.reply, q); errs[i] == nil {
-				rs[i] = q.result()
-			}
-		}
-	}
-	return rs, errs
 }
 
 // One batch of decisions on many keys, with three on one key: every
@@ -81,28 +47,27 @@ func TestTransportSend(t *testing.T) {
 	}
 	for _, cl := range clients {
 		t.Run(cl.name, func(t *testing.T) {
-			s := newRedisStore(cl.rdb, uniquePrefix(t), 0)
+			s := New(cl.rdb, uniquePrefix(t))
 			for round := range 2 {
 				if round == 1 && cl.flush != nil {
 					if err := cl.flush(); err != nil { // NOSCRIPT: sent again as EVAL
 						t.Fatal(err)
 					}
 				}
-				var calls []*call
+				var rs []store.Request
 				for i := range 8 {
-					calls = append(calls, allowCallFor(s, fmt.Sprintf("k%d-%d", round, i), PerMinute(3)))
+					rs = append(rs, decision(fmt.Sprintf("k%d-%d", round, i), perMinute(3)))
 				}
 				for range 4 {
-					calls = append(calls, allowCallFor(s, fmt.Sprintf("hot-%d", round), PerMinute(3)))
+					rs = append(rs, decision(fmt.Sprintf("hot-%d", round), perMinute(3)))
 				}
-				rs, errs := sendAll(s, calls)
-				for i := range calls {
+				for i, o := range allowBatch(s, rs) {
 					wantRemaining := int64(2)
 					if i >= 8 {
 						wantRemaining = max(2-int64(i-8), 0)
 					}
-					if errs[i] != nil || rs[i].Allowed != (i < 11) || rs[i].Remaining != wantRemaining {
-						t.Fatalf("round %d call %d: %+v %v", round, i, rs[i], errs[i])
+					if o.err != nil || o.d.Allowed != (i < 11) || o.d.States[0].Remaining != wantRemaining {
+						t.Fatalf("round %d call %d: %+v %v", round, i, o.d, o.err)
 					}
 				}
 			}
@@ -119,8 +84,8 @@ func TestTransportMergedError(t *testing.T) {
 	rdb := redistest.New(t).Client(t)
 	names := newScriptNames()
 	rdb.AddHook(names)
-	s := newRedisStore(rdb, uniquePrefix(t), 0)
-	lim := PerMinute(30)
+	s := New(rdb, uniquePrefix(t))
+	lim := perMinute(30)
 	for _, key := range []string{"bad", "worse"} {
 		bad := storageKey(keyTag(s.prefix, key), lim)
 		if err := rdb.Set(context.Background(), bad, "not a sliding log", time.Minute).Err(); err != nil {
@@ -143,22 +108,21 @@ func TestTransportMergedError(t *testing.T) {
 			}
 		}
 		keys := []string{"a", "bad", "bad", "bad", "b", "worse", "c"}
-		calls := make([]*call, len(keys))
+		rs := make([]store.Request, len(keys))
 		for i, k := range keys {
-			calls[i] = allowCallFor(s, k, lim)
+			rs[i] = decision(k, lim)
 		}
 		names.take()
 		ints := names.ints.Load()
-		rs, errs := sendAll(s, calls)
-		for i, k := range keys {
-			if strings.HasPrefix(k, "bad") || k == "worse" {
-				if errs[i] == nil || !strings.Contains(errs[i].Error(), "WRONGTYPE") {
-					t.Fatalf("%s: call %d (%s): %v, want WRONGTYPE", phase, i, k, errs[i])
+		for i, o := range allowBatch(s, rs) {
+			if k := keys[i]; k == "bad" || k == "worse" {
+				if o.err == nil || !strings.Contains(o.err.Error(), "WRONGTYPE") || !s.Replied(o.err) {
+					t.Fatalf("%s: call %d (%s): %v, want WRONGTYPE, an answer of the server", phase, i, k, o.err)
 				}
 				continue
 			}
-			if errs[i] != nil || !rs[i].Allowed {
-				t.Fatalf("%s: call %d (%s): %+v %v", phase, i, k, rs[i], errs[i])
+			if o.err != nil || !o.d.Allowed || o.d.States[0].Remaining != 29 {
+				t.Fatalf("%s: call %d (%s): %+v %v", phase, i, keys[i], o.d, o.err)
 			}
 		}
 		// the merged call, then one decision of the bad run and the worse
@@ -169,6 +133,163 @@ func TestTransportMergedError(t *testing.T) {
 		if got, want := names.ints.Load()-ints, map[string]int64{"evalsha": 0, "fcall": 3}[phase]; got != want {
 			t.Fatalf("%s: %d calls read as []int64, want %d", phase, got, want)
 		}
+		for _, k := range []string{"a", "b", "c"} { // the next phase decides them anew
+			if err := s.Reset(ctx, decision(k, lim)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// Concurrent decisions on a single server and on a Cluster: every
+// decision exact.
+func TestTransportConcurrent(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		rdb  func(t *testing.T) redis.UniversalClient
+	}{
+		{"single", func(t *testing.T) redis.UniversalClient { return redistest.New(t).Client(t) }},
+		{"cluster", func(t *testing.T) redis.UniversalClient { return redistest.NewCluster(t).Client(t) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			const timeout = 10 * time.Second
+			s := New(c.rdb(t), uniquePrefix(t), timeout)
+			ctx := context.Background()
+			lim := perHour(40)
+			if d, err := s.Allow(ctx, within(decision("lone", lim), timeout)); err != nil || !d.Allowed || d.States[0].Remaining != 39 {
+				t.Fatalf("lone call: %+v %v", d, err)
+			}
+			const goroutines, each, keys = 64, 10, 8
+			admitted := make([]atomic.Int64, keys)
+			var wg sync.WaitGroup
+			for g := range goroutines {
+				wg.Go(func() {
+					for i := range each {
+						k := (g + i) % keys
+						d, err := s.Allow(ctx, within(decision(fmt.Sprint("key-", k), lim), timeout))
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if d.Allowed {
+							admitted[k].Add(1)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			for k := range admitted {
+				if n := admitted[k].Load(); n != 40 {
+					t.Errorf("key %d: %d admitted, want exactly 40", k, n)
+				}
+			}
+		})
+	}
+}
+
+// TestTransportKeepsDeadline: with a server that accepts connections and
+// never answers, every call returns by its deadline, with every client type
+// and whichever way it is sent: concurrent decisions (some alone, some
+// queued) end by their Request's Within (the Limiter's timeout), and with
+// a later Within, by the caller's own deadline; no reply came, and the
+// error says so (a deadline's, not an answer of the server).
+func TestTransportKeepsDeadline(t *testing.T) {
+	t.Parallel()
+	addr := redistest.Silent(t)
+	clients := []struct {
+		name string
+		new  func() redis.UniversalClient
+	}{
+		{"client", func() redis.UniversalClient { return redis.NewClient(&redis.Options{Addr: addr}) }},
+		{"client/ContextTimeoutEnabled", func() redis.UniversalClient {
+			return redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+		}},
+		{"cluster", func() redis.UniversalClient {
+			return redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{addr}})
+		}},
+		{"ring", func() redis.UniversalClient {
+			return redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": addr}})
+		}},
+		{"failover", func() redis.UniversalClient {
+			return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "mymaster", SentinelAddrs: []string{addr}})
+		}},
+	}
+	const (
+		timeout  = 100 * time.Millisecond
+		deadline = 50 * time.Millisecond
+		margin   = 250 * time.Millisecond
+		callers  = 3 * maxLone
+	)
+	for _, c := range clients {
+		for _, callerDeadline := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/caller deadline %v", c.name, callerDeadline), func(t *testing.T) {
+				t.Parallel()
+				rdb := c.new()
+				t.Cleanup(func() { go rdb.Close() })
+				storeTimeout, bound := timeout, timeout+margin
+				if callerDeadline {
+					storeTimeout, bound = time.Minute, deadline+margin
+				}
+				s := New(rdb, uniquePrefix(t), storeTimeout)
+				sent := s.Clock()
+				stalls := stall.Start(t)
+				var wg sync.WaitGroup
+				for i := range callers {
+					wg.Go(func() {
+						ctx := context.Background()
+						if callerDeadline {
+							var cancel context.CancelFunc
+							ctx, cancel = context.WithTimeout(ctx, deadline)
+							defer cancel()
+						}
+						start := time.Now()
+						d, err := s.Allow(ctx, within(decision(fmt.Sprint("k", i), perMinute(4)), storeTimeout))
+						beyond(t, stalls, time.Since(start), bound, fmt.Sprintf("decision %d", i))
+						if err == nil || !store.IsTimeout(err) || s.Replied(err) {
+							t.Errorf("decision %d: %+v %v, want a deadline's error", i, d, err)
+						}
+					})
+				}
+				wg.Wait()
+				if s.AnsweredSince(sent) {
+					t.Error("the store says the silent server answered")
+				}
+			})
+		}
+	}
+}
+
+// TestTransportRepliesAfterPause: decisions sent while the server is
+// paused (CLIENT PAUSE), alone and queued, get their replies when it
+// resumes, within a timeout longer than the pause: every decision exact.
+func TestTransportRepliesAfterPause(t *testing.T) {
+	srv := redistest.Start(t)
+	const timeout = 5 * time.Second
+	s := New(srv.Client(t), uniquePrefix(t), timeout)
+	ctx := context.Background()
+	lim := perHour(20)
+	if _, err := s.Allow(ctx, within(peek("warm", lim), timeout)); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Client(t).Do(ctx, "CLIENT", "PAUSE", "300", "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range 4 * maxLone {
+		wg.Go(func() {
+			d, err := s.Allow(ctx, within(decision("k", lim), timeout))
+			if err != nil {
+				t.Errorf("%+v %v", d, err)
+			}
+			if d.Allowed {
+				admitted.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if n := admitted.Load(); n != 20 {
+		t.Fatalf("%d admitted of %d, want 20", n, 4*maxLone)
 	}
 }
 
@@ -177,10 +298,10 @@ func TestTransportMergedError(t *testing.T) {
 func TestTransportAbandonedNotCharged(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	s := newRedisStore(rdb, uniquePrefix(t), 0)
+	s := New(rdb, uniquePrefix(t))
 	ctx := context.Background()
-	lim := []Limit{PerMinute(3)}
-	if err := s.allow(ctx, &query{key: "warm", n: 1, limits: lim}); err != nil {
+	lim := perMinute(3)
+	if _, err := s.Allow(ctx, peek("warm", lim)); err != nil {
 		t.Fatal(err)
 	}
 	if err := rdb.Do(ctx, "CLIENT", "PAUSE", "500", "ALL").Err(); err != nil {
@@ -188,7 +309,10 @@ func TestTransportAbandonedNotCharged(t *testing.T) {
 	}
 	first := make(chan error, maxLone)
 	for range maxLone { // in flight for the whole pause: every slot taken
-		go func() { first <- s.allow(ctx, &query{key: "a", n: 1, limits: lim, commit: true}) }()
+		go func() {
+			_, err := s.Allow(ctx, decision("a", lim))
+			first <- err
+		}()
 	}
 	for { // set-up: wait until every slot is in flight
 		s.t.mu.Lock()
@@ -201,7 +325,7 @@ func TestTransportAbandonedNotCharged(t *testing.T) {
 	}
 	dctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer cancel()
-	if err := s.allow(dctx, &query{key: "b", n: 1, limits: lim, commit: true}); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := s.Allow(dctx, decision("b", lim)); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("queued call: %v, want the deadline", err)
 	}
 	for range maxLone {
@@ -209,8 +333,358 @@ func TestTransportAbandonedNotCharged(t *testing.T) {
 			t.Fatalf("a call in flight: %v", err)
 		}
 	}
-	q := &query{key: "b", n: 1, limits: lim}
-	if err := s.allow(ctx, q); err != nil || q.states[0].remaining != 3 {
-		t.Fatalf("peek of the abandoned key: %+v %v, want 3 remaining: nothing recorded", q.states, err)
+	if d, err := s.Allow(ctx, peek("b", lim)); err != nil || d.States[0].Remaining != 3 {
+		t.Fatalf("peek of the abandoned key: %+v %v, want 3 remaining: nothing recorded", d.States[0], err)
+	}
+}
+
+// TestRedisAnsweredErrorsStayWithTheirKey: errors that Redis answered for
+// one key (NOPERM from an ACL that forbids its keys; a script error on a
+// key that holds another type) are that key's decisions' failures, and the
+// store says they are answers of the server (Replied), which the
+// Limiter's guard never counts against Redis; every other key is decided
+// by Redis meanwhile.
+func TestRedisAnsweredErrorsStayWithTheirKey(t *testing.T) {
+	t.Parallel()
+	prefix := "acl:"
+	lim := perMinute(100)
+	for _, c := range []struct {
+		name string
+		rdb  func(t *testing.T) *redis.Client
+		want string
+	}{
+		{"NOPERM", func(t *testing.T) *redis.Client {
+			return aclClient(t, "resetkeys", "~"+prefix+"{ok*")
+		}, "NOPERM"},
+		{"script error", func(t *testing.T) *redis.Client {
+			rdb := redistest.Start(t).Client(t)
+			if err := rdb.Set(context.Background(), storageKey(keyTag(prefix, "bad"), lim), "a string", time.Hour).Err(); err != nil {
+				t.Fatal(err)
+			}
+			return rdb
+		}, "WRONGTYPE"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			s := New(c.rdb(t), prefix, patient)
+			ctx := context.Background()
+			const tries = 12       // four times the Limiter's breakerFailures
+			for i := range tries { // one after the other
+				sent := s.Clock()
+				d, err := s.Allow(ctx, within(decision("bad", lim), patient))
+				if err == nil || !strings.Contains(err.Error(), c.want) || !s.Replied(err) || !s.AnsweredSince(sent) {
+					t.Fatalf("bad key, decision %d: %+v %v, want %s, an answer of the server", i, d, err, c.want)
+				}
+			}
+			for i := range tries {
+				d, err := s.Allow(ctx, within(decision(fmt.Sprint("ok", i), lim), patient))
+				if err != nil || !d.Allowed || d.States[0].Remaining != 99 {
+					t.Fatalf("another key, decision %d: %+v %v, want Redis's answer", i, d, err)
+				}
+			}
+		})
+	}
+}
+
+// TestRemoteAnswers: what a call's outcome says about Redis (store.Remote,
+// which the Limiter's guard reads). An error reply of the server, however
+// wrapped, and a reply the scripts never send are answers (Replied); a
+// deadline, the caller leaving and a network error are not. Redis answered
+// this client since a call was sent (AnsweredSince) when a reply or an
+// error reply came after it; not when the call got none, whether Redis
+// answered before (a paused server) or never (a silent one).
+func TestRemoteAnswers(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	serverErr := rdb.Do(ctx, "NOSUCHCOMMAND").Err()
+	if serverErr == nil {
+		t.Fatal("NOSUCHCOMMAND: no error")
+	}
+	s := New(rdb, uniquePrefix(t), 50*time.Millisecond)
+	for _, c := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"no error", nil, false},
+		{"error reply", serverErr, true},
+		{"wrapped error reply", fmt.Errorf("script: %w", serverErr), true},
+		{"explained refusal", scriptError("allow", serverErr), true},
+		{"unexpected reply", fmt.Errorf("%w: allow returned int64", store.ErrUnexpectedReply), true},
+		{"caller gone", context.Canceled, false},
+		{"timeout", context.DeadlineExceeded, false},
+		{"read timeout", fmt.Errorf("read: %w", os.ErrDeadlineExceeded), false},
+		{"network", errors.New("connection refused"), false},
+	} {
+		if got := s.Replied(c.err); got != c.want {
+			t.Errorf("%s: Replied(%v) = %v, want %v", c.name, c.err, got, c.want)
+		}
+	}
+
+	before := s.Clock()
+	if before == 0 {
+		t.Fatal("Clock is 0")
+	}
+	if s.AnsweredSince(before) {
+		t.Fatal("a new store says Redis answered")
+	}
+	lim := perMinute(5)
+	if _, err := s.Allow(ctx, decision("k", lim)); err != nil || !s.AnsweredSince(before) {
+		t.Fatalf("a reply: %v, answered since %v", err, s.AnsweredSince(before))
+	}
+	if err := rdb.Set(ctx, storageKey(keyTag(s.prefix, "bad"), lim), "a string", time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	sent := s.Clock()
+	if _, err := s.Allow(ctx, decision("bad", lim)); !s.Replied(err) || !s.AnsweredSince(sent) {
+		t.Fatalf("an error reply: %v, answered since %v", err, s.AnsweredSince(sent))
+	}
+	if err := srv.Client(t).Do(ctx, "CLIENT", "PAUSE", "1000", "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Client(t).Do(context.Background(), "CLIENT", "UNPAUSE") })
+	sent = s.Clock()
+	if _, err := s.Allow(ctx, within(decision("k", lim), 50*time.Millisecond)); !store.IsTimeout(err) || s.Replied(err) || s.AnsweredSince(sent) {
+		t.Fatalf("no reply from a paused server: %v, answered since %v", err, s.AnsweredSince(sent))
+	}
+
+	silent := New(redis.NewClient(&redis.Options{Addr: redistest.Silent(t)}), uniquePrefix(t), 50*time.Millisecond)
+	sent = silent.Clock()
+	if _, err := silent.Allow(ctx, within(decision("k", lim), 50*time.Millisecond)); !store.IsTimeout(err) || silent.Replied(err) || silent.AnsweredSince(sent) {
+		t.Fatalf("no reply from a silent server: %v, answered since %v", err, silent.AnsweredSince(sent))
+	}
+}
+
+// TestRemoteExplainsFailedDial: a call whose connection is refused fails
+// without a reply; once told (Failed), the store explains later failures
+// with that dial's error.
+func TestRemoteExplainsFailedDial(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing listens there now
+	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	s := New(rdb, uniquePrefix(t), patient)
+	_, err = s.Allow(context.Background(), within(decision("k", perMinute(1)), patient))
+	if err == nil || s.Replied(err) {
+		t.Fatalf("a refused connection: %v, want a failure without a reply", err)
+	}
+	s.Failed(err)
+	other := errors.New("a later failure")
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		got := s.Explain(other)
+		if errors.Is(got, other) && strings.Contains(got.Error(), "refused") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Explain: %v, want the refused dial", got)
+		}
+	}
+}
+
+// TestLonePathFrames measures the frames from the store's Allow to the
+// client's Process on the path of a lone decision (logged, not asserted).
+func TestLonePathFrames(t *testing.T) {
+	for _, cte := range []bool{false, true} {
+		t.Run(fmt.Sprint("ContextTimeoutEnabled=", cte), func(t *testing.T) {
+			srv := redistest.New(t)
+			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: cte})
+			t.Cleanup(func() { rdb.Close() })
+			frames := &frameHook{}
+			rdb.AddHook(frames)
+			const timeout = 10 * time.Second
+			s := New(rdb, uniquePrefix(t), timeout)
+			hookClones(s, frames)
+			for range 3 { // the library loads in the background: FCALL by the third
+				ctx, cancel := context.WithTimeout(context.Background(), timeout)
+				if _, err := s.Allow(ctx, within(decision("k", perHour(100)), timeout)); err != nil {
+					t.Fatal(err)
+				}
+				cancel()
+			}
+			t.Logf("frames from Store.Allow to Process: %v", frames.take())
+		})
+	}
+}
+
+// frameHook records, for each script call, the stack between the store's
+// Allow and the client's Process.
+type frameHook struct {
+	mu     sync.Mutex
+	stacks []string
+}
+
+func (h *frameHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *frameHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if isScriptCall(cmd) {
+			pcs := make([]uintptr, 64)
+			frames := runtime.CallersFrames(pcs[:runtime.Callers(1, pcs)])
+			var names []string
+			for {
+				f, more := frames.Next()
+				fn := f.Function[strings.LastIndex(f.Function, "/")+1:]
+				names = append(names, fn)
+				if strings.HasSuffix(fn, "(*Store).Allow") || !more {
+					break
+				}
+			}
+			// from the client's Process (the hook runs within it) up
+			for i, n := range names {
+				if strings.HasSuffix(n, ").Process") {
+					names = names[i:]
+					break
+				}
+			}
+			slices.Reverse(names)
+			h.mu.Lock()
+			h.stacks = append(h.stacks, fmt.Sprintf("%s %d: %s", cmd.Name(), len(names), strings.Join(names, " → ")))
+			h.mu.Unlock()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *frameHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *frameHook) take() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.stacks
+}
+
+// settledCluster returns a client of the test binary's cluster once a
+// decision on keys of every master succeeds quickly (right after the
+// cluster is created, the nodes may still disagree for a moment, which is
+// not what these tests are about).
+func settledCluster(t *testing.T) *redis.ClusterClient {
+	t.Helper()
+	cc := redistest.NewCluster(t).Client(t)
+	s := New(cc, uniquePrefix(t))
+	ctx := context.Background()
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; i < 30; i++ {
+		start := time.Now()
+		_, err := s.Allow(ctx, within(decision(fmt.Sprint("settle-", i), perSecond(1)), 5*time.Second))
+		if d := time.Since(start); err != nil || d > 50*time.Millisecond {
+			if time.Now().After(deadline) {
+				t.Fatalf("the cluster does not settle: %v after %v", err, d)
+			}
+			i = -1 // again, from the first key
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return cc
+}
+
+// TestClusterNodePerMaster: one master stops answering (CLIENT PAUSE). The
+// store names each key's master (Node), so that the Limiter's guard can
+// tell the paused one's failures from the others: decisions on its keys
+// end at their deadline, without a reply; keys on the other masters are
+// decided by Redis all along.
+func TestClusterNodePerMaster(t *testing.T) {
+	cc := settledCluster(t)
+	prefix := uniquePrefix(t)
+	const timeout = 100 * time.Millisecond
+	s := New(cc, prefix, timeout, patient)
+	ctx := context.Background()
+	lim := perMinute(1000)
+	paused, err := cc.MasterForKey(ctx, storageKey(keyTag(prefix, "k"), lim))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := s.Node("k"); n != "" {
+		t.Fatalf("Node before Redis answered: %q, want \"\"", n)
+	}
+	var elsewhere []string // keys of the other masters
+	for i := 0; len(elsewhere) < 20; i++ {
+		key := fmt.Sprint("other-", i)
+		m, err := cc.MasterForKey(ctx, storageKey(keyTag(prefix, key), lim))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Options().Addr != paused.Options().Addr {
+			elsewhere = append(elsewhere, key)
+		}
+	}
+	for _, key := range append([]string{"k"}, elsewhere...) { // every master has answered
+		if _, err := s.Allow(ctx, within(decision(key, lim), patient)); err != nil {
+			t.Fatalf("%s before the pause: %v", key, err)
+		}
+	}
+	if n := s.Node("k"); n != paused.Options().Addr {
+		t.Fatalf("Node(k) = %q, want the master %s", n, paused.Options().Addr)
+	}
+	for _, key := range elsewhere {
+		if n := s.Node(key); n == "" || n == paused.Options().Addr {
+			t.Fatalf("Node(%s) = %q, want another master than %s", key, n, paused.Options().Addr)
+		}
+	}
+	if err := paused.Do(ctx, "CLIENT", "PAUSE", 3000, "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { paused.Do(context.Background(), "CLIENT", "UNPAUSE") })
+	// the other masters keep answering meanwhile
+	stop, busy := make(chan struct{}), make(chan error, 1)
+	go func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				busy <- nil
+				return
+			default:
+			}
+			if _, err := s.Allow(ctx, within(decision(elsewhere[i%len(elsewhere)], perHour(1_000_000)), patient)); err != nil {
+				busy <- fmt.Errorf("another master during the pause: %v", err)
+				return
+			}
+		}
+	}()
+	stalls := stall.Start(t)
+	for i := range 6 { // twice the Limiter's breakerFailures
+		start := time.Now()
+		_, err := s.Allow(ctx, within(decision("k", lim), timeout))
+		beyond(t, stalls, time.Since(start), timeout+250*time.Millisecond, fmt.Sprintf("decision %d on the paused master", i))
+		if !store.IsTimeout(err) || s.Replied(err) {
+			t.Fatalf("decision %d on the paused master: %v, want its deadline's error", i, err)
+		}
+	}
+	close(stop)
+	if err := <-busy; err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range elsewhere {
+		if d, err := s.Allow(ctx, within(decision(key, lim), patient)); err != nil || !d.Allowed || d.States[0].Remaining != 998 {
+			t.Fatalf("%s on another master: %+v %v, want Redis's answer", key, d, err)
+		}
+	}
+}
+
+// TestAnsweredNeverGoesBack: a reply noted by one goroutine is never
+// overwritten by an earlier one that another goroutine notes after it (it
+// read the clock first, then was preempted): a call sent between the two
+// would be told that Redis did not answer since, and its timeout taken
+// for a failure of Redis.
+func TestAnsweredNeverGoesBack(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
+	t.Cleanup(func() { rdb.Close() })
+	tr := newTransport(rdb)
+	early := tr.clock()
+	later := early + int64(time.Hour) // noted by another goroutine first
+	tr.lastReply.Store(later)
+	tr.answered(nil) // reads the clock now: before later
+	if !tr.answeredSince(later) {
+		t.Fatalf("a reply at %d noted after one at %d: answered since %d reports false", early, later, later)
+	}
+	tr.answered(nil)
+	if got := tr.lastReply.Load(); got != later {
+		t.Fatalf("lastReply %d, want %d", got, later)
 	}
 }
