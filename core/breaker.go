@@ -71,3 +71,10 @@ func (b *breaker) failure(start, now int64) {
 // abandon ends a probe that told nothing about Redis (its caller gave up
 // first): the next call probes instead.
 func (b *breaker) abandon() { b.probing.Store(false) }
+
+// replied notes a reply of the node at now, unless a later one is noted
+// already (a goroutine preempted between reading the clock and noting it).
+func (b *breaker) replied(now int64) {
+	for last := b.lastReply.Load(); last < now && !b.lastReply.CompareAndSwap(last, now); last = b.lastReply.Load() {
+	}
+}

@@ -127,7 +127,7 @@ func (g *guard) end(ctx context.Context, a attempt, err error) (kind, error) {
 	case succeeded, rejected:
 		a.br.success()
 		if a.br != &g.br {
-			a.br.lastReply.Store(g.remote.Clock())
+			a.br.replied(g.remote.Clock())
 		}
 	case timedOut, failed:
 		a.br.failure(a.sent, g.remote.Clock())
