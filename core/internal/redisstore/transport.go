@@ -53,7 +53,9 @@ type transport struct {
 
 	// health is the health check after a failure (see checkDial): a
 	// dial of a *redis.Client's server as the client dials it, a PING of
-	// another client (Cluster, Ring); nil: none
+	// another client (Cluster, Ring); nil: none. A call's own error does
+	// not say why: to a closed port, go-redis retries its dial with
+	// backoff and answers "context deadline exceeded"
 	health   func(ctx context.Context) error
 	checking atomic.Bool
 	dialErr  atomic.Pointer[dialError] // the last check's failure; nil: none
