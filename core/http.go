@@ -79,18 +79,13 @@ type limitHeaders struct {
 
 func newHeaderSet(limits []Limit) headerSet {
 	hs := headerSet{limits: make([]limitHeaders, len(limits)), items: make([]string, len(limits))}
-	var policy []byte
 	names := make([]string, len(limits))
 	for i, l := range limits {
 		hs.limits[i] = newLimitHeaders(l)
-		if i > 0 {
-			policy = append(policy, ", "...)
-		}
 		hs.items[i] = string(appendPolicyItem(nil, l))
-		policy = append(policy, hs.items[i]...)
 		names[i] = l.PolicyName()
 	}
-	hs.policy = string(policy)
+	hs.policy = strings.Join(hs.items, ", ")
 	hs.unavailable = appendProblem(nil, ProblemReducedCapacity, reducedCapacityTitle, http.StatusServiceUnavailable, names...)
 	return hs
 }

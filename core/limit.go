@@ -36,16 +36,16 @@ const (
 )
 
 // String returns the algorithm's name, such as "sliding-log".
-func (a Algorithm) String() string {
-	switch a {
-	case SlidingLog:
-		return "sliding-log"
-	case SlidingBuckets:
-		return "sliding-buckets"
-	case SlidingCounter:
-		return "sliding-counter"
+func (a Algorithm) String() string { return enumName(a, algorithmNames[:], "algorithm") }
+
+var algorithmNames = [...]string{"sliding-log", "sliding-buckets", "sliding-counter"}
+
+// enumName returns names[v], or kind(v) for a value without a name.
+func enumName[T ~uint8](v T, names []string, kind string) string {
+	if int(v) < len(names) {
+		return names[v]
 	}
-	return "algorithm(" + strconv.Itoa(int(a)) + ")"
+	return kind + "(" + strconv.Itoa(int(v)) + ")"
 }
 
 // Limit admits at most Count units in any sliding window of length Window.

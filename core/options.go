@@ -104,17 +104,9 @@ const (
 )
 
 // String returns "fail-open", "fail-closed" or "fail-local".
-func (m FailureMode) String() string {
-	switch m {
-	case FailOpen:
-		return "fail-open"
-	case FailClosed:
-		return "fail-closed"
-	case FailLocal:
-		return "fail-local"
-	}
-	return fmt.Sprintf("failure-mode(%d)", uint8(m))
-}
+func (m FailureMode) String() string { return enumName(m, failureModes[:], "failure-mode") }
+
+var failureModes = [...]string{"fail-open", "fail-closed", "fail-local"}
 
 // WithFailureMode sets what the Limiter answers when Redis fails: returns
 // an error, does not answer within the timeout, or is skipped by the

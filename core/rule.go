@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ratewindow/ratewindow/keyfuncs"
@@ -38,19 +39,9 @@ const (
 )
 
 // String returns "x-ratelimit", "ietf", "both" or "none".
-func (s HeaderStyle) String() string {
-	switch s {
-	case XRateLimit:
-		return "x-ratelimit"
-	case IETF:
-		return "ietf"
-	case Both:
-		return "both"
-	case None:
-		return "none"
-	}
-	return "header-style(" + strconv.Itoa(int(s)) + ")"
-}
+func (s HeaderStyle) String() string { return enumName(s, headerStyles[:], "header-style") }
+
+var headerStyles = [...]string{"x-ratelimit", "ietf", "both", "none"}
 
 // ErrInvalidRule is wrapped by the errors of Rule.Validate and NewEnforcer.
 var ErrInvalidRule = errors.New("ratewindow: invalid rule")
@@ -201,11 +192,8 @@ func (r Rule) Validate() error {
 		return fmt.Errorf("%w %q: unknown %s", ErrInvalidRule, r.Name, r.Headers)
 	case len(r.Limits) == 0:
 		return fmt.Errorf("%w %q: %w", ErrInvalidRule, r.Name, unprefixed{ErrNoLimits})
-	}
-	for i := 0; i < len(r.Name); i++ {
-		if c := r.Name[i]; c <= ' ' || c > '~' || c == ':' || c == '{' || c == '}' {
-			return fmt.Errorf("%w %q: Name may hold printable ASCII but no space, ':', '{' or '}'", ErrInvalidRule, r.Name)
-		}
+	case !printable(r.Name) || strings.ContainsAny(r.Name, " :{}"):
+		return fmt.Errorf("%w %q: Name may hold printable ASCII but no space, ':', '{' or '}'", ErrInvalidRule, r.Name)
 	}
 	if r.Penalty != nil {
 		if p := r.Penalty.problem(); p != "" {
