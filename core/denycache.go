@@ -146,15 +146,13 @@ func (c *denyCache) put(key string, n int64, limits []Limit, now int64, r Result
 		return
 	}
 	until := now + int64(r.RetryAfter)
-	sh := c.shard(key)
-	sh.mu.Lock()
+	sh, d := c.locked(key, n, limits)
 	defer sh.mu.Unlock()
-	ds := sh.m[key]
-	if i := findDenial(ds, n, limits); i >= 0 {
-		// a probe, if any, settles itself
-		ds[i].until, ds[i].result = until, ownResult(r, ds[i].limits)
+	if d != nil { // a probe, if any, settles itself
+		d.until, d.result = until, ownResult(r, d.limits)
 		return
 	}
+	ds := sh.m[key]
 	// the map keeps the key of its latest assignment: always one of its own
 	key = store.OwnKey(key)
 	switch {

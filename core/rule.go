@@ -77,9 +77,8 @@ type Rule struct {
 	// expensive search. A cost below 1 is an error: it goes to OnError and,
 	// unless OnError answers, the request costs 1. Default 1.
 	Cost func(*http.Request) int64
-	// Skip reports requests that pass without being counted and without
-	// touching the backend, such as health checks or an allow-list.
-	// Default: none.
+	// Skip reports requests that pass uncounted, without touching the
+	// backend, such as health checks or an allow-list.
 	Skip func(*http.Request) bool
 	// Headers selects the rate-limit header fields. Default XRateLimit.
 	// When several rules apply to a request, its response shows one
@@ -150,10 +149,10 @@ type Rule struct {
 // Penalty bans a key that keeps hitting its limits (a penalty box): after
 // Denials denials of one key within Within, the key is banned for Ban on
 // every replica. While banned, every request of the key is denied with a
-// Retry-After of the ban's time left (problem type ProblemAbnormalUsage)
-// and counted nowhere, by the deny cache where it can. A ban is a Limiter.Block: Reset lifts it. Denials
-// are counted in the script call that denies; the first starts the Within
-// period, and a ban starts the count afresh.
+// Retry-After of the ban's time left (problem type ProblemAbnormalUsage),
+// by the deny cache where it can, and counted nowhere. A ban is a
+// Limiter.Block: Reset lifts it. Denials are counted by the script call
+// that denies; the first starts the Within period, a ban the count afresh.
 type Penalty struct {
 	// Denials is the number of denials that bans the key: at least 1.
 	Denials int64
