@@ -58,14 +58,10 @@ func WithClock(now func() time.Time) Option { return Option{func(c *config) { c.
 // once; it never opens the breaker for other keys.
 //
 // The bound holds whatever the client's options, go-redis's retries
-// included. A client with ContextTimeoutEnabled ends its reads at the
-// deadline. A *redis.Client without it (the default; failover clients
-// too) sends a decision through its WithTimeout(d) clone, which runs none
-// of the client's hooks: for hooks (tracing, metrics) that see every
-// call, set ContextTimeoutEnabled. Any other call (a caller's deadline
-// sooner than d, a Cluster or Ring without ContextTimeoutEnabled) runs on
-// a goroutine of its own that the decision stops waiting for, holding a
-// pool connection until the client's ReadTimeout. New adds no hook.
+// included. A *redis.Client without ContextTimeoutEnabled (the default)
+// sends decisions through its WithTimeout(d) clone, which runs none of the
+// client's hooks: for hooks (tracing, metrics) that see every call, set
+// ContextTimeoutEnabled. New adds no hook to the client.
 func WithTimeout(d time.Duration) Option { return Option{func(c *config) { c.timeout = d }} }
 
 // DefaultWaitTimeout bounds each call to Redis made by Wait and WaitN.
