@@ -10,33 +10,20 @@ import (
 	"github.com/ratewindow/ratewindow/core/internal/store"
 )
 
-// denyCache remembers denials until their RetryAfter has passed. A denial
-// is final until then (denied requests add nothing and units leave on
-// schedule), so answering a repeat request from here never changes a
-// decision. Entries are keyed by key, limits and cost: a smaller cost, or
-// other limits, go to the backend.
+// denyCache remembers denials until their RetryAfter has passed (see
+// WithDenyCache), at most size of them, split over the shards.
 //
-// It holds at most size denials: the size is split over the shards, and a
-// full shard evicts a key, preferring one whose denials have all expired.
+// Its keys are in the form store.HeldKey gives (a long key as its digest)
+// and a denial's limits are copied (ownLimits), so it keeps no
+// client-chosen bytes beyond a fixed size per denial (measured by
+// TestHeldKeys and TestHeldLimitNames).
 //
-// Its methods take a key in the form store.HeldKey gives (the Limiter computes
-// it once a decision), so it keeps no client-chosen bytes beyond a fixed
-// size per denial: a key longer than store.MaxRawKey as its 23-byte digest (a
-// digest stands for one key only, as in storage keys), a short one as a
-// copy of its own; a denial's limits are at most MaxLimits, with names of
-// at most MaxLimitName bytes, copied (see ownLimits). A denial under one
-// limit takes about 430 bytes of heap with a key of store.MaxRawKey bytes (less
-// with a shorter key or a digest), 2.3 KB under MaxLimits limits with names
-// of MaxLimitName bytes (measured by TestHeldKeys and TestHeldLimitNames):
-// the cache holds at most about size × 2.5 KB, whatever its clients send.
-//
-// A denial that has expired is asked again by one request at a time (its
-// probe): the others of the same key, cost and limits wait for that answer
-// instead of stampeding the backend together. A denied probe renews the
-// denial, and the waiters are answered by it; an admitted one lets the
-// next waiter ask. A hot key that keeps being denied thus sends the
-// backend one request at a time per Limiter, and each waiter's answer is
-// one the backend gave after it arrived.
+// An expired denial is asked again by one request at a time (its probe);
+// the others of the same key, cost and limits wait for its answer. A
+// denied probe renews the denial, which answers the waiters; an admitted
+// one lets the next waiter ask. So a hot key that keeps being denied sends
+// the backend one request at a time per Limiter, and each waiter's answer
+// is one the backend gave after it arrived.
 type denyCache struct {
 	seed   maphash.Seed
 	shards []denyShard
@@ -64,9 +51,7 @@ type denial struct {
 }
 
 // probe is one request asking the backend about an expired denial.
-type probe struct {
-	done chan struct{} // closed when its answer is in
-}
+type probe struct{ done chan struct{} } // closed when its answer is in
 
 // newDenyCache returns a cache of at most size (> 0) denials.
 func newDenyCache(size int) *denyCache {
@@ -119,8 +104,8 @@ func (c *denyCache) last(key string, n int64, limits []Limit, now int64) (Result
 	return d.countedDown(now, time.Millisecond), true
 }
 
-// locked returns the shard of key (a store.HeldKey), locked (the caller unlocks
-// it), and the denial of n units under limits in it, or nil.
+// locked returns the shard of key, locked (the caller unlocks it), and the
+// denial of n units under limits in it, or nil.
 func (c *denyCache) locked(key string, n int64, limits []Limit) (*denyShard, *denial) {
 	sh := c.shard(key)
 	sh.mu.Lock()
@@ -161,15 +146,13 @@ func (c *denyCache) put(key string, n int64, limits []Limit, now int64, r Result
 		return
 	}
 	until := now + int64(r.RetryAfter)
-	sh := c.shard(key)
-	sh.mu.Lock()
+	sh, d := c.locked(key, n, limits)
 	defer sh.mu.Unlock()
-	ds := sh.m[key]
-	if i := findDenial(ds, n, limits); i >= 0 {
-		// a probe, if any, settles itself
-		ds[i].until, ds[i].result = until, ownResult(r, ds[i].limits)
+	if d != nil { // a probe, if any, settles itself
+		d.until, d.result = until, ownResult(r, d.limits)
 		return
 	}
+	ds := sh.m[key]
 	// the map keeps the key of its latest assignment: always one of its own
 	key = store.OwnKey(key)
 	switch {
@@ -185,9 +168,8 @@ func (c *denyCache) put(key string, n int64, limits []Limit, now int64, r Result
 	sh.n++
 }
 
-// ownResult returns r with the name of its binding limit taken from own,
-// a denial's own copy of its limits (see ownLimits), rather than the
-// caller's string; copied if the limit is none of them.
+// ownResult returns r with its binding limit's name from own, a denial's
+// copy of its limits, or else copied: never the caller's string.
 func ownResult(r Result, own []Limit) Result {
 	if i := slices.Index(own, r.Limit); i >= 0 {
 		r.Limit.Name = own[i].Name

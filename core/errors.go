@@ -31,17 +31,13 @@ var (
 	// Limiter's keys: maxmemory is set and maxmemory-policy is not
 	// noeviction.
 	ErrEvictionPolicy = store.ErrEvictionPolicy
-	// ErrCheckIncomplete is returned by Check when it could not read the
-	// eviction policy: an ACL forbids both CONFIG GET and INFO, or the
-	// server answers neither.
+	// ErrCheckIncomplete is returned by Check when neither CONFIG GET nor
+	// INFO could read the eviction policy (an ACL, or no answer).
 	ErrCheckIncomplete = store.ErrCheckIncomplete
 	// ErrNoWrites is returned by Check, and matched by the Result.BackendErr
-	// of decisions, when Redis refuses the Limiter's writes: its used memory
-	// is above maxmemory under maxmemory-policy noeviction (OOM), it is a
-	// read-only replica (READONLY), a failed save stops its writes
-	// (MISCONF), or fewer replicas are connected than it requires
-	// (NOREPLICAS). Every decision then fails and the failure mode answers
-	// it, until someone acts on Redis; the error says what to do.
+	// of decisions, when Redis refuses the Limiter's writes (OOM under
+	// noeviction, READONLY, MISCONF, NOREPLICAS): every decision fails until
+	// someone acts on Redis; the error says what to do.
 	ErrNoWrites = store.ErrNoWrites
 	// ErrInvalidDuration is returned by Block for a duration outside
 	// (0, MaxBlock].

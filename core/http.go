@@ -27,20 +27,17 @@ const (
 )
 
 // Problem types of draft-ietf-httpapi-ratelimit-headers-11 (section 5),
-// for application/problem+json bodies. Both bodies list the policies
-// concerned in their "violated-policies" member.
+// for application/problem+json bodies, which list the policies concerned
+// in their "violated-policies" member.
 const (
-	// ProblemQuotaExceeded is the problem type of a denial (429): the
-	// policies listed denied the request.
+	// ProblemQuotaExceeded is the type of a denial (429), listing the
+	// policies that denied.
 	ProblemQuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
-	// ProblemReducedCapacity is the problem type of the 503 of a Limiter
-	// that fails closed: the backend cannot decide, so every policy of the
-	// rule is listed.
+	// ProblemReducedCapacity is the type of the 503 of a Limiter that fails
+	// closed, listing every policy of the rule.
 	ProblemReducedCapacity = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
-	// ProblemAbnormalUsage is the problem type of a denial (429) of a key
-	// that is banned (Rule.Penalty) or blocked (Limiter.Block), so that a
-	// client can tell a ban from a limit: it lists no policy, as no quota
-	// denied the request.
+	// ProblemAbnormalUsage is the type of the denial (429) of a key banned
+	// (Rule.Penalty) or blocked (Limiter.Block), listing no policy.
 	ProblemAbnormalUsage = "https://iana.org/assignments/http-problem-types#abnormal-usage-detected"
 )
 
@@ -61,12 +58,10 @@ const (
 // headerSet holds the header values of a rule's limits that never change,
 // computed once when the middleware is built.
 type headerSet struct {
-	policy string   // RateLimit-Policy: every limit of the rule
-	items  []string // its items, one per limit, for adding pk to each
-	limits []limitHeaders
-	// unavailable is the application/problem+json body of FailClosed's
-	// 503: temporary-reduced-capacity, every policy listed
-	unavailable []byte
+	policy      string   // RateLimit-Policy: every limit of the rule
+	items       []string // its items, one per limit, for adding pk to each
+	limits      []limitHeaders
+	unavailable []byte // the problem+json body of FailClosed's 503
 }
 
 // abnormalUsage is the application/problem+json body of the denial of a
@@ -84,24 +79,18 @@ type limitHeaders struct {
 
 func newHeaderSet(limits []Limit) headerSet {
 	hs := headerSet{limits: make([]limitHeaders, len(limits)), items: make([]string, len(limits))}
-	var policy []byte
 	names := make([]string, len(limits))
 	for i, l := range limits {
 		hs.limits[i] = newLimitHeaders(l)
-		if i > 0 {
-			policy = append(policy, ", "...)
-		}
 		hs.items[i] = string(appendPolicyItem(nil, l))
-		policy = append(policy, hs.items[i]...)
 		names[i] = l.PolicyName()
 	}
-	hs.policy = string(policy)
+	hs.policy = strings.Join(hs.items, ", ")
 	hs.unavailable = appendProblem(nil, ProblemReducedCapacity, reducedCapacityTitle, http.StatusServiceUnavailable, names...)
 	return hs
 }
 
-// appendProblem appends an application/problem+json body of a problem
-// type of draft-ietf-httpapi-ratelimit-headers-11 listing policies.
+// appendProblem appends an application/problem+json body listing policies.
 func appendProblem(b []byte, typ, title string, status int, policies ...string) []byte {
 	b = append(b, `{"type":"`...)
 	b = append(b, typ...)
@@ -114,7 +103,7 @@ func appendProblem(b []byte, typ, title string, status int, policies ...string) 
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendJSONString(b, p)
+		b = appendSFString(b, p)
 	}
 	return append(b, "]}"...)
 }
@@ -134,9 +123,9 @@ func newLimitHeaders(l Limit) limitHeaders {
 }
 
 // lookup returns the precomputed values of the binding limit l, or computes
-// them when l is not one of the rule's: a limit whose Count FailLocal
-// scaled keeps the policy name of the rule's limit it stands for (same
-// algorithm and window), so that RateLimit names a listed policy.
+// them when l is not one of the rule's: a limit FailLocal scaled takes the
+// policy name of the rule's limit it stands for (same algorithm and
+// window), so that RateLimit names a listed policy.
 func (hs *headerSet) lookup(l Limit) *limitHeaders {
 	for i := range hs.limits {
 		if hs.limits[i].limit == l {
@@ -153,21 +142,11 @@ func (hs *headerSet) lookup(l Limit) *limitHeaders {
 	return &lh
 }
 
-// write sets the rate-limit fields of style for res.
-//
-// XRateLimit: X-RateLimit-Limit is the binding limit's Count,
-// X-RateLimit-Remaining the units it still admits, X-RateLimit-Reset the
-// seconds until it is full again, rounded up (on a denial, never less than
-// Retry-After).
-//
-// IETF (draft-ietf-httpapi-ratelimit-headers-11): RateLimit-Policy lists
-// every limit of the rule with its quota q and window w in seconds
-// (rounded up, at least 1); RateLimit names the binding limit with the
-// remaining units r and t: when allowed, the seconds until the limit is
-// full again; when denied, the seconds until the request would pass, which
-// is also Retry-After; absent when it never can. Integers above 15 digits
-// are capped, as structured fields require. pk, when not empty, is the
-// partition key parameter (";pk=:...:"), added to every item of both.
+// write sets the rate-limit fields of style for res (see HeaderStyle):
+// times in seconds rounded up, a reset never before Retry-After, t of a
+// denial the Retry-After (none when it never passes), integers capped at
+// 15 digits as structured fields require. pk, when not "", is added to
+// every item of both IETF fields.
 func (hs *headerSet) write(h http.Header, style HeaderStyle, res Result, pk string) {
 	if style == None || style > Both {
 		return
@@ -178,8 +157,7 @@ func (hs *headerSet) write(h http.Header, style HeaderStyle, res Result, pk stri
 	if !res.Allowed && !res.Never() {
 		reset = max(reset, retrySeconds(res.RetryAfter)) // full again no earlier than the request fits
 	}
-	// The values that change are written into one buffer and turned into
-	// one string, sliced per field: two allocations for every style.
+	// one buffer, one string sliced per field: two allocations in all
 	var buf [160]byte
 	b := buf[:0]
 	var ends [3]int
@@ -243,57 +221,51 @@ func clearRateHeaders(h http.Header) {
 
 // writeDenied writes the default answer to a denial: 429 with a short text
 // body, or with problem set, the quota-exceeded problem listing the
-// policies that denied (the binding one's body is kept ready; several are
-// written afresh), or for a banned or blocked key the abnormal-usage one.
+// policies that denied (the binding one's body is kept ready), or for a
+// banned or blocked key the abnormal-usage one.
 func (hs *headerSet) writeDenied(w http.ResponseWriter, res Result, problem bool) {
-	h := w.Header()
-	if problem {
-		var body []byte
-		var size string
-		switch {
-		case res.blocked:
-			body, size = []byte(abnormalUsage), strconv.Itoa(len(abnormalUsage))
-		case bits.OnesCount16(res.violated) > 1:
-			var names []string
-			for i := range hs.limits {
-				if res.violated&(1<<i) != 0 {
-					names = append(names, hs.limits[i].limit.PolicyName())
-				}
+	const code = http.StatusTooManyRequests
+	switch {
+	case !problem:
+		writeText(w, code, textTooMany)
+	case res.blocked:
+		writeProblem(w, code, []byte(abnormalUsage), strconv.Itoa(len(abnormalUsage)))
+	case bits.OnesCount16(res.violated) > 1:
+		var names []string
+		for i := range hs.limits {
+			if res.violated&(1<<i) != 0 {
+				names = append(names, hs.limits[i].limit.PolicyName())
 			}
-			body = appendProblem(nil, ProblemQuotaExceeded, problemTitle, http.StatusTooManyRequests, names...)
-			size = strconv.Itoa(len(body))
-		default:
-			lh := hs.lookup(res.Limit)
-			body, size = lh.problem, lh.problemLen
 		}
-		h[hdrContentType] = []string{problemType}
-		h[hdrContentLen] = []string{size}
-		w.WriteHeader(http.StatusTooManyRequests)
-		_, _ = w.Write(body)
-		return
+		body := appendProblem(nil, ProblemQuotaExceeded, problemTitle, code, names...)
+		writeProblem(w, code, body, strconv.Itoa(len(body)))
+	default:
+		lh := hs.lookup(res.Limit)
+		writeProblem(w, code, lh.problem, lh.problemLen)
 	}
-	writeText(w, http.StatusTooManyRequests, textTooMany)
 }
 
-// writeUnavailable answers 503 Service Unavailable with Retry-After, for a
-// Limiter that fails closed: a short text, or the
-// temporary-reduced-capacity problem when problem is set.
+// writeUnavailable answers FailClosed's 503 with Retry-After: a short
+// text, or the temporary-reduced-capacity problem when problem is set.
 func (hs *headerSet) writeUnavailable(w http.ResponseWriter, problem bool) {
-	h := w.Header()
-	h[hdrRetryAfter] = []string{unavailableRetry}
+	w.Header()[hdrRetryAfter] = []string{unavailableRetry}
 	if problem {
-		h[hdrContentType] = []string{problemType}
-		h[hdrContentLen] = []string{strconv.Itoa(len(hs.unavailable))}
-		w.WriteHeader(http.StatusServiceUnavailable)
-		_, _ = w.Write(hs.unavailable)
+		writeProblem(w, http.StatusServiceUnavailable, hs.unavailable, strconv.Itoa(len(hs.unavailable)))
 		return
 	}
 	writeText(w, http.StatusServiceUnavailable, textUnavailable)
 }
 
-// partitionKey returns the pk parameter of key: ";pk=:" and the base64 of
-// the first partitionKeyBytes of its SHA-256, then ":" (a structured-field
-// byte sequence).
+func writeProblem(w http.ResponseWriter, code int, body []byte, size string) {
+	h := w.Header()
+	h[hdrContentType] = []string{problemType}
+	h[hdrContentLen] = []string{size}
+	w.WriteHeader(code)
+	_, _ = w.Write(body)
+}
+
+// partitionKey returns the pk parameter of key, ";pk=:<base64>:": the first
+// partitionKeyBytes of its SHA-256 as a structured-field byte sequence.
 func partitionKey(key string) string {
 	sum := sha256.Sum256([]byte(key))
 	b := make([]byte, 0, partitionKeyParamLength)
@@ -338,9 +310,8 @@ func appendPolicyItem(b []byte, l Limit) []byte {
 }
 
 // appendSFString appends s as a structured-field string (RFC 8941 section
-// 3.3.3): in quotes, with '"' and '\' escaped. Characters a string cannot
-// hold (outside %x20-7E) become '?'; Rule.Validate rejects policy names
-// with them.
+// 3.3.3), which is also a JSON string: in quotes, '"' and '\' escaped, and
+// bytes outside %x20-7E (which Rule.Validate rejects in policy names) as '?'.
 func appendSFString(b []byte, s string) []byte {
 	b = append(b, '"')
 	for i := 0; i < len(s); i++ {
@@ -356,22 +327,11 @@ func appendSFString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
-// appendJSONString appends s as a JSON string. For printable ASCII, a
-// JSON string and a structured-field string are written alike: in quotes,
-// with '"' and '\' escaped, and other characters replaced as there.
-func appendJSONString(b []byte, s string) []byte { return appendSFString(b, s) }
-
 // acceptsProblem reports whether the Accept field values list
 // application/problem+json with a non-zero weight.
 func acceptsProblem(accept []string) bool {
 	for _, v := range accept {
-		for len(v) > 0 {
-			rng := v
-			if i := strings.IndexByte(v, ','); i >= 0 {
-				rng, v = v[:i], v[i+1:]
-			} else {
-				v = ""
-			}
+		for rng := range strings.SplitSeq(v, ",") {
 			if problemRange(rng) {
 				return true
 			}
@@ -383,20 +343,11 @@ func acceptsProblem(accept []string) bool {
 // problemRange reports whether one media range of Accept is
 // application/problem+json with a weight above zero.
 func problemRange(rng string) bool {
-	typ, params := rng, ""
-	if i := strings.IndexByte(rng, ';'); i >= 0 {
-		typ, params = rng[:i], rng[i+1:]
-	}
+	typ, params, _ := strings.Cut(rng, ";")
 	if !strings.EqualFold(httpx.TrimOWS(typ), problemType) {
 		return false
 	}
-	for len(params) > 0 {
-		p := params
-		if i := strings.IndexByte(params, ';'); i >= 0 {
-			p, params = params[:i], params[i+1:]
-		} else {
-			params = ""
-		}
+	for p := range strings.SplitSeq(params, ";") {
 		p = httpx.TrimOWS(p)
 		if len(p) >= 2 && (p[0] == 'q' || p[0] == 'Q') && p[1] == '=' {
 			return !zeroWeight(httpx.TrimOWS(p[2:]))

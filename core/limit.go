@@ -14,45 +14,38 @@ type Algorithm uint8
 
 const (
 	// SlidingLog keeps the time of every admitted unit still in the window
-	// (at most Count of them), a few bytes each. It is exact: no window of
-	// length Window ever holds more than Count units, and RetryAfter is the
-	// exact time until the request fits.
+	// (at most Count), 1 to 7 bytes each, in one string value. It is exact:
+	// no window of length Window ever holds more than Count units,
+	// RetryAfter is the exact time until the request fits, and Wait
+	// reserves a future slot in one round trip. A decision reads and writes
+	// a fixed number of bytes, however many units the window holds.
 	SlidingLog Algorithm = iota
-	// SlidingBuckets keeps one hash field per sub-window of length Precision.
-	// A unit counts from its bucket's start until the bucket's end plus
-	// Window, so it never over-admits; it may under-admit by at most one
-	// bucket's worth of time. Memory is at most Window/Precision+1 fields,
-	// and two that keep their sum once more than 8 are live.
+	// SlidingBuckets keeps one hash field per sub-window of Precision
+	// (default Window/60: about 61 fields), and their sum once more than 8
+	// are live. A unit counts from its bucket's start until the bucket's
+	// end plus Window, so it never over-admits; it may deny up to one
+	// Precision early.
 	SlidingBuckets
 	// SlidingCounter keeps the counts of the previous and the current fixed
-	// window and weighs the previous one by its overlap with the sliding
-	// window. O(1) memory, approximate: see the package documentation for its
-	// worst case.
+	// window and estimates the sliding count as previous × (Window −
+	// elapsed)/Window + current: O(1) memory, approximate. When the
+	// previous window's units all came at its very end, a sliding window
+	// may hold up to nearly 2×Count; when they came early, it denies
+	// requests that an exact log would admit.
 	SlidingCounter
 )
 
 // String returns the algorithm's name, such as "sliding-log".
-func (a Algorithm) String() string {
-	switch a {
-	case SlidingLog:
-		return "sliding-log"
-	case SlidingBuckets:
-		return "sliding-buckets"
-	case SlidingCounter:
-		return "sliding-counter"
-	}
-	return "algorithm(" + strconv.Itoa(int(a)) + ")"
-}
+func (a Algorithm) String() string { return enumName(a, algorithmNames[:], "algorithm") }
 
-// letter is the algorithm's one-letter tag in storage keys.
-func (a Algorithm) letter() byte {
-	switch a {
-	case SlidingBuckets:
-		return 'b'
-	case SlidingCounter:
-		return 'c'
+var algorithmNames = [...]string{"sliding-log", "sliding-buckets", "sliding-counter"}
+
+// enumName returns names[v], or kind(v) for a value without a name.
+func enumName[T ~uint8](v T, names []string, kind string) string {
+	if int(v) < len(names) {
+		return names[v]
 	}
-	return 'r'
+	return kind + "(" + strconv.Itoa(int(v)) + ")"
 }
 
 // Limit admits at most Count units in any sliding window of length Window.
@@ -88,10 +81,8 @@ const (
 	MaxBuckets = 1024
 	// MaxLimits is the most limits of one call or Rule.
 	MaxLimits = 16
-	// MaxLimitName is the longest Name of a Limit, in bytes. The Limiter
-	// keeps the limits of a denial (the deny cache) and of a rule's
-	// LimitsFor sets: their names are bounded so that each such entry has
-	// a fixed size at most.
+	// MaxLimitName is the longest Name of a Limit, in bytes, so that what
+	// the deny cache and a rule's LimitsFor sets keep has a bounded size.
 	MaxLimitName = 64
 )
 
@@ -154,10 +145,9 @@ func (l Limit) PolicyName() string {
 	return strconv.FormatInt(l.Count, 10) + "-per-" + shortDuration(l.Window)
 }
 
-// ownLimits returns a copy of limits for a structure to keep, whose names
-// are strings of its own: a name may be cut from a larger string (a
-// request's header, say), which keeping the caller's string would keep
-// whole. The names share one allocation.
+// ownLimits returns a copy of limits to keep, with names of its own in one
+// allocation: a caller's name may be cut from a larger string (a request's
+// header), which keeping it would keep whole.
 func ownLimits(limits []Limit) []Limit {
 	own := slices.Clone(limits)
 	size := 0

@@ -6,18 +6,14 @@ import (
 	"sync"
 )
 
-// maxLimitSets bounds the sets of limits a rule's LimitsFor keeps: beyond,
-// a new set is validated on every request and not kept. A set holds at
-// most MaxLimits limits, with names of at most MaxLimitName bytes of its
-// own (see ownLimits), and their header values: about 1.2 KB for one
-// limit, 15 KB at most (measured by TestHeldLimitNames), so a rule keeps
-// at most about 16 MB of sets, whatever LimitsFor returns.
+// maxLimitSets bounds the sets a rule keeps; beyond, a new set is
+// validated on every request. A set takes about 1.2 KB for one limit, 15
+// KB at most (TestHeldLimitNames): 16 MB a rule at most.
 const maxLimitSets = 1024
 
 // limitSets keeps the sets of limits a rule's LimitsFor returned, validated,
 // with their header values, found by a hash of their contents: a lookup
-// allocates nothing, whether LimitsFor returns the same slices or builds
-// new ones.
+// allocates nothing, even when LimitsFor builds new slices.
 type limitSets struct {
 	seed maphash.Seed
 	mu   sync.RWMutex
@@ -39,8 +35,7 @@ func (ls *limitSets) hash(limits []Limit) uint64 {
 	return h
 }
 
-// get returns the set of limits, validated (as Rule.Limits are), or the
-// validation's error.
+// get returns the set of limits, validated as Rule.Limits are, or the error.
 func (ls *limitSets) get(limits []Limit) (*limitSet, error) {
 	h := ls.hash(limits)
 	ls.mu.RLock()

@@ -17,16 +17,13 @@ const (
 
 // String returns "allow", "peek", "wait" or "refused".
 func (o Op) String() string {
-	switch o {
-	case OpPeek:
-		return "peek"
-	case OpWait:
-		return "wait"
-	case OpRefused:
-		return "refused"
+	if int(o) < len(ops) {
+		return ops[o]
 	}
 	return "allow"
 }
+
+var ops = [...]string{"allow", "peek", "wait", "refused"}
 
 // Event describes one decision, for an Observer.
 type Event struct {
@@ -48,11 +45,10 @@ type Event struct {
 	// Banned reports that this denial reached the Rule's Penalty: the key
 	// is banned from now on, on every replica, for Result.RetryAfter.
 	Banned bool
-	// Failed reports that Redis gave no answer (an error, the timeout, the
-	// open circuit breaker) and the failure mode answered: Result is then
-	// the failure mode's, named by Fallback, and Err (and
-	// Result.BackendErr) says why. A caller's context that ended first is
-	// no failure: Err holds it, and no decision was made.
+	// Failed reports that Redis failed (an error, the timeout, the open
+	// circuit breaker) and the failure mode named by Fallback answered; Err
+	// says why. A caller's context that ended first is no failure: Err
+	// holds it, and no decision was made.
 	Failed bool
 	// Fallback is the failure mode that answered, when Failed.
 	Fallback FailureMode
@@ -63,8 +59,7 @@ type Event struct {
 }
 
 // Observer receives an Event for every decision made by Allow, AllowN,
-// Peek, Wait, WaitN and the HTTP middleware, synchronously, on the
-// caller's goroutine, after the decision and before it is returned. It
-// must be safe for concurrent use and fast. A Limiter without an observer
-// builds no Event and reads no clock for it.
+// Peek, Wait, WaitN and the HTTP middleware, on the caller's goroutine
+// before the decision is returned. It must be safe for concurrent use and
+// fast. Without one, a Limiter builds no Event and reads no clock for it.
 type Observer func(Event)

@@ -22,19 +22,14 @@ type Result struct {
 	// Count.
 	ResetAfter time.Duration
 	// BackendErr is the Redis failure (an error reply, a lost connection,
-	// the timeout, ErrCircuitOpen) that the Limiter's failure mode
-	// answered, or nil when Redis decided. When it is set, the rest of the
-	// Result is the failure mode's answer: FailOpen allowed, FailClosed
-	// denied with a RetryAfter of a second, FailLocal this process's own
-	// decision on its share of each limit. Log it; branch on Allowed.
+	// the timeout, ErrCircuitOpen) that the failure mode answered, or nil
+	// when Redis decided. The rest of the Result is then the failure mode's
+	// answer: FailOpen allowed, FailClosed denied with a RetryAfter of a
+	// second, FailLocal the local decision. Log it; branch on Allowed.
 	BackendErr error
 
-	// violated has bit i set for each limit i (of the call's limits) that
-	// denied: the violated policies of the problem+json body. MaxLimits
-	// fits.
-	violated uint16
-	// blocked: the key is blocked (Limiter.Block, or a Penalty's ban)
-	blocked bool
+	violated uint16 // bit i: the call's limit i denied (MaxLimits fit)
+	blocked  bool   // by Limiter.Block or a Penalty's ban
 }
 
 // Never reports whether the request can never pass: its cost exceeds Count.

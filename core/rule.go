@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ratewindow/ratewindow/keyfuncs"
@@ -24,15 +25,12 @@ const (
 	// rounded up). It is the default.
 	XRateLimit HeaderStyle = iota
 	// IETF writes the RateLimit-Policy and RateLimit fields of
-	// draft-ietf-httpapi-ratelimit-headers-11 (a draft, not yet an RFC):
+	// draft-ietf-httpapi-ratelimit-headers-11 (a draft, not yet an RFC),
+	// with pk when Rule.PartitionKey is set and without qu ("requests",
+	// the default):
 	//
 	//	RateLimit-Policy: "100-per-1m";q=100;w=60, "5-per-1s";q=5;w=1
 	//	RateLimit: "100-per-1m";r=42;t=60
-	//
-	// With Rule.PartitionKey, both also carry the request's partition key
-	// (pk). The quota unit (qu) is left out: it is "requests", the
-	// default, as every unit of a Limit is a request (or a share of one,
-	// by Rule.Cost).
 	IETF
 	// Both writes the fields of XRateLimit and of IETF.
 	Both
@@ -41,29 +39,17 @@ const (
 )
 
 // String returns "x-ratelimit", "ietf", "both" or "none".
-func (s HeaderStyle) String() string {
-	switch s {
-	case XRateLimit:
-		return "x-ratelimit"
-	case IETF:
-		return "ietf"
-	case Both:
-		return "both"
-	case None:
-		return "none"
-	}
-	return "header-style(" + strconv.Itoa(int(s)) + ")"
-}
+func (s HeaderStyle) String() string { return enumName(s, headerStyles[:], "header-style") }
+
+var headerStyles = [...]string{"x-ratelimit", "ietf", "both", "none"}
 
 // ErrInvalidRule is wrapped by the errors of Rule.Validate and NewEnforcer.
 var ErrInvalidRule = errors.New("ratewindow: invalid rule")
 
-// Rule describes which HTTP requests to limit and how to answer: one
-// description shared by every adapter (nethttp, chimw, ginmw, echomw).
-//
-// A Rule is a value: build the middleware once, at start-up. The middleware
-// constructors validate it (see Validate) and report a bad rule then, never
-// at request time.
+// Rule describes which HTTP requests to limit and how to answer, for every
+// adapter (nethttp, chimw, ginmw, echomw). Build the middleware once, at
+// start-up: its constructor validates the rule (see Validate), so a bad
+// rule is reported then, never at request time.
 type Rule struct {
 	// Name is the rule's namespace: the Limiter's key of a request is
 	// Name + ":" + the key function's result, so two rules never share
@@ -74,128 +60,99 @@ type Rule struct {
 	// Their PolicyName appears in the IETF headers: it must be printable
 	// ASCII, and unique within the rule.
 	Limits []Limit
-	// Key returns the key a request is counted under. A key function that
-	// fails, or returns an empty key, does not exempt the request from the
-	// rule: the error goes to OnError, and unless OnError answers, the
-	// request is counted under FallbackKey instead.
-	// Default keyfuncs.IP(): the peer address, without trusting any proxy.
+	// Key returns the key a request is counted under. When it fails or
+	// returns "", the error goes to OnError and, unless OnError answers,
+	// the request is counted under FallbackKey. Default keyfuncs.IP(): the
+	// peer address, trusting no proxy.
 	Key func(*http.Request) (string, error)
-	// FallbackKey returns the key of a request whose Key failed, so that a
-	// request cannot leave the rule by leaving out what it is keyed by (a
-	// missing X-Api-Key header, no user yet). Such a request is counted
-	// under the Limiter key Name + ":nokey:" + FallbackKey's result
-	// ("login:nokey:ip:203.0.113.5"), apart from every key of Key, within
-	// the rule's limits. If FallbackKey fails too, the request is counted
-	// under Name + ":nokey", one key shared by every such request of the
-	// rule. Default keyfuncs.IP(), the peer address: behind proxies, set
-	// the keyfuncs.IPWith of Key's proxies. To let requests without a key
-	// pass uncounted, say so with Skip.
+	// FallbackKey keys a request whose Key failed, so that leaving out what
+	// a request is keyed by (an X-Api-Key header, a user) does not leave
+	// the rule: it is counted under Name + ":nokey:" + FallbackKey's result
+	// ("login:nokey:ip:203.0.113.5"), apart from every key of Key, or
+	// under Name + ":nokey", shared, if FallbackKey fails too. Default
+	// keyfuncs.IP(): behind proxies, set the keyfuncs.IPWith of Key's
+	// proxies. To let requests without a key pass uncounted, use Skip.
 	FallbackKey func(*http.Request) (string, error)
 	// Cost returns the number of units a request takes, such as 10 for an
 	// expensive search. A cost below 1 is an error: it goes to OnError and,
 	// unless OnError answers, the request costs 1. Default 1.
 	Cost func(*http.Request) int64
-	// Skip reports requests that pass without being counted and without
-	// touching the backend, such as health checks or an allow-list.
-	// Default: none.
+	// Skip reports requests that pass uncounted, without touching the
+	// backend, such as health checks or an allow-list.
 	Skip func(*http.Request) bool
 	// Headers selects the rate-limit header fields. Default XRateLimit.
-	//
-	// When several rules apply to a request (router-wide and per route),
-	// its response carries the fields of one decision: on a denial, the
-	// denying rule's; otherwise the most restrictive decision of the rules
-	// that show theirs (fewest remaining, then the latest reset). They are
-	// written in one style: that of the first rule on the request's way
-	// whose Headers is not None, so a route answers in one style whichever
-	// rule is tighter (set it on the outermost rule). A rule whose Headers
-	// is None shows nothing.
+	// When several rules apply to a request, its response shows one
+	// decision: the denying rule's, else the most restrictive of the rules
+	// that show theirs (fewest remaining, then the latest reset), in the
+	// style of the first rule on the request's way whose Headers is not
+	// None (set it on the outermost rule). A rule with None shows nothing.
 	Headers HeaderStyle
-	// OnDenied writes the response to a denied request. The rate-limit
-	// fields and Retry-After are already set in w.Header() when it is
-	// called: it writes the status (normally 429) and a body.
-	// Default: 429 with a short text/plain body, or the
-	// application/problem+json body of the quota-exceeded problem type when
-	// the client accepts it or ProblemJSON is set.
+	// OnDenied writes the status (normally 429) and body of a denial; the
+	// rate-limit fields and Retry-After are already set. Default: 429 with
+	// a short text/plain body, or the quota-exceeded
+	// application/problem+json body when the client accepts it or
+	// ProblemJSON is set.
 	OnDenied func(http.ResponseWriter, *http.Request, Result)
 	// OnError is called with every error of the rule's functions (Key,
-	// Cost, LimitsFor) and of the backend. It is the place to log. Without
-	// it, the errors are logged with log/slog's default logger, at most one
-	// line per second per rule (with the number of errors left unlogged).
-	// If it writes a response (calls WriteHeader or Write), the request
-	// stops there. Otherwise a request is still limited: after an error of
-	// the rule's functions it is decided under FallbackKey, a Cost of 1 or
-	// the rule's Limits; after a backend error the Limiter's failure mode
-	// answers: FailOpen passes the request without rate-limit fields,
-	// FailClosed answers 503 Service Unavailable with Retry-After,
-	// FailLocal answers the local decision. The error's text never
-	// reaches the client. Default: nothing.
+	// Cost, LimitsFor) and of the backend; its text never reaches the
+	// client. If OnError writes a response, the request stops there.
+	// Otherwise the request is still limited: under FallbackKey, a Cost of
+	// 1 or the rule's Limits after an error of the rule's functions; by the
+	// failure mode after a backend error (FailOpen passes it without
+	// rate-limit fields, FailClosed answers 503 with Retry-After, FailLocal
+	// answers the local decision). Default: log with log/slog's default
+	// logger, at most one line per second per rule, with the number of
+	// errors left unlogged.
 	//
-	// A request whose own context ends before its decision is made (the
-	// client went away, a server timeout) is no error of the rule: it
-	// never reaches the next handler, whatever the failure mode, and is
-	// answered 503 Service Unavailable (which a client that went away
-	// never reads). The observer sees it as an Event with Err set.
+	// A request whose own context ends before its decision (the client
+	// went away, a server timeout) is no error of the rule: whatever the
+	// failure mode, it never reaches the next handler and is answered 503;
+	// the observer sees an Event with Err set.
 	OnError func(http.ResponseWriter, *http.Request, error)
-	// DryRun decides and counts every request, sets the rate-limit fields
-	// and reports to the observer, but never denies: for rolling out a new
-	// limit safely. A request that would have been denied passes, and the
-	// observer sees an Event with Result.Allowed false.
+	// DryRun decides, counts and reports every request (a would-be denial
+	// as an Event with Result.Allowed false) and sets the rate-limit
+	// fields, but never denies: for rolling out a new limit safely.
 	DryRun bool
 	// ProblemJSON answers every denial with an application/problem+json
 	// body, whatever the client's Accept header.
 	ProblemJSON bool
 
-	// LimitsFor, when set, returns the limits of a request, chosen per
-	// request: by the tenant's plan from a header, a token's claim or a
-	// lookup. It returns none for the default, Limits (which must still be
-	// valid). An error, or limits that are not valid (see Validate), go to
-	// OnError, and unless OnError answers, the request is decided under
-	// Limits. Limits of
-	// the same algorithm and window share their stored state, so when a
-	// tenant's plan changes mid-window its history carries over and only
-	// the Count changes. Returning the same slices (one per plan) is
-	// cheapest: each set of limits is validated once and its header values
-	// kept, for up to 1024 distinct sets per rule. nethttp.Transport uses
-	// Limits only.
+	// LimitsFor, when set, chooses the limits of each request (by the
+	// tenant's plan from a header, a token's claim, a lookup); none means
+	// Limits, which must still be valid. An error or invalid limits go to
+	// OnError and, unless OnError answers, the request is decided under
+	// Limits. Limits of the same algorithm and window share stored state,
+	// so a plan changed mid-window keeps its history with the new Count.
+	// Each distinct set is validated once and kept, up to 1024 per rule.
+	// nethttp.Transport uses Limits only.
 	LimitsFor func(*http.Request) ([]Limit, error)
 	// CountIf, when set, counts only the requests whose response status it
-	// accepts: a request is checked and charged before the handler as
-	// usual, and its units are given back after the handler (Limiter.Refund
-	// of exactly its own units) when CountIf(status) is false. Charging
-	// first keeps requests in flight counted, so the limit stays exact
-	// under concurrency. For failed logins only:
+	// accepts: a request is charged before the handler as usual (so
+	// requests in flight count and the limit stays exact), and its own
+	// units are given back after it (Limiter.Refund, a round trip; its
+	// error goes to OnError) when CountIf(status) is false. A handler that
+	// panics counts as 500. Such a rule shows its rate-limit fields only
+	// on its own denials, as an allowed request's units may be given back.
+	// For failed logins only:
 	//
 	//	CountIf: func(status int) bool { return status == 401 || status == 403 },
-	//
-	// A handler that panics counts as 500. A refund adds a round trip to
-	// Redis after the handler; its error goes to OnError (the response is
-	// written by then). Such a rule shows its rate-limit fields only on
-	// its own denials: an allowed request's units may be given back, so
-	// its numbers would mislead (other rules' fields show as usual).
 	CountIf func(status int) bool
 	// Penalty, when set, bans a key that keeps being denied: see Penalty.
 	Penalty *Penalty
-	// PartitionKey adds the partition key parameter (pk) of
-	// draft-ietf-httpapi-ratelimit-headers-11 to the IETF fields: the first
-	// 12 bytes of the SHA-256 of the request's key, as a structured-field
-	// byte sequence, so that a client can tell its partitions apart. It is
-	// a digest, never the key itself; a key from a small space (an IP
-	// address) can still be found from it by trying every value.
+	// PartitionKey adds the partition key (pk) to the IETF fields: the
+	// first 12 bytes of the SHA-256 of the request's key, so that a client
+	// can tell its partitions apart. A key from a small space (an IP
+	// address) can be found from its digest by trying every value.
 	PartitionKey bool
 }
 
 // Penalty bans a key that keeps hitting its limits (a penalty box): after
 // Denials denials of one key within Within, the key is banned for Ban on
-// every replica. While banned, every request of the key is denied, with a
-// Retry-After of the ban's time left, and counted nowhere; the deny cache
-// answers them without a round trip. An application/problem+json answer
-// to a banned key has the type ProblemAbnormalUsage, not
-// ProblemQuotaExceeded, so that a client can tell a ban from a limit. A
-// ban is the same stored state as Limiter.Block: Reset lifts it.
-//
-// The denials are counted atomically with the decisions that deny, in the
-// same script call; the first counted denial starts the Within period,
-// and the ban starts the count afresh.
+// every replica. While banned, every request of the key is denied with a
+// Retry-After of the ban's time left (problem type ProblemAbnormalUsage),
+// by the deny cache where it can, and counted nowhere. A ban is a
+// Limiter.Block: Reset lifts it. Denials are counted by the script call
+// that denies; the first starts the Within period, a ban the count afresh.
 type Penalty struct {
 	// Denials is the number of denials that bans the key: at least 1.
 	Denials int64
@@ -234,11 +191,8 @@ func (r Rule) Validate() error {
 		return fmt.Errorf("%w %q: unknown %s", ErrInvalidRule, r.Name, r.Headers)
 	case len(r.Limits) == 0:
 		return fmt.Errorf("%w %q: %w", ErrInvalidRule, r.Name, unprefixed{ErrNoLimits})
-	}
-	for i := 0; i < len(r.Name); i++ {
-		if c := r.Name[i]; c <= ' ' || c > '~' || c == ':' || c == '{' || c == '}' {
-			return fmt.Errorf("%w %q: Name may hold printable ASCII but no space, ':', '{' or '}'", ErrInvalidRule, r.Name)
-		}
+	case !printable(r.Name) || strings.ContainsAny(r.Name, " :{}"):
+		return fmt.Errorf("%w %q: Name may hold printable ASCII but no space, ':', '{' or '}'", ErrInvalidRule, r.Name)
 	}
 	if r.Penalty != nil {
 		if p := r.Penalty.problem(); p != "" {
@@ -285,31 +239,17 @@ func printable(s string) bool {
 	return true
 }
 
-// Enforcer applies one Rule with one Limiter to HTTP requests. It is the
-// single implementation behind every adapter: the adapters only translate
-// their framework's request and response to Handle. It is safe for
-// concurrent use.
+// Enforcer applies one Rule with one Limiter to HTTP requests: the one
+// implementation behind every adapter, which only translates its
+// framework's request and response to Handle. It is safe for concurrent
+// use.
 type Enforcer struct {
-	l         *Limiter
-	name      string
-	prefix    string // name + ":"
-	limits    []Limit
-	key       func(*http.Request) (string, error)
-	fallback  func(*http.Request) (string, error)
-	cost      func(*http.Request) int64
-	skip      func(*http.Request) bool
-	onDenied  func(http.ResponseWriter, *http.Request, Result)
-	onError   func(http.ResponseWriter, *http.Request, error)
-	limitsFor func(*http.Request) ([]Limit, error)
-	countIf   func(int) bool
-	penalty   *Penalty
-	style     HeaderStyle
-	dryRun    bool
-	problem   bool
-	pk        bool
-	hdr       headerSet
-	sets      limitSets // LimitsFor's limits, validated, with their headers
-	logs      errorLog  // OnError's default
+	l      *Limiter
+	rule   Rule   // validated, with its own Limits and Penalty, and default keys
+	prefix string // Name + ":"
+	hdr    headerSet
+	sets   limitSets // LimitsFor's limits, validated, with their headers
+	logs   errorLog  // OnError's default
 }
 
 // NewEnforcer validates rule and prepares what every request of it shares:
@@ -321,51 +261,33 @@ func NewEnforcer(l *Limiter, rule Rule) (*Enforcer, error) {
 	if err := rule.Validate(); err != nil {
 		return nil, err
 	}
-	e := &Enforcer{
-		l:        l,
-		name:     rule.Name,
-		prefix:   rule.Name + ":",
-		limits:   slices.Clone(rule.Limits),
-		key:      rule.Key,
-		fallback: rule.FallbackKey,
-		cost:     rule.Cost,
-		skip:     rule.Skip,
-		onDenied: rule.OnDenied,
-		onError:  rule.OnError,
-		style:    rule.Headers,
-		dryRun:   rule.DryRun,
-		problem:  rule.ProblemJSON,
-
-		limitsFor: rule.LimitsFor,
-		countIf:   rule.CountIf,
-		pk:        rule.PartitionKey,
-	}
+	rule.Limits = slices.Clone(rule.Limits)
 	if rule.Penalty != nil {
 		p := *rule.Penalty
-		e.penalty = &p
+		rule.Penalty = &p
 	}
-	if e.key == nil {
-		e.key = keyfuncs.IP()
+	if rule.Key == nil {
+		rule.Key = keyfuncs.IP()
 	}
-	if e.fallback == nil {
-		e.fallback = keyfuncs.IP()
+	if rule.FallbackKey == nil {
+		rule.FallbackKey = keyfuncs.IP()
 	}
-	e.hdr = newHeaderSet(e.limits)
+	e := &Enforcer{l: l, rule: rule, prefix: rule.Name + ":", hdr: newHeaderSet(rule.Limits)}
 	e.sets.seed = maphash.MakeSeed()
 	return e, nil
 }
 
 // Name returns the rule's name.
-func (e *Enforcer) Name() string { return e.name }
+func (e *Enforcer) Name() string { return e.rule.Name }
 
 // Limits returns a copy of the rule's limits (Rule.Limits).
-func (e *Enforcer) Limits() []Limit { return slices.Clone(e.limits) }
+func (e *Enforcer) Limits() []Limit { return slices.Clone(e.rule.Limits) }
 
 // Key returns the Limiter key of r under the rule: the rule's Name, ":",
 // and the key function's result. An empty result is an error that matches
 // keyfuncs.ErrNoKey.
 func (e *Enforcer) Key(r *http.Request) (string, error) {
-	k, err := e.key(r)
+	k, err := e.rule.Key(r)
 	if err != nil {
 		return "", err
 	}
@@ -378,10 +300,10 @@ func (e *Enforcer) Key(r *http.Request) (string, error) {
 // Cost returns the units r takes under the rule. A cost below 1 is an error
 // that matches ErrInvalidCost.
 func (e *Enforcer) Cost(r *http.Request) (int64, error) {
-	if e.cost == nil {
+	if e.rule.Cost == nil {
 		return 1, nil
 	}
-	n := e.cost(r)
+	n := e.rule.Cost(r)
 	if n < 1 {
 		return 0, fmt.Errorf("%w: the rule's Cost returned %d", ErrInvalidCost, n)
 	}
@@ -392,34 +314,30 @@ func (e *Enforcer) Cost(r *http.Request) (int64, error) {
 // them: Limiter.WaitN, with observers told the rule's name. key is what Key
 // returned. It is the outbound side of a rule, used by nethttp.Transport.
 func (e *Enforcer) Wait(ctx context.Context, key string, n int64) error {
-	return e.l.waitN(ctx, e.name, key, n, e.limits)
+	return e.l.waitN(ctx, e.rule.Name, key, n, e.rule.Limits)
 }
 
 var errEmptyKey = fmt.Errorf("%w: the key function returned an empty key", keyfuncs.ErrNoKey)
 
-// Handle decides r under the rule and, when the request stops here, writes
-// the response to w: 429 for a denial, 503 when the backend failed and the
-// Limiter fails closed. route is the framework's route pattern of r
-// ("/users/{id}"), or "" when there is none; it is stored with
+// Handle decides r under the rule. When the request stops here, it writes
+// the response (429 for a denial, 503 when the backend failed and the
+// Limiter fails closed) and returns nil and false. Otherwise it returns
+// the request for the next handler, carrying the route and the decision
+// in its context (for the next rule, see Rule.Headers), and true. route
+// is the framework's route pattern ("/users/{id}") or "", stored with
 // keyfuncs.WithRoute for the key function.
-//
-// Handle returns the request to pass on and true when the next handler
-// should run: that request carries the route and the rule's decision in its
-// context, so that a second rule on the same route shows the most
-// restrictive of the two, in the same style (see Rule.Headers). It
-// returns nil and false when it has answered.
 func (e *Enforcer) Handle(w http.ResponseWriter, r *http.Request, route string) (*http.Request, bool) {
 	return e.HandleFrom(w, r, route, nil)
 }
 
 // HandleFrom is Handle for a framework with a request context of its own,
-// fc (*gin.Context, echo.Context): the rule's functions can read it back
-// with FrameworkContext, for values that earlier middleware stored there
-// (ginmw.Key, echomw.Key). It allocates nothing more than Handle.
+// fc (*gin.Context, echo.Context), which the rule's functions read back
+// with FrameworkContext (ginmw.Key, echomw.Key). It allocates nothing more
+// than Handle.
 func (e *Enforcer) HandleFrom(w http.ResponseWriter, r *http.Request, route string, fc any) (*http.Request, bool) {
 	r, st := prepare(r, route)
 	st.framework = fc
-	if e.skip != nil && e.skip(r) {
+	if e.rule.Skip != nil && e.rule.Skip(r) {
 		return r, true
 	}
 	key, err := e.Key(r)
@@ -436,15 +354,15 @@ func (e *Enforcer) HandleFrom(w http.ResponseWriter, r *http.Request, route stri
 		}
 		n = 1
 	}
-	limits, hs := e.limits, &e.hdr
-	if e.limitsFor != nil {
+	limits, hs := e.rule.Limits, &e.hdr
+	if e.rule.LimitsFor != nil {
 		if ls, h, err := e.requestLimits(r); err == nil {
 			limits, hs = ls, h
 		} else if e.report(w, r, err, fallbackMessage) {
 			return nil, false
 		}
 	}
-	res, at, err := e.l.decide(r.Context(), OpAllow, e.name, key, n, limits, e.penalty)
+	res, at, err := e.l.decide(r.Context(), OpAllow, e.rule.Name, key, n, limits, e.rule.Penalty)
 	var pass bool
 	switch {
 	case err != nil: // no decision: the request's context ended
@@ -455,52 +373,48 @@ func (e *Enforcer) HandleFrom(w http.ResponseWriter, r *http.Request, route stri
 	default:
 		pass = e.apply(w, r, st, hs, key, res)
 	}
-	// a charge to settle after the handler: units were recorded, by Redis
-	// or by FailLocal's local store (FailOpen records none)
-	if pass && e.countIf != nil && res.Allowed && (res.BackendErr == nil || e.l.mode == FailLocal) {
+	// units recorded (by Redis or FailLocal, not FailOpen) to settle later
+	if pass && e.rule.CountIf != nil && res.Allowed && (res.BackendErr == nil || e.l.mode == FailLocal) {
 		st.charges = append(st.charges, charge{e: e, key: key, n: n, limits: limits, at: at, local: res.BackendErr != nil})
 	}
-	return passOn(r, pass)
+	if !pass {
+		return nil, false
+	}
+	return r, true
 }
 
 // fallbackKey returns the Limiter key of a request whose key function
 // failed: Name + ":nokey:" + FallbackKey's result, else Name + ":nokey".
 func (e *Enforcer) fallbackKey(r *http.Request) string {
-	if k, err := e.fallback(r); err == nil && k != "" {
+	if k, err := e.rule.FallbackKey(r); err == nil && k != "" {
 		return e.prefix + noKey + ":" + k
 	}
 	return e.prefix + noKey
 }
 
-// noKey names the keys of requests whose key function failed (see
-// Rule.FallbackKey). keyfuncs' keys all start with their kind ("ip:",
-// "h:", "user:"), never with it.
+// noKey names the keys of requests whose key function failed. No key of
+// keyfuncs starts with it: theirs start with their kind ("ip:", "user:").
 const noKey = "nokey"
 
-// undecided answers a request that got no decision: its own context ended
-// first (err is ctx's error), or, which no valid rule does, the Limiter
-// refused its arguments. It never passes: its handler would run
-// uncounted. The answer is FailClosed's 503; a client that went away
-// never reads it, and a server timeout gets a clear one. Only an error
-// that is not the context's is reported: a client that leaves is no
-// error of the rule.
+// undecided answers 503 to a request that got no decision (see
+// Rule.OnError): its context ended, or, which no valid rule does, the
+// Limiter refused its arguments; only the latter is reported.
 func (e *Enforcer) undecided(w http.ResponseWriter, r *http.Request, hs *headerSet, err error) {
 	if r.Context().Err() == nil && e.report(w, r, err, undecidedMessage) {
 		return
 	}
-	hs.writeUnavailable(w, e.problem || acceptsProblem(r.Header[hdrAccept]))
+	hs.writeUnavailable(w, e.rule.ProblemJSON || acceptsProblem(r.Header[hdrAccept]))
 }
 
-// requestLimits returns the limits LimitsFor gives r, or the rule's when
-// it gives none, and their header values. A set of limits seen before is
-// found by its hash, with no allocation; a new one is validated first.
+// requestLimits returns the limits LimitsFor gives r (the rule's for
+// none) and their header values, from e.sets.
 func (e *Enforcer) requestLimits(r *http.Request) ([]Limit, *headerSet, error) {
-	limits, err := e.limitsFor(r)
+	limits, err := e.rule.LimitsFor(r)
 	switch {
 	case err != nil:
 		return nil, nil, fmt.Errorf("the rule's LimitsFor: %w", err)
 	case len(limits) == 0:
-		return e.limits, &e.hdr, nil
+		return e.rule.Limits, &e.hdr, nil
 	}
 	set, err := e.sets.get(limits)
 	if err != nil {
@@ -512,13 +426,12 @@ func (e *Enforcer) requestLimits(r *http.Request) ([]Limit, *headerSet, error) {
 // Settles reports whether the rule settles a request's charge after its
 // handler (Rule.CountIf): an adapter then runs the next handlers through
 // SettleAfter (ServeNext does it for net/http).
-func (e *Enforcer) Settles() bool { return e.countIf != nil }
+func (e *Enforcer) Settles() bool { return e.rule.CountIf != nil }
 
 // SettleAfter runs serve, which calls the next handlers of r (the request
 // Handle returned) and returns the response's status, then gives back the
 // units the rule charged r when Rule.CountIf rejects that status. A serve
-// that panics counts as 500, and the panic goes on up. It does nothing
-// more than serve for a rule without CountIf or a request not charged.
+// that panics counts as 500, and the panic goes on up.
 func (e *Enforcer) SettleAfter(r *http.Request, serve func() (status int)) {
 	returned := false
 	defer func() {
@@ -534,7 +447,7 @@ func (e *Enforcer) SettleAfter(r *http.Request, serve func() (status int)) {
 // settle gives back the units the rule charged r when Rule.CountIf rejects
 // status, once per request.
 func (e *Enforcer) settle(r *http.Request, status int) {
-	if e.countIf == nil {
+	if e.rule.CountIf == nil {
 		return
 	}
 	st, _ := r.Context().Value(shownKey{}).(*shown)
@@ -547,7 +460,7 @@ func (e *Enforcer) settle(r *http.Request, status int) {
 			continue
 		}
 		c.settled = true
-		if e.countIf(status) {
+		if e.rule.CountIf(status) {
 			return
 		}
 		// the client may be gone: the units go back all the same
@@ -559,13 +472,12 @@ func (e *Enforcer) settle(r *http.Request, status int) {
 	}
 }
 
-// ServeNext serves r with next: the adapters' call of the next handler for
-// a request Handle passed. For a rule with CountIf, it captures the
-// response status through a ResponseWriter that keeps http.Flusher,
-// http.Hijacker, io.ReaderFrom and http.ResponseController working (it
-// has Unwrap), and settles by it (see SettleAfter).
+// ServeNext serves r with next, for a request Handle passed. For a rule
+// with CountIf, it reads the status through a ResponseWriter that keeps
+// http.Flusher, http.Hijacker, io.ReaderFrom and http.ResponseController
+// working, and settles by it (see SettleAfter).
 func (e *Enforcer) ServeNext(w http.ResponseWriter, r *http.Request, next http.Handler) {
-	if e.countIf == nil {
+	if e.rule.CountIf == nil {
 		next.ServeHTTP(w, r)
 		return
 	}
@@ -576,28 +488,14 @@ func (e *Enforcer) ServeNext(w http.ResponseWriter, r *http.Request, next http.H
 	})
 }
 
-// passOn returns r and true when the request passes, else nil and false.
-func passOn(r *http.Request, pass bool) (*http.Request, bool) {
-	if !pass {
-		return nil, false
-	}
-	return r, true
-}
-
-// apply answers a decision: the rate-limit fields, and a denial unless the
-// rule is a dry run. It reports whether the request passes. hs holds the
-// header values of the request's limits.
-//
-// A response shows one decision's fields, in one style (see shown): an
-// allowed request the most restrictive decision of the rules that show
-// theirs, a denied one the denial. A rule with CountIf shows its numbers
-// only when it denies: an allowed request's units may be given back after
-// the handler, so its numbers would be wrong.
+// apply answers a decision: the rate-limit fields (see Rule.Headers and
+// Rule.CountIf for whose), and a denial unless the rule is a dry run. It
+// reports whether the request passes.
 func (e *Enforcer) apply(w http.ResponseWriter, r *http.Request, st *shown, hs *headerSet, key string, res Result) bool {
 	h := w.Header()
-	style := st.style(e.style)
-	if res.Allowed || e.dryRun {
-		if style != None && e.countIf == nil {
+	style := st.style(e.rule.Headers)
+	if res.Allowed || e.rule.DryRun {
+		if style != None && e.rule.CountIf == nil {
 			earlier := st.e != nil
 			if st.replace(e, res) {
 				if earlier {
@@ -613,10 +511,10 @@ func (e *Enforcer) apply(w http.ResponseWriter, r *http.Request, st *shown, hs *
 	if !res.Never() {
 		h[hdrRetryAfter] = []string{strconv.FormatInt(retrySeconds(res.RetryAfter), 10)}
 	}
-	if e.onDenied != nil {
-		e.onDenied(w, r, res)
+	if e.rule.OnDenied != nil {
+		e.rule.OnDenied(w, r, res)
 	} else {
-		hs.writeDenied(w, res, e.problem || acceptsProblem(r.Header[hdrAccept]))
+		hs.writeDenied(w, res, e.rule.ProblemJSON || acceptsProblem(r.Header[hdrAccept]))
 	}
 	return false
 }
@@ -624,25 +522,24 @@ func (e *Enforcer) apply(w http.ResponseWriter, r *http.Request, st *shown, hs *
 // partition returns the pk parameter of key's IETF fields, or "" when the
 // rule has none.
 func (e *Enforcer) partition(key string) string {
-	if !e.pk || key == "" {
+	if !e.rule.PartitionKey || key == "" {
 		return ""
 	}
 	return partitionKey(key)
 }
 
-// failed answers a decision of the failure mode, whose backend failure is
-// in res.BackendErr: OnError first, then the failure mode. It reports
-// whether the request passes.
+// failed answers a decision of the failure mode: OnError first, then the
+// failure mode. It reports whether the request passes.
 func (e *Enforcer) failed(w http.ResponseWriter, r *http.Request, st *shown, hs *headerSet, key string, res Result) bool {
 	if e.report(w, r, res.BackendErr, failureMessage) {
 		return false
 	}
 	switch e.l.mode {
 	case FailClosed:
-		if e.dryRun {
+		if e.rule.DryRun {
 			return true
 		}
-		hs.writeUnavailable(w, e.problem || acceptsProblem(r.Header[hdrAccept]))
+		hs.writeUnavailable(w, e.rule.ProblemJSON || acceptsProblem(r.Header[hdrAccept]))
 		return false
 	case FailLocal:
 		return e.apply(w, r, st, hs, key, res)
@@ -650,17 +547,16 @@ func (e *Enforcer) failed(w http.ResponseWriter, r *http.Request, st *shown, hs 
 	return true
 }
 
-// report hands err, named by the rule, to OnError with w, and reports
-// whether OnError wrote a response; without OnError, to the default log
-// with msg, which says what the rule did about it.
+// report hands err to OnError, or without it logs it with msg (what the
+// rule did about it), and reports whether OnError wrote a response.
 func (e *Enforcer) report(w http.ResponseWriter, r *http.Request, err error, msg string) (wrote bool) {
-	err = ruleError{e.name, err}
-	if e.onError == nil {
+	err = ruleError{e.rule.Name, err}
+	if e.rule.OnError == nil {
 		e.logs.log(err, msg, e.l.mode)
 		return false
 	}
 	ew := &errorWriter{ResponseWriter: w}
-	e.onError(ew, r, err)
+	e.rule.OnError(ew, r, err)
 	return ew.wrote
 }
 
@@ -691,9 +587,10 @@ func (w *errorWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 type shownKey struct{}
 
 // shown is the decision whose rate-limit fields a response carries, shared
-// by every rule on the request's way through the middleware: a rule
-// replaces the fields only with a more restrictive decision, so stacked
-// rules show the most restrictive one, in whatever order they run.
+// by the rules on the request's way: a rule replaces it only with a more
+// restrictive decision, so the order of the rules does not matter. It is
+// the request's context, to hold it and the framework's with one
+// allocation.
 type shown struct {
 	context.Context
 	e         *Enforcer
@@ -704,8 +601,7 @@ type shown struct {
 	charges   []charge // units to settle after the handler (CountIf)
 }
 
-// charge is what a rule with CountIf took from a request, to give back by
-// its response's status.
+// charge is what a rule with CountIf took from a request.
 type charge struct {
 	e       *Enforcer
 	key     string
@@ -719,8 +615,7 @@ type charge struct {
 // frameworkKey is the context key of FrameworkContext.
 type frameworkKey struct{}
 
-// Value returns the shown itself for shownKey, the framework's context for
-// frameworkKey, else the parent's value.
+// Value answers shownKey and frameworkKey, else asks the parent.
 func (s *shown) Value(key any) any {
 	switch key {
 	case shownKey{}:
@@ -736,10 +631,8 @@ func (s *shown) Value(key any) any {
 // echo.Context for echomw), or nil.
 func FrameworkContext(r *http.Request) any { return r.Context().Value(frameworkKey{}) }
 
-// style returns the style in which a rule of style own writes its fields:
-// None when own is None (the rule shows none), else the style of the
-// first rule on the request's way that shows fields, so that a response
-// has one style whichever rule's numbers it carries. A nil s returns own.
+// style returns the style a rule of style own writes in: None for None,
+// else that of the first rule that shows fields. A nil s returns own.
 func (s *shown) style(own HeaderStyle) HeaderStyle {
 	switch {
 	case own == None || s == nil:
@@ -763,9 +656,8 @@ func (s *shown) replace(e *Enforcer, res Result) bool {
 	return true
 }
 
-// moreRestrictive orders allowed decisions: fewer remaining, then a later
-// reset, then a smaller limit, then the names, so that the outcome does not
-// depend on the order of the middleware.
+// moreRestrictive orders decisions: a denial, fewer remaining, a later
+// reset, a smaller limit, then by name, so that no tie depends on order.
 func moreRestrictive(e *Enforcer, r Result, e0 *Enforcer, r0 Result) bool {
 	switch {
 	case r.Allowed != r0.Allowed:
@@ -779,11 +671,11 @@ func moreRestrictive(e *Enforcer, r Result, e0 *Enforcer, r0 Result) bool {
 	case r.Limit.PolicyName() != r0.Limit.PolicyName():
 		return r.Limit.PolicyName() < r0.Limit.PolicyName()
 	}
-	return e.name < e0.name
+	return e.rule.Name < e0.rule.Name
 }
 
-// prepare returns r with the route pattern (when given) and a shown in its
-// context, reusing what an earlier rule stored, and the shown.
+// prepare returns r with the route and a shown in its context (reusing an
+// earlier rule's), and the shown.
 func prepare(r *http.Request, route string) (*http.Request, *shown) {
 	ctx := r.Context()
 	st, _ := ctx.Value(shownKey{}).(*shown)
@@ -807,9 +699,8 @@ func prepare(r *http.Request, route string) (*http.Request, *shown) {
 
 // ByIP returns the Rule of the adapters' LimitByIP: n requests per window
 // for each client IP (keyfuncs.IP, no trusted proxy), named after the limit
-// ("ip-100-per-1m"), so that two such rules with different limits never
-// share counters. Two with the same limit do share them, on every route
-// they guard: give a Rule its own Name to keep them apart.
+// ("ip-100-per-1m"). Two such rules with the same limit share counters, on
+// every route they guard: give a Rule its own Name to keep them apart.
 func ByIP(n int64, window time.Duration) Rule {
 	lim := Per(n, window)
 	return Rule{Name: "ip-" + lim.PolicyName(), Limits: []Limit{lim}, Key: keyfuncs.IP()}

@@ -9,22 +9,25 @@ import (
 
 // statusWriter records the status of a response, for Rule.CountIf. It
 // keeps what the ResponseWriter it wraps can do: Flush and Hijack pass
-// through (through http.ResponseController, which also finds them behind
-// other wrappers), ReadFrom keeps sendfile, and Unwrap lets
-// http.ResponseController reach every other method (deadlines, full
-// duplex).
+// through (found behind other wrappers by http.ResponseController),
+// ReadFrom keeps sendfile, and Unwrap reaches every other method.
 type statusWriter struct {
 	http.ResponseWriter
 	status int
 }
 
 // code returns the response's status: the first final status written,
-// 200 when the handler wrote a body or nothing at all (as net/http sends).
+// else 200, as net/http sends.
 func (w *statusWriter) code() int {
-	if w.status == 0 {
-		return http.StatusOK
-	}
+	w.ok()
 	return w.status
+}
+
+// ok records 200 unless a status was written.
+func (w *statusWriter) ok() {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
 }
 
 // WriteHeader records the first final status (1xx but 101 are interim).
@@ -36,18 +39,14 @@ func (w *statusWriter) WriteHeader(code int) {
 }
 
 func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
+	w.ok()
 	return w.ResponseWriter.Write(b)
 }
 
 // ReadFrom copies src to the response, with the wrapped writer's ReadFrom
 // when it has one (sendfile).
 func (w *statusWriter) ReadFrom(src io.Reader) (int64, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
+	w.ok()
 	if rf, ok := w.ResponseWriter.(io.ReaderFrom); ok {
 		return rf.ReadFrom(src)
 	}
@@ -60,12 +59,9 @@ type writerOnly struct{ io.Writer }
 // Flush sends what is buffered (http.Flusher).
 func (w *statusWriter) Flush() { _ = w.FlushError() }
 
-// FlushError sends what is buffered, and says when it cannot; it is what
-// http.ResponseController.Flush calls.
+// FlushError is Flush with its error, for http.ResponseController.
 func (w *statusWriter) FlushError() error {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
+	w.ok()
 	return http.NewResponseController(w.ResponseWriter).Flush()
 }
 

@@ -5,16 +5,12 @@ import (
 	"errors"
 )
 
-// Throttle calls fn once one unit under every limit is free for key, as
-// Wait does, and returns fn's result: the throttler for any function, such
-// as a call to a third-party API with a quota shared by every replica.
-//
-// It never calls fn early and never drops the call: it waits, and gives up
-// only when Wait does. Then fn is not called and Wait's error is returned
-// with the zero T: ErrWaitExceedsDeadline when the unit cannot start before
-// ctx's deadline, ctx's error when ctx ends while waiting, ErrNeverFits or
-// an input error. fn receives ctx. For a call that costs several units,
-// call WaitN and then the function.
+// Throttle calls fn(ctx) once one unit under every limit is free for key,
+// as Wait does, and returns its result: the throttler for any function,
+// such as a call to an API with a quota shared by every replica. When Wait
+// gives up, fn is not called and Wait's error is returned with the zero T
+// (ErrWaitExceedsDeadline, ctx's error, ErrNeverFits or an input error).
+// For a call that costs several units, call WaitN and then the function.
 func Throttle[T any](ctx context.Context, l *Limiter, key string, limits []Limit, fn func(context.Context) (T, error)) (T, error) {
 	var zero T
 	switch {

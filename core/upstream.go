@@ -18,8 +18,8 @@ func (e *Enforcer) Refused(ctx context.Context, key string, d time.Duration, ret
 	}
 	err := e.l.Block(ctx, key, d)
 	if e.l.observer != nil {
-		e.l.observe(Event{Op: OpRefused, Rule: e.name, Key: key, Retried: retried, Err: err,
-			Result: Result{Limit: e.limits[0], RetryAfter: d}}, start)
+		e.l.observe(Event{Op: OpRefused, Rule: e.rule.Name, Key: key, Retried: retried, Err: err,
+			Result: Result{Limit: e.rule.Limits[0], RetryAfter: d}}, start)
 	}
 	return err
 }

@@ -19,9 +19,8 @@ func validate(key string, n int64, limits []Limit) error {
 }
 
 // validateLimits checks each limit, that there are at most MaxLimits, and
-// that no two would share storage (the same algorithm and window).
-// Rule.Validate and ParseLimits use it too. Limits are numbered from 0, as
-// in the slice: "ratewindow: invalid limit #1: count 0 must be > 0".
+// that no two would share storage (the same algorithm and window). Limits
+// are numbered from 0: "ratewindow: invalid limit #1: count 0 must be > 0".
 func validateLimits(limits []Limit) error {
 	if len(limits) > MaxLimits {
 		return fmt.Errorf("%w: %d limits in one call, above MaxLimits %d", ErrInvalidLimit, len(limits), MaxLimits)
@@ -40,8 +39,7 @@ func validateLimits(limits []Limit) error {
 }
 
 // unprefixed is err without its leading "ratewindow: ", for wrapping by an
-// error that has the prefix already: the message says it once, and
-// errors.Is still finds every sentinel.
+// error that has the prefix already; errors.Is still finds the sentinel.
 type unprefixed struct{ err error }
 
 func (e unprefixed) Error() string { return strings.TrimPrefix(e.err.Error(), "ratewindow: ") }
