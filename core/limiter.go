@@ -295,7 +295,7 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 	if cacheHit { // the key's last denial answers (see above)
 		err = nil
 	} else {
-		r, d, err = l.answer(ctx, req, limits, d, k, err)
+		r, err = l.answer(ctx, req, limits, &d, k, err)
 	}
 	l.specs.Put(buf)
 	banned, at := d.Banned, d.At
@@ -382,19 +382,19 @@ func (l *Limiter) request(key string, n int64, limits []Limit, buf *[MaxLimits]s
 }
 
 // answer turns the outcome of a decision's call (req on limits, kind k)
-// into its Result: the store's decision, or the failure mode's when Redis
-// failed (FailLocal's Result names the limits with their Counts scaled).
-// It also returns the decision. The error is ctx's when the caller left.
-func (l *Limiter) answer(ctx context.Context, req store.Request, limits []Limit, d store.Decision, k kind, err error) (Result, store.Decision, error) {
+// into its Result: the store's decision *d, or the failure mode's when
+// Redis failed, which it puts in *d (FailLocal's Result names the limits
+// with their Counts scaled). The error is ctx's when the caller left.
+func (l *Limiter) answer(ctx context.Context, req store.Request, limits []Limit, d *store.Decision, k kind, err error) (Result, error) {
 	switch k {
 	case succeeded:
-		return result(d, limits, nil), d, nil
+		return result(d, limits, nil), nil
 	case abandoned:
-		return Result{}, d, err
+		return Result{}, err
 	}
-	d, failure, err := l.guard.fail(ctx, req, err)
-	if err != nil {
-		return Result{}, d, err
+	var failure error
+	if *d, failure, err = l.guard.fail(ctx, req, err); err != nil {
+		return Result{}, err
 	}
 	if l.mode == FailLocal {
 		var buf [MaxLimits]Limit
@@ -403,14 +403,14 @@ func (l *Limiter) answer(ctx context.Context, req store.Request, limits []Limit,
 			limits[i].Count = req.Limits[i].Count
 		}
 	}
-	return result(d, limits, failure), d, nil
+	return result(d, limits, failure), nil
 }
 
 // result turns d, a decision on limits, into a Result with its binding
 // limit: when denied, the limit with the longest retry (never is
 // longest); when allowed, or on a tie, the one with the fewest units
 // remaining, then the latest reset.
-func result(d store.Decision, limits []Limit, backendErr error) Result {
+func result(d *store.Decision, limits []Limit, backendErr error) Result {
 	var b binder
 	for i, lim := range limits {
 		s := d.States[i]
@@ -586,7 +586,7 @@ func (l *Limiter) poll(ctx context.Context, key string, n int64, limits []Limit)
 		req := l.request(key, n, limits, &buf, l.waitTime) // FailLocal scales its limits
 		req.Commit = true
 		dec, k, err := l.guard.allow(ctx, req)
-		r, _, err := l.answer(ctx, req, limits, dec, k, err)
+		r, err := l.answer(ctx, req, limits, &dec, k, err)
 		if err != nil {
 			return waited, failed, err
 		}
