@@ -161,11 +161,12 @@ func plain(err error) (kind, error) {
 	return succeeded, nil
 }
 
-// allow decides r (see store.Store.Allow); the failure mode does not
-// answer here (see fail).
-func (g *guard) allow(ctx context.Context, r store.Request) (d store.Decision, k kind, err error) {
+// allow decides *r (see store.Store.Allow); the failure mode does not
+// answer here (see fail). (r is a pointer: a Request is copied once, into
+// the store's call.)
+func (g *guard) allow(ctx context.Context, r *store.Request) (d store.Decision, k kind, err error) {
 	if g.remote == nil {
-		d, err = g.next.Allow(ctx, r)
+		d, err = g.next.Allow(ctx, *r)
 		k, err = plain(err)
 		return d, k, err
 	}
@@ -173,7 +174,7 @@ func (g *guard) allow(ctx context.Context, r store.Request) (d store.Decision, k
 	if err != nil {
 		return d, failed, err
 	}
-	d, err = g.next.Allow(ctx, r)
+	d, err = g.next.Allow(ctx, *r)
 	k, err = g.end(ctx, a, err)
 	return d, k, err
 }
@@ -187,7 +188,7 @@ const failClosedRetry = int64(1e6) // µs
 // names the scaled limits, see Limiter.decide). The error is FailLocal's
 // store's, if any.
 func (g *guard) fail(ctx context.Context, r store.Request, err error) (store.Decision, error, error) {
-	d := store.Decision{Allowed: g.mode != FailClosed}
+	d := store.Decision{Allowed: g.mode != FailClosed, States: r.Room()}
 	switch g.mode {
 	case FailClosed:
 		for i := range r.Limits {

@@ -38,10 +38,10 @@ type Limiter struct {
 	cache    *denyCache
 	// observer receives an Event per decision; nil: none
 	observer Observer
-	// specs holds *[MaxLimits]store.Limit, the limits of a decision's
-	// Request: a buffer on the caller's stack would escape to the heap
-	// through the Store interface, one allocation a decision
-	specs sync.Pool
+	// scratch holds *scratch, the room of a decision's Request: a buffer on
+	// the caller's stack would escape to the heap through the Store
+	// interface, one allocation a decision
+	scratch sync.Pool
 }
 
 // New returns a Limiter that keeps its counts in Redis. rdb may be a
@@ -106,7 +106,7 @@ func newLimiter(c config) *Limiter {
 	if c.cacheSize > 0 {
 		l.cache = newDenyCache(c.cacheSize)
 	}
-	l.specs.New = func() any { return new([MaxLimits]store.Limit) }
+	l.scratch.New = func() any { return new(scratch) }
 	return l
 }
 
@@ -260,8 +260,9 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 		}
 		probing, cachedAt = p, l.now().UnixNano()
 	}
-	buf := l.specs.Get().(*[MaxLimits]store.Limit)
-	req := l.request(key, n, limits, buf, l.timeout)
+	buf := l.scratch.Get().(*scratch)
+	req := l.request(key, n, limits, &buf.limits, l.timeout)
+	req.States = buf.states[:]
 	req.Commit = commit
 	if pen != nil {
 		req.Penalty = store.Penalty(*pen)
@@ -276,7 +277,7 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 	for try := 0; ; try++ {
 		req.Now = l.storeTime()
 		var e error
-		if d, k, e = l.guard.allow(ctx, req); try == 0 || !errors.Is(e, ErrCircuitOpen) {
+		if d, k, e = l.guard.allow(ctx, &req); try == 0 || !errors.Is(e, ErrCircuitOpen) {
 			err = e // else the retry was not sent: the first failure answers
 		}
 		if !k.retried() {
@@ -292,12 +293,15 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 			break
 		}
 	}
-	if cacheHit { // the key's last denial answers (see above)
+	switch {
+	case cacheHit: // the key's last denial answers (see above)
 		err = nil
-	} else {
+	case k == succeeded:
+		r = result(&d, limits, nil)
+	default:
 		r, err = l.answer(ctx, req, limits, &d, k, err)
 	}
-	l.specs.Put(buf)
+	l.scratch.Put(buf)
 	banned, at := d.Banned, d.At
 	if err == nil && l.cache != nil && commit && !r.Allowed && r.BackendErr == nil && !cacheHit {
 		l.cache.put(ck, n, limits, cachedAt, r)
@@ -363,6 +367,12 @@ func (l *Limiter) observe(ev Event, start time.Time) {
 		ev.Latency = time.Since(start)
 		l.observer(ev)
 	}
+}
+
+// scratch is the room of a decision's Request: its limits and its states.
+type scratch struct {
+	limits [MaxLimits]store.Limit
+	states [MaxLimits]store.State
 }
 
 // request returns the store's Request for n units of key under limits,
@@ -580,12 +590,13 @@ func (l *Limiter) poll(ctx context.Context, key string, n int64, limits []Limit)
 	var (
 		waited time.Duration
 		failed error
-		buf    [MaxLimits]store.Limit
+		buf    scratch
 	)
 	for {
-		req := l.request(key, n, limits, &buf, l.waitTime) // FailLocal scales its limits
+		req := l.request(key, n, limits, &buf.limits, l.waitTime) // FailLocal scales its limits
+		req.States = buf.states[:]
 		req.Commit = true
-		dec, k, err := l.guard.allow(ctx, req)
+		dec, k, err := l.guard.allow(ctx, &req)
 		r, err := l.answer(ctx, req, limits, &dec, k, err)
 		if err != nil {
 			return waited, failed, err

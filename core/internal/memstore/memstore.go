@@ -367,7 +367,7 @@ func (s *Store) Allow(_ context.Context, r store.Request) (store.Decision, error
 	defer sh.mu.Unlock()
 	var buf [4]*memState
 	mstates, blocked := sh.states(key, r.Limits, now, buf[:0])
-	d := store.Decision{Allowed: blocked == 0, Blocked: blocked > 0, At: now}
+	d := store.Decision{Allowed: blocked == 0, Blocked: blocked > 0, At: now, States: r.Room()}
 	for i, st := range mstates {
 		f, retry, z := st.check(r.Limits[i].Count, r.N, now)
 		if retry != 0 {

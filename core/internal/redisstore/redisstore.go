@@ -163,15 +163,17 @@ func (s *Store) Allow(ctx context.Context, r store.Request) (store.Decision, err
 	if err != nil {
 		return store.Decision{}, scriptError("allow", err)
 	}
-	return parseAllow(reply, len(r.Limits))
+	return parseAllow(reply, r.Room())
 }
 
-// parseAllow reads allow.lua's reply for n limits: {allowed, blocked, now,
+// parseAllow reads allow.lua's reply into a Decision whose states go in
+// states, one per limit: {allowed, blocked, now,
 // then per limit remaining, retry, reset}. FCALL reads it as integers (see
 // script.ints): a single call's comes as its IntSliceCmd, a merged call's
 // share as *[]int64 (pointers: boxed without an allocation); EVALSHA's
 // comes as []any.
-func parseAllow(reply any, n int) (store.Decision, error) {
+func parseAllow(reply any, states []store.State) (store.Decision, error) {
+	n := len(states)
 	var buf [3 + 3*4]int64
 	var ints []int64
 	switch vals := reply.(type) {
@@ -190,7 +192,7 @@ func parseAllow(reply any, n int) (store.Decision, error) {
 	if len(ints) != 3+3*n {
 		return store.Decision{}, fmt.Errorf("%w: allow returned %d values for %d limits", store.ErrUnexpectedReply, len(ints), n)
 	}
-	d := store.Decision{Allowed: ints[0] == 1, Blocked: ints[1] > 0, Banned: ints[1] == 2, At: ints[2]}
+	d := store.Decision{Allowed: ints[0] == 1, Blocked: ints[1] > 0, Banned: ints[1] == 2, At: ints[2], States: states}
 	for i := range n {
 		d.States[i] = store.State{Remaining: ints[3+3*i], Retry: ints[4+3*i], Reset: ints[5+3*i]}
 	}

@@ -132,6 +132,20 @@ type Request struct {
 	// Within bounds the call beside ctx's deadline (the Limiter's
 	// timeout); 0: ctx alone. The memory store never waits.
 	Within time.Duration
+	// States is room for the states of Allow's Decision, one per limit
+	// (see Room); with less, the store makes its own.
+	States []State
+}
+
+// Room returns the slice for the states of r's Decision: r.States, zeroed,
+// one per limit, or a new slice when r.States is too short.
+func (r *Request) Room() []State {
+	if cap(r.States) < len(r.Limits) {
+		return make([]State, len(r.Limits))
+	}
+	s := r.States[:len(r.Limits)]
+	clear(s)
+	return s
 }
 
 // State is one limit's part of a decision.
@@ -149,9 +163,9 @@ type Decision struct {
 	// At is the time in µs the store decided at: the time of the units it
 	// recorded (Refund's Request.At); 0 when unknown.
 	At int64
-	// States holds one State per limit of the Request, in its order; the
-	// rest are zero.
-	States [MaxLimits]State
+	// States holds one State per limit of the Request, in its order (in
+	// the Request's States when they had room).
+	States []State
 }
 
 // Reservation is what Reserve made.
