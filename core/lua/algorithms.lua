@@ -395,6 +395,28 @@ local function log_splice(L, p, del, ins, t, newest)
     end
     return
   end
+  local live = L.used - L.lo + 1
+  if fits and L.cap and left > L.cap and ins > 0 and del == 0 and p == L.used + 1 then
+    local head = (L.head + L.lo - 1) % L.cap
+    if head + live <= L.cap then
+      -- a ring out of room whose units do not wrap: it grows at its end,
+      -- where they stand (the string extended, the new units written),
+      -- not written anew: a long log filled without pause never is
+      local cap = math.max(head + left, L.cap + math.ceil(L.cap / 4))
+      if cap < 16777216 then -- the header's 3 bytes
+        call('SETRANGE', L.key, LOG_HEAD + cap * w - 1, '\0') -- Redis fills with zeros
+        call('SETRANGE', L.key, LOG_HEAD + (head + live) * w, string.rep(uint_bytes(off, w), ins))
+        local expires = L.expires
+        if newest + L.window > expires then
+          local ms = px(newest + 2 * L.window - L.now)
+          call('PEXPIRE', L.key, ms)
+          expires = L.now + ms * 1000
+        end
+        call('SETRANGE', L.key, '8', log_ring_header(cap, head, left, newest, expires))
+        return
+      end
+    end
+  end
   local times = log_times(L, L.lo, p - 1, {})
   for _ = 1, ins do times[#times + 1] = t end
   log_store(L, log_times(L, p + del, L.used, times))
@@ -444,8 +466,9 @@ end
 -- those that count (log_trim), or hold after > now - window.
 local function log_remove(L, n, after, upto, now)
   local hi = log_after(L, upto) - 1 -- the newest unit at or before upto
-  local p = hi + 1
-  while p > L.lo and hi - p + 1 < n and log_at(L, p - 1) > after do p = p - 1 end
+  -- the units after after, up to n of them: a binary search, not a unit at
+  -- a time (a refund of a million units read them all)
+  local p = math.max(log_after(L, after), hi - n + 1)
   local del = hi - p + 1
   if del > 0 then
     local newest = now -- of the units left (none: the key goes)
