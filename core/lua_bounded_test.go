@@ -58,8 +58,8 @@ func TestLongLogBoundedCalls(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := core.MaxLogCount - i*step; !r.Allowed || r.Remaining != want {
-			t.Fatalf("step %d: allowed %v, remaining %d, want %d", i, r.Allowed, r.Remaining, want)
+		if want := core.MaxLogCount - i*step; !r.Allowed || r.Remaining != want || r.BackendErr != nil {
+			t.Fatalf("step %d: allowed %v, remaining %d (%v), want %d", i, r.Allowed, r.Remaining, r.BackendErr, want)
 		}
 	}
 	keys, err := rdb.Keys(ctx, "*{tenant}*").Result()
@@ -81,13 +81,13 @@ func TestLongLogBoundedCalls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := core.MaxLogCount - (held - 1_000_000); r.Remaining != want {
-		t.Fatalf("after the refund: remaining %d, want %d", r.Remaining, want)
+	if want := core.MaxLogCount - (held - 1_000_000); r.Remaining != want || r.BackendErr != nil {
+		t.Fatalf("after the refund: remaining %d (%v), want %d", r.Remaining, r.BackendErr, want)
 	}
 	if err := l.Reset(ctx, "tenant", lim); err != nil {
 		t.Fatal(err)
 	}
-	if r, err := l.Peek(ctx, "tenant", lim); err != nil || r.Remaining != core.MaxLogCount {
+	if r, err := l.Peek(ctx, "tenant", lim); err != nil || r.Remaining != core.MaxLogCount || r.BackendErr != nil {
 		t.Fatalf("after the reset: remaining %d, %v, want %d", r.Remaining, err, int64(core.MaxLogCount))
 	}
 	if slow := slowCalls(t, rdb); len(slow) > 0 {
@@ -162,6 +162,9 @@ func TestFreshKeysMatchMemory(t *testing.T) {
 		if merr != nil || rerr != nil {
 			t.Fatalf("step %d %s %s %v: memory %v, redis %v", step, what, key, lims, merr, rerr)
 		}
+		if rr.BackendErr != nil { // answered by the failure mode
+			t.Fatalf("step %d %s %v: %v", step, what, lims, rr.BackendErr)
+		}
 		if mr.Allowed != rr.Allowed || mr.Remaining != rr.Remaining || mr.RetryAfter != rr.RetryAfter ||
 			mr.ResetAfter != rr.ResetAfter || mr.Limit != rr.Limit {
 			t.Fatalf("step %d %s %s %v:\nmemory %+v\nredis  %+v", step, what, key, lims, mr, rr)
@@ -185,15 +188,99 @@ func TestFreshLogOfManyUnits(t *testing.T) {
 	lim := core.Per(1<<20, time.Hour)
 	for i, n := range []int64{505, 1000, 600} {
 		key := fmt.Sprintf("k%d", i)
-		if r, err := l.AllowN(ctx, key, n, lim); err != nil || !r.Allowed || r.Remaining != lim.Count-n {
+		if r, err := l.AllowN(ctx, key, n, lim); err != nil || !r.Allowed || r.Remaining != lim.Count-n || r.BackendErr != nil {
 			t.Fatalf("allow %d: %+v, %v", n, r, err)
 		}
 		r, err := l.Peek(ctx, key, lim)
-		if err != nil || r.Remaining != lim.Count-n {
+		if err != nil || r.Remaining != lim.Count-n || r.BackendErr != nil {
 			t.Fatalf("peek after %d: remaining %d, %v, want %d", n, r.Remaining, err, lim.Count-n)
 		}
-		if r, err := l.AllowN(ctx, key, 3, lim); err != nil || r.Remaining != lim.Count-n-3 {
+		if r, err := l.AllowN(ctx, key, 3, lim); err != nil || r.Remaining != lim.Count-n-3 || r.BackendErr != nil {
 			t.Fatalf("allow 3 after %d: remaining %d, %v, want %d", n, r.Remaining, err, lim.Count-n-3)
 		}
+	}
+}
+
+// TestPagedLogMatchesMemory drives sliding logs long enough to be paged
+// (more than 4,096 units) through the scripts and the memory backend at
+// the same times and wants the same answers: AllowN of up to 400 units,
+// Peeks, refunds of up to 3,000 units (one step in twenty), one or two limits, units leaving
+// the window as the clock moves, pauses longer than a window, and a clock
+// that steps back a little (so that units go before later ones).
+func TestPagedLogMatchesMemory(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	ctx := context.Background()
+	var mu sync.Mutex
+	now := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return now
+	}
+	opts := []core.Option{core.WithClock(clock), core.WithDenyCache(0), core.WithTimeout(time.Minute)}
+	rl, err := core.New(rdb, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ml := core.NewMemory(opts...)
+	rng := rand.New(rand.NewPCG(28, 2))
+	// about 22,000 units a window asked: paged, and its oldest units
+	// leaving all the time (the first page numbers deleted)
+	long, longer := core.Per(20000, 20*time.Second), core.Per(60000, time.Minute)
+	paged := 0 // the steps after which the long log was paged (a hash)
+	for step := range 1500 {
+		lims := []core.Limit{long}
+		if rng.IntN(3) == 0 {
+			lims = append(lims, longer)
+		}
+		n := int64(1 + rng.IntN(400))
+		var what string
+		var mr, rr core.Result
+		var merr, rerr error
+		switch op := rng.IntN(20); {
+		case op < 17:
+			what = fmt.Sprintf("allow %d", n)
+			mr, merr = ml.AllowN(ctx, "tenant", n, lims...)
+			rr, rerr = rl.AllowN(ctx, "tenant", n, lims...)
+		case op < 19:
+			what = "peek"
+			mr, merr = ml.Peek(ctx, "tenant", lims...)
+			rr, rerr = rl.Peek(ctx, "tenant", lims...)
+		default:
+			n = int64(1 + rng.IntN(3000))
+			what = fmt.Sprintf("refund %d", n)
+			merr = ml.Refund(ctx, "tenant", n, lims...)
+			rerr = rl.Refund(ctx, "tenant", n, lims...)
+			if merr == nil && rerr == nil {
+				mr, merr = ml.Peek(ctx, "tenant", lims...)
+				rr, rerr = rl.Peek(ctx, "tenant", lims...)
+			}
+		}
+		if merr != nil || rerr != nil {
+			t.Fatalf("step %d %s %v: memory %v, redis %v", step, what, lims, merr, rerr)
+		}
+		if rr.BackendErr != nil { // answered by the failure mode
+			t.Fatalf("step %d %s %v: %v", step, what, lims, rr.BackendErr)
+		}
+		if mr.Allowed != rr.Allowed || mr.Remaining != rr.Remaining || mr.RetryAfter != rr.RetryAfter ||
+			mr.ResetAfter != rr.ResetAfter || mr.Limit != rr.Limit {
+			t.Fatalf("step %d %s %v:\nmemory %+v\nredis  %+v", step, what, lims, mr, rr)
+		}
+		if rdb.Type(ctx, "rw:{tenant}:r20s").Val() == "hash" {
+			paged++
+		}
+		mu.Lock()
+		switch r := rng.IntN(1000); {
+		case r < 990:
+			now = now.Add(time.Duration(rng.IntN(300_000)) * time.Microsecond)
+		case r < 993:
+			now = now.Add(time.Minute + time.Duration(rng.IntN(100_000))*time.Microsecond)
+		default:
+			now = now.Add(-time.Duration(rng.IntN(5000)) * time.Microsecond)
+		}
+		mu.Unlock()
+	}
+	if paged < 500 {
+		t.Fatalf("the long log was paged after %d steps of 1500: the test misses its point", paged)
 	}
 }

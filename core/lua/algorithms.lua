@@ -115,6 +115,28 @@ local LOG_WHOLE_LAST = '511' -- its last byte's index, for GETRANGE
 local LOG_HEAD = 31 -- the bytes of a ring's header
 local LOG_CHUNK = 32 -- the slots of a ring read in one call
 
+-- A log of more than RING_MAX units is paged: a hash, not a string, so
+-- that no call rewrites it whole (a ring is written anew when it runs out
+-- of room while its units wrap, or when its offsets no longer fit: in Lua,
+-- unit by unit, about 0.6 µs a unit, so that a ring is kept small enough
+-- for that to stay a few ms). Its units are numbered by a sequence number
+-- s from when the hash was made; unit s is in the field named
+-- floor(s / PAGE) (a decimal integer), whose value holds the times of up
+-- to PAGE units, 7 bytes each (µs since the epoch), slot s % PAGE. Field
+-- 'h' holds the header, 7 bytes each: the sequence number of the oldest
+-- unit kept (s0), the units kept (used), the newest time, when the key
+-- expires (µs; its TTL is set a window longer than needed, as a ring's)
+-- and the first page that may still be held below s0 (gc: pages that
+-- have left are deleted up to PAGE_GC a call). A call reads and writes a
+-- few pages: appending rewrites the last one; dropping units that left
+-- moves s0; a refund of the newest units moves the end. Only units moved
+-- by an insertion or a removal before later units (reservations, a refund
+-- of a past decision) are rewritten. PAGE makes a page's value fit
+-- jemalloc's 4 KB class (7 * 584 + sds header <= 4096): 7.1 bytes a unit.
+local RING_MAX = 4096
+local PAGE, PAGE_GC = 584, 64
+local PAGE_HEADER = 'h'
+
 -- uint reads the w-byte big-endian integer at position i of s. (These
 -- two run on every decision: one call of string.byte or string.char, no
 -- table.)
@@ -169,14 +191,28 @@ end
 -- to used; those before lo have left (see log_trim). Decisions reuse their
 -- L from decision to decision: its fields are all set here, so that
 -- setting them again allocates nothing.
+local pcall_ = redis.pcall
 local function log_open(key, window, now, L)
-  local v = call('GETRANGE', key, '0', LOG_WHOLE_LAST) -- strings: no number to format
+  local v = pcall_('GETRANGE', key, '0', LOG_WHOLE_LAST) -- strings: no number to format
   if not L then
     L = {key = key, window = window, now = now, lo = 1, used = 0, base = false, w = false, v = false,
-         cap = false, head = false, newest = false, expires = false, cs = false, ce = false, cv = false}
+         cap = false, head = false, newest = false, expires = false, cs = false, ce = false, cv = false,
+         paged = false, s0 = false, gc = false, pj = false, pv = false}
   else
     L.key, L.window, L.now, L.lo, L.used, L.base, L.w, L.v = key, window, now, 1, 0, false, false, false
     L.cap, L.head, L.newest, L.expires, L.cs, L.ce, L.cv = false, false, false, false, false, false, false
+    L.paged, L.s0, L.gc, L.pj, L.pv = false, false, false, false, false
+  end
+  if type(v) == 'table' then -- not a string: a paged log, or not a log
+    local h = call('HGET', key, PAGE_HEADER) -- WRONGTYPE but for a hash
+    if not h or #h ~= 35 then
+      error({err = 'WRONGTYPE ' .. key .. ' holds a value that is not a sliding log'})
+    end
+    found = true
+    L.paged, L.base, L.w = true, 0, 7
+    L.s0, L.used, L.newest = uint(h, 1, 7), uint(h, 8, 7), uint(h, 15, 7)
+    L.expires, L.gc = uint(h, 22, 7), uint(h, 29, 7)
+    return L
   end
   found = #v > 0
   if not found then return L end
@@ -208,6 +244,12 @@ end
 local function log_at(L, i)
   local w = L.w
   if L.v then return L.base + uint(L.v, 9 + (i - 1) * w, w) end
+  if L.paged then
+    local s = L.s0 + i - 1
+    local j = math.floor(s / PAGE)
+    if j ~= L.pj then L.pj, L.pv = j, call('HGET', L.key, j) or '' end
+    return uint(L.pv, (s - j * PAGE) * 7 + 1, 7)
+  end
   local p = (L.head + i - 1) % L.cap
   if not (L.cs and p >= L.cs and p <= L.ce) then
     local first = math.max(p - LOG_CHUNK / 2, 0)
@@ -233,6 +275,18 @@ end
 -- order: at most two reads, to the ring's end, then from its start.
 local function log_slots(L, from, to)
   if from > to then return '' end
+  if L.paged then -- a page at a time
+    local parts, s, e = {}, L.s0 + from - 1, L.s0 + to - 1
+    while s <= e do
+      local j = math.floor(s / PAGE)
+      local last = math.min(e, j * PAGE + PAGE - 1)
+      local v = L.pv
+      if j ~= L.pj then v = call('HGET', L.key, j) or '' end
+      parts[#parts + 1] = string.sub(v, (s - j * PAGE) * 7 + 1, (last - j * PAGE + 1) * 7)
+      s = last + 1
+    end
+    return table.concat(parts)
+  end
   local w, p, left, runs = L.w, (L.head + from - 1) % L.cap, to - from + 1, {}
   while left > 0 do
     local run = math.min(left, L.cap - p)
@@ -284,6 +338,48 @@ local function log_ring_header(cap, head, used, newest, expires)
   return uint_bytes(cap, 3) .. log_ring_state(head, used, newest) .. uint_bytes(expires, 7)
 end
 
+-- page_write writes bytes (the times of units, 7 bytes each) into the
+-- pages of L from unit sequence number s on; what the pages held after
+-- them goes (the units after the last written are dropped).
+local function page_write(L, s, bytes)
+  local i, n = 1, #bytes
+  while i <= n do
+    local j = math.floor(s / PAGE)
+    local off = s - j * PAGE
+    local run = math.min(n - i + 1, (PAGE - off) * 7)
+    local piece = string.sub(bytes, i, i + run - 1)
+    if off > 0 then -- after the units the page keeps
+      local v = L.pv
+      if j ~= L.pj then v = call('HGET', L.key, j) or '' end
+      piece = string.sub(v, 1, off * 7) .. piece
+    end
+    call('HSET', L.key, j, piece)
+    i, s = i + run, s + run / 7
+  end
+  L.pj, L.pv = false, false
+end
+
+-- page_header writes the header of the paged log L holding used units from
+-- sequence number s0 on, the newest at newest, sets its TTL when it
+-- expires too early, and deletes up to PAGE_GC pages below s0.
+local function page_header(L, s0, used, newest)
+  local expires = L.expires or 0
+  if newest + L.window > expires then
+    local ms = px(newest + 2 * L.window - L.now)
+    call('PEXPIRE', L.key, ms)
+    expires = L.now + ms * 1000
+  end
+  local gc, first = L.gc or 0, math.floor(s0 / PAGE)
+  if gc < first then
+    local last, gone = math.min(first, gc + PAGE_GC) - 1, {}
+    for j = gc, last do gone[#gone + 1] = j end
+    call('HDEL', L.key, unpack(gone))
+    gc = last + 1
+  end
+  call('HSET', L.key, PAGE_HEADER, uint_bytes(s0, 7) .. uint_bytes(used, 7) .. uint_bytes(newest, 7) ..
+    uint_bytes(expires, 7) .. uint_bytes(gc, 7))
+end
+
 -- log_store writes the times (in order, at least one) as a new value:
 -- compact when it fits, with its oldest time as the base and the narrowest
 -- offsets; else a ring with room to grow and offsets wide enough for a
@@ -291,6 +387,15 @@ end
 local function log_store(L, times)
   local n, base = #times, times[1]
   local newest = times[n]
+  if n > RING_MAX then -- paged, from sequence number 0
+    local parts = {}
+    for i = 1, n do parts[i] = uint_bytes(times[i], 7) end
+    call('DEL', L.key)
+    L.paged, L.expires, L.gc, L.pj, L.pv = true, 0, 0, false, false
+    page_write(L, 0, table.concat(parts))
+    page_header(L, 0, n, newest)
+    return
+  end
   local ttl = newest + L.window - L.now
   local parts = {}
   local w = width(newest - base)
@@ -359,6 +464,14 @@ local function log_splice(L, p, del, ins, t, newest)
     call('SET', L.key, fresh_log(t, ins), 'PX', px_arg(t + L.window - L.now))
     return
   end
+  if L.paged and left > RING_MAX then
+    -- the new units, then the units after the change, written from unit
+    -- p's place on (see page_write); pages that left go (page_header)
+    local bytes = string.rep(uint_bytes(t, 7), ins) .. log_slots(L, p + del, L.used)
+    page_write(L, L.s0 + p - 1, bytes)
+    page_header(L, L.s0 + L.lo - 1, left, newest)
+    return
+  end
   local w, off = L.w, 0
   if ins > 0 then off = t - (L.base or t) end
   local fits = w and off >= 0 and off < 256 ^ w
@@ -396,7 +509,7 @@ local function log_splice(L, p, del, ins, t, newest)
     return
   end
   local live = L.used - L.lo + 1
-  if fits and L.cap and left > L.cap and ins > 0 and del == 0 and p == L.used + 1 then
+  if fits and L.cap and left > L.cap and left <= RING_MAX and ins > 0 and del == 0 and p == L.used + 1 then
     local head = (L.head + L.lo - 1) % L.cap
     if head + live <= L.cap then
       -- a ring out of room whose units do not wrap: it grows at its end,
