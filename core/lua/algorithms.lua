@@ -486,7 +486,7 @@ local function log_splice(L, p, del, ins, t, newest)
     call('SET', L.key, v, 'PX', px_arg(newest + L.window - L.now))
     return
   end
-  if fits and L.cap and left <= L.cap and 8 + 3 * left > LOG_WHOLE / 2 then
+  if fits and L.cap and left <= L.cap and left <= RING_MAX and 8 + 3 * left > LOG_WHOLE / 2 then
     local cap = L.cap
     local head = (L.head + L.lo - 1) % cap
     -- the new units, then the units after the change moved as they are
