@@ -132,9 +132,22 @@ local LOG_CHUNK = 32 -- the slots of a ring read in one call
 -- moves s0; a refund of the newest units moves the end. Only units moved
 -- by an insertion or a removal before later units (reservations, a refund
 -- of a past decision) are rewritten. PAGE makes a page's value fit
--- jemalloc's 4 KB class (7 * 584 + sds header <= 4096): 7.1 bytes a unit.
+-- jemalloc's 1 KB class (7 * 145 + sds header <= 1024): 7.4 bytes a unit
+-- with the hash's own. Larger pages cost a hot key's decisions more (each
+-- reads its first and last page and writes the last: 4 KB pages took
+-- about 8 µs more a decision than 1 KB ones, measured). The last key
+-- written paged (a hot key's, as a rule) is kept in paged_key, with its
+-- first and last page: the next decision on it reads its header and those
+-- two pages in one HMGET (not trying it as a string first), and writes its
+-- pages and header in one HSET.
 local RING_MAX = 4096
-local PAGE, PAGE_GC = 584, 64
+-- A paged log is written back as a ring (or compact) when it falls to
+-- RING_MIN units: well below RING_MAX, so that a log holding about RING_MAX
+-- units is not rewritten from one layout to the other again and again
+-- (each a few ms: 25 µs a decision on average on a hot key measured).
+local RING_MIN = RING_MAX / 4
+local PAGE, PAGE_GC = 145, 64
+local paged_key, paged_first, paged_last = false, 0, 0
 local PAGE_HEADER = 'h'
 
 -- uint reads the w-byte big-endian integer at position i of s. (These
@@ -193,23 +206,30 @@ end
 -- setting them again allocates nothing.
 local pcall_ = redis.pcall
 local function log_open(key, window, now, L)
-  local v = pcall_('GETRANGE', key, '0', LOG_WHOLE_LAST) -- strings: no number to format
+  local v, r
+  if key == paged_key then
+    r = pcall_('HMGET', key, PAGE_HEADER, paged_first, paged_last) -- see PAGE
+    if r.err or not r[1] then r = nil end -- a string now, or gone
+  end
+  local h = r and r[1]
+  if not h then v = pcall_('GETRANGE', key, '0', LOG_WHOLE_LAST) end -- strings: no number to format
   if not L then
     L = {key = key, window = window, now = now, lo = 1, used = 0, base = false, w = false, v = false,
          cap = false, head = false, newest = false, expires = false, cs = false, ce = false, cv = false,
-         paged = false, s0 = false, gc = false, pj = false, pv = false}
+         paged = false, s0 = false, gc = false, pj = false, pv = false, qj = false, qv = false}
   else
     L.key, L.window, L.now, L.lo, L.used, L.base, L.w, L.v = key, window, now, 1, 0, false, false, false
     L.cap, L.head, L.newest, L.expires, L.cs, L.ce, L.cv = false, false, false, false, false, false, false
-    L.paged, L.s0, L.gc, L.pj, L.pv = false, false, false, false, false
+    L.paged, L.s0, L.gc, L.pj, L.pv, L.qj, L.qv = false, false, false, false, false, false, false
   end
-  if type(v) == 'table' then -- not a string: a paged log, or not a log
-    local h = call('HGET', key, PAGE_HEADER) -- WRONGTYPE but for a hash
+  if h or type(v) == 'table' then -- not a string: a paged log, or not a log
+    h = h or call('HGET', key, PAGE_HEADER) -- WRONGTYPE but for a hash
     if not h or #h ~= 35 then
       error({err = 'WRONGTYPE ' .. key .. ' holds a value that is not a sliding log'})
     end
     found = true
     L.paged, L.base, L.w = true, 0, 7
+    if r then L.pj, L.pv, L.qj, L.qv = paged_first, r[2] or '', paged_last, r[3] or '' end
     L.s0, L.used, L.newest = uint(h, 1, 7), uint(h, 8, 7), uint(h, 15, 7)
     L.expires, L.gc = uint(h, 22, 7), uint(h, 29, 7)
     return L
@@ -238,6 +258,15 @@ local function log_newest(L)
   return L.base + uint(L.v, 9 + (L.used - 1) * w, w)
 end
 
+-- page_get returns page j of the paged log L: one of the two it keeps
+-- (see log_open), else read, and kept in place of the first.
+local function page_get(L, j)
+  if j == L.pj then return L.pv end
+  if j == L.qj then return L.qv end
+  L.pj, L.pv = j, call('HGET', L.key, j) or ''
+  return L.pv
+end
+
 -- log_at returns the time of unit i. A ring's slots are read LOG_CHUNK at
 -- a time, around the one asked for (scans go both ways), and the last read
 -- kept.
@@ -247,8 +276,7 @@ local function log_at(L, i)
   if L.paged then
     local s = L.s0 + i - 1
     local j = math.floor(s / PAGE)
-    if j ~= L.pj then L.pj, L.pv = j, call('HGET', L.key, j) or '' end
-    return uint(L.pv, (s - j * PAGE) * 7 + 1, 7)
+    return uint(page_get(L, j), (s - j * PAGE) * 7 + 1, 7)
   end
   local p = (L.head + i - 1) % L.cap
   if not (L.cs and p >= L.cs and p <= L.ce) then
@@ -280,8 +308,7 @@ local function log_slots(L, from, to)
     while s <= e do
       local j = math.floor(s / PAGE)
       local last = math.min(e, j * PAGE + PAGE - 1)
-      local v = L.pv
-      if j ~= L.pj then v = call('HGET', L.key, j) or '' end
+      local v = page_get(L, j)
       parts[#parts + 1] = string.sub(v, (s - j * PAGE) * 7 + 1, (last - j * PAGE + 1) * 7)
       s = last + 1
     end
@@ -338,10 +365,11 @@ local function log_ring_header(cap, head, used, newest, expires)
   return uint_bytes(cap, 3) .. log_ring_state(head, used, newest) .. uint_bytes(expires, 7)
 end
 
--- page_write writes bytes (the times of units, 7 bytes each) into the
--- pages of L from unit sequence number s on; what the pages held after
--- them goes (the units after the last written are dropped).
-local function page_write(L, s, bytes)
+-- page_write puts the pages that write bytes (the times of units, 7 bytes
+-- each) into the pages of L from unit sequence number s on, as field and
+-- value pairs, into fv (page_header writes them); what the pages held
+-- after them goes (the units after the last written are dropped).
+local function page_write(L, s, bytes, fv)
   local i, n = 1, #bytes
   while i <= n do
     local j = math.floor(s / PAGE)
@@ -349,20 +377,17 @@ local function page_write(L, s, bytes)
     local run = math.min(n - i + 1, (PAGE - off) * 7)
     local piece = string.sub(bytes, i, i + run - 1)
     if off > 0 then -- after the units the page keeps
-      local v = L.pv
-      if j ~= L.pj then v = call('HGET', L.key, j) or '' end
-      piece = string.sub(v, 1, off * 7) .. piece
+      piece = string.sub(page_get(L, j), 1, off * 7) .. piece
     end
-    call('HSET', L.key, j, piece)
+    fv[#fv + 1], fv[#fv + 2] = j, piece
     i, s = i + run, s + run / 7
   end
-  L.pj, L.pv = false, false
 end
 
 -- page_header writes the header of the paged log L holding used units from
 -- sequence number s0 on, the newest at newest, sets its TTL when it
 -- expires too early, and deletes up to PAGE_GC pages below s0.
-local function page_header(L, s0, used, newest)
+local function page_header(L, s0, used, newest, fv)
   local expires = L.expires or 0
   if newest + L.window > expires then
     local ms = px(newest + 2 * L.window - L.now)
@@ -376,8 +401,13 @@ local function page_header(L, s0, used, newest)
     call('HDEL', L.key, unpack(gone))
     gc = last + 1
   end
-  call('HSET', L.key, PAGE_HEADER, uint_bytes(s0, 7) .. uint_bytes(used, 7) .. uint_bytes(newest, 7) ..
-    uint_bytes(expires, 7) .. uint_bytes(gc, 7))
+  fv[#fv + 1], fv[#fv + 2] = PAGE_HEADER, uint_bytes(s0, 7) .. uint_bytes(used, 7) .. uint_bytes(newest, 7) ..
+    uint_bytes(expires, 7) .. uint_bytes(gc, 7)
+  for i = 1, #fv, 200 do -- in chunks: unpack takes a few thousand values at most
+    call('HSET', L.key, unpack(fv, i, math.min(i + 199, #fv)))
+  end
+  L.pj, L.pv, L.qj, L.qv = false, false, false, false
+  paged_key, paged_first, paged_last = L.key, math.floor(s0 / PAGE), math.floor((s0 + used - 1) / PAGE)
 end
 
 -- log_store writes the times (in order, at least one) as a new value:
@@ -391,9 +421,10 @@ local function log_store(L, times)
     local parts = {}
     for i = 1, n do parts[i] = uint_bytes(times[i], 7) end
     call('DEL', L.key)
-    L.paged, L.expires, L.gc, L.pj, L.pv = true, 0, 0, false, false
-    page_write(L, 0, table.concat(parts))
-    page_header(L, 0, n, newest)
+    L.paged, L.expires, L.gc, L.pj, L.pv, L.qj, L.qv = true, 0, 0, false, false, false, false
+    local fv = {}
+    page_write(L, 0, table.concat(parts), fv)
+    page_header(L, 0, n, newest, fv)
     return
   end
   local ttl = newest + L.window - L.now
@@ -464,12 +495,12 @@ local function log_splice(L, p, del, ins, t, newest)
     call('SET', L.key, fresh_log(t, ins), 'PX', px_arg(t + L.window - L.now))
     return
   end
-  if L.paged and left > RING_MAX then
+  if L.paged and left > RING_MIN then
     -- the new units, then the units after the change, written from unit
     -- p's place on (see page_write); pages that left go (page_header)
-    local bytes = string.rep(uint_bytes(t, 7), ins) .. log_slots(L, p + del, L.used)
-    page_write(L, L.s0 + p - 1, bytes)
-    page_header(L, L.s0 + L.lo - 1, left, newest)
+    local bytes, fv = string.rep(uint_bytes(t, 7), ins) .. log_slots(L, p + del, L.used), {}
+    page_write(L, L.s0 + p - 1, bytes, fv)
+    page_header(L, L.s0 + L.lo - 1, left, newest, fv)
     return
   end
   local w, off = L.w, 0
