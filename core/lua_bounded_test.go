@@ -1,0 +1,286 @@
+package core_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratewindow/ratewindow/core"
+	"github.com/ratewindow/ratewindow/internal/redistest"
+)
+
+// slowCalls returns the calls that Redis's SLOWLOG holds (those of
+// slowlog-log-slower-than µs or more), described for a failure.
+func slowCalls(t *testing.T, rdb *redis.Client) []string {
+	t.Helper()
+	logs, err := rdb.SlowLogGet(context.Background(), -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, l := range logs {
+		args := l.Args
+		if len(args) > 4 {
+			args = args[:4]
+		}
+		out = append(out, fmt.Sprintf("%v %v", l.Duration, args))
+	}
+	return out
+}
+
+// TestLongLogBoundedCalls fills a sliding log to MaxLogCount 1,000 units at
+// a time, refunds a million units and resets it, and wants no script call
+// of 10 ms or more in Redis's SLOWLOG: a call's work does not grow with
+// the units the log holds. The log of about a million units takes at most
+// 8 bytes a unit (MEMORY USAGE). No wall-clock timing is asserted: Redis
+// times its own calls, and 10 ms is many times what each takes.
+func TestLongLogBoundedCalls(t *testing.T) {
+	p := redistest.Start(t, "--slowlog-log-slower-than", "10000", "--slowlog-max-len", "1024")
+	rdb := p.Client(t)
+	ctx := context.Background()
+	l, err := core.New(rdb, core.WithTimeout(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := core.Per(core.MaxLogCount, time.Hour)
+	const step = 1000
+	steps := int64(core.MaxLogCount / step)
+	if err := rdb.SlowLogReset(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i := int64(1); i <= steps; i++ {
+		r, err := l.AllowN(ctx, "tenant", step, lim)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := core.MaxLogCount - i*step; !r.Allowed || r.Remaining != want || r.BackendErr != nil {
+			t.Fatalf("step %d: allowed %v, remaining %d (%v), want %d", i, r.Allowed, r.Remaining, r.BackendErr, want)
+		}
+	}
+	keys, err := rdb.Keys(ctx, "*{tenant}*").Result()
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("keys %v, %v: want the log's alone", keys, err)
+	}
+	mem, err := rdb.MemoryUsage(ctx, keys[0]).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := steps * step
+	if perUnit := float64(mem) / float64(held); perUnit > 8 {
+		t.Errorf("a log of %d units takes %d bytes: %.2f a unit, want at most 8", held, mem, perUnit)
+	}
+	if err := l.Refund(ctx, "tenant", 1_000_000, lim); err != nil {
+		t.Fatal(err)
+	}
+	r, err := l.Peek(ctx, "tenant", lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := core.MaxLogCount - (held - 1_000_000); r.Remaining != want || r.BackendErr != nil {
+		t.Fatalf("after the refund: remaining %d (%v), want %d", r.Remaining, r.BackendErr, want)
+	}
+	if err := l.Reset(ctx, "tenant", lim); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := l.Peek(ctx, "tenant", lim); err != nil || r.Remaining != core.MaxLogCount || r.BackendErr != nil {
+		t.Fatalf("after the reset: remaining %d, %v, want %d", r.Remaining, err, int64(core.MaxLogCount))
+	}
+	if slow := slowCalls(t, rdb); len(slow) > 0 {
+		t.Fatalf("%d calls of 10 ms or more: %v", len(slow), slow)
+	}
+}
+
+// TestFreshKeysMatchMemory makes the same decisions with the scripts and
+// the memory backend at the same times, and wants the same answers, on
+// many keys used once and a few used again (so that the scripts take
+// both their path for keys expected missing, which writes without
+// reading, and their path for keys that hold units), under each
+// algorithm, one or two limits, Peeks, refunds, and AllowN of up to 600
+// units (more than a fresh log's compact value holds).
+func TestFreshKeysMatchMemory(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	ctx := context.Background()
+	var mu sync.Mutex
+	now := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return now
+	}
+	opts := []core.Option{core.WithClock(clock), core.WithDenyCache(0), core.WithTimeout(time.Minute)}
+	rl, err := core.New(rdb, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ml := core.NewMemory(opts...)
+	rng := rand.New(rand.NewPCG(28, 1))
+	algs := []core.Algorithm{core.SlidingLog, core.SlidingCounter, core.SlidingBuckets}
+	fresh := 0
+	for step := range 3000 {
+		alg := algs[rng.IntN(len(algs))]
+		// windows longer than the test's clock moves in all (under an
+		// hour): Redis expires keys by its own clock, which hardly moves
+		lims := []core.Limit{core.Per(int64(5+rng.IntN(2000)), time.Duration(60+rng.IntN(120))*time.Minute).With(alg)}
+		if rng.IntN(8) == 0 {
+			lims = append(lims, core.Per(int64(3+rng.IntN(50)), 4*time.Hour).With(algs[rng.IntN(len(algs))]))
+		}
+		key := fmt.Sprintf("hot%d", rng.IntN(5))
+		if rng.IntN(3) > 0 {
+			fresh++
+			key = fmt.Sprintf("fresh%d", fresh)
+		}
+		n := int64(1 + rng.IntN(3))
+		if rng.IntN(20) == 0 {
+			n = int64(400 + rng.IntN(200))
+		}
+		var what string
+		var mr, rr core.Result
+		var merr, rerr error
+		switch op := rng.IntN(10); {
+		case op < 7:
+			what = fmt.Sprintf("allow %d", n)
+			mr, merr = ml.AllowN(ctx, key, n, lims...)
+			rr, rerr = rl.AllowN(ctx, key, n, lims...)
+		case op < 8:
+			what = "peek"
+			mr, merr = ml.Peek(ctx, key, lims...)
+			rr, rerr = rl.Peek(ctx, key, lims...)
+		default:
+			what = fmt.Sprintf("refund %d", n)
+			merr = ml.Refund(ctx, key, n, lims...)
+			rerr = rl.Refund(ctx, key, n, lims...)
+			if merr == nil && rerr == nil {
+				mr, merr = ml.Peek(ctx, key, lims...)
+				rr, rerr = rl.Peek(ctx, key, lims...)
+			}
+		}
+		if merr != nil || rerr != nil {
+			t.Fatalf("step %d %s %s %v: memory %v, redis %v", step, what, key, lims, merr, rerr)
+		}
+		if rr.BackendErr != nil { // answered by the failure mode
+			t.Fatalf("step %d %s %v: %v", step, what, lims, rr.BackendErr)
+		}
+		if mr.Allowed != rr.Allowed || mr.Remaining != rr.Remaining || mr.RetryAfter != rr.RetryAfter ||
+			mr.ResetAfter != rr.ResetAfter || mr.Limit != rr.Limit {
+			t.Fatalf("step %d %s %s %v:\nmemory %+v\nredis  %+v", step, what, key, lims, mr, rr)
+		}
+		mu.Lock()
+		now = now.Add(time.Duration(rng.IntN(2000)) * time.Millisecond)
+		mu.Unlock()
+	}
+}
+
+// TestFreshLogOfManyUnits records more units at once on an empty log than
+// its compact value holds (504 of one byte) and wants every one counted
+// by the next decisions.
+func TestFreshLogOfManyUnits(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	ctx := context.Background()
+	l, err := core.New(rdb, core.WithTimeout(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := core.Per(1<<20, time.Hour)
+	for i, n := range []int64{505, 1000, 600} {
+		key := fmt.Sprintf("k%d", i)
+		if r, err := l.AllowN(ctx, key, n, lim); err != nil || !r.Allowed || r.Remaining != lim.Count-n || r.BackendErr != nil {
+			t.Fatalf("allow %d: %+v, %v", n, r, err)
+		}
+		r, err := l.Peek(ctx, key, lim)
+		if err != nil || r.Remaining != lim.Count-n || r.BackendErr != nil {
+			t.Fatalf("peek after %d: remaining %d, %v, want %d", n, r.Remaining, err, lim.Count-n)
+		}
+		if r, err := l.AllowN(ctx, key, 3, lim); err != nil || r.Remaining != lim.Count-n-3 || r.BackendErr != nil {
+			t.Fatalf("allow 3 after %d: remaining %d, %v, want %d", n, r.Remaining, err, lim.Count-n-3)
+		}
+	}
+}
+
+// TestPagedLogMatchesMemory drives sliding logs long enough to be paged
+// (more than 4,096 units) through the scripts and the memory backend at
+// the same times and wants the same answers: AllowN of up to 400 units,
+// Peeks, refunds of up to 3,000 units (one step in twenty), one or two limits, units leaving
+// the window as the clock moves, pauses longer than a window, and a clock
+// that steps back a little (so that units go before later ones).
+func TestPagedLogMatchesMemory(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	ctx := context.Background()
+	var mu sync.Mutex
+	now := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return now
+	}
+	opts := []core.Option{core.WithClock(clock), core.WithDenyCache(0), core.WithTimeout(time.Minute)}
+	rl, err := core.New(rdb, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ml := core.NewMemory(opts...)
+	rng := rand.New(rand.NewPCG(28, 2))
+	// about 22,000 units a window asked: paged, and its oldest units
+	// leaving all the time (the first page numbers deleted)
+	long, longer := core.Per(20000, 20*time.Second), core.Per(60000, time.Minute)
+	paged := 0 // the steps after which the long log was paged (a hash)
+	for step := range 1500 {
+		lims := []core.Limit{long}
+		if rng.IntN(3) == 0 {
+			lims = append(lims, longer)
+		}
+		n := int64(1 + rng.IntN(400))
+		var what string
+		var mr, rr core.Result
+		var merr, rerr error
+		switch op := rng.IntN(20); {
+		case op < 17:
+			what = fmt.Sprintf("allow %d", n)
+			mr, merr = ml.AllowN(ctx, "tenant", n, lims...)
+			rr, rerr = rl.AllowN(ctx, "tenant", n, lims...)
+		case op < 19:
+			what = "peek"
+			mr, merr = ml.Peek(ctx, "tenant", lims...)
+			rr, rerr = rl.Peek(ctx, "tenant", lims...)
+		default:
+			n = int64(1 + rng.IntN(3000))
+			what = fmt.Sprintf("refund %d", n)
+			merr = ml.Refund(ctx, "tenant", n, lims...)
+			rerr = rl.Refund(ctx, "tenant", n, lims...)
+			if merr == nil && rerr == nil {
+				mr, merr = ml.Peek(ctx, "tenant", lims...)
+				rr, rerr = rl.Peek(ctx, "tenant", lims...)
+			}
+		}
+		if merr != nil || rerr != nil {
+			t.Fatalf("step %d %s %v: memory %v, redis %v", step, what, lims, merr, rerr)
+		}
+		if rr.BackendErr != nil { // answered by the failure mode
+			t.Fatalf("step %d %s %v: %v", step, what, lims, rr.BackendErr)
+		}
+		if mr.Allowed != rr.Allowed || mr.Remaining != rr.Remaining || mr.RetryAfter != rr.RetryAfter ||
+			mr.ResetAfter != rr.ResetAfter || mr.Limit != rr.Limit {
+			t.Fatalf("step %d %s %v:\nmemory %+v\nredis  %+v", step, what, lims, mr, rr)
+		}
+		if rdb.Type(ctx, "rw:{tenant}:r20s").Val() == "hash" {
+			paged++
+		}
+		mu.Lock()
+		switch r := rng.IntN(1000); {
+		case r < 990:
+			now = now.Add(time.Duration(rng.IntN(300_000)) * time.Microsecond)
+		case r < 993:
+			now = now.Add(time.Minute + time.Duration(rng.IntN(100_000))*time.Microsecond)
+		default:
+			now = now.Add(-time.Duration(rng.IntN(5000)) * time.Microsecond)
+		}
+		mu.Unlock()
+	}
+	if paged < 500 {
+		t.Fatalf("the long log was paged after %d steps of 1500: the test misses its point", paged)
+	}
+}
