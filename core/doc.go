@@ -35,8 +35,7 @@
 // Redis Cluster hash tag, so one script can touch them all. Keys longer than
 // 128 bytes, and keys with braces, are replaced by a fixed-length hash.
 // Every stored key carries a TTL of about one window (up to two for the
-// counter, and for a sliding log long enough to be kept as a ring), so
-// idle keys vanish.
+// counter, and for a long sliding log), so idle keys vanish.
 //
 // # Failures
 //

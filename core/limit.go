@@ -14,11 +14,13 @@ type Algorithm uint8
 
 const (
 	// SlidingLog keeps the time of every admitted unit still in the window
-	// (at most Count), 1 to 7 bytes each, in one string value. It is exact:
-	// no window of length Window ever holds more than Count units,
-	// RetryAfter is the exact time until the request fits, and Wait
+	// (at most Count), 1 to 7 bytes each: one string value up to 4,096
+	// units, beyond that a hash of 1 KB pages (about 7.4 bytes a unit). It
+	// is exact: no window of length Window ever holds more than Count
+	// units, RetryAfter is the exact time until the request fits, and Wait
 	// reserves a future slot in one round trip. A decision reads and writes
-	// a fixed number of bytes, however many units the window holds.
+	// a bounded number of bytes (at most two pages and a header), however
+	// many units the window holds.
 	SlidingLog Algorithm = iota
 	// SlidingBuckets keeps one hash field per sub-window of Precision
 	// (default Window/60: about 61 fields), and their sum once more than 8
