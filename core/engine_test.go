@@ -194,7 +194,7 @@ func TestRedisAnsweredErrorsStayWithTheirKey(t *testing.T) {
 		want string
 	}{
 		{"NOPERM", func(t *testing.T) *redis.Client {
-			return aclClient(t, "resetkeys", "~"+prefix+"{ok*")
+			return redistest.ACLClient(t, "resetkeys", "~"+prefix+"{ok*")
 		}, "NOPERM"},
 		{"script error", func(t *testing.T) *redis.Client {
 			rdb := redistest.Start(t).Client(t)
@@ -475,21 +475,4 @@ func (h *frameHook) take() []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.stacks
-}
-
-// aclClient starts a server and returns a client of a user allowed every
-// command on every key but for the rules given.
-func aclClient(t *testing.T, rules ...string) *redis.Client {
-	t.Helper()
-	p := redistest.Start(t)
-	args := []any{"ACL", "SETUSER", "limiter", "on", ">pw", "~*", "+@all"}
-	for _, r := range rules {
-		args = append(args, r)
-	}
-	if err := p.Client(t).Do(context.Background(), args...).Err(); err != nil {
-		t.Fatal(err)
-	}
-	c := redis.NewClient(&redis.Options{Addr: p.Addr, Username: "limiter", Password: "pw"})
-	t.Cleanup(func() { c.Close() })
-	return c
 }

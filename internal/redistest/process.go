@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -342,4 +343,22 @@ func infoField(info, field string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// ACLClient starts a dedicated server (see Start) and returns a client of a
+// user allowed every command on every key but for the ACL rules given,
+// such as "-fcall" or "resetkeys", "~rw:{ok*"; closed at t.Cleanup.
+func ACLClient(t testing.TB, rules ...string) *redis.Client {
+	t.Helper()
+	p := Start(t)
+	args := []any{"ACL", "SETUSER", "limiter", "on", ">pw", "~*", "+@all"}
+	for _, r := range rules {
+		args = append(args, r)
+	}
+	if err := p.Client(t).Do(context.Background(), args...).Err(); err != nil {
+		t.Fatalf("redistest.ACLClient: %v", err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: p.Addr, Username: "limiter", Password: "pw"})
+	t.Cleanup(func() { c.Close() })
+	return c
 }

@@ -207,8 +207,8 @@ func TestLibrary(t *testing.T) {
 			t.Cleanup(func() { c.Close() })
 			return c
 		}},
-		{"ACL without FCALL", func(t *testing.T) *redis.Client { return aclClient(t, "-fcall") }},
-		{"ACL without FUNCTION", func(t *testing.T) *redis.Client { return aclClient(t, "-function") }},
+		{"ACL without FCALL", func(t *testing.T) *redis.Client { return redistest.ACLClient(t, "-fcall") }},
+		{"ACL without FUNCTION", func(t *testing.T) *redis.Client { return redistest.ACLClient(t, "-function") }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s, lib, names := libraryStore(t, c.client(t))
@@ -248,23 +248,6 @@ func libraryStore(t *testing.T, rdb redis.UniversalClient) (*Store, *library, sc
 	s := New(rdb, uniquePrefix(t))
 	hookClones(s, names)
 	return s, s.t.lib, names
-}
-
-// aclClient starts a server and returns a client of a user allowed every
-// command on every key but for the rules given.
-func aclClient(t *testing.T, rules ...string) *redis.Client {
-	t.Helper()
-	p := redistest.Start(t)
-	args := []any{"ACL", "SETUSER", "limiter", "on", ">pw", "~*", "+@all"}
-	for _, r := range rules {
-		args = append(args, r)
-	}
-	if err := p.Client(t).Do(context.Background(), args...).Err(); err != nil {
-		t.Fatal(err)
-	}
-	c := redis.NewClient(&redis.Options{Addr: p.Addr, Username: "limiter", Password: "pw"})
-	t.Cleanup(func() { c.Close() })
-	return c
 }
 
 // TestLibrarySpecs checks the spec a lone call keeps from call to call in

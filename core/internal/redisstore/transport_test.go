@@ -349,7 +349,7 @@ func TestRedisAnsweredErrorsStayWithTheirKey(t *testing.T) {
 		want string
 	}{
 		{"NOPERM", func(t *testing.T) *redis.Client {
-			return aclClient(t, "resetkeys", "~"+prefix+"{ok*")
+			return redistest.ACLClient(t, "resetkeys", "~"+prefix+"{ok*")
 		}, "NOPERM"},
 		{"script error", func(t *testing.T) *redis.Client {
 			rdb := redistest.Start(t).Client(t)
