@@ -97,7 +97,8 @@ func NewMemory(opts ...Option) *Limiter {
 	// the deny cache saves round trips; the memory store has none to save
 	c.mode, c.cacheSize = FailOpen, 0
 	l := newLimiter(c)
-	l.guard = &guard{next: memstore.New(l.micros)}
+	ms := memstore.New(l.micros)
+	l.guard = &guard{next: ms, mem: ms}
 	return l
 }
 

@@ -363,6 +363,13 @@ func floorDiv(a, b int64) int64 {
 // committed denial of a key that is not blocked counts towards r.Penalty;
 // the one that reaches it bans the key. It returns no error.
 func (s *Store) Allow(_ context.Context, r store.Request) (store.Decision, error) {
+	return s.Decide(&r), nil
+}
+
+// Decide is Allow for a Limiter's own memory store, which calls it
+// directly: *r is read during the call, not copied (a Request is 128
+// bytes; BenchmarkAllowMemory measured each copy across the seam).
+func (s *Store) Decide(r *store.Request) store.Decision {
 	sh, key, now := s.lock(r.Key, r.Now)
 	defer sh.mu.Unlock()
 	var buf [4]*memState
@@ -395,7 +402,7 @@ func (s *Store) Allow(_ context.Context, r store.Request) (store.Decision, error
 		}
 	}
 	sh.touch(key, now)
-	return d, nil
+	return d
 }
 
 // penalize mirrors penalize in algorithms.lua: it counts a denial of key
