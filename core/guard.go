@@ -26,8 +26,6 @@ type guard struct {
 	mode    FailureMode
 	// local is FailLocal's store; nil for the other modes
 	local *memstore.Store
-	// mem is next when it is the memory store (NewMemory), called directly
-	mem   *memstore.Store
 	share float64 // FailLocal's share of each Count
 }
 
@@ -165,10 +163,10 @@ func plain(err error) (kind, error) {
 
 // allow decides *r (see store.Store.Allow); the failure mode does not
 // answer here (see fail). (r is a pointer: a Request is copied once, into
-// the store's call.)
+// the Redis store's call, and not at all for the memory store's Decide.)
 func (g *guard) allow(ctx context.Context, r *store.Request) (d store.Decision, k kind, err error) {
-	if g.mem != nil {
-		return g.mem.Decide(r), succeeded, nil
+	if ms, ok := g.next.(*memstore.Store); ok {
+		return ms.Decide(r), succeeded, nil
 	}
 	a, err := g.begin(r.Key)
 	if err != nil {
@@ -185,7 +183,7 @@ const failClosedRetry = int64(1e6) // µs
 // fail answers r by the failure mode, Redis having failed with err, and
 // returns the failure as the caller is told of it (Result.BackendErr).
 // FailLocal scales the Counts of r.Limits in place (the decision's Result
-// names the scaled limits, see Limiter.decide). The error is FailLocal's
+// names the scaled limits, see Limiter.answer). The error is FailLocal's
 // store's, if any.
 func (g *guard) fail(ctx context.Context, r store.Request, err error) (store.Decision, error, error) {
 	d := store.Decision{Allowed: g.mode != FailClosed, States: r.Room()}

@@ -97,8 +97,7 @@ func NewMemory(opts ...Option) *Limiter {
 	// the deny cache saves round trips; the memory store has none to save
 	c.mode, c.cacheSize = FailOpen, 0
 	l := newLimiter(c)
-	ms := memstore.New(l.micros)
-	l.guard = &guard{next: ms, mem: ms}
+	l.guard = &guard{next: memstore.New(l.micros)}
 	return l
 }
 
@@ -262,8 +261,7 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 		probing, cachedAt = p, l.now().UnixNano()
 	}
 	buf := l.scratch.Get().(*scratch)
-	req := l.request(key, n, limits, &buf.limits, l.timeout)
-	req.States = buf.states[:]
+	req := l.request(key, n, limits, buf, l.timeout)
 	req.Commit = commit
 	if pen != nil {
 		req.Penalty = store.Penalty(*pen)
@@ -276,7 +274,9 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 		err      error
 	)
 	for try := 0; ; try++ {
-		req.Now = l.storeTime()
+		if try > 0 {
+			req.Now = l.storeTime() // the retry's own time
+		}
 		var e error
 		if d, k, e = l.guard.allow(ctx, &req); try == 0 || !errors.Is(e, ErrCircuitOpen) {
 			err = e // else the retry was not sent: the first failure answers
@@ -377,19 +377,19 @@ type scratch struct {
 }
 
 // request returns the store's Request for n units of key under limits,
-// bounded by within: its limits in buf, or in a slice of their own when
-// buf is nil.
-func (l *Limiter) request(key string, n int64, limits []Limit, buf *[MaxLimits]store.Limit, within time.Duration) store.Request {
-	var specs []store.Limit
-	if buf != nil {
-		specs = buf[:len(limits)]
+// bounded by within: its limits, and room for its Decision's states, in
+// sc, or its limits in a slice of their own when sc is nil.
+func (l *Limiter) request(key string, n int64, limits []Limit, sc *scratch, within time.Duration) store.Request {
+	r := store.Request{Key: key, N: n, Now: l.storeTime(), Within: within}
+	if sc != nil {
+		r.Limits, r.States = sc.limits[:len(limits)], sc.states[:]
 	} else {
-		specs = make([]store.Limit, len(limits))
+		r.Limits = make([]store.Limit, len(limits))
 	}
 	for i, lim := range limits {
-		specs[i] = lim.spec()
+		r.Limits[i] = lim.spec()
 	}
-	return store.Request{Key: key, N: n, Limits: specs, Now: l.storeTime(), Within: within}
+	return r
 }
 
 // answer turns the outcome of a decision's call (req on limits, kind k)
@@ -594,8 +594,7 @@ func (l *Limiter) poll(ctx context.Context, key string, n int64, limits []Limit)
 		buf    scratch
 	)
 	for {
-		req := l.request(key, n, limits, &buf.limits, l.waitTime) // FailLocal scales its limits
-		req.States = buf.states[:]
+		req := l.request(key, n, limits, &buf, l.waitTime) // FailLocal scales its limits
 		req.Commit = true
 		dec, k, err := l.guard.allow(ctx, &req)
 		r, err := l.answer(ctx, req, limits, &dec, k, err)
