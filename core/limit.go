@@ -180,12 +180,7 @@ func (l Limit) spec() store.Limit {
 }
 
 // precision returns the sub-window length used by SlidingBuckets.
-func (l Limit) precision() time.Duration {
-	if l.Precision != 0 {
-		return l.Precision
-	}
-	return store.DefaultPrecision(l.Window)
-}
+func (l Limit) precision() time.Duration { return l.spec().Step() }
 
 // micros converts d to whole microseconds.
 func micros(d time.Duration) int64 { return int64(d / time.Microsecond) }
