@@ -85,7 +85,7 @@ func TestDecisionExplainsRefusal(t *testing.T) {
 			c := redis.NewClient(&redis.Options{Addr: p.Addr})
 			t.Cleanup(func() { c.Close() })
 			return c
-		}, nil, "ratewindow: allow script: redis requires authentication (NOAUTH): set the client's Password (and Username for an ACL user): ", "ERR Protocol error: unauthenticated multibulk length"},
+		}, nil, "ratewindow: allow script: redis requires authentication (NOAUTH): set the client's Password (and Username for an ACL user): ", "NOAUTH Authentication required"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

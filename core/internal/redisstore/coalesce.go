@@ -228,15 +228,9 @@ func (t *transport) plan(live []*call) []*sent {
 	return cmds
 }
 
-// mergedHead is how many of a merged call's arguments (allow.lua's ARGV)
-// differ from decision to decision: n and the time. The rest is its spec
-// (commit, penalty, limits), which decisions that ask alike share.
-const mergedHead = 2
-
 // replySize is how many values a merged call's decision answers (see
-// allow_batch.lua): allowed, blocked and now, then 3 per limit, of which
-// its arguments hold 4 each after n, the time, commit and the penalty.
-func replySize(c *call) int { return 3 + 3*(len(c.args)-mergedHead-4)/4 }
+// allow_batch.lua): allowed, blocked and now, then 3 per limit.
+func replySize(c *call) int { return c.answers }
 
 // merge makes one command of calls of the same merged script: the
 // arguments allow_batch.lua takes, each distinct spec once. A single call
@@ -246,31 +240,29 @@ func merge(calls []*call) *sent {
 	if len(calls) == 1 {
 		return &sent{script: c.script, keys: c.keys, args: c.args, calls: calls}
 	}
-	var specsBuf [8][]any
-	specs := specsBuf[:0]
-	nspec, nkeys := 0, 0
+	var specsBuf [8]any
+	specs := specsBuf[:0] // allow.lua's ARGV[1], each once
+	nkeys := 0
 	index := make([]int, len(calls)) // each call's spec, from 1
 	for i, c := range calls {
-		spec := c.args[mergedHead:]
-		index[i] = slices.IndexFunc(specs, func(s []any) bool { return slices.Equal(s, spec) }) + 1
+		index[i] = slices.Index(specs, c.args[0]) + 1
 		if index[i] == 0 {
-			specs = append(specs, spec)
-			nspec += 1 + len(spec)
+			specs = append(specs, c.args[0])
 			index[i] = len(specs)
 		}
 		nkeys += len(c.keys)
 	}
 	g := &sent{script: c.merged, calls: calls, keys: make([]string, 0, nkeys),
-		args: make([]any, 0, 2+nspec+(1+mergedHead)*len(calls))}
+		args: make([]any, 0, 2+len(specs)+3*len(calls))}
 	g.args = append(g.args, len(calls), len(specs))
-	for _, spec := range specs {
-		g.args = append(g.args, len(spec))
-		g.args = append(g.args, spec...)
-	}
+	g.args = append(g.args, specs...)
 	for i, c := range calls {
 		g.keys = append(g.keys, c.keys...)
-		g.args = append(g.args, index[i])
-		g.args = append(g.args, c.args[:mergedHead]...)
+		now := any(0) // allow.lua's ARGV[3], absent: the server's TIME
+		if len(c.args) > 2 {
+			now = c.args[2]
+		}
+		g.args = append(g.args, index[i], c.args[1], now)
 	}
 	return g
 }

@@ -147,18 +147,11 @@ func (s *Store) Allow(ctx context.Context, r store.Request) (store.Decision, err
 		own |= withPenalty
 	}
 	c := s.newCall(s.allowS, r, own)
-	c.merged = s.allowBatchS
-	commit := 0
-	if r.Commit {
-		commit = 1
+	c.merged, c.answers = s.allowBatchS, 3+3*len(r.Limits)
+	c.args = append(c.args, s.spec(r), r.N)
+	if r.Now != 0 {
+		c.args = append(c.args, r.Now)
 	}
-	c.args = append(c.args, r.N, r.Now, commit)
-	if p := r.Penalty; p.Denials > 0 {
-		c.args = append(c.args, p.Denials, micros(p.Within), micros(p.Ban))
-	} else {
-		c.args = append(c.args, 0, 0, 0)
-	}
-	c.args = s.appendLimitArgs(c.args, r.Limits)
 	reply, err := s.t.run(ctx, c, r.Within)
 	if err != nil {
 		return store.Decision{}, scriptError("allow", err)
@@ -337,11 +330,59 @@ func (s *Store) appendLimitArgs(args []any, limits []store.Limit) []any {
 	return args
 }
 
+// spec returns allow.lua's spec of r (its ARGV[1], see spec_of there):
+// commit, the penalty, then each limit's 4 values, in one string. A
+// single limit's without penalty, nearly every decision's, is made once
+// (see limitArgs); any other on every call.
+func (s *Store) spec(r store.Request) any {
+	if len(r.Limits) == 1 && r.Penalty.Denials == 0 {
+		a := s.limitArgs.entry(r.Limits[0])
+		if r.Commit {
+			return a.commit
+		}
+		return a.peek
+	}
+	b := make([]byte, 0, 16+32*len(r.Limits))
+	b = appendSpecHead(b, r.Commit, r.Penalty)
+	for _, l := range r.Limits {
+		b = appendLimitSpec(b, l)
+	}
+	return string(b)
+}
+
+// appendSpecHead appends the start of a spec: commit and the penalty.
+func appendSpecHead(b []byte, commit bool, p store.Penalty) []byte {
+	if commit {
+		b = append(b, '1')
+	} else {
+		b = append(b, '0')
+	}
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, p.Denials, 10)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, micros(p.Within), 10)
+	b = append(b, ' ')
+	return strconv.AppendInt(b, micros(p.Ban), 10)
+}
+
+// appendLimitSpec appends a limit's 4 values to a spec.
+func appendLimitSpec(b []byte, l store.Limit) []byte {
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, int64(l.Algorithm), 10)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, l.Count, 10)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, micros(l.Window), 10)
+	b = append(b, ' ')
+	return strconv.AppendInt(b, micros(l.Step()), 10)
+}
+
 // limitArgs keeps the script arguments of the limits used lately, boxed
 // once: boxing a number into an argument allocates (for all but small
-// ones), three times a limit on every call otherwise. A limit has one
-// slot, by a hash of it, and takes it over on a miss; the slots are read
-// and written without a lock.
+// ones), three times a limit on every call otherwise; and the spec of a
+// decision under the limit alone. A limit has one slot, by a hash of it,
+// and takes it over on a miss; the slots are read and written without a
+// lock.
 type limitArgs [limitArgSlots]atomic.Pointer[limitArg]
 
 // limitArgSlots is how many limits limitArgs holds at most: a service's
@@ -354,20 +395,29 @@ type limitArg struct {
 	window, precision time.Duration
 	algorithm         store.Algorithm
 	args              [4]any
+	// the spec of a decision under this limit alone, without penalty,
+	// that commits, and that only looks (see Store.spec)
+	commit, peek any
 }
 
 // of returns l's arguments.
-func (c *limitArgs) of(l store.Limit) *[4]any {
+func (c *limitArgs) of(l store.Limit) *[4]any { return &c.entry(l).args }
+
+// entry returns l's entry.
+func (c *limitArgs) entry(l store.Limit) *limitArg {
 	h := uint64(l.Count)*0x9e3779b97f4a7c15 ^ uint64(l.Window)*0xbf58476d1ce4e5b9 ^
 		uint64(l.Precision)*0x94d049bb133111eb ^ uint64(l.Algorithm)
 	slot := &c[(h>>32)%limitArgSlots]
 	if a := slot.Load(); a != nil && a.count == l.Count && a.window == l.Window && a.precision == l.Precision && a.algorithm == l.Algorithm {
-		return &a.args
+		return a
 	}
 	a := &limitArg{count: l.Count, window: l.Window, precision: l.Precision, algorithm: l.Algorithm,
 		args: [4]any{int(l.Algorithm), l.Count, micros(l.Window), micros(l.Step())}}
+	limit := appendLimitSpec(nil, l)
+	a.commit = string(append(appendSpecHead(nil, true, store.Penalty{}), limit...))
+	a.peek = string(append(appendSpecHead(nil, false, store.Penalty{}), limit...))
 	slot.Store(a)
-	return &a.args
+	return a
 }
 
 // appendInts appends a script's reply, converted to integers, to dst. Lua

@@ -90,13 +90,16 @@ type call struct {
 	ctx    context.Context
 	script *script
 	merged *script // a script that runs many such calls in one; nil: none
-	keys   []string
-	args   []any
-	reply  any
-	err    error
-	done   chan struct{} // buffered: whoever fills the call never blocks on it
-	limit  time.Time     // a queued call's deadline beside ctx's; zero: none
-	timer  *time.Timer   // the timer of limit (see await); nil until needed
+	// answers: how many values the merged script answers for this call
+	// (allow.lua's reply)
+	answers int
+	keys    []string
+	args    []any
+	reply   any
+	err     error
+	done    chan struct{} // buffered: whoever fills the call never blocks on it
+	limit   time.Time     // a queued call's deadline beside ctx's; zero: none
+	timer   *time.Timer   // the timer of limit (see await); nil until needed
 }
 
 // script is a Lua script and its source, which a pipeline sends again
@@ -274,8 +277,8 @@ func (t *transport) newCall(limits int) *call {
 	if cap(c.keys) < 1+limits {
 		c.keys = make([]string, 0, 1+limits)
 	}
-	if cap(c.args) < 3+4*limits {
-		c.args = make([]any, 0, 3+4*limits)
+	if cap(c.args) < 3+2*limits {
+		c.args = make([]any, 0, 3+2*limits)
 	}
 	return c
 }

@@ -25,7 +25,7 @@ local byte, call = string.byte, redis.call
 
 -- now_us returns the time passed in (tests), or the server's TIME.
 local function now_us(arg)
-  local t = tonumber(arg)
+  local t = arg and tonumber(arg)
   if t and t > 0 then return t end
   local tm = call('TIME')
   return tonumber(tm[1]) * 1000000 + tonumber(tm[2])
@@ -199,12 +199,24 @@ local function width(x)
   return w
 end
 
+-- log_width returns the bytes a compact log's offsets take at least under
+-- a window of window µs: as many as the window needs (3 for a second, 4
+-- for a minute; see fresh_log).
+local width_window, width_w = -1, 1
+local function log_width(window)
+  if window ~= width_window then width_window, width_w = window, width(window) end
+  return width_w
+end
+
 -- log_open reads the log of key into L (a table of log_open's, or nil:
 -- a new one), which it returns. Its units are numbered from 1 (the oldest)
 -- to used; those before lo have left (see log_trim). Decisions reuse their
 -- L from decision to decision: its fields are all set here, so that
 -- setting them again allocates nothing.
 local pcall_ = redis.pcall
+-- pre_key's value, read whole by allow_one, is pre_v: log_open takes it
+-- instead of reading the key again (once).
+local pre_key, pre_v = false, false
 local function log_open(key, window, now, L)
   local v, r
   if key == paged_key then
@@ -212,7 +224,11 @@ local function log_open(key, window, now, L)
     if r.err or not r[1] then r = nil end -- a string now, or gone
   end
   local h = r and r[1]
-  if not h then v = pcall_('GETRANGE', key, '0', LOG_WHOLE_LAST) end -- strings: no number to format
+  if key == pre_key then -- read already (see allow_one)
+    v, pre_key = pre_v, false
+  elseif not h then
+    v = pcall_('GETRANGE', key, '0', LOG_WHOLE_LAST) -- strings: no number to format
+  end
   if not L then
     L = {key = key, window = window, now = now, lo = 1, used = 0, base = false, w = false, v = false,
          cap = false, head = false, newest = false, expires = false, cs = false, ce = false, cv = false,
@@ -429,7 +445,7 @@ local function log_store(L, times)
   end
   local ttl = newest + L.window - L.now
   local parts = {}
-  local w = width(newest - base)
+  local w = math.max(width(newest - base), log_width(L.window)) -- see fresh_log
   if 8 + n * w <= LOG_WHOLE then
     parts[1] = string.char(w) .. uint_bytes(base, 7)
   else
@@ -444,15 +460,21 @@ local function log_store(L, times)
   call('SET', L.key, table.concat(parts), 'PX', px(ttl))
 end
 
--- fresh_log returns the value of a log of n units all at t: compact, its
--- base t, offsets of one byte, all 0. The last one made is kept: the
--- decisions of one merged call share their time, and on many keys most of
--- them find their key's log empty (measured: building it took 0.5 µs, half
--- as long as the SET that writes it; taking it again, 0.04).
-local fresh_t, fresh_n, fresh_v = -1, -1, ''
-local LOG_FRESH_MAX = LOG_WHOLE - 8 -- the most units a fresh log takes: it is read whole
-local function fresh_log(t, n)
-  if t ~= fresh_t or n ~= fresh_n then
+-- fresh_log returns the value of a log of n units all at t, with w-byte
+-- offsets (log_width of its window), or false when it would be too long
+-- to be compact: compact, its base t, its offsets all 0. Its offsets are
+-- as wide as a window needs from the start, so that the units added to it
+-- while its base counts are appended as they are (with offsets of one
+-- byte, the next decision wrote it anew, measured: 2.5 µs more). The last
+-- one made is kept: the decisions of one merged call share their time, and
+-- on many keys most of them find their key's log empty (measured: building
+-- it took 0.5 µs, half as long as the SET that writes it; taking it again,
+-- 0.04).
+local fresh_t, fresh_n, fresh_w, fresh_v = -1, -1, -1, ''
+local ZEROS = {0, 0, 0, 0, 0, 0, 0}
+local function fresh_log(t, n, w)
+  if 8 + n * w > LOG_WHOLE then return false end -- read whole: see log_open
+  if t ~= fresh_t or n ~= fresh_n or w ~= fresh_w then
     -- one string.char, not uint_bytes and concatenations: each string
     -- made costs (measured: 1.4 µs a decision less on many keys)
     local x, g = t, t % 256
@@ -468,11 +490,11 @@ local function fresh_log(t, n)
     local b = x % 256
     local a = (x - b) / 256 % 256
     if n == 1 then
-      fresh_v = string.char(1, a, b, c, d, e, f, g, 0)
+      fresh_v = string.char(w, a, b, c, d, e, f, g, unpack(ZEROS, 1, w))
     else
-      fresh_v = string.char(1, a, b, c, d, e, f, g) .. string.rep('\0', n)
+      fresh_v = string.char(w, a, b, c, d, e, f, g) .. string.rep('\0', n * w)
     end
-    fresh_t, fresh_n = t, n
+    fresh_t, fresh_n, fresh_w = t, n, w
   end
   return fresh_v
 end
@@ -491,8 +513,9 @@ local function log_splice(L, p, del, ins, t, newest)
     call('DEL', L.key)
     return
   end
-  if del == 0 and L.lo > L.used and ins <= LOG_FRESH_MAX then -- nothing else left: n units at t
-    call('SET', L.key, fresh_log(t, ins), 'PX', px_arg(t + L.window - L.now))
+  local fresh = del == 0 and L.lo > L.used and fresh_log(t, ins, log_width(L.window))
+  if fresh then -- nothing else left: n units at t
+    call('SET', L.key, fresh, 'PX', px_arg(t + L.window - L.now))
     return
   end
   if L.paged and left > RING_MIN then
@@ -1015,56 +1038,43 @@ local function penalize(block_key, penalty_key, denials, within, ban, now)
   return block(block_key, ban, now)
 end
 
--- read_spec reads what a decision asks but its units and time, from
--- args[at] on: commit ('1' records the units when they fit, '0' only
--- looks), the penalty (denials, 0: none; within µs; ban µs), then nlim
--- limits of 4 values: algorithm ('0' log, '1' buckets, '2' counter),
--- count, window µs, precision µs. Decisions that ask alike share one.
--- Into spec, when given, it reads anew a spec read before (its tables
--- reused: a lone call's, see allow_lone, and a merged call's, see
--- allow_batch.lua), else into a new one. A spec keeps the strings it was
--- read from (spec.raw): when they are the same again, as they are call
--- after call for one limit, nothing is converted (a tonumber costs about
--- 0.1 µs; strings compare as pointers).
-local function read_spec(args, at, nlim, spec)
-  local last = at + 3 + 4 * nlim -- the spec's last argument
-  if spec and #spec.raw == last - at + 1 then
-    local raw, same = spec.raw, true
-    for i = at, last do
-      if raw[i - at + 1] ~= args[i] then same = false break end
-    end
-    if same then return spec end
-  end
-  if not spec then spec = {commit = false, denials = 0, within = 0, ban = 0, limits = {}, raw = {}} end
-  local limits, raw = spec.limits, spec.raw
+-- spec_of returns the spec of a decision (what it asks but its units and
+-- time) from the string raw that holds it, its values separated by spaces:
+-- commit ('1' records the units when they fit, '0' only looks), the
+-- penalty (denials, 0: none; within µs; ban µs), then 4 values per limit:
+-- algorithm ('0' log, '1' buckets, '2' counter), count, window µs,
+-- precision µs. Decisions that ask alike share one string, and one spec:
+-- specs are kept by their string (up to SPECS_KEPT, then forgotten all at
+-- once), so that a spec is converted once, not on every call (strings
+-- compare as pointers), and a call takes one argument for all of it (each
+-- argument costs the call about 0.2 µs, measured: a lone call's ten took
+-- 1.5 µs). A string that is no spec is an error.
+local specs, nspecs, SPECS_KEPT = {}, 0, 256
+local function spec_of(raw)
+  local spec = specs[raw]
+  if spec then return spec end
+  local v = {}
+  for x in string.gmatch(raw, '%S+') do v[#v + 1] = tonumber(x) end
+  local nlim = (#v - 4) / 4
+  if nlim < 1 or nlim % 1 ~= 0 then error({err = 'ERR ratewindow: not a decision spec: ' .. raw}) end
+  spec = {commit = v[1] == 1, denials = v[2], within = v[3], ban = v[4], limits = {}}
   for i = 1, nlim do
-    local a, l = at + 4 * i, limits[i]
-    if not l then
-      l = {alg = false, count = 0, window = 0, prec = 0}
-      limits[i] = l
-    end
-    l.alg, l.count, l.window, l.prec = args[a], tonumber(args[a + 1]), tonumber(args[a + 2]), tonumber(args[a + 3])
+    local a = 4 * i
+    spec.limits[i] = {alg = string.format('%d', v[a + 1]), count = v[a + 2], window = v[a + 3], prec = v[a + 4]}
   end
-  for i = #limits, nlim + 1, -1 do limits[i] = nil end
-  spec.commit, spec.denials, spec.within, spec.ban = args[at] == '1', tonumber(args[at + 1]), tonumber(args[at + 2]),
-    tonumber(args[at + 3])
-  for i = at, last do raw[i - at + 1] = args[i] end
-  for i = #raw, last - at + 2, -1 do raw[i] = nil end
+  if nspecs >= SPECS_KEPT then specs, nspecs = {}, 0 end
+  specs[raw], nspecs = spec, nspecs + 1
   return spec
 end
 
--- read_specs reads the specs of a merged call (allow_batch.lua's ARGV)
--- into tables kept from call to call (see read_spec), and returns them and
--- the index of the first decision's arguments.
+-- read_specs reads the specs of a merged call (allow_batch.lua's ARGV),
+-- and returns them and the index of the first decision's arguments.
 local batch_specs = {}
 local function read_specs(args)
-  local at = 3
-  for i = 1, tonumber(args[2]) do
-    local m = tonumber(args[at])
-    batch_specs[i] = read_spec(args, at + 1, (m - 4) / 4, batch_specs[i])
-    at = at + 1 + m
-  end
-  return batch_specs, at
+  local m = tonumber(args[2])
+  for i = 1, m do batch_specs[i] = spec_of(args[2 + i]) end
+  for i = #batch_specs, m + 1, -1 do batch_specs[i] = nil end
+  return batch_specs, 3 + m
 end
 
 -- The state of each limit during a decision (see decide), reused from
@@ -1082,7 +1092,8 @@ local st, logs = {}, {}
 local function fresh_add(alg, key, l, units, now)
   local window = l.window
   if alg == '0' then
-    return units <= LOG_FRESH_MAX and call('SET', key, fresh_log(now, units), 'PX', px_arg(window), 'NX') and window
+    local v = fresh_log(now, units, log_width(window))
+    return v and call('SET', key, v, 'PX', px_arg(window), 'NX') and window
   end
   local c = math.floor(now / window)
   local reset = (c + 2) * window - now
@@ -1247,10 +1258,206 @@ end
 -- call to call (in the function library, which lives on), so that a lone
 -- call allocates no table of its own; Redis turns the answer into its
 -- reply as the call returns.
-local lone_spec, lone_out = nil, {}
-local function allow_lone(keys, args)
-  lone_spec = read_spec(args, 3, (#args - 6) / 4, lone_spec)
-  local last = decide(keys, 1, tonumber(args[1]), now_us(args[2]), lone_spec, lone_out, 0, 1)
+local lone_out = {}
+local function allow_lone(keys, args, now)
+  local last = decide(keys, 1, tonumber(args[2]), now or now_us(args[3]), spec_of(args[1]), lone_out, 0, 1)
   for i = #lone_out, last + 1, -1 do lone_out[i] = nil end
   return lone_out
+end
+
+-- allow_one is allow.lua: the usual decision, of one log or counter limit
+-- without penalty, made with the least work that answers as allow_lone
+-- would (measured: the decision framework's tables, specs and checks cost
+-- more than the commands inside the call); any other decision is
+-- allow_lone's. Three calls in all: TIME, the reads, the write. While keys
+-- are found missing (see fresh_hint) it reads the block key alone and
+-- writes the units with NX, as fresh_add; else it reads the block key and
+-- the limit's key in one MGET. It hands to allow_lone (with the key's value
+-- read, for a log: see pre_key) what it does not take itself: a block key
+-- (blocked, or about to expire), a counter in the string form, a log that
+-- is not compact (a ring: kept in rings, up to RINGS_KEPT of them, whose
+-- decisions then go to allow_lone at once, as those of a paged log, not to
+-- read a whole ring again) or holds reservations, and a key that is not a
+-- string (MGET answers nil for it: SET NX finds it there).
+local rings, nrings, RINGS_KEPT = {}, 0, 1024
+local function allow_one(keys, args)
+  local spec, key = spec_of(args[1]), keys[2]
+  local l = spec.limits[1]
+  local alg, count, window = l.alg, l.count, l.window
+  if spec.denials > 0 or spec.limits[2] or alg == '1' or key == paged_key or rings[key] or
+      (alg == '2' and count >= COUNTER_RADIX) then
+    return allow_lone(keys, args)
+  end
+  local n, commit = tonumber(args[2]), spec.commit
+  local now = now_us(args[3])
+  local out = lone_out
+  local hint, v = fresh_hint[alg], nil
+  if hint >= FRESH_AFTER and commit and n <= count then
+    -- keys found missing lately (see fresh_hint): the block key read
+    -- alone (MGET would look the limit's key up twice) and the units
+    -- written with NX, as on an empty limit
+    if call('GET', keys[1]) then return allow_lone(keys, args, now) end
+    local reset
+    if alg == '2' then
+      local c = math.floor(now / window)
+      reset = (c + 2) * window - now
+      if not call('SET', key, int_arg(n * 16 + c % 16), 'PX', px_arg(reset), 'NX') then reset = nil end
+    else
+      local fresh = fresh_log(now, n, log_width(window))
+      if fresh and call('SET', key, fresh, 'PX', px_arg(window), 'NX') then reset = window end
+    end
+    if reset then
+      if hint < FRESH_MAX then fresh_hint[alg] = hint + 1 end
+      out[1], out[2], out[3], out[4], out[5], out[6] = 1, 0, now, count - n, 0, reset
+      for i = #out, 7, -1 do out[i] = nil end
+      return out
+    end
+    fresh_hint[alg] = math.max(hint - FRESH_FOUND, 0)
+    -- found: a log is allow_lone's (which reads it as log_open does)
+    if alg == '0' then return allow_lone(keys, args, now) end
+    v = call('GET', key) -- WRONGTYPE for a key that is not a string, as counter_state
+  else
+    local r = call('MGET', keys[1], key)
+    v = r[2]
+    if v then
+      fresh_hint[alg] = math.max(hint - FRESH_FOUND, 0)
+    elseif hint < FRESH_MAX then
+      fresh_hint[alg] = hint + 1
+    end
+    if r[1] then
+      if alg == '0' and v then pre_key, pre_v = key, v end
+      return allow_lone(keys, args, now)
+    end
+  end
+  local free, retry, reset
+  if alg == '2' then
+    local c = math.floor(now / window)
+    local prev, cur, incr = 0, 0, false
+    if v then
+      local x = tonumber(v)
+      if not x then return allow_lone(keys, args, now) end
+      local wm = x % 16
+      local pc = (x - wm) / 16
+      cur = pc % COUNTER_RADIX
+      prev = (pc - cur) / COUNTER_RADIX
+      local w = c - (c - wm) % 16
+      if w == c then
+        incr = true
+      elseif w == c - 1 then
+        prev, cur = cur, 0
+      else
+        prev, cur = 0, 0
+      end
+    elseif not commit or n > count then
+      return allow_lone(keys, args, now) -- missing, or not a string: see counter_state
+    end
+    -- as counter_check, then counter_add
+    local elapsed = now - c * window
+    local weighted = prev * (window - elapsed)
+    free, retry, reset = math.max(math.floor((count * window - weighted - cur * window) / window), 0), 0, 0
+    if cur > 0 then
+      reset = (c + 2) * window - now
+    elseif prev > 0 then
+      reset = (c + 1) * window - now
+    end
+    if n > count then
+      retry = -1
+    elseif weighted + (cur + n) * window > count * window then
+      if cur + n <= count then
+        retry = window - math.floor((count - n - cur) * window / prev) - elapsed
+      else
+        retry = (c + 1) * window - now + window - math.floor((count - n) * window / cur)
+      end
+    end
+    if retry == 0 and commit then
+      reset = (c + 2) * window - now
+      if incr and cur > 0 then
+        call('INCRBY', key, int_arg(n * 16))
+      else
+        local nv = int_arg(((prev * COUNTER_RADIX) + cur + n) * 16 + c % 16)
+        if v then
+          call('SET', key, nv, 'PX', px_arg(reset))
+        elseif not call('SET', key, nv, 'PX', px_arg(reset), 'NX') then
+          return allow_lone(keys, args, now) -- not a string: WRONGTYPE there
+        end
+      end
+      free = free - n
+    end
+  else
+    if not v then
+      local fresh = commit and n <= count and fresh_log(now, n, log_width(window))
+      if not fresh then
+        return allow_lone(keys, args, now) -- see log_open
+      end
+      if not call('SET', key, fresh, 'PX', px_arg(window), 'NX') then
+        return allow_lone(keys, args, now) -- not a string: WRONGTYPE there
+      end
+      free, retry, reset = count - n, 0, window
+    else
+      local f, len = byte(v, 1), #v
+      local w = (f or 0) % 16
+      if len < 8 or w < 1 or w > 7 or f >= 16 or (len - 8) % w ~= 0 then
+        if f and f >= 16 and not rings[key] then
+          if nrings >= RINGS_KEPT then rings, nrings = {}, 0 end
+          rings[key], nrings = true, nrings + 1
+        end
+        pre_key, pre_v = key, v
+        return allow_lone(keys, args, now) -- a ring, or not a log
+      end
+      -- as log_open, log_trim and log_check on a compact log
+      local base, used = uint(v, 2, 7), (len - 8) / w
+      local oldest = now - window
+      local lo = 1 -- the first unit that counts (see log_trim)
+      if used > 0 and base + uint(v, 9, w) <= oldest then
+        local gone, live = 1, used + 1
+        while live - gone > 1 do
+          local m = math.floor((gone + live) / 2)
+          if base + uint(v, 9 + (m - 1) * w, w) <= oldest then gone = m else live = m end
+        end
+        lo = live
+      end
+      local units = used - lo + 1
+      local newest = units > 0 and base + uint(v, 9 + (used - 1) * w, w)
+      free, retry, reset = math.max(count - units, 0), 0, 0
+      if newest then reset = newest + window - now end
+      local k = count - n + 1
+      if k <= 0 then
+        retry = -1
+      elseif units >= k then
+        retry = base + uint(v, 9 + (used - k) * w, w) + window - now
+      end
+      if retry == 0 and commit then
+        local off = now - base
+        local nv
+        if units == 0 then
+          nv = fresh_log(now, n, log_width(window))
+        elseif newest > now then -- reservations: nv stays nil
+        elseif off < 256 ^ w and 8 + (units + n) * w <= LOG_WHOLE then
+          if lo == 1 then
+            nv = v .. string.rep(uint_bytes(off, w), n)
+          else
+            nv = string.sub(v, 1, 8) .. string.sub(v, 9 + (lo - 1) * w) .. string.rep(uint_bytes(off, w), n)
+          end
+        else -- written anew, as log_store: its oldest unit the base, offsets as wide as now needs
+          local b2 = base + uint(v, 9 + (lo - 1) * w, w)
+          local w2 = math.max(width(now - b2), log_width(window))
+          if 8 + (units + n) * w2 <= LOG_WHOLE then
+            local parts = {string.char(w2) .. uint_bytes(b2, 7)}
+            for i = 9 + (lo - 1) * w, len, w do parts[#parts + 1] = uint_bytes(base + uint(v, i, w) - b2, w2) end
+            parts[#parts + 1] = string.rep(uint_bytes(now - b2, w2), n)
+            nv = table.concat(parts)
+          end
+        end
+        if not nv then -- reservations, or too long to be compact
+          pre_key, pre_v = key, v
+          return allow_lone(keys, args, now)
+        end
+        call('SET', key, nv, 'PX', px_arg(window))
+        free, reset = free - n, window
+      end
+    end
+  end
+  out[1], out[2], out[3], out[4], out[5], out[6] = retry == 0 and 1 or 0, 0, now, free, retry, reset
+  for i = #out, 7, -1 do out[i] = nil end
+  return out
 end

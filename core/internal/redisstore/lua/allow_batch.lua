@@ -13,9 +13,8 @@
 --          allow.lua's KEYS
 -- ARGV[1]  the number of decisions
 -- ARGV[2]  the number of specs
--- then per spec: the number of its values, then the values (commit,
---          the penalty's three, then 4 per limit: allow.lua's ARGV[3] on)
--- then per decision: its spec (from 1), n, now (0: the server's TIME)
+-- then     each spec: allow.lua's ARGV[1]
+-- then     per decision: its spec (from 1), n, now (0: the server's TIME)
 --
 -- Returns the values of allow.lua's replies, decision after decision, in
 -- one flat array (no array per decision: fewer tables, a shorter reply).
