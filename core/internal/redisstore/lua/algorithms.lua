@@ -199,15 +199,6 @@ local function width(x)
   return w
 end
 
--- log_width returns the bytes a compact log's offsets take at least under
--- a window of window µs: as many as the window needs (3 for a second, 4
--- for a minute; see fresh_log).
-local width_window, width_w = -1, 1
-local function log_width(window)
-  if window ~= width_window then width_window, width_w = window, width(window) end
-  return width_w
-end
-
 -- log_open reads the log of key into L (a table of log_open's, or nil:
 -- a new one), which it returns. Its units are numbered from 1 (the oldest)
 -- to used; those before lo have left (see log_trim). Decisions reuse their
@@ -445,7 +436,7 @@ local function log_store(L, times)
   end
   local ttl = newest + L.window - L.now
   local parts = {}
-  local w = math.max(width(newest - base), log_width(L.window)) -- see fresh_log
+  local w = width(newest - base)
   if 8 + n * w <= LOG_WHOLE then
     parts[1] = string.char(w) .. uint_bytes(base, 7)
   else
@@ -460,21 +451,17 @@ local function log_store(L, times)
   call('SET', L.key, table.concat(parts), 'PX', px(ttl))
 end
 
--- fresh_log returns the value of a log of n units all at t, with w-byte
--- offsets (log_width of its window), or false when it would be too long
--- to be compact: compact, its base t, its offsets all 0. Its offsets are
--- as wide as a window needs from the start, so that the units added to it
--- while its base counts are appended as they are (with offsets of one
--- byte, the next decision wrote it anew, measured: 2.5 µs more). The last
--- one made is kept: the decisions of one merged call share their time, and
--- on many keys most of them find their key's log empty (measured: building
--- it took 0.5 µs, half as long as the SET that writes it; taking it again,
--- 0.04).
-local fresh_t, fresh_n, fresh_w, fresh_v = -1, -1, -1, ''
-local ZEROS = {0, 0, 0, 0, 0, 0, 0}
-local function fresh_log(t, n, w)
-  if 8 + n * w > LOG_WHOLE then return false end -- read whole: see log_open
-  if t ~= fresh_t or n ~= fresh_n or w ~= fresh_w then
+-- fresh_log returns the value of a log of n units all at t, or false
+-- when it would be too long to be compact: compact, its base t, offsets of
+-- one byte, all 0 (a log of one unit takes 9 bytes; the next unit's
+-- offset, wider, writes it anew). The last one made is kept: the decisions
+-- of one merged call share their time, and on many keys most of them find
+-- their key's log empty (measured: building it took 0.5 µs, half as long
+-- as the SET that writes it; taking it again, 0.04).
+local fresh_t, fresh_n, fresh_v = -1, -1, ''
+local function fresh_log(t, n)
+  if 8 + n > LOG_WHOLE then return false end -- read whole: see log_open
+  if t ~= fresh_t or n ~= fresh_n then
     -- one string.char, not uint_bytes and concatenations: each string
     -- made costs (measured: 1.4 µs a decision less on many keys)
     local x, g = t, t % 256
@@ -490,11 +477,11 @@ local function fresh_log(t, n, w)
     local b = x % 256
     local a = (x - b) / 256 % 256
     if n == 1 then
-      fresh_v = string.char(w, a, b, c, d, e, f, g, unpack(ZEROS, 1, w))
+      fresh_v = string.char(1, a, b, c, d, e, f, g, 0)
     else
-      fresh_v = string.char(w, a, b, c, d, e, f, g) .. string.rep('\0', n * w)
+      fresh_v = string.char(1, a, b, c, d, e, f, g) .. string.rep('\0', n)
     end
-    fresh_t, fresh_n, fresh_w = t, n, w
+    fresh_t, fresh_n = t, n
   end
   return fresh_v
 end
@@ -513,7 +500,7 @@ local function log_splice(L, p, del, ins, t, newest)
     call('DEL', L.key)
     return
   end
-  local fresh = del == 0 and L.lo > L.used and fresh_log(t, ins, log_width(L.window))
+  local fresh = del == 0 and L.lo > L.used and fresh_log(t, ins)
   if fresh then -- nothing else left: n units at t
     call('SET', L.key, fresh, 'PX', px_arg(t + L.window - L.now))
     return
@@ -1092,7 +1079,7 @@ local st, logs = {}, {}
 local function fresh_add(alg, key, l, units, now)
   local window = l.window
   if alg == '0' then
-    local v = fresh_log(now, units, log_width(window))
+    local v = fresh_log(now, units)
     return v and call('SET', key, v, 'PX', px_arg(window), 'NX') and window
   end
   local c = math.floor(now / window)
@@ -1303,7 +1290,7 @@ local function allow_one(keys, args)
       reset = (c + 2) * window - now
       if not call('SET', key, int_arg(n * 16 + c % 16), 'PX', px_arg(reset), 'NX') then reset = nil end
     else
-      local fresh = fresh_log(now, n, log_width(window))
+      local fresh = fresh_log(now, n)
       if fresh and call('SET', key, fresh, 'PX', px_arg(window), 'NX') then reset = window end
     end
     if reset then
@@ -1385,7 +1372,7 @@ local function allow_one(keys, args)
     end
   else
     if not v then
-      local fresh = commit and n <= count and fresh_log(now, n, log_width(window))
+      local fresh = commit and n <= count and fresh_log(now, n)
       if not fresh then
         return allow_lone(keys, args, now) -- see log_open
       end
@@ -1430,7 +1417,7 @@ local function allow_one(keys, args)
         local off = now - base
         local nv
         if units == 0 then
-          nv = fresh_log(now, n, log_width(window))
+          nv = fresh_log(now, n)
         elseif newest > now then -- reservations: nv stays nil
         elseif off < 256 ^ w and 8 + (units + n) * w <= LOG_WHOLE then
           if lo == 1 then
@@ -1438,9 +1425,9 @@ local function allow_one(keys, args)
           else
             nv = string.sub(v, 1, 8) .. string.sub(v, 9 + (lo - 1) * w) .. string.rep(uint_bytes(off, w), n)
           end
-        else -- written anew, as log_store: its oldest unit the base, offsets as wide as now needs
+        else -- written anew, as log_store: its oldest unit the base, offsets as narrow as now allows
           local b2 = base + uint(v, 9 + (lo - 1) * w, w)
-          local w2 = math.max(width(now - b2), log_width(window))
+          local w2 = width(now - b2)
           if 8 + (units + n) * w2 <= LOG_WHOLE then
             local parts = {string.char(w2) .. uint_bytes(b2, 7)}
             for i = 9 + (lo - 1) * w, len, w do parts[#parts + 1] = uint_bytes(base + uint(v, i, w) - b2, w2) end
