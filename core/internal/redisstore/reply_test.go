@@ -104,3 +104,33 @@ func TestLimitArgs(t *testing.T) {
 		t.Fatalf("a limit used again: %v allocations, want 0", n)
 	}
 }
+
+// TestSpec: allow.lua's spec of a decision (see spec_of in
+// algorithms.lua), made once for a limit alone without penalty (no
+// allocation when it is used again), on every call for any other.
+func TestSpec(t *testing.T) {
+	s := New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), "t:")
+	log := store.Limit{Count: 5, Window: time.Minute, Algorithm: store.SlidingLog}
+	counter := store.Limit{Count: 7, Window: time.Second, Precision: 10 * time.Millisecond, Algorithm: store.SlidingCounter}
+	pen := store.Penalty{Denials: 3, Within: time.Minute, Ban: 20 * time.Second}
+	for _, c := range []struct {
+		name string
+		r    store.Request
+		want string
+	}{
+		{"one limit", store.Request{Limits: []store.Limit{log}, Commit: true}, "1 0 0 0 0 5 60000000 1000000"},
+		{"one limit, peek", store.Request{Limits: []store.Limit{log}}, "0 0 0 0 0 5 60000000 1000000"},
+		{"a precision", store.Request{Limits: []store.Limit{counter}, Commit: true}, "1 0 0 0 2 7 1000000 10000"},
+		{"a penalty", store.Request{Limits: []store.Limit{log}, Commit: true, Penalty: pen}, "1 3 60000000 20000000 0 5 60000000 1000000"},
+		{"two limits", store.Request{Limits: []store.Limit{log, counter}}, "0 0 0 0 0 5 60000000 1000000 2 7 1000000 10000"},
+	} {
+		if got := s.spec(c.r); got != c.want {
+			t.Errorf("%s: spec %q, want %q", c.name, got, c.want)
+		}
+	}
+	r := store.Request{Limits: []store.Limit{log}, Commit: true}
+	s.spec(r)
+	if n := testing.AllocsPerRun(100, func() { s.spec(r) }); n != 0 {
+		t.Fatalf("a limit's spec used again: %v allocations, want 0", n)
+	}
+}

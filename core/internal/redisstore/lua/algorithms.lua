@@ -805,13 +805,14 @@ end
 -- "<index> <p> <c>" instead. Every number stays below 2^53, exact in Lua.
 local COUNTER_RADIX = 4194304 -- 2^22
 
--- counter_state reads the counter limit of key at now and returns the
+-- counter_state reads the counter limit of key at now (its value v when
+-- given, read already) and returns the
 -- current window's index, the previous and the current window's counts,
 -- the µs elapsed in the current window, and whether the key holds the
 -- integer form of the current window (so that an add can be an INCRBY).
-local function counter_state(key, window, now)
+local function counter_state(key, window, now, v)
   local c = math.floor(now / window)
-  local v = call('GET', key)
+  v = v or call('GET', key)
   local w, prev, cur
   found = v and true or false
   if not v then
@@ -835,11 +836,12 @@ local function counter_state(key, window, now)
   return c, prev, cur, now - c * window, n ~= nil
 end
 
--- counter_check checks n units of a counter limit at now and returns free,
+-- counter_check checks n units of a counter limit at now (its value v when
+-- given: see counter_state) and returns free,
 -- retry, reset, then what counter_add takes: the current window's index
 -- and counts, and whether an INCRBY records units (see counter_state).
-local function counter_check(key, count, window, n, now)
-  local c, prev, cur, elapsed, incr = counter_state(key, window, now)
+local function counter_check(key, count, window, n, now, v)
+  local c, prev, cur, elapsed, incr = counter_state(key, window, now, v)
   -- all in integers: prev*(window-elapsed) + used*window <= count*window
   local weighted = prev * (window - elapsed)
   local free, retry, reset = math.max(math.floor((count * window - weighted - cur * window) / window), 0), 0, 0
@@ -1267,6 +1269,16 @@ end
 -- read a whole ring again) or holds reservations, and a key that is not a
 -- string (MGET answers nil for it: SET NX finds it there).
 local rings, nrings, RINGS_KEPT = {}, 0, 1024
+
+-- lone_answer returns allow.lua's reply of a decision of one limit that
+-- is not blocked (see decide).
+local function lone_answer(allowed, now, free, retry, reset)
+  local out = lone_out
+  out[1], out[2], out[3], out[4], out[5], out[6] = allowed and 1 or 0, 0, now, free, retry, reset
+  for i = #out, 7, -1 do out[i] = nil end
+  return out
+end
+
 local function allow_one(keys, args)
   local spec, key = spec_of(args[1]), keys[2]
   local l = spec.limits[1]
@@ -1277,27 +1289,16 @@ local function allow_one(keys, args)
   end
   local n, commit = tonumber(args[2]), spec.commit
   local now = now_us(args[3])
-  local out = lone_out
-  local hint, v = fresh_hint[alg], nil
+  local hint, v = fresh_hint[alg], false
   if hint >= FRESH_AFTER and commit and n <= count then
     -- keys found missing lately (see fresh_hint): the block key read
     -- alone (MGET would look the limit's key up twice) and the units
     -- written with NX, as on an empty limit
     if call('GET', keys[1]) then return allow_lone(keys, args, now) end
-    local reset
-    if alg == '2' then
-      local c = math.floor(now / window)
-      reset = (c + 2) * window - now
-      if not call('SET', key, int_arg(n * 16 + c % 16), 'PX', px_arg(reset), 'NX') then reset = nil end
-    else
-      local fresh = fresh_log(now, n)
-      if fresh and call('SET', key, fresh, 'PX', px_arg(window), 'NX') then reset = window end
-    end
+    local reset = fresh_add(alg, key, l, n, now)
     if reset then
       if hint < FRESH_MAX then fresh_hint[alg] = hint + 1 end
-      out[1], out[2], out[3], out[4], out[5], out[6] = 1, 0, now, count - n, 0, reset
-      for i = #out, 7, -1 do out[i] = nil end
-      return out
+      return lone_answer(true, now, count - n, 0, reset)
     end
     fresh_hint[alg] = math.max(hint - FRESH_FOUND, 0)
     -- found: a log is allow_lone's (which reads it as log_open does)
@@ -1315,136 +1316,80 @@ local function allow_one(keys, args)
       if alg == '0' and v then pre_key, pre_v = key, v end
       return allow_lone(keys, args, now)
     end
+    if not v then -- missing, or not a string (SET NX finds it)
+      local reset = commit and n <= count and fresh_add(alg, key, l, n, now)
+      if not reset then return allow_lone(keys, args, now) end
+      return lone_answer(true, now, count - n, 0, reset)
+    end
   end
-  local free, retry, reset
   if alg == '2' then
-    local c = math.floor(now / window)
-    local prev, cur, incr = 0, 0, false
-    if v then
-      local x = tonumber(v)
-      if not x then return allow_lone(keys, args, now) end
-      local wm = x % 16
-      local pc = (x - wm) / 16
-      cur = pc % COUNTER_RADIX
-      prev = (pc - cur) / COUNTER_RADIX
-      local w = c - (c - wm) % 16
-      if w == c then
-        incr = true
-      elseif w == c - 1 then
-        prev, cur = cur, 0
-      else
-        prev, cur = 0, 0
-      end
-    elseif not commit or n > count then
-      return allow_lone(keys, args, now) -- missing, or not a string: see counter_state
-    end
-    -- as counter_check, then counter_add
-    local elapsed = now - c * window
-    local weighted = prev * (window - elapsed)
-    free, retry, reset = math.max(math.floor((count * window - weighted - cur * window) / window), 0), 0, 0
-    if cur > 0 then
-      reset = (c + 2) * window - now
-    elseif prev > 0 then
-      reset = (c + 1) * window - now
-    end
-    if n > count then
-      retry = -1
-    elseif weighted + (cur + n) * window > count * window then
-      if cur + n <= count then
-        retry = window - math.floor((count - n - cur) * window / prev) - elapsed
-      else
-        retry = (c + 1) * window - now + window - math.floor((count - n) * window / cur)
-      end
-    end
+    local free, retry, reset, c, prev, cur, incr = counter_check(key, count, window, n, now, v)
     if retry == 0 and commit then
-      reset = (c + 2) * window - now
-      if incr and cur > 0 then
-        call('INCRBY', key, int_arg(n * 16))
-      else
-        local nv = int_arg(((prev * COUNTER_RADIX) + cur + n) * 16 + c % 16)
-        if v then
-          call('SET', key, nv, 'PX', px_arg(reset))
-        elseif not call('SET', key, nv, 'PX', px_arg(reset), 'NX') then
-          return allow_lone(keys, args, now) -- not a string: WRONGTYPE there
-        end
-      end
+      reset = counter_add(key, count, window, n, now, c, prev, cur, incr)
       free = free - n
     end
-  else
-    if not v then
-      local fresh = commit and n <= count and fresh_log(now, n)
-      if not fresh then
-        return allow_lone(keys, args, now) -- see log_open
+    return lone_answer(retry == 0, now, free, retry, reset)
+  end
+  local f, len = byte(v, 1), #v
+  local w = (f or 0) % 16
+  if len < 8 or w < 1 or w > 7 or f >= 16 or (len - 8) % w ~= 0 then
+    if f and f >= 16 and not rings[key] then
+      if nrings >= RINGS_KEPT then rings, nrings = {}, 0 end
+      rings[key], nrings = true, nrings + 1
+    end
+    pre_key, pre_v = key, v
+    return allow_lone(keys, args, now) -- a ring, or not a log
+  end
+  -- as log_open, log_trim and log_check on a compact log
+  local base, used = uint(v, 2, 7), (len - 8) / w
+  local oldest = now - window
+  local lo = 1 -- the first unit that counts (see log_trim)
+  if used > 0 and base + uint(v, 9, w) <= oldest then
+    local gone, live = 1, used + 1
+    while live - gone > 1 do
+      local m = math.floor((gone + live) / 2)
+      if base + uint(v, 9 + (m - 1) * w, w) <= oldest then gone = m else live = m end
+    end
+    lo = live
+  end
+  local units = used - lo + 1
+  local newest = units > 0 and base + uint(v, 9 + (used - 1) * w, w)
+  local free, retry, reset = math.max(count - units, 0), 0, 0
+  if newest then reset = newest + window - now end
+  local k = count - n + 1
+  if k <= 0 then
+    retry = -1
+  elseif units >= k then
+    retry = base + uint(v, 9 + (used - k) * w, w) + window - now
+  end
+  if retry == 0 and commit then
+    local off = now - base
+    local nv
+    if units == 0 then
+      nv = fresh_log(now, n)
+    elseif newest > now then -- reservations: nv stays nil
+    elseif off < 256 ^ w and 8 + (units + n) * w <= LOG_WHOLE then
+      if lo == 1 then
+        nv = v .. string.rep(uint_bytes(off, w), n)
+      else
+        nv = string.sub(v, 1, 8) .. string.sub(v, 9 + (lo - 1) * w) .. string.rep(uint_bytes(off, w), n)
       end
-      if not call('SET', key, fresh, 'PX', px_arg(window), 'NX') then
-        return allow_lone(keys, args, now) -- not a string: WRONGTYPE there
-      end
-      free, retry, reset = count - n, 0, window
-    else
-      local f, len = byte(v, 1), #v
-      local w = (f or 0) % 16
-      if len < 8 or w < 1 or w > 7 or f >= 16 or (len - 8) % w ~= 0 then
-        if f and f >= 16 and not rings[key] then
-          if nrings >= RINGS_KEPT then rings, nrings = {}, 0 end
-          rings[key], nrings = true, nrings + 1
-        end
-        pre_key, pre_v = key, v
-        return allow_lone(keys, args, now) -- a ring, or not a log
-      end
-      -- as log_open, log_trim and log_check on a compact log
-      local base, used = uint(v, 2, 7), (len - 8) / w
-      local oldest = now - window
-      local lo = 1 -- the first unit that counts (see log_trim)
-      if used > 0 and base + uint(v, 9, w) <= oldest then
-        local gone, live = 1, used + 1
-        while live - gone > 1 do
-          local m = math.floor((gone + live) / 2)
-          if base + uint(v, 9 + (m - 1) * w, w) <= oldest then gone = m else live = m end
-        end
-        lo = live
-      end
-      local units = used - lo + 1
-      local newest = units > 0 and base + uint(v, 9 + (used - 1) * w, w)
-      free, retry, reset = math.max(count - units, 0), 0, 0
-      if newest then reset = newest + window - now end
-      local k = count - n + 1
-      if k <= 0 then
-        retry = -1
-      elseif units >= k then
-        retry = base + uint(v, 9 + (used - k) * w, w) + window - now
-      end
-      if retry == 0 and commit then
-        local off = now - base
-        local nv
-        if units == 0 then
-          nv = fresh_log(now, n)
-        elseif newest > now then -- reservations: nv stays nil
-        elseif off < 256 ^ w and 8 + (units + n) * w <= LOG_WHOLE then
-          if lo == 1 then
-            nv = v .. string.rep(uint_bytes(off, w), n)
-          else
-            nv = string.sub(v, 1, 8) .. string.sub(v, 9 + (lo - 1) * w) .. string.rep(uint_bytes(off, w), n)
-          end
-        else -- written anew, as log_store: its oldest unit the base, offsets as narrow as now allows
-          local b2 = base + uint(v, 9 + (lo - 1) * w, w)
-          local w2 = width(now - b2)
-          if 8 + (units + n) * w2 <= LOG_WHOLE then
-            local parts = {string.char(w2) .. uint_bytes(b2, 7)}
-            for i = 9 + (lo - 1) * w, len, w do parts[#parts + 1] = uint_bytes(base + uint(v, i, w) - b2, w2) end
-            parts[#parts + 1] = string.rep(uint_bytes(now - b2, w2), n)
-            nv = table.concat(parts)
-          end
-        end
-        if not nv then -- reservations, or too long to be compact
-          pre_key, pre_v = key, v
-          return allow_lone(keys, args, now)
-        end
-        call('SET', key, nv, 'PX', px_arg(window))
-        free, reset = free - n, window
+    else -- written anew, as log_store: its oldest unit the base, offsets as narrow as now allows
+      local b2 = base + uint(v, 9 + (lo - 1) * w, w)
+      local w2 = width(now - b2)
+      if 8 + (units + n) * w2 <= LOG_WHOLE then
+        local parts = {string.char(w2) .. uint_bytes(b2, 7)}
+        for i = 9 + (lo - 1) * w, len, w do parts[#parts + 1] = uint_bytes(base + uint(v, i, w) - b2, w2) end
+        parts[#parts + 1] = string.rep(uint_bytes(now - b2, w2), n)
+        nv = table.concat(parts)
       end
     end
+    if not nv then -- reservations, or too long to be compact
+      pre_key, pre_v = key, v
+      return allow_lone(keys, args, now)
+    end
+    call('SET', key, nv, 'PX', px_arg(window))
+    free, reset = free - n, window
   end
-  out[1], out[2], out[3], out[4], out[5], out[6] = retry == 0 and 1 or 0, 0, now, free, retry, reset
-  for i = #out, 7, -1 do out[i] = nil end
-  return out
+  return lone_answer(retry == 0, now, free, retry, reset)
 end
