@@ -93,6 +93,40 @@ func againstMemory(t *testing.T, seeds uint64, kinds [2]string, check func(t *te
 	}
 }
 
+// forSeeds runs check for each seed of each server (see diffServers), the
+// seeds of a server in parallel (each check under its own prefix).
+func forSeeds(t *testing.T, seeds uint64, check func(t *testing.T, rdb redis.Scripter, seed uint64)) {
+	for _, server := range diffServers(seeds) {
+		t.Run(server.name, func(t *testing.T) {
+			rdb := server.new(t)
+			for seed := range server.seeds {
+				t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
+					t.Parallel()
+					check(t, rdb, seed)
+				})
+			}
+		})
+	}
+}
+
+// requireTTLs fails unless every key under each prefix has a TTL.
+func requireTTLs(t *testing.T, rdb redis.Scripter, prefixes ...string) {
+	t.Helper()
+	ctx := context.Background()
+	c := rdb.(redis.UniversalClient)
+	for _, p := range prefixes {
+		keys, err := c.Keys(ctx, p+"*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range keys {
+			if ttl := c.PTTL(ctx, k).Val(); ttl <= 0 {
+				t.Fatalf("%s has TTL %v", k, ttl)
+			}
+		}
+	}
+}
+
 // diffServer is a server a differential test runs its seeds on.
 type diffServer struct {
 	name  string

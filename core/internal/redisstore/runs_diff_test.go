@@ -24,17 +24,7 @@ import (
 // of many units (the log's ring layout), and times that stay, move a
 // little, or jump past a window. Every key keeps a TTL.
 func TestBatchRunsMatchAlone(t *testing.T) {
-	for _, server := range diffServers(3) {
-		t.Run(server.name, func(t *testing.T) {
-			rdb := server.new(t)
-			for seed := range server.seeds {
-				t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
-					t.Parallel()
-					checkRunsAgainstAlone(t, rdb, seed)
-				})
-			}
-		})
-	}
+	forSeeds(t, 3, checkRunsAgainstAlone)
 }
 
 func checkRunsAgainstAlone(t *testing.T, rdb redis.Scripter, seed uint64) {
@@ -114,17 +104,7 @@ func checkRunsAgainstAlone(t *testing.T, rdb redis.Scripter, seed uint64) {
 	if admittedInRuns < 100 || deniedAfterAdmitted < 20 {
 		t.Fatalf("runs: %d admitted after an admitted one, %d denied after one; want more", admittedInRuns, deniedAfterAdmitted)
 	}
-	for _, p := range []string{prefix + "m:", prefix + "a:"} {
-		keys, err := rdb.(redis.UniversalClient).Keys(ctx, p+"*").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, k := range keys {
-			if ttl := rdb.(redis.UniversalClient).PTTL(ctx, k).Val(); ttl <= 0 {
-				t.Fatalf("%s has TTL %v", k, ttl)
-			}
-		}
-	}
+	requireTTLs(t, rdb, prefix+"m:", prefix+"a:")
 }
 
 // sameDecision reports whether a and b ask the same of the same key at the
