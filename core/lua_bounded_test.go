@@ -156,6 +156,85 @@ func TestLongLogBoundedCalls(t *testing.T) {
 	}
 }
 
+// twins are a Limiter on a real Redis and a memory Limiter on one clock
+// the test moves, without deny cache, for tests that make the same
+// decisions in both and want the same answers.
+type twins struct {
+	rdb    *redis.Client
+	rl, ml *core.Limiter
+	mu     sync.Mutex
+	now    time.Time
+}
+
+func newTwins(t *testing.T) *twins {
+	w := &twins{rdb: redistest.Start(t).Client(t), now: time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)}
+	clock := func() time.Time {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.now
+	}
+	opts := []core.Option{core.WithClock(clock), core.WithDenyCache(0), core.WithTimeout(time.Minute)}
+	var err error
+	if w.rl, err = core.New(w.rdb, opts...); err != nil {
+		t.Fatal(err)
+	}
+	w.ml = core.NewMemory(opts...)
+	return w
+}
+
+// advance moves the clock by d (back, when negative).
+func (w *twins) advance(d time.Duration) {
+	w.mu.Lock()
+	w.now = w.now.Add(d)
+	w.mu.Unlock()
+}
+
+// The operations of twins.same.
+const (
+	opAllow  = iota // AllowN of n
+	opPeek          // Peek
+	opRefund        // Refund of n, then Peek
+)
+
+// same makes operation op on key under lims in both Limiters and fails
+// unless both succeed, Redis's without the failure mode, with the same
+// Result.
+func (w *twins) same(t *testing.T, step, op int, key string, n int64, lims []core.Limit) {
+	t.Helper()
+	ctx := context.Background()
+	var what string
+	var mr, rr core.Result
+	var merr, rerr error
+	switch op {
+	case opAllow:
+		what = fmt.Sprintf("allow %d", n)
+		mr, merr = w.ml.AllowN(ctx, key, n, lims...)
+		rr, rerr = w.rl.AllowN(ctx, key, n, lims...)
+	case opPeek:
+		what = "peek"
+		mr, merr = w.ml.Peek(ctx, key, lims...)
+		rr, rerr = w.rl.Peek(ctx, key, lims...)
+	default:
+		what = fmt.Sprintf("refund %d", n)
+		merr = w.ml.Refund(ctx, key, n, lims...)
+		rerr = w.rl.Refund(ctx, key, n, lims...)
+		if merr == nil && rerr == nil {
+			mr, merr = w.ml.Peek(ctx, key, lims...)
+			rr, rerr = w.rl.Peek(ctx, key, lims...)
+		}
+	}
+	if merr != nil || rerr != nil {
+		t.Fatalf("step %d %s %s %v: memory %v, redis %v", step, what, key, lims, merr, rerr)
+	}
+	if rr.BackendErr != nil { // answered by the failure mode
+		t.Fatalf("step %d %s %v: %v", step, what, lims, rr.BackendErr)
+	}
+	if mr.Allowed != rr.Allowed || mr.Remaining != rr.Remaining || mr.RetryAfter != rr.RetryAfter ||
+		mr.ResetAfter != rr.ResetAfter || mr.Limit != rr.Limit {
+		t.Fatalf("step %d %s %s %v:\nmemory %+v\nredis  %+v", step, what, key, lims, mr, rr)
+	}
+}
+
 // TestFreshKeysMatchMemory makes the same decisions with the scripts and
 // the memory backend at the same times, and wants the same answers, on
 // many keys used once and a few used again (so that the scripts take
@@ -164,21 +243,7 @@ func TestLongLogBoundedCalls(t *testing.T) {
 // algorithm, one or two limits, Peeks, refunds, and AllowN of up to 600
 // units (more than a fresh log's compact value holds).
 func TestFreshKeysMatchMemory(t *testing.T) {
-	rdb := redistest.Start(t).Client(t)
-	ctx := context.Background()
-	var mu sync.Mutex
-	now := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
-	clock := func() time.Time {
-		mu.Lock()
-		defer mu.Unlock()
-		return now
-	}
-	opts := []core.Option{core.WithClock(clock), core.WithDenyCache(0), core.WithTimeout(time.Minute)}
-	rl, err := core.New(rdb, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ml := core.NewMemory(opts...)
+	w := newTwins(t)
 	rng := rand.New(rand.NewPCG(28, 1))
 	algs := []core.Algorithm{core.SlidingLog, core.SlidingCounter, core.SlidingBuckets}
 	fresh := 0
@@ -199,40 +264,15 @@ func TestFreshKeysMatchMemory(t *testing.T) {
 		if rng.IntN(20) == 0 {
 			n = int64(400 + rng.IntN(200))
 		}
-		var what string
-		var mr, rr core.Result
-		var merr, rerr error
 		switch op := rng.IntN(10); {
 		case op < 7:
-			what = fmt.Sprintf("allow %d", n)
-			mr, merr = ml.AllowN(ctx, key, n, lims...)
-			rr, rerr = rl.AllowN(ctx, key, n, lims...)
+			w.same(t, step, opAllow, key, n, lims)
 		case op < 8:
-			what = "peek"
-			mr, merr = ml.Peek(ctx, key, lims...)
-			rr, rerr = rl.Peek(ctx, key, lims...)
+			w.same(t, step, opPeek, key, n, lims)
 		default:
-			what = fmt.Sprintf("refund %d", n)
-			merr = ml.Refund(ctx, key, n, lims...)
-			rerr = rl.Refund(ctx, key, n, lims...)
-			if merr == nil && rerr == nil {
-				mr, merr = ml.Peek(ctx, key, lims...)
-				rr, rerr = rl.Peek(ctx, key, lims...)
-			}
+			w.same(t, step, opRefund, key, n, lims)
 		}
-		if merr != nil || rerr != nil {
-			t.Fatalf("step %d %s %s %v: memory %v, redis %v", step, what, key, lims, merr, rerr)
-		}
-		if rr.BackendErr != nil { // answered by the failure mode
-			t.Fatalf("step %d %s %v: %v", step, what, lims, rr.BackendErr)
-		}
-		if mr.Allowed != rr.Allowed || mr.Remaining != rr.Remaining || mr.RetryAfter != rr.RetryAfter ||
-			mr.ResetAfter != rr.ResetAfter || mr.Limit != rr.Limit {
-			t.Fatalf("step %d %s %s %v:\nmemory %+v\nredis  %+v", step, what, key, lims, mr, rr)
-		}
-		mu.Lock()
-		now = now.Add(time.Duration(rng.IntN(2000)) * time.Millisecond)
-		mu.Unlock()
+		w.advance(time.Duration(rng.IntN(2000)) * time.Millisecond)
 	}
 }
 
@@ -269,21 +309,7 @@ func TestFreshLogOfManyUnits(t *testing.T) {
 // the window as the clock moves, pauses longer than a window, and a clock
 // that steps back a little (so that units go before later ones).
 func TestPagedLogMatchesMemory(t *testing.T) {
-	rdb := redistest.Start(t).Client(t)
-	ctx := context.Background()
-	var mu sync.Mutex
-	now := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
-	clock := func() time.Time {
-		mu.Lock()
-		defer mu.Unlock()
-		return now
-	}
-	opts := []core.Option{core.WithClock(clock), core.WithDenyCache(0), core.WithTimeout(time.Minute)}
-	rl, err := core.New(rdb, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ml := core.NewMemory(opts...)
+	w := newTwins(t)
 	rng := rand.New(rand.NewPCG(28, 2))
 	// about 22,000 units a window asked: paged, and its oldest units
 	// leaving all the time (the first page numbers deleted)
@@ -295,51 +321,25 @@ func TestPagedLogMatchesMemory(t *testing.T) {
 			lims = append(lims, longer)
 		}
 		n := int64(1 + rng.IntN(400))
-		var what string
-		var mr, rr core.Result
-		var merr, rerr error
 		switch op := rng.IntN(20); {
 		case op < 17:
-			what = fmt.Sprintf("allow %d", n)
-			mr, merr = ml.AllowN(ctx, "tenant", n, lims...)
-			rr, rerr = rl.AllowN(ctx, "tenant", n, lims...)
+			w.same(t, step, opAllow, "tenant", n, lims)
 		case op < 19:
-			what = "peek"
-			mr, merr = ml.Peek(ctx, "tenant", lims...)
-			rr, rerr = rl.Peek(ctx, "tenant", lims...)
+			w.same(t, step, opPeek, "tenant", n, lims)
 		default:
-			n = int64(1 + rng.IntN(3000))
-			what = fmt.Sprintf("refund %d", n)
-			merr = ml.Refund(ctx, "tenant", n, lims...)
-			rerr = rl.Refund(ctx, "tenant", n, lims...)
-			if merr == nil && rerr == nil {
-				mr, merr = ml.Peek(ctx, "tenant", lims...)
-				rr, rerr = rl.Peek(ctx, "tenant", lims...)
-			}
+			w.same(t, step, opRefund, "tenant", int64(1+rng.IntN(3000)), lims)
 		}
-		if merr != nil || rerr != nil {
-			t.Fatalf("step %d %s %v: memory %v, redis %v", step, what, lims, merr, rerr)
-		}
-		if rr.BackendErr != nil { // answered by the failure mode
-			t.Fatalf("step %d %s %v: %v", step, what, lims, rr.BackendErr)
-		}
-		if mr.Allowed != rr.Allowed || mr.Remaining != rr.Remaining || mr.RetryAfter != rr.RetryAfter ||
-			mr.ResetAfter != rr.ResetAfter || mr.Limit != rr.Limit {
-			t.Fatalf("step %d %s %v:\nmemory %+v\nredis  %+v", step, what, lims, mr, rr)
-		}
-		if rdb.Type(ctx, "rw:{tenant}:r20s").Val() == "hash" {
+		if w.rdb.Type(context.Background(), "rw:{tenant}:r20s").Val() == "hash" {
 			paged++
 		}
-		mu.Lock()
 		switch r := rng.IntN(1000); {
 		case r < 990:
-			now = now.Add(time.Duration(rng.IntN(300_000)) * time.Microsecond)
+			w.advance(time.Duration(rng.IntN(300_000)) * time.Microsecond)
 		case r < 993:
-			now = now.Add(time.Minute + time.Duration(rng.IntN(100_000))*time.Microsecond)
+			w.advance(time.Minute + time.Duration(rng.IntN(100_000))*time.Microsecond)
 		default:
-			now = now.Add(-time.Duration(rng.IntN(5000)) * time.Microsecond)
+			w.advance(-time.Duration(rng.IntN(5000)) * time.Microsecond)
 		}
-		mu.Unlock()
 	}
 	if paged < 500 {
 		t.Fatalf("the long log was paged after %d steps of 1500: the test misses its point", paged)
