@@ -13,17 +13,19 @@ import (
 	"github.com/ratewindow/ratewindow/core/internal/store"
 )
 
-// TestLoneMatchesGeneral makes random decisions of one log or counter
-// limit, which allow.lua answers by allow_one (its own lean path), and the
-// same decisions with a second limit that never binds, which go through
-// decide, on another key; and wants the same answers under the shared
-// limit. The decisions cover units of 1 to 4 (more than a limit's Count
-// too), Peeks, blocks, reservations (units in the future: the lean path
-// hands them over), keys new and used, times that stay, move within a
+// TestLoneMatchesGeneral makes random decisions of one log, counter or
+// buckets limit, which allow.lua answers by allow_one (its own lean path),
+// and the same decisions with a second limit that never binds, which go
+// through decide, on another key; and wants the same answers under the
+// shared limit. The decisions cover units of 1 to 4 (more than a limit's
+// Count too), Peeks, blocks, reservations (units in the future: the lean
+// path hands them over), keys new and used (and phases in which the paths
+// expect keys missing, see fresh_hint), times that stay, move within a
 // window or jump past it, logs long enough to leave the compact layout,
-// and a key of another type under each algorithm. Every key keeps a TTL.
+// hashes of more buckets than are kept unsummed, and a key of another type
+// under each algorithm. Every key keeps a TTL.
 func TestLoneMatchesGeneral(t *testing.T) {
-	forSeeds(t, 3, checkLoneAgainstGeneral)
+	forSeeds(t, 5, checkLoneAgainstGeneral)
 }
 
 func checkLoneAgainstGeneral(t *testing.T, rdb redis.Scripter, seed uint64) {
@@ -35,6 +37,8 @@ func checkLoneAgainstGeneral(t *testing.T, rdb redis.Scripter, seed uint64) {
 	never := with(per(1<<40, time.Hour), store.SlidingCounter) // never binds
 	// windows long enough that Redis never expires a key by its own clock
 	// while its units still count by the test's, which moves far faster
+	coarse := with(per(4, 36*time.Second), store.SlidingBuckets)
+	coarse.Precision = 12 * time.Second // buckets leave often while the key lives
 	limits := []store.Limit{
 		per(5, time.Minute),
 		per(3, 30*time.Second),
@@ -42,16 +46,30 @@ func checkLoneAgainstGeneral(t *testing.T, rdb redis.Scripter, seed uint64) {
 		with(per(7, time.Minute), store.SlidingCounter),
 		with(per(2, 40*time.Second), store.SlidingCounter),
 		with(per(4, time.Minute), store.SlidingCounter),
+		with(per(6, time.Minute), store.SlidingBuckets),
+		with(per(3, 30*time.Second), store.SlidingBuckets),
+		with(per(300, time.Minute), store.SlidingBuckets),  // more live buckets than a hash keeps unsummed
 	}
 	now := time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC).UnixMicro()
 	var admitted, denied, peeks, blocked int
+	var phaseLimit store.Limit
 	var reserved *struct {
 		key string
 		l   store.Limit
 	}
-	for step := range 800 {
+	for step := range 1500 {
+		// every other 150 steps, a phase of one limit, decided on two new
+		// keys then on p, in turn, at short steps: the paths expect keys
+		// missing (fresh_hint) when they find p, whose units leave one by
+		// one as the window moves on
+		phase := step/150%2 == 1
+		if step%150 == 0 {
+			phaseLimit = limits[rng.IntN(len(limits))]
+		}
 		switch r := rng.IntN(10); {
 		case r < 3: // the same time
+		case phase:
+			now += rng.Int64N(3_000_000)
 		case r < 9:
 			now += rng.Int64N(8_000_000)
 		default: // past a window
@@ -64,7 +82,7 @@ func checkLoneAgainstGeneral(t *testing.T, rdb redis.Scripter, seed uint64) {
 			key, l, reserved = reserved.key, reserved.l, nil
 		}
 		switch r := rng.IntN(40); {
-		case r < 2:
+		case r < 3:
 			d := time.Duration(1+rng.IntN(20)) * time.Second
 			for _, s := range []*Store{lone, general} {
 				if err := s.Block(ctx, store.Request{Key: key, Now: now}, d); err != nil {
@@ -72,7 +90,7 @@ func checkLoneAgainstGeneral(t *testing.T, rdb redis.Scripter, seed uint64) {
 				}
 			}
 			continue
-		case r == 2 && l.Algorithm == store.SlidingLog:
+		case r == 3 && l.Algorithm == store.SlidingLog:
 			// a reservation: units in the future in both logs (the
 			// storage key of l is the same alone or beside never)
 			at := now + rng.Int64N(20_000_000)
@@ -88,7 +106,14 @@ func checkLoneAgainstGeneral(t *testing.T, rdb redis.Scripter, seed uint64) {
 			}{key, l}
 			continue
 		}
-		if !follow && rng.IntN(10) < 4 { // a new key: the lean path learns to expect keys missing (fresh_hint)
+		switch {
+		case follow:
+		case phase:
+			l, key = phaseLimit, "p" // never blocked: a block key left by the test's moved clock hands a decision to decide
+			if step%3 < 2 {
+				key = fmt.Sprint("new", step)
+			}
+		case rng.IntN(10) < 4: // a new key
 			key = fmt.Sprint("new", step)
 		}
 		q := store.Request{Key: key, N: int64(1 + rng.IntN(4)), Limits: []store.Limit{l}, Commit: rng.IntN(8) > 0, Now: now}
@@ -127,7 +152,7 @@ func checkLoneAgainstGeneral(t *testing.T, rdb redis.Scripter, seed uint64) {
 	requireTTLs(t, rdb, prefix)
 	c := rdb.(redis.UniversalClient)
 	// a key of another type fails under either path, as WRONGTYPE
-	for _, l := range []store.Limit{per(5, time.Minute), with(per(5, time.Minute), store.SlidingCounter)} {
+	for _, l := range []store.Limit{per(5, time.Minute), with(per(5, time.Minute), store.SlidingCounter), with(per(5, time.Minute), store.SlidingBuckets)} {
 		for _, s := range []*Store{lone, general} {
 			q := store.Request{Key: "foreign", N: 1, Limits: []store.Limit{l}, Commit: true, Now: now}
 			if s == general {

@@ -1279,16 +1279,64 @@ local function lone_answer(allowed, now, free, retry, reset)
   return out
 end
 
+-- buckets_one is allow_one for one buckets limit l while keys are found
+-- missing lately (see fresh_hint): as buckets_check reads the hash then,
+-- whole, and decide then adds, but without the decision framework. A
+-- blocked key, and a hash that keeps a sum or would start one (more than
+-- BUCKETS_SUMMED live buckets), are allow_lone's.
+local function buckets_one(keys, args, l, n, commit, now)
+  if call('GET', keys[1]) then return allow_lone(keys, args, now) end
+  local key, count, window, prec = keys[2], l.count, l.window, l.prec
+  local h = call('HGETALL', key) -- WRONGTYPE for a key that is not a hash, as buckets_check
+  local oldest = math.floor((now - window) / prec) -- older buckets have left
+  local current, ring = math.floor(now / prec), bucket_ring(window, prec)
+  local used, live, newest, stale = 0, 0, nil, nil
+  for i = 1, #h, 2 do
+    local b = bucket_of(h[i], current, ring)
+    if not b then return allow_lone(keys, args, now) end -- a sum
+    if b < oldest then
+      stale = stale or {}
+      stale[#stale + 1] = h[i]
+    else
+      used, live = used + tonumber(h[i + 1]), live + 1
+      if not newest or b > newest then newest = b end
+    end
+  end
+  if live > BUCKETS_SUMMED then return allow_lone(keys, args, now) end
+  local hint = fresh_hint['1'] -- as decide
+  if #h > 0 then
+    fresh_hint['1'] = math.max(hint - FRESH_FOUND, 0)
+  elseif hint < FRESH_MAX then
+    fresh_hint['1'] = hint + 1
+  end
+  if stale then -- in chunks, as buckets_check
+    for i = 1, #stale, 1000 do call('HDEL', key, unpack(stale, i, math.min(i + 999, #stale))) end
+  end
+  local free, retry, reset = math.max(count - used, 0), 0, 0
+  if newest then reset = (newest + 1) * prec + window - now end
+  if n > count then
+    retry = -1
+  elseif used + n > count then
+    retry = buckets_retry(h, count, window, prec, n, now, used, oldest, current, ring)
+  end
+  if retry == 0 and commit then
+    reset = buckets_add(key, window, prec, n, now, false, newest or false, oldest)
+    free = free - n
+  end
+  return lone_answer(retry == 0, now, free, retry, reset)
+end
+
 local function allow_one(keys, args)
   local spec, key = spec_of(args[1]), keys[2]
   local l = spec.limits[1]
   local alg, count, window = l.alg, l.count, l.window
-  if spec.denials > 0 or spec.limits[2] or alg == '1' or key == paged_key or rings[key] or
-      (alg == '2' and count >= COUNTER_RADIX) then
+  if spec.denials > 0 or spec.limits[2] or key == paged_key or rings[key] or
+      (alg == '1' and fresh_hint['1'] < FRESH_AFTER) or (alg == '2' and count >= COUNTER_RADIX) then
     return allow_lone(keys, args)
   end
   local n, commit = tonumber(args[2]), spec.commit
   local now = now_us(args[3])
+  if alg == '1' then return buckets_one(keys, args, l, n, commit, now) end
   local hint, v = fresh_hint[alg], false
   if hint >= FRESH_AFTER and commit and n <= count then
     -- keys found missing lately (see fresh_hint): the block key read
