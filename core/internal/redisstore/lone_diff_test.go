@@ -48,7 +48,7 @@ func checkLoneAgainstGeneral(t *testing.T, rdb redis.Scripter, seed uint64) {
 		with(per(4, time.Minute), store.SlidingCounter),
 		with(per(6, time.Minute), store.SlidingBuckets),
 		with(per(3, 30*time.Second), store.SlidingBuckets),
-		with(per(300, time.Minute), store.SlidingBuckets),  // more live buckets than a hash keeps unsummed
+		with(per(300, time.Minute), store.SlidingBuckets), // more live buckets than a hash keeps unsummed
 	}
 	now := time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC).UnixMicro()
 	var admitted, denied, peeks, blocked int
