@@ -49,6 +49,7 @@ func checkLoneAgainstGeneral(t *testing.T, rdb redis.Scripter, seed uint64) {
 		with(per(6, time.Minute), store.SlidingBuckets),
 		with(per(3, 30*time.Second), store.SlidingBuckets),
 		with(per(300, time.Minute), store.SlidingBuckets), // more live buckets than a hash keeps unsummed
+		coarse,
 	}
 	now := time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC).UnixMicro()
 	var admitted, denied, peeks, blocked int
