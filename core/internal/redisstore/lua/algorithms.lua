@@ -1267,7 +1267,8 @@ end
 -- is not compact (a ring: kept in rings, up to RINGS_KEPT of them, whose
 -- decisions then go to allow_lone at once, as those of a paged log, not to
 -- read a whole ring again) or holds reservations, and a key that is not a
--- string (MGET answers nil for it: SET NX finds it there).
+-- string (MGET answers nil for it: SET NX finds it there). One buckets
+-- limit is buckets_one's while keys are found missing, else allow_lone's.
 local rings, nrings, RINGS_KEPT = {}, 0, 1024
 
 -- lone_answer returns allow.lua's reply of a decision of one limit that
