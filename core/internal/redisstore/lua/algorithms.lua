@@ -690,6 +690,36 @@ local function buckets_retry(h, count, window, prec, n, now, used, oldest, curre
   return 0
 end
 
+-- buckets_scan reads the hash h (HGETALL's reply) of a limit that keeps no
+-- sum and returns the units of its buckets from oldest on, how many such
+-- buckets, the newest (nil: none), and the fields to drop (nil: none): the
+-- buckets that left and any other field (half a sum, 't' or 'o' alone),
+-- and whether there is such a field.
+local function buckets_scan(h, oldest, current, ring)
+  local used, live, newest, stale, odd = 0, 0, nil, nil, false
+  for i = 1, #h, 2 do
+    local b = bucket_of(h[i], current, ring)
+    if not b or b < oldest then
+      stale = stale or {}
+      stale[#stale + 1] = h[i]
+      odd = odd or not b
+    else
+      used, live = used + tonumber(h[i + 1]), live + 1
+      if not newest or b > newest then newest = b end
+    end
+  end
+  return used, live, newest, stale, odd
+end
+
+-- buckets_drop deletes the fields of key (nil: none), in chunks: Lua's
+-- unpack takes a few thousand values at most.
+local function buckets_drop(key, fields)
+  if not fields then return end
+  for i = 1, #fields, 1000 do
+    call('HDEL', key, unpack(fields, i, math.min(i + 999, #fields)))
+  end
+end
+
 -- buckets_check checks n units of a buckets limit at now and returns free,
 -- retry, reset, then what buckets_add takes: whether the hash keeps a sum,
 -- its newest bucket (false: none) and the oldest one it counts.
@@ -736,23 +766,9 @@ local function buckets_check(key, count, window, prec, n, now)
   else
     h = h or call('HGETALL', key)
     found = #h > 0
-    local live, stale = 0, nil
-    for i = 1, #h, 2 do
-      local b = bucket_of(h[i], current, ring)
-      if not b or b < oldest then -- left, or half a sum ('t' or 'o' alone)
-        stale = stale or {}
-        stale[#stale + 1] = h[i]
-      else
-        used, live = used + tonumber(h[i + 1]), live + 1
-        if not newest or b > newest then newest = b end
-      end
-    end
-    if stale then
-      -- in chunks: Lua's unpack takes a few thousand values at most
-      for i = 1, #stale, 1000 do
-        call('HDEL', key, unpack(stale, i, math.min(i + 999, #stale)))
-      end
-    end
+    local live, stale
+    used, live, newest, stale = buckets_scan(h, oldest, current, ring)
+    buckets_drop(key, stale)
     if live > BUCKETS_SUMMED then
       call('HSET', key, 't', used, 'o', (newest % ring) * ring + oldest % ring)
       summed = true
@@ -1291,28 +1307,15 @@ local function buckets_one(keys, args, l, n, commit, now)
   local h = call('HGETALL', key) -- WRONGTYPE for a key that is not a hash, as buckets_check
   local oldest = math.floor((now - window) / prec) -- older buckets have left
   local current, ring = math.floor(now / prec), bucket_ring(window, prec)
-  local used, live, newest, stale = 0, 0, nil, nil
-  for i = 1, #h, 2 do
-    local b = bucket_of(h[i], current, ring)
-    if not b then return allow_lone(keys, args, now) end -- a sum
-    if b < oldest then
-      stale = stale or {}
-      stale[#stale + 1] = h[i]
-    else
-      used, live = used + tonumber(h[i + 1]), live + 1
-      if not newest or b > newest then newest = b end
-    end
-  end
-  if live > BUCKETS_SUMMED then return allow_lone(keys, args, now) end
+  local used, live, newest, stale, odd = buckets_scan(h, oldest, current, ring)
+  if odd or live > BUCKETS_SUMMED then return allow_lone(keys, args, now) end -- a sum, or one to start
   local hint = fresh_hint['1'] -- as decide
   if #h > 0 then
     fresh_hint['1'] = math.max(hint - FRESH_FOUND, 0)
   elseif hint < FRESH_MAX then
     fresh_hint['1'] = hint + 1
   end
-  if stale then -- in chunks, as buckets_check
-    for i = 1, #stale, 1000 do call('HDEL', key, unpack(stale, i, math.min(i + 999, #stale))) end
-  end
+  buckets_drop(key, stale)
   local free, retry, reset = math.max(count - used, 0), 0, 0
   if newest then reset = (newest + 1) * prec + window - now end
   if n > count then
