@@ -111,6 +111,17 @@ local found = false
 -- key's decisions, which find it holding a value, read first, as before.
 local FRESH_AFTER, FRESH_MAX, FRESH_FOUND = 2, 8, 4
 local fresh_hint = {['0'] = 0, ['1'] = 0, ['2'] = 0}
+
+-- learn scores a decision of one limit of algorithm alg that found its key
+-- holding a value (was_found true) or missing (see fresh_hint).
+local function learn(alg, was_found)
+  local h = fresh_hint[alg]
+  if was_found then
+    fresh_hint[alg] = math.max(h - FRESH_FOUND, 0)
+  elseif h < FRESH_MAX then
+    fresh_hint[alg] = h + 1
+  end
+end
 local LOG_WHOLE_LAST = '511' -- its last byte's index, for GETRANGE
 local LOG_HEAD = 31 -- the bytes of a ring's header
 local LOG_CHUNK = 32 -- the slots of a ring read in one call
@@ -1187,17 +1198,7 @@ local function decide(keys, first, n, now, spec, out, at, runs)
     end
     if st[j + 2] ~= 0 then allowed = false end
   end
-  if nlim == 1 then
-    local alg = limits[1].alg
-    local h = fresh_hint[alg]
-    if found then
-      h = h - FRESH_FOUND
-      if h < 0 then h = 0 end
-    elseif h < FRESH_MAX then
-      h = h + 1
-    end
-    fresh_hint[alg] = h
-  end
+  if nlim == 1 then learn(limits[1].alg, found) end
 
   local status = 0
   if blocked > 0 then
@@ -1309,12 +1310,7 @@ local function buckets_one(keys, args, l, n, commit, now)
   local current, ring = math.floor(now / prec), bucket_ring(window, prec)
   local used, live, newest, stale, odd = buckets_scan(h, oldest, current, ring)
   if odd or live > BUCKETS_SUMMED then return allow_lone(keys, args, now) end -- a sum, or one to start
-  local hint = fresh_hint['1'] -- as decide
-  if #h > 0 then
-    fresh_hint['1'] = math.max(hint - FRESH_FOUND, 0)
-  elseif hint < FRESH_MAX then
-    fresh_hint['1'] = hint + 1
-  end
+  learn('1', #h > 0) -- as decide
   buckets_drop(key, stale)
   local free, retry, reset = math.max(count - used, 0), 0, 0
   if newest then reset = (newest + 1) * prec + window - now end
@@ -1341,29 +1337,25 @@ local function allow_one(keys, args)
   local n, commit = tonumber(args[2]), spec.commit
   local now = now_us(args[3])
   if alg == '1' then return buckets_one(keys, args, l, n, commit, now) end
-  local hint, v = fresh_hint[alg], false
-  if hint >= FRESH_AFTER and commit and n <= count then
+  local v = false
+  if fresh_hint[alg] >= FRESH_AFTER and commit and n <= count then
     -- keys found missing lately (see fresh_hint): the block key read
     -- alone (MGET would look the limit's key up twice) and the units
     -- written with NX, as on an empty limit
     if call('GET', keys[1]) then return allow_lone(keys, args, now) end
     local reset = fresh_add(alg, key, l, n, now)
     if reset then
-      if hint < FRESH_MAX then fresh_hint[alg] = hint + 1 end
+      learn(alg, false)
       return lone_answer(true, now, count - n, 0, reset)
     end
-    fresh_hint[alg] = math.max(hint - FRESH_FOUND, 0)
+    learn(alg, true)
     -- found: a log is allow_lone's (which reads it as log_open does)
     if alg == '0' then return allow_lone(keys, args, now) end
     v = call('GET', key) -- WRONGTYPE for a key that is not a string, as counter_state
   else
     local r = call('MGET', keys[1], key)
     v = r[2]
-    if v then
-      fresh_hint[alg] = math.max(hint - FRESH_FOUND, 0)
-    elseif hint < FRESH_MAX then
-      fresh_hint[alg] = hint + 1
-    end
+    learn(alg, v)
     if r[1] then
       if alg == '0' and v then pre_key, pre_v = key, v end
       return allow_lone(keys, args, now)
