@@ -326,7 +326,13 @@ func TestFaultKilledServer(t *testing.T) {
 			ctx := context.Background()
 			ld := startBgLoad(l, 2)
 			defer ld.halt()
+			// some calls on the healthy server: a few ms each, but the first
+			// loads the scripts, and a loaded machine (the parallel tests
+			// beside) once took over 50 ms for it in CI
 			time.Sleep(50 * time.Millisecond)
+			for wait := time.Now().Add(10 * time.Second); ld.calls.Load() < 2 && time.Now().Before(wait); {
+				time.Sleep(10 * time.Millisecond)
+			}
 			if n := ld.errs.Load(); n != 0 || ld.calls.Load() == 0 {
 				t.Fatalf("healthy: %d errors in %d calls", n, ld.calls.Load())
 			}
