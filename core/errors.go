@@ -45,4 +45,10 @@ var (
 	// ErrCircuitOpen is the Result.BackendErr of the failure mode's answers
 	// while the circuit breaker skips Redis after repeated failures.
 	ErrCircuitOpen = errors.New("ratewindow: redis unavailable, circuit open")
+	// ErrShed is the Result.BackendErr of a decision shed for overload: its
+	// time ran out while Redis was answering this process's other calls (the
+	// process or the network is slow, Redis is not down). Whatever the
+	// failure mode, such a decision is answered as FailClosed answers: it
+	// is never admitted. Redis may still have counted it.
+	ErrShed = errors.New("ratewindow: decision shed: redis answered other calls but not this one in time")
 )
