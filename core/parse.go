@@ -75,14 +75,20 @@ func parseWindow(s string) (time.Duration, error) {
 	}
 	if days, ok := strings.CutSuffix(s, "d"); ok {
 		n, err := strconv.ParseInt(days, 10, 64)
-		if err != nil || n <= 0 || n > int64(MaxWindow/(24*time.Hour)) {
+		if err == nil && n <= 0 {
+			return 0, errors.New("must be above 0, such as 1d")
+		}
+		if err != nil || n > int64(MaxWindow/(24*time.Hour)) {
 			return 0, fmt.Errorf("want a whole number of days, such as 2d, or hours, such as 36h")
 		}
 		return time.Duration(n) * 24 * time.Hour, nil
 	}
 	d, err := time.ParseDuration(s)
-	if err != nil || d <= 0 {
+	if err != nil {
 		return 0, fmt.Errorf("want a unit (ms, s, m, h, d) or a duration such as 15m")
+	}
+	if d <= 0 {
+		return 0, errors.New("must be above 0, such as 15m")
 	}
 	return d, nil
 }
