@@ -1,6 +1,7 @@
 package nethttp
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -8,6 +9,7 @@ import (
 	"github.com/ratewindow/ratewindow/core"
 	"github.com/ratewindow/ratewindow/internal/httpx"
 	"github.com/ratewindow/ratewindow/internal/must"
+	"github.com/ratewindow/ratewindow/keyfuncs"
 )
 
 // Option configures the middleware of New and Limit. Build one with the
@@ -36,7 +38,8 @@ type options struct {
 // matches the request a second time, before the mux does.
 //
 // Without WithMux, such a middleware sees no pattern at all: a rule keyed
-// by keyfuncs.Route fails on every request. With it, a request that
+// by keyfuncs.Route fails on every request, with an error that names
+// WithMux. With it, a request that
 // matches no pattern (the mux's 404) still has no route. Either way the
 // failure is a key error (keyfuncs.ErrNoRoute): the rule's OnError is
 // called and the request is counted under the rule's FallbackKey (see
@@ -65,15 +68,18 @@ func WithRouteFunc(fn func(*http.Request) string) Option {
 // on the request it passes to a handler registered on it: wrap those
 // handlers, or use WithMux when wrapping the mux itself.
 func New(l *core.Limiter, rule core.Rule, opts ...Option) (func(http.Handler) http.Handler, error) {
-	e, err := core.NewEnforcer(l, rule)
-	if err != nil {
-		return nil, err
-	}
 	var o options
 	for _, opt := range opts {
 		if opt.apply != nil {
 			opt.apply(&o)
 		}
+	}
+	if o.route == nil && rule.Key != nil {
+		rule.Key = hintMux(rule.Key)
+	}
+	e, err := core.NewEnforcer(l, rule)
+	if err != nil {
+		return nil, err
 	}
 	return func(next http.Handler) http.Handler {
 		if next == nil {
@@ -90,6 +96,21 @@ func New(l *core.Limiter, rule core.Rule, opts ...Option) (func(http.Handler) ht
 // rule.
 func Limit(l *core.Limiter, rule core.Rule, opts ...Option) func(http.Handler) http.Handler {
 	return must.Build(New(l, rule, opts...))
+}
+
+// hintMux returns key, whose keyfuncs.ErrNoRoute on a request without a
+// pattern (Request.Pattern is empty: the middleware wraps no handler
+// registered on an http.ServeMux, such as the whole mux) names the fix,
+// nethttp.WithMux, in the error that the rule's OnError and its log see.
+// The error still matches keyfuncs.ErrNoRoute.
+func hintMux(key keyfuncs.Func) keyfuncs.Func {
+	return func(r *http.Request) (string, error) {
+		k, err := key(r)
+		if err != nil && r.Pattern == "" && errors.Is(err, keyfuncs.ErrNoRoute) {
+			return "", fmt.Errorf("%w (the middleware wraps no handler registered on an http.ServeMux: around the whole mux, pass nethttp.WithMux(mux))", err)
+		}
+		return k, err
+	}
 }
 
 // plain is the middleware with Request.Pattern as the route.
