@@ -50,6 +50,12 @@ var ErrInvalidRule = errors.New("ratewindow: invalid rule")
 // adapter (nethttp, chimw, ginmw, echomw). Build the middleware once, at
 // start-up: its constructor validates the rule (see Validate), so a bad
 // rule is reported then, never at request time.
+//
+// Several rules may apply to one request (a router-wide rule and a
+// route's): it passes only when each admits it, and a request that one of
+// them stops (a denial, or the failure mode's 503) consumes nothing under
+// any of them: the rules before it on the request's way give their units
+// back (Limiter.Refund, a round trip each, on the denial's path).
 type Rule struct {
 	// Name is the rule's namespace: the Limiter's key of a request is
 	// Name + ":" + the key function's result, so two rules never share
@@ -68,8 +74,10 @@ type Rule struct {
 	// FallbackKey keys a request whose Key failed, so that leaving out what
 	// a request is keyed by (an X-Api-Key header, a user) does not leave
 	// the rule: it is counted under Name + ":nokey:" + FallbackKey's result
-	// ("login:nokey:ip:203.0.113.5"), apart from every key of Key, or
-	// under Name + ":nokey", shared, if FallbackKey fails too. Default
+	// ("login:nokey:ip:203.0.113.5"), or under Name + ":nokey", shared, if
+	// FallbackKey fails too. The two key spaces never meet, whatever Key
+	// returns: a result of Key that starts with "nokey" or "~" is stored
+	// with "~" before it ("login:~nokey:ip:203.0.113.5"). Default
 	// keyfuncs.IP(): behind proxies, set the keyfuncs.IPWith of Key's
 	// proxies. To let requests without a key pass uncounted, use Skip.
 	FallbackKey func(*http.Request) (string, error)
@@ -284,15 +292,26 @@ func (e *Enforcer) Name() string { return e.rule.Name }
 func (e *Enforcer) Limits() []Limit { return slices.Clone(e.rule.Limits) }
 
 // Key returns the Limiter key of r under the rule: the rule's Name, ":",
-// and the key function's result. An empty result is an error that matches
-// keyfuncs.ErrNoKey.
+// and the key function's result (escaped, see Rule.FallbackKey). An empty
+// result is an error that matches keyfuncs.ErrNoKey.
 func (e *Enforcer) Key(r *http.Request) (string, error) {
 	k, err := e.rule.Key(r)
 	if err != nil {
 		return "", err
 	}
-	if k == "" {
+	return e.scoped(k)
+}
+
+// scoped returns the Limiter key of k, a key function's result: Name + ":"
+// + k, with keyEscape before a k that starts with noKey or keyEscape, so
+// that no key function's result can be a fallback key (see
+// Rule.FallbackKey), and no two results share a key.
+func (e *Enforcer) scoped(k string) (string, error) {
+	switch {
+	case k == "":
 		return "", errEmptyKey
+	case k[0] == keyEscape[0] || strings.HasPrefix(k, noKey):
+		return e.prefix + keyEscape + k, nil
 	}
 	return e.prefix + k, nil
 }
@@ -373,14 +392,39 @@ func (e *Enforcer) HandleFrom(w http.ResponseWriter, r *http.Request, route stri
 	default:
 		pass = e.apply(w, r, st, hs, key, res)
 	}
-	// units recorded (by Redis or FailLocal, not FailOpen) to settle later
-	if pass && e.rule.CountIf != nil && res.Allowed && (res.BackendErr == nil || e.l.mode == FailLocal) {
-		st.charges = append(st.charges, charge{e: e, key: key, n: n, limits: limits, at: at, local: res.BackendErr != nil})
-	}
 	if !pass {
+		st.refund(r) // the rules before this one give their units back
 		return nil, false
 	}
+	// units recorded (by Redis or FailLocal, not FailOpen), to give back
+	// when a later rule stops the request, or by CountIf after it
+	if res.Allowed && (res.BackendErr == nil || e.l.mode == FailLocal) {
+		st.charges = append(st.charges, charge{e: e, key: key, n: n, limits: limits, at: at, local: res.BackendErr != nil})
+	}
 	return r, true
+}
+
+// refund gives back the units that the rules on r's way charged it and
+// have not settled: a request that a rule stops (a denial, or the failure
+// mode's 503) consumes nothing under the rules it passed before.
+func (s *shown) refund(r *http.Request) {
+	for i := range s.charges {
+		c := &s.charges[i]
+		if !c.settled {
+			c.settled = true
+			c.e.giveBack(r, c, "a later rule stopped the request")
+		}
+	}
+}
+
+// giveBack returns c's units, and reports a failure to do so; why says
+// why they go back.
+func (e *Enforcer) giveBack(r *http.Request, c *charge, why string) {
+	// the client may be gone: the units go back all the same
+	ctx := context.WithoutCancel(r.Context())
+	if err := e.l.refundAt(ctx, c.key, c.n, c.limits, c.at, c.local); err != nil {
+		e.report(discard{}, r, fmt.Errorf("refund (%s): %w", why, err), refundMessage)
+	}
 }
 
 // fallbackKey returns the Limiter key of a request whose key function
@@ -392,9 +436,15 @@ func (e *Enforcer) fallbackKey(r *http.Request) string {
 	return e.prefix + noKey
 }
 
-// noKey names the keys of requests whose key function failed. No key of
-// keyfuncs starts with it: theirs start with their kind ("ip:", "user:").
-const noKey = "nokey"
+// noKey names the keys of requests whose key function failed; a key
+// function's result that starts with noKey or keyEscape is stored with
+// keyEscape before it, so that the two key spaces never meet whatever Key
+// returns. No key of keyfuncs needs it: theirs start with their kind ("ip:",
+// "user:").
+const (
+	noKey     = "nokey"
+	keyEscape = "~"
+)
 
 // undecided answers 503 to a request that got no decision (see
 // Rule.OnError): its context ended, or, which no valid rule does, the
@@ -460,13 +510,8 @@ func (e *Enforcer) settle(r *http.Request, status int) {
 			continue
 		}
 		c.settled = true
-		if e.rule.CountIf(status) {
-			return
-		}
-		// the client may be gone: the units go back all the same
-		ctx := context.WithoutCancel(r.Context())
-		if err := e.l.refundAt(ctx, c.key, c.n, c.limits, c.at, c.local); err != nil {
-			e.report(discard{}, r, fmt.Errorf("refund after status %d: %w", status, err), refundMessage)
+		if !e.rule.CountIf(status) {
+			e.giveBack(r, c, "status "+strconv.Itoa(status))
 		}
 		return
 	}
@@ -598,10 +643,11 @@ type shown struct {
 	fields    HeaderStyle // the response's style, once styled
 	styled    bool
 	framework any      // the adapter's own request context (HandleFrom)
-	charges   []charge // units to settle after the handler (CountIf)
+	charges   []charge // units the rules recorded, to give back if need be
+	inline    [2]charge
 }
 
-// charge is what a rule with CountIf took from a request.
+// charge is what a rule took from a request.
 type charge struct {
 	e       *Enforcer
 	key     string
@@ -692,6 +738,7 @@ func prepare(r *http.Request, route string) (*http.Request, *shown) {
 	}
 	if st == nil {
 		st = &shown{Context: ctx}
+		st.charges = st.inline[:0]
 		ctx = st
 	}
 	return r.WithContext(ctx), st

@@ -396,3 +396,26 @@ func TestHandleContextEnded(t *testing.T) {
 		}
 	}
 }
+
+// TestKeySpaces: whatever the key function returns, its keys never equal a
+// fallback key ("<name>:nokey..."), and two results never share a key.
+func TestKeySpaces(t *testing.T) {
+	e := mustEnforcer(t, core.NewMemory(), core.Rule{Name: "r", Limits: []core.Limit{core.PerMinute(1)},
+		Key: func(r *http.Request) (string, error) { return r.Header.Get("X-Key"), nil }})
+	for _, tc := range []struct{ key, want string }{
+		{"ip:192.0.2.1", "r:ip:192.0.2.1"},
+		{"nokey:ip:192.0.2.1", "r:~nokey:ip:192.0.2.1"},
+		{"nokey", "r:~nokey"},
+		{"nokeyx", "r:~nokeyx"},
+		{"~nokey", "r:~~nokey"},
+		{"~", "r:~~"},
+		{"a~", "r:a~"},
+		{"no", "r:no"},
+	} {
+		req := httptest.NewRequest(http.MethodGet, "/", nil)
+		req.Header.Set("X-Key", tc.key)
+		if got, err := e.Key(req); got != tc.want || err != nil {
+			t.Errorf("Key(%q) = %q, %v; want %q", tc.key, got, err, tc.want)
+		}
+	}
+}

@@ -770,6 +770,39 @@ func scenarios() []scenario {
 		stacked("stacked rules show the most restrictive (loose outside)", false),
 		stacked("stacked rules show the most restrictive (strict outside)", true),
 		{
+			name: "stacked rules: a request an inner rule denies gives the outer rule its unit back",
+			app: app{
+				global: []core.Rule{perMinute("outer", 3)},
+				routes: []route{{path: "/users/{id}", rules: []core.Rule{perMinute("inner", 1)}}, {path: "/b"}},
+			},
+			steps: steps(
+				ok(xrl(1, 0, 60)),
+				repeat(3, tooMany(60, xrl(1, 0, 60))),
+				ok(xrl(3, 1, 60)).at("/b"),
+				ok(xrl(3, 0, 60)).at("/b"),
+				tooMany(60, xrl(3, 0, 60)).at("/b"),
+			),
+			wantKeys: slices.Concat(
+				slices.Repeat([]string{"outer:ip:192.0.2.1", "inner:ip:192.0.2.1"}, 4),
+				repeatString(3, "outer:ip:192.0.2.1")),
+			wantAllowed: []bool{true, true, true, false, true, false, true, false, true, true, false},
+		},
+		{
+			name: "a key function's result never reaches the fallback keys, whatever it returns",
+			app: on(with(perMinute("raw", 1), func(r *core.Rule) {
+				r.Key = func(r *http.Request) (string, error) { return r.Header.Get("X-Key"), nil }
+			})),
+			steps: steps(
+				ok(xrl(1, 0, 60)).with("X-Key", "nokey:ip:198.51.100.7"),
+				ok(xrl(1, 0, 60)).from("198.51.100.7:4711"), // keyless: its own fallback key
+				ok(xrl(1, 0, 60)).with("X-Key", "~nokey:ip:198.51.100.7"),
+				ok(xrl(1, 0, 60)).with("X-Key", "nokey"),
+				ok(xrl(1, 0, 60)).from("198.51.100.8:4711"),
+			),
+			wantKeys:   []string{"raw:~nokey:ip:198.51.100.7", "raw:nokey:ip:198.51.100.7", "raw:~~nokey:ip:198.51.100.7", "raw:~nokey", "raw:nokey:ip:198.51.100.8"},
+			wantErrors: 2,
+		},
+		{
 			name: "a key function error: OnError, then limited under the client's IP (FallbackKey's default)",
 			app: on(with(perMinute("tenant", 1), func(r *core.Rule) {
 				r.Key = func(r *http.Request) (string, error) {
