@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"sync"
@@ -15,8 +16,9 @@ import (
 // guard wraps each call of a Limiter to its store. Over Redis (a
 // store.Remote) it keeps a circuit breaker per node and tells what a
 // failed call means (a kind, see end); the failure mode (fail) then answers
-// for Redis. The timeout travels in the Request (Within): the store bounds
-// the call. Over the memory store the guard only passes calls on.
+// for Redis. The decision's deadline travels in the Request (Deadline):
+// the store ends the call then. Over the memory store the guard only
+// passes calls on.
 type guard struct {
 	next   store.Store
 	remote store.Remote // next, over Redis; nil: the memory store
@@ -44,7 +46,8 @@ const (
 	rejected
 	// overloaded: no reply, while Redis answered other calls of this
 	// client since this one was sent: Redis or this process is slow, not
-	// down. The breaker does not count it.
+	// down. The breaker does not count it, and no failure mode answers: the
+	// decision is shed (see ErrShed).
 	overloaded
 	// timedOut: no reply in time, and no other reply since the call was
 	// sent (Redis failing, or a slow moment: a cold start, a process
@@ -114,7 +117,7 @@ func (g *guard) end(ctx context.Context, a attempt, err error) (kind, error) {
 		k = succeeded
 	case ctx.Err() != nil:
 		k = abandoned
-	case g.remote.Replied(err):
+	case store.Replied(err):
 		k = rejected
 	case g.answeredSince(a):
 		k = overloaded
@@ -131,7 +134,6 @@ func (g *guard) end(ctx context.Context, a attempt, err error) (kind, error) {
 		}
 	case timedOut, failed:
 		a.br.failure(a.sent, g.remote.Clock())
-		g.remote.Failed(err)
 	default:
 		if a.probe {
 			a.br.abandon() // it said nothing about Redis: the next call probes
@@ -152,6 +154,12 @@ func (g *guard) call(ctx context.Context, key string, f func() error) (kind, err
 	return g.end(ctx, a, f())
 }
 
+// plain2 is plain with the memory store's decision.
+func plain2(d store.Decision, err error) (store.Decision, kind, error) {
+	k, err := plain(err)
+	return d, k, err
+}
+
 // plain is the outcome of a call to the memory store: it fails only when
 // its caller's context ends.
 func plain(err error) (kind, error) {
@@ -165,8 +173,8 @@ func plain(err error) (kind, error) {
 // answer here (see fail). (r is a pointer: a Request is copied once, into
 // the Redis store's call, and not at all for the memory store's Decide.)
 func (g *guard) allow(ctx context.Context, r *store.Request) (d store.Decision, k kind, err error) {
-	if ms, ok := g.next.(*memstore.Store); ok {
-		return ms.Decide(r), succeeded, nil
+	if g.remote == nil {
+		return plain2(g.next.Allow(ctx, *r))
 	}
 	a, err := g.begin(r.Key)
 	if err != nil {
@@ -202,16 +210,18 @@ func (g *guard) fail(ctx context.Context, r store.Request, err error) (store.Dec
 			d.States[i] = store.State{Remaining: max(lim.Count-r.N, 0)}
 		}
 	}
-	return d, g.backendError(err), nil
+	return d, backendError{err}, nil
 }
 
-// backendError returns err, a failure of Redis, as its caller is told of
-// it: explained by a failed health check when there is a recent one.
-func (g *guard) backendError(err error) error {
-	if g.remote != nil {
-		err = g.remote.Explain(err)
+// shed answers r, a decision that ran out of time while Redis answered
+// other calls (overloaded), as FailClosed answers, whatever the failure
+// mode, with its failure as the caller is told of it (see ErrShed).
+func shed(r store.Request, err error) (store.Decision, error) {
+	d := store.Decision{States: r.Room()}
+	for i := range r.Limits {
+		d.States[i] = store.State{Retry: failClosedRetry, Reset: failClosedRetry}
 	}
-	return backendError{err}
+	return d, backendError{fmt.Errorf("%w (%w)", ErrShed, err)}
 }
 
 // localRequest turns r into the local store's: each Count of its limits
@@ -220,7 +230,7 @@ func (g *guard) localRequest(r store.Request) store.Request {
 	for i := range r.Limits {
 		r.Limits[i].Count = scaled(r.Limits[i].Count, g.share)
 	}
-	r.Now, r.Within = 0, 0
+	r.Now, r.Deadline = 0, time.Time{}
 	return r
 }
 
@@ -302,7 +312,7 @@ func (g *guard) reserve(ctx context.Context, r store.Request, longest int64) (re
 	if o.k == succeeded || o.k == abandoned {
 		return reservation{Reservation: o.res}, o.err
 	}
-	err := g.backendError(o.err)
+	err := error(backendError{o.err})
 	switch g.mode {
 	case FailOpen:
 		return reservation{Reservation: store.Reservation{OK: true}, failed: err}, nil

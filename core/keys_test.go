@@ -12,10 +12,6 @@ func keyTag(prefix, key string) string { return redisstore.Tag(prefix, key) }
 // storageKey is the storage key of limit l after tag.
 func storageKey(tag string, l Limit) string { return tag + redisstore.LimitName(l.spec()) }
 
-// hookClones adds h to the clients l's Redis store sends through beside
-// the one it was given.
-func hookClones(l *Limiter, h redis.Hook) { l.guard.next.(*redisstore.Store).AddHook(h) }
-
 // isScriptCall reports whether cmd runs a script: EVALSHA, EVAL or FCALL.
 func isScriptCall(cmd redis.Cmder) bool {
 	n := cmd.Name()

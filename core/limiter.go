@@ -68,7 +68,7 @@ func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
 		return nil, err
 	}
 	l := newLimiter(c)
-	rs := redisstore.New(rdb, c.prefix, c.timeout, c.waitTime)
+	rs := redisstore.New(rdb, c.prefix)
 	l.guard = &guard{next: rs, remote: rs, mode: c.mode, share: c.share}
 	if c.mode == FailLocal {
 		l.guard.local = memstore.New(l.micros)
@@ -217,7 +217,7 @@ func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) error 
 	case d < time.Microsecond || d > MaxBlock:
 		return fmt.Errorf("%w: block for %s; it must be in [1µs, %s]", ErrInvalidDuration, d, MaxBlock)
 	}
-	return l.guard.block(ctx, store.Request{Key: key, N: 1, Now: l.storeTime(), Within: l.timeout}, d)
+	return l.guard.block(ctx, store.Request{Key: key, N: 1, Now: l.storeTime(), Deadline: after(l.timeout)}, d)
 }
 
 // decide validates, consults the deny cache, asks the store through the
@@ -225,20 +225,27 @@ func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) error 
 // observers; pen its Penalty, or nil. It also returns the time in µs the
 // store decided at (the time of the units it recorded), 0 when unknown.
 //
-// A call to Redis that ran out of time, or got no reply while Redis
-// answered others (overloaded), goes again once within the caller's
-// context, so that one slow moment (a cold start, a process or a Redis
-// starved of CPU) is not taken for an outage; but when a denial of the key
-// is cached, even an expired one, it answers at once: a key denied a moment
-// ago stays denied rather than fall to the failure mode, so that a limit
-// holds under a flood. Then the failure mode answers.
+// A decision has one budget, the Limiter's timeout, from when it is asked
+// (or the caller's context, when it ends sooner): waiting for another
+// caller's probe of a cached denial, the call and a retry all spend it,
+// and nothing stretches it. A call that failed without a reply while
+// budget is left goes again once, so that one broken connection is not
+// taken for an outage; but when a denial of the key is cached, even an
+// expired one, it answers at once: a key denied a moment ago stays denied
+// rather than fall to the failure mode, so that a limit holds under a
+// flood. When the budget is spent while Redis answered other calls of this
+// client, the decision is shed (ErrShed: FailClosed's answer, whatever the
+// mode); when Redis answered nothing, the failure mode answers.
 func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, limits []Limit, pen *Penalty) (Result, int64, error) {
 	if err := validate(key, n, limits); err != nil {
 		return Result{}, 0, err
 	}
-	var start time.Time
-	if l.observer != nil {
+	var start, deadline time.Time
+	if l.observer != nil || l.timeout > 0 {
 		start = time.Now()
+	}
+	if l.timeout > 0 {
+		deadline = start.Add(l.timeout)
 	}
 	commit := op != OpPeek
 	var (
@@ -249,7 +256,7 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 	ck := key
 	if l.cache != nil && commit {
 		ck = store.HeldKey(key)
-		r, hit, p, err := l.cached(ctx, ck, n, limits, pen)
+		r, hit, p, err := l.cached(ctx, ck, n, limits, pen, deadline)
 		switch {
 		case err != nil:
 			l.observe(Event{Op: op, Rule: rule, Key: key, Err: err}, start)
@@ -261,8 +268,8 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 		probing, cachedAt = p, l.now().UnixNano()
 	}
 	buf := l.scratch.Get().(*scratch)
-	req := l.request(key, n, limits, buf, l.timeout)
-	req.Commit = commit
+	req := l.request(key, n, limits, buf, 0)
+	req.Commit, req.Deadline = commit, deadline
 	if pen != nil {
 		req.Penalty = store.Penalty(*pen)
 	}
@@ -290,7 +297,7 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 			}
 		}
 		// FailLocal's answer is a limit of its own: it answers at once
-		if try == 1 || l.mode == FailLocal || ctx.Err() != nil {
+		if try == 1 || l.mode == FailLocal || ctx.Err() != nil || !deadline.IsZero() && !time.Now().Before(deadline) {
 			break
 		}
 	}
@@ -312,7 +319,10 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 	}
 	if l.observer != nil {
 		ev := Event{Op: op, Rule: rule, Key: key, Result: r, Err: err, Banned: banned, CacheHit: cacheHit}
-		if r.BackendErr != nil {
+		switch {
+		case r.BackendErr != nil && k == overloaded:
+			ev.Err, ev.Shed = r.BackendErr, true
+		case r.BackendErr != nil:
 			ev.Err, ev.Failed, ev.Fallback = r.BackendErr, true, l.mode
 		}
 		l.observe(ev, start)
@@ -324,12 +334,12 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 // limits) that has not expired, and true; key is in the cache's form
 // (heldKey). When it has expired, one caller
 // asks the store again (its probe, returned: settle it after) while the
-// others wait for that answer, at most the Limiter's timeout, whatever
-// their context says: a probe that takes longer has met a failing Redis,
-// and the last denial answers them. Under a penalty only a ban is answered
+// others wait for that answer until their decision's deadline (zero:
+// none): a probe that takes longer has met a failing or slow Redis, and
+// the last denial answers them. Under a penalty only a ban is answered
 // from the cache: every other denial must reach the store, which counts
 // it. The error is ctx's, when it ends first.
-func (l *Limiter) cached(ctx context.Context, key string, n int64, limits []Limit, pen *Penalty) (Result, bool, *probe, error) {
+func (l *Limiter) cached(ctx context.Context, key string, n int64, limits []Limit, pen *Penalty, deadline time.Time) (Result, bool, *probe, error) {
 	var bound <-chan time.Time
 	for {
 		r, ok, p, wait := l.cache.get(key, n, limits, l.now().UnixNano())
@@ -345,8 +355,8 @@ func (l *Limiter) cached(ctx context.Context, key string, n int64, limits []Limi
 		if !wait {
 			return Result{}, false, p, nil
 		}
-		if bound == nil && l.timeout > 0 {
-			t := time.NewTimer(l.timeout)
+		if bound == nil && !deadline.IsZero() {
+			t := time.NewTimer(time.Until(deadline))
 			defer t.Stop()
 			bound = t.C
 		}
@@ -380,7 +390,7 @@ type scratch struct {
 // bounded by within: its limits, and room for its Decision's states, in
 // sc, or its limits in a slice of their own when sc is nil.
 func (l *Limiter) request(key string, n int64, limits []Limit, sc *scratch, within time.Duration) store.Request {
-	r := store.Request{Key: key, N: n, Now: l.storeTime(), Within: within}
+	r := store.Request{Key: key, N: n, Now: l.storeTime(), Deadline: after(within)}
 	if sc != nil {
 		r.Limits, r.States = sc.limits[:len(limits)], sc.states[:]
 	} else {
@@ -390,6 +400,14 @@ func (l *Limiter) request(key string, n int64, limits []Limit, sc *scratch, with
 		r.Limits[i] = lim.spec()
 	}
 	return r
+}
+
+// after returns the time d from now, or zero for d 0 (no bound).
+func after(d time.Duration) time.Time {
+	if d <= 0 {
+		return time.Time{}
+	}
+	return time.Now().Add(d)
 }
 
 // answer turns the outcome of a decision's call (req on limits, kind k)
@@ -402,6 +420,10 @@ func (l *Limiter) answer(ctx context.Context, req store.Request, limits []Limit,
 		return result(d, limits, nil), nil
 	case abandoned:
 		return Result{}, err
+	case overloaded:
+		var failure error
+		*d, failure = shed(req, err)
+		return result(d, limits, failure), nil
 	}
 	var failure error
 	if *d, failure, err = l.guard.fail(ctx, req, err); err != nil {

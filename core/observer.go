@@ -50,6 +50,12 @@ type Event struct {
 	// says why. A caller's context that ended first is no failure: Err
 	// holds it, and no decision was made.
 	Failed bool
+	// Shed reports that the decision was shed for overload: its time ran
+	// out while Redis answered this process's other calls. It was answered
+	// as FailClosed answers, whatever the failure mode (Result.BackendErr
+	// matches ErrShed, as does Err); it is no Redis failure (Failed is
+	// false).
+	Shed bool
 	// Fallback is the failure mode that answered, when Failed.
 	Fallback FailureMode
 	// Err is the backend's error when Failed, else the error returned to

@@ -62,18 +62,18 @@ func peek(key string, limits ...store.Limit) store.Request {
 	return store.Request{Key: key, N: 1, Limits: limits}
 }
 
-// within returns r bounded by d (the Limiter's timeout).
+// within returns r bounded by d from now (the Limiter's timeout).
 func within(r store.Request, d time.Duration) store.Request {
-	r.Within = d
+	r.Deadline = time.Now().Add(d)
 	return r
 }
 
-// hookClones adds h to the client clones of s's transport, which run none
-// of the client's hooks: a test's hook on the client then sees every call
-// of s.
+// hookClones adds h to the client clone that s's transport sends direct
+// calls through, which runs none of the client's hooks: a test's hook on
+// the client then sees every call of s.
 func hookClones(s *Store, h redis.Hook) {
-	for _, cl := range s.t.clones {
-		cl.c.AddHook(h)
+	if c, ok := s.t.direct.(*redis.Client); ok && s.t.direct != s.rdb {
+		c.AddHook(h)
 	}
 }
 
@@ -91,12 +91,10 @@ type outcome struct {
 func holdSends(s *Store) (release func()) {
 	s.t.mu.Lock()
 	s.t.inflight += maxInFlight
-	s.t.flushing += maxInFlight
 	s.t.mu.Unlock()
 	return func() {
 		s.t.mu.Lock()
 		s.t.inflight -= maxInFlight
-		s.t.flushing -= maxInFlight
 		s.t.mu.Unlock()
 	}
 }

@@ -8,6 +8,7 @@ package redisstore
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync/atomic"
@@ -59,10 +60,9 @@ type Store struct {
 var _ store.Remote = (*Store)(nil)
 
 // New returns the store of rdb (a *redis.Client, *redis.ClusterClient,
-// *redis.Ring or failover client), its keys under prefix, for calls whose
-// Request.Within is one of timeouts (see transport).
-func New(rdb redis.Scripter, prefix string, timeouts ...time.Duration) *Store {
-	s := &Store{rdb: rdb, prefix: prefix, t: newTransport(rdb, timeouts...)}
+// *redis.Ring or failover client), its keys under prefix.
+func New(rdb redis.Scripter, prefix string) *Store {
+	s := &Store{rdb: rdb, prefix: prefix, t: newTransport(rdb)}
 	s.cluster, _ = rdb.(*redis.ClusterClient)
 	known, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -101,20 +101,6 @@ func (s *Store) Clock() int64 { return s.t.clock() }
 // AnsweredSince reports whether Redis answered this client since sent.
 func (s *Store) AnsweredSince(sent int64) bool { return s.t.answeredSince(sent) }
 
-// Replied reports whether err is an answer of the server.
-func (s *Store) Replied(err error) bool { return replied(err) }
-
-// Failed starts a health check after a call failed without any reply,
-// unless err is a failed dial itself, which explains what follows.
-func (s *Store) Failed(err error) {
-	if !s.t.noteDial(err) {
-		s.t.checkDial()
-	}
-}
-
-// Explain returns err with the health check's recent failure, if any.
-func (s *Store) Explain(err error) error { return s.t.explain(err) }
-
 // Node returns the address of the master that serves key's hash slot on a
 // Cluster, as far as the client knows it without a round trip (see known):
 // "" when not a Cluster, before Redis first answered (the client knows no
@@ -152,9 +138,9 @@ func (s *Store) Allow(ctx context.Context, r store.Request) (store.Decision, err
 	if r.Now != 0 {
 		c.args = append(c.args, r.Now)
 	}
-	reply, err := s.t.run(ctx, c, r.Within)
+	reply, err := s.t.run(ctx, c, r.Deadline)
 	if err != nil {
-		return store.Decision{}, scriptError("allow", err)
+		return store.Decision{}, s.scriptError(ctx, "allow", err)
 	}
 	return parseAllow(reply, r.Room())
 }
@@ -199,9 +185,9 @@ func (s *Store) Reserve(ctx context.Context, r store.Request, longest int64) (st
 	for _, l := range r.Limits {
 		c.args = append(c.args, l.Count, micros(l.Window))
 	}
-	reply, err := s.t.run(ctx, c, r.Within)
+	reply, err := s.t.run(ctx, c, r.Deadline)
 	if err != nil {
-		return store.Reservation{}, scriptError("reserve", err)
+		return store.Reservation{}, s.scriptError(ctx, "reserve", err)
 	}
 	vals, ok := reply.([]any)
 	if !ok {
@@ -228,19 +214,19 @@ func (s *Store) Release(ctx context.Context, r store.Request, res store.Reservat
 	for _, l := range r.Limits {
 		c.args = append(c.args, micros(l.Window))
 	}
-	return s.exec(ctx, "release", c, r.Within)
+	return s.exec(ctx, "release", c, r.Deadline)
 }
 
 // Reset forgets r.Key under r.Limits, its block and penalty (reset.lua).
 func (s *Store) Reset(ctx context.Context, r store.Request) error {
-	return s.exec(ctx, "reset", s.newCall(s.resetS, r, withBlock|withPenalty), r.Within)
+	return s.exec(ctx, "reset", s.newCall(s.resetS, r, withBlock|withPenalty), r.Deadline)
 }
 
 // Block blocks r.Key for d (block.lua).
 func (s *Store) Block(ctx context.Context, r store.Request, d time.Duration) error {
 	c := s.newCall(s.blockS, store.Request{Key: r.Key}, withBlock)
 	c.args = append(c.args, r.Now, micros(d))
-	return s.exec(ctx, "block", c, r.Within)
+	return s.exec(ctx, "block", c, r.Deadline)
 }
 
 // Refund gives back units (refund.lua).
@@ -248,9 +234,9 @@ func (s *Store) Refund(ctx context.Context, r store.Request) error {
 	c := s.newCall(s.refundS, r, 0)
 	c.args = append(c.args, r.N, r.Now, r.At)
 	c.args = s.appendLimitArgs(c.args, r.Limits)
-	reply, err := s.t.run(ctx, c, r.Within)
+	reply, err := s.t.run(ctx, c, r.Deadline)
 	if err != nil {
-		return scriptError("refund", err)
+		return s.scriptError(ctx, "refund", err)
 	}
 	if vals, ok := reply.([]any); !ok || len(vals) != len(r.Limits) {
 		return fmt.Errorf("%w: refund returned %v for %d limits", store.ErrUnexpectedReply, reply, len(r.Limits))
@@ -259,9 +245,9 @@ func (s *Store) Refund(ctx context.Context, r store.Request) error {
 }
 
 // exec runs c, a script named op whose reply tells nothing.
-func (s *Store) exec(ctx context.Context, op string, c *call, within time.Duration) error {
-	if _, err := s.t.run(ctx, c, within); err != nil {
-		return scriptError(op, err)
+func (s *Store) exec(ctx context.Context, op string, c *call, deadline time.Time) error {
+	if _, err := s.t.run(ctx, c, deadline); err != nil {
+		return s.scriptError(ctx, op, err)
 	}
 	return nil
 }
@@ -269,9 +255,21 @@ func (s *Store) exec(ctx context.Context, op string, c *call, within time.Durati
 // micros converts d to whole microseconds.
 func micros(d time.Duration) int64 { return int64(d / time.Microsecond) }
 
-// scriptError is the error of a script call named op that failed with err.
-func scriptError(op string, err error) error {
-	return fmt.Errorf("ratewindow: %s script: %w", op, explainRefusal(err))
+// scriptError is the error of a script call named op that failed with err:
+// the caller's own context's end as it is, else a *store.Error. A failure
+// without any reply starts a health check, unless it is a failed dial
+// itself, and is explained by the last one's finding (see explain).
+func (s *Store) scriptError(ctx context.Context, op string, err error) error {
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return err
+	}
+	if replied(err) {
+		return &store.Error{Replied: true, Err: fmt.Errorf("ratewindow: %s script: %w", op, explainRefusal(err))}
+	}
+	if !s.t.noteDial(err) {
+		s.t.checkDial()
+	}
+	return &store.Error{Err: s.t.explain(fmt.Errorf("ratewindow: %s script: %w", op, err))}
 }
 
 // explainRefusal returns err with what it means and what to do when it is

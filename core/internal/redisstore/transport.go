@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,41 +14,39 @@ import (
 	"github.com/ratewindow/ratewindow/core/internal/store"
 )
 
-// transport sends one Limiter's script calls to Redis. A call that finds
-// nothing queued and a free slot of the in-flight limit is sent at once, on
-// its caller's goroutine (as rueidis does with an uncontended command): one
-// goroutine's decisions pay no hand-off. Calls that find every slot taken
-// are queued, and the caller waits for its reply or the end of its context,
-// whichever comes first. When a round trip ends with calls queued, a
-// goroutine sends them all at once (coalescing, see send): on a single
-// server the decisions go as one allow_batch call, everything else beside
-// them in one go-redis pipeline. Under load the batches grow by themselves,
-// and each round trip serves many decisions.
+// transport sends one Limiter's script calls to Redis, by one routing
+// rule, rueidis's: a call alone (none in flight, none queued) goes straight
+// out on its caller's goroutine; otherwise it is queued, and a flusher
+// sends everything queued at once (see send: on a single server the
+// decisions as one allow_batch call, everything else in one go-redis
+// pipeline), with at most maxInFlight round trips in flight. Under load
+// the batches grow by themselves, and each round trip serves many
+// decisions.
 //
-// A call keeps its context's deadline with every client: a client with
-// ContextTimeoutEnabled ends its reads at the deadline itself; a
-// *redis.Client without it (the go-redis default, and a failover client)
-// sends through its WithTimeout clone for the Limiter's timeouts, on the
-// caller's goroutine; any other call (a caller's own deadline, a Cluster or
-// Ring without ContextTimeoutEnabled) runs on a goroutine of its own when
-// a slot is free, else is queued, and its caller stops waiting at the
-// deadline either way. The transport adds no hook to the client.
+// Every call ends for its caller at its deadline (the decision's one
+// budget, or its caller's context). A call alone is sent through a client
+// that ends every wait at the context's deadline (direct), which closes
+// the connection of a read cut short. A queued call's caller waits for its
+// reply or its deadline, whichever comes first, while the flusher reads the
+// reply to the end: a slow moment (a flood on a machine short of CPU)
+// costs no connection, and the next calls find theirs ready. A client that
+// cannot end its waits at a deadline (a Cluster or Ring without
+// ContextTimeoutEnabled) queues every call. The transport adds no hook to
+// the client.
 type transport struct {
 	rdb  redis.Scripter
 	pipe func() redis.Pipeliner // nil: the client cannot pipeline
-	// boundsReads: the client ends its reads at the context's deadline
-	boundsReads bool
-	// clones are a *redis.Client's WithTimeout clones (the same
-	// connections; go-redis gives them none of the client's hooks), one per
-	// timeout of the Limiter: a call whose deadline is that timeout is sent
-	// through its clone, whose reads end then (see client)
-	clones []clone
+	// direct sends a call on its caller's goroutine and ends it at its
+	// context's deadline, wherever go-redis waits (the pool, a dial, the
+	// handshake, a read, a retry's backoff): rdb itself with
+	// ContextTimeoutEnabled; for a *redis.Client without it (go-redis's
+	// default), a clone of it with ContextTimeoutEnabled, which shares its
+	// connections and runs none of its hooks; nil: calls are queued
+	direct redis.Scripter
 	lib    *library // runs the scripts as FCALL once loaded; nil: EVALSHA
 
 	born      time.Time    // the origin of clock, on the monotonic clock
 	lastReply atomic.Int64 // clock when Redis last answered (0: never)
-	slowUntil atomic.Int64 // clock until which calls go through flushers
-	pauses    bool         // a *redis.Client: slowUntil applies (see run)
 
 	// health is the health check after a failure (see checkDial): a
 	// dial of a *redis.Client's server as the client dials it, a PING of
@@ -64,26 +61,14 @@ type transport struct {
 	queue    []*call
 	spare    []*call // the last batch sent, reused as the next queue
 	inflight int     // round trips in flight, the flushers' included
-	flushing int     // slots held by flushers (at most maxInFlight)
 	calls    sync.Pool
 }
 
-type clone struct {
-	timeout time.Duration
-	c       *redis.Client
-}
-
-// maxInFlight is the in-flight limit of one Limiter once calls queue, and
-// how many flushers send batches at once. One would leave Redis idle while
-// a batch's reply travels back and the next batch forms; many would give
-// up coalescing. Measured with rwbench on 2 cores, 3 beat 2 by 15-40% at 64
-// and 256 goroutines; 2, 3, 4 and 8 were alike at 16.
-const maxInFlight = 3
-
-// maxLone is the in-flight limit while no flusher is at work: with a few
-// concurrent callers, each sends its own at once, as with a plain client.
-// Measured on 2 cores, 8 beat 3 by 20-25% at 4 goroutines.
-const maxLone = 8
+// maxInFlight is the in-flight limit of one Limiter: the flushers at work
+// (and a call alone). One would leave Redis idle while a batch's reply
+// travels back and the next batch forms; many would give up merging.
+// Measured on 2 cores: see docs/performance.md.
+const maxInFlight = 8
 
 // call is one script run on behalf of one caller.
 type call struct {
@@ -116,15 +101,19 @@ type script struct {
 
 func newScript(src string) *script { return &script{Script: redis.NewScript(src), src: src} }
 
-// newTransport returns the transport of rdb, for calls bounded by the
-// given timeouts (0: none).
-func newTransport(rdb redis.Scripter, timeouts ...time.Duration) *transport {
-	t := &transport{rdb: rdb, boundsReads: boundsReads(rdb), born: time.Now()}
+// newTransport returns the transport of rdb.
+func newTransport(rdb redis.Scripter) *transport {
+	t := &transport{rdb: rdb, born: time.Now()}
 	switch c := rdb.(type) {
 	case *redis.Client: // a failover client too
-		t.pauses = true
 		opt := c.Options()
 		t.health = dialHealth(opt.Dialer, opt.DialTimeout, opt.Network, opt.Addr)
+		t.direct = c
+		if !opt.ContextTimeoutEnabled {
+			clone := c.WithTimeout(opt.ReadTimeout)
+			clone.Options().ContextTimeoutEnabled = true // the clone's own options
+			t.direct = clone
+		}
 	case *redis.Ring: // its shards' addresses: a down shard takes no command
 		opt := c.Options()
 		checks := make([]func(context.Context) error, 0, len(opt.Addrs))
@@ -139,9 +128,10 @@ func newTransport(rdb redis.Scripter, timeouts ...time.Duration) *transport {
 			}
 			return nil
 		}
-	case interface {
-		Ping(context.Context) *redis.StatusCmd
-	}: // a Cluster: a PING goes to a node, and says why it cannot
+		if opt.ContextTimeoutEnabled {
+			t.direct = c
+		}
+	case *redis.ClusterClient: // a PING goes to a node, and says why it cannot
 		t.health = func(ctx context.Context) error {
 			var op *net.OpError
 			if err := c.Ping(ctx).Err(); err != nil && !(errors.As(err, &op) && op.Op == "dial") {
@@ -150,12 +140,8 @@ func newTransport(rdb redis.Scripter, timeouts ...time.Duration) *transport {
 				return err
 			}
 		}
-	}
-	if c, ok := rdb.(*redis.Client); ok && !t.boundsReads {
-		for _, d := range timeouts {
-			if d > 0 {
-				t.clones = append(t.clones, clone{d, c.WithTimeout(d)})
-			}
+		if c.Options().ContextTimeoutEnabled {
+			t.direct = c
 		}
 	}
 	if p, ok := rdb.(interface{ Pipeline() redis.Pipeliner }); ok {
@@ -168,13 +154,6 @@ func newTransport(rdb redis.Scripter, timeouts ...time.Duration) *transport {
 // clock is the time in ns since the transport was made, on the monotonic
 // clock; never 0.
 func (t *transport) clock() int64 { return int64(time.Since(t.born)) + 1 }
-
-// lastSlow reports whether a call on its caller's goroutine ran out of
-// time within slowPause.
-func (t *transport) lastSlow() bool {
-	until := t.slowUntil.Load()
-	return until != 0 && t.clock() < until
-}
 
 // answeredSince reports whether Redis has answered this client since
 // clock read sent (a reply or an error reply of the server).
@@ -291,108 +270,51 @@ func (t *transport) recycle(c *call) {
 }
 
 // run sends c (filled by the caller) and returns the script's reply, by
-// ctx's deadline at the latest, and by d from now (0: no bound but ctx).
-// c must not be used afterwards.
+// deadline at the latest (zero: none but ctx's). c must not be used
+// afterwards.
 //
-// A call that finds nothing queued and a slot free is sent at once: on its
-// caller's goroutine when the client ends it at its deadline (see client),
-// else on a goroutine of its own. Else (or within slowPause of a timeout)
-// it is queued, and a flusher sends it, started now if a slot is free. A
-// caller that does not send its call itself waits for its reply or its
-// deadline; a queued one on a timer kept in its pooled call, with no
+// A call alone is sent at once, on its caller's goroutine, through
+// direct. Else it is queued, and a flusher sends it, started now when a
+// slot is free; its caller waits for its
+// reply or its deadline, on a timer kept in its pooled call, with no
 // context of its own (context.WithTimeout costs 4 allocations and a
 // runtime timer: measured with rwbench at 64 and 256 goroutines on 2
 // cores, 1-3 µs of client CPU per decision and 15-40% of the decisions
 // per second).
-func (t *transport) run(ctx context.Context, c *call, d time.Duration) (any, error) {
+func (t *transport) run(ctx context.Context, c *call, deadline time.Time) (any, error) {
 	if err := ctx.Err(); err != nil {
 		t.recycle(c)
 		return nil, err
 	}
-	var limit time.Time // d from now, unless ctx ends sooner
-	if d > 0 {
-		limit = time.Now().Add(d)
-		if dl, ok := ctx.Deadline(); ok && !dl.After(limit) {
-			limit = time.Time{}
-		}
+	if !deadline.IsZero() && !time.Now().Before(deadline) {
+		t.recycle(c)
+		return nil, context.DeadlineExceeded
 	}
-	slow := t.lastSlow()
 	t.mu.Lock()
-	free := t.inflight < maxInFlight || t.flushing == 0 && t.inflight < maxLone
-	if free && len(t.queue) == 0 && !slow {
+	if t.inflight == 0 && t.direct != nil {
 		t.inflight++
 		t.mu.Unlock()
 		defer t.handOff()
-		if !limit.IsZero() {
+		if dl, ok := ctx.Deadline(); !deadline.IsZero() && (!ok || deadline.Before(dl)) {
 			var cancel context.CancelFunc
-			ctx, cancel = context.WithDeadline(ctx, limit)
+			ctx, cancel = context.WithDeadline(ctx, deadline)
 			defer cancel()
 		}
-		rdb := t.client(ctx, d, !limit.IsZero())
-		if rdb == nil {
-			// the client would not end the call at ctx's deadline: it runs
-			// on a goroutine of its own (not a flusher's: a node that does
-			// not answer must not hold up the others' calls)
-			c.ctx = ctx
-			go func() {
-				c.reply, c.err = t.runOne(ctx, t.rdb, c)
-				c.done <- struct{}{}
-			}()
-			return t.await(ctx, c, time.Time{})
-		}
-		reply, err := t.runOne(ctx, rdb, c)
+		reply, err := t.runOne(ctx, t.direct, c)
 		t.recycle(c)
-		if err != nil && t.pauses && store.IsTimeout(err) && ctx.Err() != nil {
-			// a read that ends at its deadline costs its connection: for
-			// a while, calls go through flushers, which wait for a late
-			// reply while their callers leave at their deadline
-			t.slowUntil.Store(t.clock() + int64(slowPause))
-		}
 		return reply, err
 	}
-	c.ctx, c.limit = ctx, limit
+	c.ctx, c.limit = ctx, deadline
 	t.queue = append(t.queue, c)
-	start := free && t.flushing < maxInFlight
-	if start {
+	free := t.inflight < maxInFlight
+	if free {
 		t.inflight++
-		t.flushing++
 	}
 	t.mu.Unlock()
-	if start {
+	if free {
 		go t.flush()
 	}
-	return t.await(ctx, c, limit)
-}
-
-// slowPause is how long after a call on its caller's goroutine ran out of
-// time calls to a single server go through flushers instead. Each such timeout closes a
-// connection (its reply may still come), and under a flood of requests on
-// a machine short of CPU, new connections timed out in turn, so that one
-// client got no reply for hundreds of milliseconds while Redis answered
-// the others (TestFlood beside two busy loops).
-const slowPause = time.Second
-
-// client returns the client that ends a call on its caller's goroutine at
-// its deadline, or nil when there is none: rdb itself when it ends its
-// reads at the context's deadline or the call never ends; else, for a call
-// bounded by d (limited: no sooner deadline of the caller's), the
-// WithTimeout clone of d.
-func (t *transport) client(ctx context.Context, d time.Duration, limited bool) redis.Scripter {
-	switch {
-	case t.boundsReads:
-		return t.rdb
-	case limited:
-		for _, cl := range t.clones {
-			if cl.timeout == d {
-				return cl.c
-			}
-		}
-		return nil
-	}
-	if _, ok := ctx.Deadline(); !ok && ctx.Done() == nil {
-		return t.rdb // it never ends
-	}
-	return nil
+	return t.await(ctx, c, deadline)
 }
 
 // await waits for c's reply, filled by another goroutine, or for ctx's
@@ -409,74 +331,39 @@ func (t *transport) await(ctx context.Context, c *call, limit time.Time) (any, e
 		timeout = c.timer.C
 	}
 	var gone error
-	atLimit := false
 	select {
 	case <-c.done:
 	case <-ctx.Done():
 		gone = ctx.Err()
 	case <-timeout:
-		gone, atLimit = context.DeadlineExceeded, true
+		gone = context.DeadlineExceeded
 	}
 	if timeout != nil {
 		c.timer.Stop() // since Go 1.23 no value sent before Stop is received later
 	}
-	if gone != nil && !t.late(c.done, limit, atLimit) {
-		return nil, gone
+	if gone != nil {
+		select {
+		case <-c.done: // the reply came with the deadline: it answers
+		default:
+			return nil, gone
+		}
 	}
 	reply, err := c.reply, c.err
 	t.recycle(c)
 	return reply, err
 }
 
-// lateAllowance is how late a goroutine may see its deadline and still be
-// taken at its word: later than that, this process was short of CPU (a
-// flood, a busy machine) while the reply may have waited for its reader
-// just as long.
-const lateAllowance = 25 * time.Millisecond
-
-// late reports whether the reply on done came after all, once the caller's
-// wait has ended: it lets the goroutines that are ready run once (the
-// reply's reader among them), and when a queued call's wait ended at
-// limit, the Limiter's timeout, and this goroutine saw it more than
-// lateAllowance late, it waits on as long again. A caller's own deadline
-// never waits, nor does a call run on a goroutine of its own (its
-// context carries the timeout).
-// Without it, TestFlood beside two busy loops answered 1-3 decisions in 1
-// run of 10 by the failure mode after a stall of the whole process.
-func (t *transport) late(done <-chan struct{}, limit time.Time, atLimit bool) bool {
-	runtime.Gosched()
-	select {
-	case <-done:
-		return true
-	default:
-	}
-	late := time.Since(limit)
-	if !atLimit || late <= lateAllowance {
-		return false
-	}
-	timer := time.NewTimer(late)
-	defer timer.Stop()
-	select {
-	case <-done:
-		return true
-	case <-timer.C:
-		return false
-	}
-}
-
 // handOff ends a round trip sent by its caller: when calls queued
-// meanwhile its slot goes to a new flusher, which sends them, unless
-// maxInFlight flushers are at work already.
+// meanwhile, its slot goes to a new flusher, which sends them.
 func (t *transport) handOff() {
 	t.mu.Lock()
-	if len(t.queue) == 0 || t.flushing >= maxInFlight {
+	if len(t.queue) == 0 {
 		t.inflight--
 		t.mu.Unlock()
 		return
 	}
-	t.flushing++ // the slot stays taken: a flusher sends next
 	t.mu.Unlock()
-	go t.flush()
+	go t.flush() // the slot stays taken: a flusher sends next
 }
 
 // flush is a flusher goroutine, started holding a slot: it sends whatever
@@ -488,7 +375,6 @@ func (t *transport) flush() {
 		batch := t.queue
 		t.queue, t.spare = t.spare[:0], nil
 		if len(batch) == 0 {
-			t.flushing--
 			t.inflight--
 			t.mu.Unlock()
 			return
@@ -562,29 +448,4 @@ type processor interface {
 // (see newLibrary), and their pipelines.
 type functionCaller interface {
 	FCall(ctx context.Context, function string, keys []string, args ...any) *redis.Cmd
-}
-
-// boundsReads reports whether rdb bounds its network reads by the context's
-// deadline (go-redis with ContextTimeoutEnabled). Without it, go-redis
-// waits for a silent server until its own ReadTimeout (3s by default, and
-// 5s measured for a fresh connection's handshake), whatever the context.
-func boundsReads(rdb redis.Scripter) bool {
-	switch c := rdb.(type) {
-	case *redis.Client: // also NewFailoverClient
-		return c.Options().ContextTimeoutEnabled
-	case *redis.ClusterClient:
-		return c.Options().ContextTimeoutEnabled
-	case *redis.Ring:
-		return c.Options().ContextTimeoutEnabled
-	}
-	return false
-}
-
-// AddHook adds h to the clients the store sends through beside its own
-// (the WithTimeout clones, which have none of its hooks), so that a test
-// that hooks the client sees every call.
-func (s *Store) AddHook(h redis.Hook) {
-	for _, cl := range s.t.clones {
-		cl.c.AddHook(h)
-	}
 }

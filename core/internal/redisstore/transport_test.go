@@ -115,7 +115,7 @@ func TestTransportMergedError(t *testing.T) {
 		ints := names.ints.Load()
 		for i, o := range allowBatch(s, rs) {
 			if k := keys[i]; k == "bad" || k == "worse" {
-				if o.err == nil || !strings.Contains(o.err.Error(), "WRONGTYPE") || !s.Replied(o.err) {
+				if o.err == nil || !strings.Contains(o.err.Error(), "WRONGTYPE") || !store.Replied(o.err) {
 					t.Fatalf("%s: call %d (%s): %v, want WRONGTYPE, an answer of the server", phase, i, k, o.err)
 				}
 				continue
@@ -148,7 +148,7 @@ func TestTransportConcurrent(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			const timeout = 10 * time.Second
-			s := New(c.rdb(t), uniquePrefix(t), timeout)
+			s := New(c.rdb(t), uniquePrefix(t))
 			ctx := context.Background()
 			lim := perHour(40)
 			if d, err := s.Allow(ctx, within(decision("lone", lim), timeout)); err != nil || !d.Allowed || d.States[0].Remaining != 39 {
@@ -213,7 +213,7 @@ func TestTransportKeepsDeadline(t *testing.T) {
 		timeout  = 100 * time.Millisecond
 		deadline = 50 * time.Millisecond
 		margin   = 250 * time.Millisecond
-		callers  = 3 * maxLone
+		callers  = 3 * maxInFlight
 	)
 	for _, c := range clients {
 		for _, callerDeadline := range []bool{false, true} {
@@ -225,7 +225,7 @@ func TestTransportKeepsDeadline(t *testing.T) {
 				if callerDeadline {
 					storeTimeout, bound = time.Minute, deadline+margin
 				}
-				s := New(rdb, uniquePrefix(t), storeTimeout)
+				s := New(rdb, uniquePrefix(t))
 				sent := s.Clock()
 				stalls := stall.Start(t)
 				var wg sync.WaitGroup
@@ -240,7 +240,7 @@ func TestTransportKeepsDeadline(t *testing.T) {
 						start := time.Now()
 						d, err := s.Allow(ctx, within(decision(fmt.Sprint("k", i), perMinute(4)), storeTimeout))
 						beyond(t, stalls, time.Since(start), bound, fmt.Sprintf("decision %d", i))
-						if err == nil || !store.IsTimeout(err) || s.Replied(err) {
+						if err == nil || !store.IsTimeout(err) || store.Replied(err) {
 							t.Errorf("decision %d: %+v %v, want a deadline's error", i, d, err)
 						}
 					})
@@ -260,7 +260,7 @@ func TestTransportKeepsDeadline(t *testing.T) {
 func TestTransportRepliesAfterPause(t *testing.T) {
 	srv := redistest.Start(t)
 	const timeout = 5 * time.Second
-	s := New(srv.Client(t), uniquePrefix(t), timeout)
+	s := New(srv.Client(t), uniquePrefix(t))
 	ctx := context.Background()
 	lim := perHour(20)
 	if _, err := s.Allow(ctx, within(peek("warm", lim), timeout)); err != nil {
@@ -271,7 +271,7 @@ func TestTransportRepliesAfterPause(t *testing.T) {
 	}
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
-	for range 4 * maxLone {
+	for range 4 * maxInFlight {
 		wg.Go(func() {
 			d, err := s.Allow(ctx, within(decision("k", lim), timeout))
 			if err != nil {
@@ -284,7 +284,7 @@ func TestTransportRepliesAfterPause(t *testing.T) {
 	}
 	wg.Wait()
 	if n := admitted.Load(); n != 20 {
-		t.Fatalf("%d admitted of %d, want 20", n, 4*maxLone)
+		t.Fatalf("%d admitted of %d, want 20", n, 4*maxInFlight)
 	}
 }
 
@@ -302,8 +302,8 @@ func TestTransportAbandonedNotCharged(t *testing.T) {
 	if err := rdb.Do(ctx, "CLIENT", "PAUSE", "500", "ALL").Err(); err != nil {
 		t.Fatal(err)
 	}
-	first := make(chan error, maxLone)
-	for range maxLone { // in flight for the whole pause: every slot taken
+	first := make(chan error, maxInFlight)
+	for range maxInFlight { // in flight for the whole pause: every slot taken
 		go func() {
 			_, err := s.Allow(ctx, decision("a", lim))
 			first <- err
@@ -311,7 +311,7 @@ func TestTransportAbandonedNotCharged(t *testing.T) {
 	}
 	for { // set-up: wait until every slot is in flight
 		s.t.mu.Lock()
-		full := s.t.inflight == maxLone
+		full := s.t.inflight == maxInFlight
 		s.t.mu.Unlock()
 		if full {
 			break
@@ -323,7 +323,7 @@ func TestTransportAbandonedNotCharged(t *testing.T) {
 	if _, err := s.Allow(dctx, decision("b", lim)); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("queued call: %v, want the deadline", err)
 	}
-	for range maxLone {
+	for range maxInFlight {
 		if err := <-first; err != nil {
 			t.Fatalf("a call in flight: %v", err)
 		}
@@ -361,13 +361,13 @@ func TestRedisAnsweredErrorsStayWithTheirKey(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			s := New(c.rdb(t), prefix, patient)
+			s := New(c.rdb(t), prefix)
 			ctx := context.Background()
 			const tries = 12       // four times the Limiter's breakerFailures
 			for i := range tries { // one after the other
 				sent := s.Clock()
 				d, err := s.Allow(ctx, within(decision("bad", lim), patient))
-				if err == nil || !strings.Contains(err.Error(), c.want) || !s.Replied(err) || !s.AnsweredSince(sent) {
+				if err == nil || !strings.Contains(err.Error(), c.want) || !store.Replied(err) || !s.AnsweredSince(sent) {
 					t.Fatalf("bad key, decision %d: %+v %v, want %s, an answer of the server", i, d, err, c.want)
 				}
 			}
@@ -396,7 +396,7 @@ func TestRemoteAnswers(t *testing.T) {
 	if serverErr == nil {
 		t.Fatal("NOSUCHCOMMAND: no error")
 	}
-	s := New(rdb, uniquePrefix(t), 50*time.Millisecond)
+	s := New(rdb, uniquePrefix(t))
 	for _, c := range []struct {
 		name string
 		err  error
@@ -405,14 +405,14 @@ func TestRemoteAnswers(t *testing.T) {
 		{"no error", nil, false},
 		{"error reply", serverErr, true},
 		{"wrapped error reply", fmt.Errorf("script: %w", serverErr), true},
-		{"explained refusal", scriptError("allow", serverErr), true},
+		{"explained refusal", explainRefusal(serverErr), true},
 		{"unexpected reply", fmt.Errorf("%w: allow returned int64", store.ErrUnexpectedReply), true},
 		{"caller gone", context.Canceled, false},
 		{"timeout", context.DeadlineExceeded, false},
 		{"read timeout", fmt.Errorf("read: %w", os.ErrDeadlineExceeded), false},
 		{"network", errors.New("connection refused"), false},
 	} {
-		if got := s.Replied(c.err); got != c.want {
+		if got := replied(c.err); got != c.want {
 			t.Errorf("%s: Replied(%v) = %v, want %v", c.name, c.err, got, c.want)
 		}
 	}
@@ -432,7 +432,7 @@ func TestRemoteAnswers(t *testing.T) {
 		t.Fatal(err)
 	}
 	sent := s.Clock()
-	if _, err := s.Allow(ctx, decision("bad", lim)); !s.Replied(err) || !s.AnsweredSince(sent) {
+	if _, err := s.Allow(ctx, decision("bad", lim)); !store.Replied(err) || !s.AnsweredSince(sent) {
 		t.Fatalf("an error reply: %v, answered since %v", err, s.AnsweredSince(sent))
 	}
 	if err := srv.Client(t).Do(ctx, "CLIENT", "PAUSE", "1000", "ALL").Err(); err != nil {
@@ -440,20 +440,20 @@ func TestRemoteAnswers(t *testing.T) {
 	}
 	t.Cleanup(func() { srv.Client(t).Do(context.Background(), "CLIENT", "UNPAUSE") })
 	sent = s.Clock()
-	if _, err := s.Allow(ctx, within(decision("k", lim), 50*time.Millisecond)); !store.IsTimeout(err) || s.Replied(err) || s.AnsweredSince(sent) {
+	if _, err := s.Allow(ctx, within(decision("k", lim), 50*time.Millisecond)); !store.IsTimeout(err) || store.Replied(err) || s.AnsweredSince(sent) {
 		t.Fatalf("no reply from a paused server: %v, answered since %v", err, s.AnsweredSince(sent))
 	}
 
-	silent := New(redis.NewClient(&redis.Options{Addr: redistest.Silent(t)}), uniquePrefix(t), 50*time.Millisecond)
+	silent := New(redis.NewClient(&redis.Options{Addr: redistest.Silent(t)}), uniquePrefix(t))
 	sent = silent.Clock()
-	if _, err := silent.Allow(ctx, within(decision("k", lim), 50*time.Millisecond)); !store.IsTimeout(err) || silent.Replied(err) || silent.AnsweredSince(sent) {
+	if _, err := silent.Allow(ctx, within(decision("k", lim), 50*time.Millisecond)); !store.IsTimeout(err) || store.Replied(err) || silent.AnsweredSince(sent) {
 		t.Fatalf("no reply from a silent server: %v, answered since %v", err, silent.AnsweredSince(sent))
 	}
 }
 
 // TestRemoteExplainsFailedDial: a call whose connection is refused fails
-// without a reply; once told (Failed), the store explains later failures
-// with that dial's error.
+// without a reply, and the store explains its later failures with that
+// dial's error (a health check's finding).
 func TestRemoteExplainsFailedDial(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -463,20 +463,18 @@ func TestRemoteExplainsFailedDial(t *testing.T) {
 	l.Close() // nothing listens there now
 	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	t.Cleanup(func() { rdb.Close() })
-	s := New(rdb, uniquePrefix(t), patient)
-	_, err = s.Allow(context.Background(), within(decision("k", perMinute(1)), patient))
-	if err == nil || s.Replied(err) {
-		t.Fatalf("a refused connection: %v, want a failure without a reply", err)
-	}
-	s.Failed(err)
-	other := errors.New("a later failure")
+	s := New(rdb, uniquePrefix(t))
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		got := s.Explain(other)
-		if errors.Is(got, other) && strings.Contains(got.Error(), "refused") {
+		_, err = s.Allow(context.Background(), within(decision("k", perMinute(1)), patient))
+		var se *store.Error
+		if !errors.As(err, &se) || se.Replied {
+			t.Fatalf("a refused connection: %v, want a *store.Error without a reply", err)
+		}
+		if strings.Contains(err.Error(), "refused") {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("Explain: %v, want the refused dial", got)
+			t.Fatalf("%v, want the refused dial", err)
 		}
 	}
 }
@@ -492,7 +490,7 @@ func TestLonePathFrames(t *testing.T) {
 			frames := &frameHook{}
 			rdb.AddHook(frames)
 			const timeout = 10 * time.Second
-			s := New(rdb, uniquePrefix(t), timeout)
+			s := New(rdb, uniquePrefix(t))
 			hookClones(s, frames)
 			for range 3 { // the library loads in the background: FCALL by the third
 				ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -588,7 +586,7 @@ func TestClusterNodePerMaster(t *testing.T) {
 	cc := settledCluster(t)
 	prefix := uniquePrefix(t)
 	const timeout = 100 * time.Millisecond
-	s := New(cc, prefix, timeout, patient)
+	s := New(cc, prefix)
 	ctx := context.Background()
 	lim := perMinute(1000)
 	paused, err := cc.MasterForKey(ctx, storageKey(keyTag(prefix, "k"), lim))
@@ -647,7 +645,7 @@ func TestClusterNodePerMaster(t *testing.T) {
 		start := time.Now()
 		_, err := s.Allow(ctx, within(decision("k", lim), timeout))
 		beyond(t, stalls, time.Since(start), timeout+250*time.Millisecond, fmt.Sprintf("decision %d on the paused master", i))
-		if !store.IsTimeout(err) || s.Replied(err) {
+		if !store.IsTimeout(err) || store.Replied(err) {
 			t.Fatalf("decision %d on the paused master: %v, want its deadline's error", i, err)
 		}
 	}

@@ -43,9 +43,9 @@ type Store interface {
 	Check(ctx context.Context) error
 }
 
-// Remote is a Store whose calls cross a network: the Redis backend. It
-// tells its caller (the Limiter's guard) what a failed call says about
-// the server, so that one health rule can be applied above it.
+// Remote is a Store whose calls cross a network: the Redis backend. A
+// failed call returns an *Error; what the guard needs beside it, to apply
+// one health rule above the store, is when the server last answered.
 type Remote interface {
 	Store
 	// Clock is the time in ns on the store's monotonic clock, never 0:
@@ -58,17 +58,25 @@ type Remote interface {
 	// Cluster master's address), as far as the client knows without a
 	// round trip; "" when there is one, or it is unknown.
 	Node(key string) string
-	// Replied reports whether err is an answer of the server (an error
-	// reply, such as a script error, NOPERM, OOM or TRYAGAIN): the server
-	// is alive, and the failure is that call's alone.
-	Replied(err error) bool
-	// Failed tells the store that a call failed without any reply: it may
-	// check the server's health in the background (a dial), whose finding
-	// Explain adds to later failures.
-	Failed(err error)
-	// Explain returns err, a failure of the server, with what the last
-	// health check found, if anything recent.
-	Explain(err error) error
+}
+
+// Error is a failed call of a Remote store.
+type Error struct {
+	// Replied reports that the server answered the call with an error (a
+	// script error, NOPERM, OOM, TRYAGAIN, WRONGTYPE): it is alive, and the
+	// failure is this call's alone.
+	Replied bool
+	Err     error // what failed, with what a recent health check found
+}
+
+func (e *Error) Error() string { return e.Err.Error() }
+func (e *Error) Unwrap() error { return e.Err }
+
+// Replied reports whether err is a call's failure that the server answered
+// (see Error), or a reply the scripts never send.
+func Replied(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Replied || errors.Is(err, ErrUnexpectedReply)
 }
 
 // MaxLimits is the most limits of one Request (core.MaxLimits).
@@ -129,9 +137,10 @@ type Request struct {
 	// At is, for Refund, the time in µs of the units to give back (a
 	// Decision's At); 0: the newest.
 	At int64
-	// Within bounds the call beside ctx's deadline (the Limiter's
-	// timeout); 0: ctx alone. The memory store never waits.
-	Within time.Duration
+	// Deadline ends the call, beside ctx's deadline: the end of the
+	// decision's one budget (see core.WithTimeout); zero: ctx alone. The
+	// memory store never waits.
+	Deadline time.Time
 	// States is room for the states of Allow's Decision, one per limit
 	// (see Room); with less, the store makes its own.
 	States []State
