@@ -42,15 +42,19 @@ func main() {
 	}
 	defer closeRedis()
 
-	// One Limiter per process, shared by every rule. Check says whether
-	// Redis is reachable, lets us run the scripts, and will not evict our
-	// keys; the embedded miniredis has no eviction policy to read.
+	// One Limiter per process, shared by every rule. Stop here unless
+	// Redis answers, takes the password, lets us run the scripts and will
+	// not evict our keys: otherwise every request would pass unlimited (the
+	// failure mode, FailOpen, answers). The embedded miniredis has no
+	// eviction policy to read (ErrCheckIncomplete).
 	l, err := core.New(rdb, core.WithPrefix("rw:example:"))
 	if err != nil {
 		log.Fatal(err)
 	}
-	if err := l.Check(ctx); err != nil && !(embedded && errors.Is(err, core.ErrCheckIncomplete)) {
-		log.Fatalf("redis is not ready for ratewindow: %v", err)
+	checkCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := l.Check(checkCtx); err != nil && !(embedded && errors.Is(err, core.ErrCheckIncomplete)) {
+		log.Fatalf("redis: %v", err)
 	}
 
 	// OnError sees key and Redis errors; it writes no response, so the

@@ -9,6 +9,8 @@ package main
 
 import (
 	"cmp"
+	"context"
+	"errors"
 	"fmt"
 	"log"
 	"net"
@@ -25,8 +27,8 @@ import (
 
 func main() {
 	// Redis: REDIS_URL (redis://127.0.0.1:6379/0), else an embedded one.
-	opt := &redis.Options{}
-	if url := os.Getenv("REDIS_URL"); url != "" {
+	url, opt := os.Getenv("REDIS_URL"), &redis.Options{}
+	if url != "" {
 		var err error
 		if opt, err = redis.ParseURL(url); err != nil {
 			log.Fatalf("REDIS_URL (write redis://host:port/db): %v", err)
@@ -43,6 +45,15 @@ func main() {
 	l, err := core.New(redis.NewClient(opt))
 	if err != nil {
 		log.Fatal(err)
+	}
+	// Stop here unless Redis answers, takes the password, runs the scripts
+	// and will not evict the limiter's keys: otherwise every request would
+	// pass unlimited (the failure mode, FailOpen, answers). The embedded
+	// Redis cannot tell its eviction policy (ErrCheckIncomplete).
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := l.Check(ctx); err != nil && !(url == "" && errors.Is(err, core.ErrCheckIncomplete)) {
+		log.Fatalf("redis: %v", err)
 	}
 
 	mux := http.NewServeMux()
