@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,7 +22,8 @@ import (
 type Option struct{ apply func(*options) }
 
 type options struct {
-	ew *connect.ErrorWriter
+	ew     *connect.ErrorWriter
+	strict bool // ew is the default, which requires the Connect protocol version
 }
 
 // WithErrorWriter sets the ErrorWriter that tells Connect, gRPC and
@@ -37,7 +39,7 @@ type options struct {
 // would be taken for a Connect call and denied with a Connect error
 // instead of 429.
 func WithErrorWriter(ew *connect.ErrorWriter) Option {
-	return Option{func(o *options) { o.ew = ew }}
+	return Option{func(o *options) { o.ew, o.strict = ew, false }}
 }
 
 // ErrNilErrorWriter is the error of New for WithErrorWriter(nil).
@@ -70,7 +72,7 @@ var ErrNilErrorWriter = errors.New("ratewindow: connectmw: nil ErrorWriter")
 // caller with it. Rule.CountIf sees the HTTP status, which is 200 for every
 // gRPC and gRPC-Web call (their status travels in trailers).
 func New(l *core.Limiter, rule core.Rule, opts ...Option) (func(http.Handler) http.Handler, error) {
-	o := options{ew: connect.NewErrorWriter(connect.WithRequireConnectProtocolHeader())}
+	o := options{ew: connect.NewErrorWriter(connect.WithRequireConnectProtocolHeader()), strict: true}
 	for _, opt := range opts {
 		if opt.apply != nil {
 			opt.apply(&o)
@@ -108,7 +110,7 @@ func New(l *core.Limiter, rule core.Rule, opts ...Option) (func(http.Handler) ht
 		if next == nil {
 			panic(fmt.Sprintf("ratewindow: connectmw: rule %q: nil next handler", rule.Name))
 		}
-		return &handler{plain: plain, rpc: rpc, ew: o.ew, next: next}
+		return &handler{plain: plain, rpc: rpc, ew: o.ew, strict: o.strict, next: next}
 	}, nil
 }
 
@@ -124,12 +126,28 @@ type handler struct {
 	plain *core.Enforcer // nethttp's answers
 	rpc   *core.Enforcer // Connect's answers
 	ew    *connect.ErrorWriter
-	next  http.Handler
-	pool  sync.Pool // *stopWriter
+	// strict: ew requires the Connect protocol version (the default)
+	strict bool
+	next   http.Handler
+	pool   sync.Pool // *stopWriter
+}
+
+// isCall reports whether r is a Connect, gRPC or gRPC-Web call: what the
+// ErrorWriter's IsSupported answers, which for a GET parses the query
+// (four allocations). The default ErrorWriter takes a GET for a call only
+// with a non-empty connect parameter: a query without "connect=" and
+// without a '%' (an escaped name) has none.
+func (h *handler) isCall(r *http.Request) bool {
+	if h.strict && r.Method == http.MethodGet {
+		if q := r.URL.RawQuery; !strings.Contains(q, "connect=") && !strings.Contains(q, "%") {
+			return false
+		}
+	}
+	return h.ew.IsSupported(r)
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !h.ew.IsSupported(r) {
+	if !h.isCall(r) {
 		if r, ok := h.plain.Handle(w, r, ""); ok {
 			h.plain.ServeNext(w, r, h.next)
 		}

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -107,7 +109,7 @@ func ping(ctx context.Context, c pingClient, tenant string) error {
 
 // redisLimiter returns a Limiter on the shared test Redis with a prefix of
 // its own and a client of its own, and the decisions it made.
-func redisLimiter(t *testing.T, prefix string, opts ...core.Option) (*core.Limiter, *decisions) {
+func redisLimiter(t testing.TB, prefix string, opts ...core.Option) (*core.Limiter, *decisions) {
 	t.Helper()
 	srv := redistest.New(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
@@ -134,7 +136,7 @@ func (d *decisions) observe(ev core.Event) {
 }
 
 // lastDenial returns the RetryAfter of the last denial recorded.
-func (d *decisions) lastDenial(t *testing.T) time.Duration {
+func (d *decisions) lastDenial(t testing.TB) time.Duration {
 	t.Helper()
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -516,7 +518,7 @@ func TestInvalidConfig(t *testing.T) {
 type readCounter struct{ reads atomic.Int64 }
 
 func (b *readCounter) Read([]byte) (int, error) { b.reads.Add(1); return 0, io.EOF }
-func (b *readCounter) Close() error              { return nil }
+func (b *readCounter) Close() error             { return nil }
 
 // A denied call is answered before its body is read, in each protocol's
 // wire form.
@@ -649,5 +651,124 @@ func TestExactAcrossServers(t *testing.T) {
 			t.Fatal(msg)
 		}
 		t.Logf("inconclusive, this process stalled for %s: %s", worstStall, msg)
+	}
+}
+
+// A GET is a Connect call only with the connect=v1 query parameter (the
+// default ErrorWriter requires it): the middleware's shortcut for GETs
+// answers as the ErrorWriter's IsSupported does.
+func TestGetClassification(t *testing.T) {
+	ew := connect.NewErrorWriter(connect.WithRequireConnectProtocolHeader())
+	cases := []struct {
+		query string
+		call  bool
+	}{
+		{"", false},
+		{"a=1&b=2", false},
+		{"connect=v1&encoding=proto&message=", true},
+		{"encoding=json&connect=v1", true},
+		{"%63onnect=v1", true}, // an escaped name
+		{"connect=", false},
+		{"connect%3Dv1", false},
+		{"xconnect=v1", false},
+	}
+	for i, tc := range cases {
+		t.Run(tc.query, func(t *testing.T) {
+			req := httptest.NewRequest(http.MethodGet, procedure+"?"+tc.query, nil)
+			req.RemoteAddr = fmt.Sprintf("192.0.2.%d:1234", i+1)
+			if got := ew.IsSupported(req); got != tc.call {
+				t.Fatalf("IsSupported = %v, want %v", got, tc.call)
+			}
+			h := connectmw.Limit(core.NewMemory(), core.Rule{Name: "api", Limits: []core.Limit{core.PerMinute(1)}})(http.HandlerFunc(benchHandler))
+			h.ServeHTTP(httptest.NewRecorder(), req)
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			want := "text/plain; charset=utf-8"
+			if tc.call {
+				want = "application/json"
+			}
+			if got := rec.Header().Get("Content-Type"); rec.Code != http.StatusTooManyRequests || got != want {
+				t.Fatalf("denial %d %s, want 429 %s", rec.Code, got, want)
+			}
+		})
+	}
+}
+
+// A server stream is decided when it starts: its denial reaches the
+// client's stream in each protocol (the Connect streaming protocol writes
+// the error as its end-of-stream message).
+func TestStreamDenied(t *testing.T) {
+	const streamProcedure = "/test.v1.TestService/Count"
+	for _, p := range protocols {
+		t.Run(p.name, func(t *testing.T) {
+			var started atomic.Int64
+			mux := http.NewServeMux()
+			mux.Handle(streamProcedure, connect.NewServerStreamHandler(streamProcedure,
+				func(_ context.Context, _ *connect.Request[wrapperspb.Int64Value], s *connect.ServerStream[wrapperspb.Int64Value]) error {
+					started.Add(1)
+					for i := range 3 {
+						if err := s.Send(wrapperspb.Int64(int64(i))); err != nil {
+							return err
+						}
+					}
+					return nil
+				}))
+			l, d := redisLimiter(t, uniquePrefix(t))
+			srv := serve(t, connectmw.Limit(l, core.Rule{Name: "api", Limits: []core.Limit{core.PerMinute(1)}})(mux))
+			c := connect.NewClient[wrapperspb.Int64Value, wrapperspb.Int64Value](srv.Client(), srv.URL+streamProcedure, p.opts...)
+			count := func() (int, error) {
+				st, err := c.CallServerStream(context.Background(), connect.NewRequest(wrapperspb.Int64(3)))
+				if err != nil {
+					return 0, err
+				}
+				defer st.Close()
+				n := 0
+				for st.Receive() {
+					n++
+				}
+				return n, st.Err()
+			}
+			if n, err := count(); n != 3 || err != nil {
+				t.Fatalf("first stream: %d messages, %v", n, err)
+			}
+			n, err := count()
+			if n != 0 || connect.CodeOf(err) != connect.CodeResourceExhausted {
+				t.Fatalf("second stream: %d messages, %v; want resource_exhausted", n, err)
+			}
+			if got, want := retryDelays(t, err), d.lastDenial(t); !slices.Equal(got, []time.Duration{want}) {
+				t.Fatalf("RetryInfo %v, want [%v]", got, want)
+			}
+			if started.Load() != 1 {
+				t.Fatalf("the handler started %d streams, want 1", started.Load())
+			}
+		})
+	}
+}
+
+// connect-go and genproto stay out of the root module's graph, and out of
+// the build of an application that uses nethttp alone.
+func TestRootModuleGraph(t *testing.T) {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"list", "-m", "all"},
+		{"list", "-deps", "github.com/ratewindow/ratewindow/nethttp"},
+	} {
+		cmd := exec.Command(goTool, args...)
+		cmd.Dir = ".."
+		cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		for line := range strings.Lines(string(out)) {
+			for _, banned := range []string{"connectrpc.com/", "google.golang.org/genproto", "google.golang.org/grpc", "google.golang.org/protobuf"} {
+				if strings.HasPrefix(line, banned) {
+					t.Errorf("go %s lists %s", strings.Join(args, " "), strings.TrimSpace(line))
+				}
+			}
+		}
 	}
 }

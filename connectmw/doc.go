@@ -24,17 +24,16 @@
 // connect-go client reads them so:
 //
 //	_, err := client.Ping(ctx, req)
-//	if connect.CodeOf(err) == connect.CodeResourceExhausted {
-//		var cerr *connect.Error
-//		errors.As(err, &cerr)
+//	var cerr *connect.Error
+//	if errors.As(err, &cerr) && cerr.Code() == connect.CodeResourceExhausted {
 //		for _, d := range cerr.Details() {
 //			if v, err := d.Value(); err == nil {
 //				if ri, ok := v.(*errdetails.RetryInfo); ok {
-//					wait := ri.GetRetryDelay().AsDuration()
+//					wait = ri.GetRetryDelay().AsDuration() // exact, to the µs
 //				}
 //			}
 //		}
-//		retryAfter := cerr.Meta().Get("Retry-After")
+//		retryAfter := cerr.Meta().Get("Retry-After") // whole seconds
 //	}
 //
 // When the Limiter answers with the 503 of its failure mode (FailClosed,
