@@ -234,13 +234,19 @@ var (
 )
 
 // writeDenied answers a denial res of a Connect request: CodeResourceExhausted
-// with RetryInfo, the rate-limit fields and Retry-After already in w's
-// header.
+// (CodeUnavailable for a shed decision) with RetryInfo, the rate-limit
+// fields and Retry-After already in w's header.
 func writeDenied(ew *connect.ErrorWriter, w http.ResponseWriter, r *http.Request, res core.Result) {
 	if sw := findStopWriter(w); sw != nil {
 		w = sw.ResponseWriter
 	}
-	cerr := connect.NewError(connect.CodeResourceExhausted, errDenied)
+	code, msg := connect.CodeResourceExhausted, errDenied
+	if errors.Is(res.BackendErr, core.ErrShed) {
+		// a decision shed for overload, which the failure mode FailLocal
+		// hands to OnDenied: no limit denied it, Redis was too slow
+		code, msg = connect.CodeUnavailable, errUnavailable
+	}
+	cerr := connect.NewError(code, msg)
 	if !res.Never() {
 		addRetryInfo(cerr, res.RetryAfter)
 	}
