@@ -68,16 +68,16 @@ func TestHistQuantile(t *testing.T) {
 
 func testReport() *Report {
 	cfg := QuickConfig()
-	cfg.Goroutines, cfg.Keys = []int{1}, []int{1}
+	cfg.Goroutines, cfg.Keys, cfg.ClusterGoroutines, cfg.MemKeys = []int{1}, []int{1}, nil, MinMemKeys
 	r := &Report{Config: cfg, Redis: "7.0", Go: "go", CPUs: 2, Started: time.Unix(0, 0), Took: time.Second}
 	r.Contenders = []Contender{{Name: "ours <a&b>"}, {Name: "peer", Peer: true}}
 	r.Throughput = []Throughput{
-		{Contender: "ours <a&b>", Goroutines: 1, Keys: 1, Rounds: []Slice{{Decisions: 3000, Elapsed: time.Second, Mallocs: 3000,
+		{Contender: "ours <a&b>", Goroutines: 1, Keys: 1, Rounds: []Slice{{Decisions: 3000, Admitted: 3000, Elapsed: time.Second, Mallocs: 3000, RedisCPU: 9 * time.Millisecond,
 			Call: Call{Name: "FCALL", Calls: 3000, Usec: 42000}, Inside: []CommandStat{{"set", 3000, 3000}, {"get", 6000, 1500}}}}},
-		{Contender: "peer", Goroutines: 1, Keys: 1, Rounds: []Slice{{Decisions: 1000, Elapsed: time.Second, Call: Call{Name: "EVALSHA", Calls: 1000, Usec: 5000}}}},
+		{Contender: "peer", Goroutines: 1, Keys: 1, Rounds: []Slice{{Decisions: 1000, Admitted: 990, Elapsed: time.Second, RedisCPU: 6 * time.Millisecond, Call: Call{Name: "EVALSHA", Calls: 1000, Usec: 5000}}}},
 	}
 	r.Admission = []Admission{{Contender: "ours <a&b>", Worst: 100}, {Contender: "peer", Worst: 199}}
-	r.Memory = []Memory{{Contender: "ours <a&b>", PerKey: 60}, {Contender: "peer", PerKey: 120}}
+	r.Memory = []Memory{{Contender: "ours <a&b>", PerKey: 60, PerKeyOne: 50}, {Contender: "peer", PerKey: 120, PerKeyOne: 110}}
 	r.Deny = []Deny{{Goroutines: 1, On: Slice{Decisions: 500, Elapsed: time.Second}, Off: Slice{Decisions: 10, Elapsed: time.Second}}}
 	return r
 }
@@ -90,18 +90,158 @@ func TestMarkdown(t *testing.T) {
 	for _, want := range []string{
 		"| ours <a&b> | 3,000 (3.00×) |",
 		"| peer | 1,000 (1.00×) |",
-		"| ours <a&b> | 3,000 | 3.00× | 0 ns | 0 ns | 1.0 | 0.0 | 0.0 | 14.00 | 1.0 | 0 |",
+		"| ours <a&b> | 3,000 | 3.00× | 0 ns | 0 ns | 1.0 | 0.0 | 3.0 | 14.00 | 1.0 | 0 | 0 |",
+		"| peer | 1,000 | 1.00× | 0 ns | 0 ns | 0.0 | 0.0 | 6.0 | 5.00 | 1.0 | 10 | 0 |",
+		"| ours <a&b> | 3.0 (0.50×) |",
 		"| ours <a&b> | FCALL | 14.00 | 1.0 | SET 1.00, GET ×2 0.50 | 1.50 | 12.50 |",
 		"| peer | EVALSHA | 5.00 | 1.0 | — | 0.00 | 5.00 |",
 		"One round: each figure is that round's.",
 		"| 1 | 500 | 10 | 50.00× | 0.0 |",
 		"| peer |  | 199 |",
-		"| ours <a&b> | 60.0 | 0.50× | 0.0 | 0 |",
+		"| ours <a&b> | 60.0 | 0.50× | 50.0 | 0 |",
 		Command,
 	} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("Markdown lacks %q:\n%s", want, b.String())
 		}
+	}
+}
+
+// tables returns the Markdown tables of md: each its header line and its
+// rows.
+func tables(md string) (headers []string, rows [][]string) {
+	lines := strings.Split(md, "\n")
+	for i := 0; i+1 < len(lines); i++ {
+		if !strings.HasPrefix(lines[i], "|") || !strings.HasPrefix(lines[i+1], "|--") {
+			continue
+		}
+		headers = append(headers, lines[i])
+		var body []string
+		for i += 2; i < len(lines) && strings.HasPrefix(lines[i], "|"); i++ {
+			body = append(body, lines[i])
+		}
+		rows = append(rows, body)
+	}
+	return headers, rows
+}
+
+// TestMarkdownPrintsOnlyWhatRan: every table printed has rows, and a run of
+// one part (the flood alone, the throughput alone, a quick run without
+// memory) prints that part's sections and no other.
+func TestMarkdownPrintsOnlyWhatRan(t *testing.T) {
+	full := testReport()
+	flood := &Report{Config: FullConfig(), Redis: "7.0", Go: "go", CPUs: 2, Started: time.Unix(0, 0), Took: time.Second,
+		Contenders: full.Contenders, Flood: []Flood{{Contender: "ratewindow sliding-log", Worst: 100, Admitted: 200, Decisions: 1000, For: time.Second}}}
+	flood.Config.FloodOnly = true
+	speed := testReport()
+	speed.Admission, speed.Deny, speed.Memory = nil, nil, nil
+	quick := testReport()
+	quick.Memory, quick.MemoryNote = nil, "not measured: a quick run"
+	cases := []struct {
+		name     string
+		r        *Report
+		sections []string // the "## " headings, in order
+	}{
+		{"full", full, []string{"Contenders", "Decisions per second (median)", "Redis CPU µs a decision (median)",
+			"Redis's own time a call, 1 goroutine(s) (INFO commandstats)", "Hot denied key: ratewindow's deny cache",
+			"Worst count in one 1 s window (limit 100 per second)", "Redis memory per key"}},
+		{"flood only", flood, []string{"Flood: 3 replicas hit one key"}},
+		{"throughput only", speed, []string{"Contenders", "Decisions per second (median)", "Redis CPU µs a decision (median)",
+			"Redis's own time a call, 1 goroutine(s) (INFO commandstats)"}},
+		{"quick, no memory", quick, []string{"Contenders", "Decisions per second (median)", "Redis CPU µs a decision (median)",
+			"Redis's own time a call, 1 goroutine(s) (INFO commandstats)", "Hot denied key: ratewindow's deny cache",
+			"Worst count in one 1 s window (limit 100 per second)", "Redis memory per key"}},
+	}
+	for _, c := range cases {
+		var b bytes.Buffer
+		if err := c.r.Markdown(&b); err != nil {
+			t.Fatal(err)
+		}
+		md := b.String()
+		var sections []string
+		for _, line := range strings.Split(md, "\n") {
+			if h, ok := strings.CutPrefix(line, "## "); ok {
+				sections = append(sections, h)
+			}
+		}
+		if !slices.Equal(sections, c.sections) {
+			t.Errorf("%s: sections %q, want %q", c.name, sections, c.sections)
+		}
+		headers, rows := tables(md)
+		for i, h := range headers {
+			if len(rows[i]) == 0 {
+				t.Errorf("%s: an empty table: %s\n%s", c.name, h, md)
+			}
+		}
+	}
+}
+
+// TestMarkdownMemoryNoise: a memory figure of 0 or less (the server's own
+// churn, larger than the keys' memory) is printed as —, never as a number,
+// and is no ratio's base.
+func TestMarkdownMemoryNoise(t *testing.T) {
+	r := testReport()
+	r.Contenders = append(r.Contenders, Contender{Name: "small peer", Peer: true})
+	r.Memory = []Memory{
+		{Contender: "ours <a&b>", PerKey: 163.1, PerKeyOne: 149},
+		{Contender: "peer", PerKey: 120, PerKeyOne: 130.4},
+		{Contender: "small peer", PerKey: -54, PerKeyOne: 0},
+	}
+	var b bytes.Buffer
+	if err := r.Markdown(&b); err != nil {
+		t.Fatal(err)
+	}
+	md := b.String()
+	for _, want := range []string{
+		"| ours <a&b> | 163.1 | 1.36× | 149.0 | 0 |",
+		"| peer | 120.0 | 1.00× | 130.4 | 0 |",
+		"| small peer | — | — | — | 0 |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("Markdown lacks %q:\n%s", want, md)
+		}
+	}
+	if strings.Contains(md, "-54") {
+		t.Errorf("Markdown prints the negative figure:\n%s", md)
+	}
+}
+
+// TestMarkdownCluster: the Cluster's settings come after the server's, in
+// both summaries, with a contender that cannot run on a Cluster shown as —
+// there and named in the text with its reason.
+func TestMarkdownCluster(t *testing.T) {
+	r := testReport()
+	r.Config.ClusterGoroutines = []int{64}
+	r.Contenders = append(r.Contenders, Contender{Name: "single only", Peer: true, NoCluster: "it takes a *redis.Client"})
+	sl := func(n int64, cpu time.Duration) []Slice {
+		return []Slice{{Decisions: n, Admitted: n, Elapsed: time.Second, RedisCPU: cpu}}
+	}
+	r.Throughput = append(r.Throughput,
+		Throughput{Contender: "single only", Goroutines: 1, Keys: 1, Rounds: sl(500, 5*time.Millisecond)},
+		Throughput{Contender: "ours <a&b>", Goroutines: 64, Keys: 1, Cluster: true, Rounds: sl(150_000, 300*time.Millisecond)},
+		Throughput{Contender: "peer", Goroutines: 64, Keys: 1, Cluster: true, Rounds: sl(100_000, 400*time.Millisecond)},
+	)
+	var b bytes.Buffer
+	if err := r.Markdown(&b); err != nil {
+		t.Fatal(err)
+	}
+	md := b.String()
+	for _, want := range []string{
+		"| contender | 1 goroutine(s), 1 hot key | 64 goroutine(s), 1 hot key, Cluster of 3 |",
+		"| ours <a&b> | 3,000 (3.00×) | 150,000 (1.50×) |",
+		"| single only | 500 (0.50×) | — |",
+		"| ours <a&b> | 3.0 (0.50×) | 2.0 (0.50×) |",
+		"| peer | 6.0 (1.00×) | 4.0 (1.00×) |",
+		"### 64 goroutine(s), 1 hot key, Cluster of 3 (baseline: peer)",
+		"| ours <a&b> | 150,000 | 1.50× | 0 ns | 0 ns | 0.0 | 0.0 | 2.0 | 0.00 | 0.0 | 0 | 0 |",
+		"single only is not among them: it takes a *redis.Client.",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("Markdown lacks %q:\n%s", want, md)
+		}
+	}
+	if b, ok := r.Baseline(64, 1, true); !ok || b.Contender != "peer" {
+		t.Errorf("Cluster baseline %+v %v", b, ok)
 	}
 }
 
@@ -133,11 +273,11 @@ func TestBaselineIsTheFastestPeer(t *testing.T) {
 	r := testReport()
 	r.Contenders = append(r.Contenders, Contender{Name: "fast peer", Peer: true})
 	r.Throughput = append(r.Throughput, Throughput{Contender: "fast peer", Goroutines: 1, Keys: 1, Rounds: []Slice{{Decisions: 2000, Elapsed: time.Second}}})
-	if b, ok := r.Baseline(1, 1); !ok || b.Contender != "fast peer" {
+	if b, ok := r.Baseline(1, 1, false); !ok || b.Contender != "fast peer" {
 		t.Fatalf("baseline %+v %v", b, ok)
 	}
 	r.Config.Baseline = "peer"
-	if b, ok := r.Baseline(1, 1); !ok || b.Contender != "peer" {
+	if b, ok := r.Baseline(1, 1, false); !ok || b.Contender != "peer" {
 		t.Fatalf("named baseline %+v %v", b, ok)
 	}
 }

@@ -40,9 +40,13 @@ type Contender struct {
 	// inside them.
 	Call     []string
 	CallName string
+	// NoCluster, when set, says why the contender cannot run on a Redis
+	// Cluster; it is left out of the Cluster settings.
+	NoCluster string
 	// New returns a factory of per-goroutine Decide functions for a limit of
-	// count units per window, on rdb.
-	New func(rdb *redis.Client, count int, window time.Duration) (func() Decide, error)
+	// count units per window, on rdb: a *redis.Client, or a
+	// *redis.ClusterClient in the Cluster settings.
+	New func(rdb redis.UniversalClient, count int, window time.Duration) (func() Decide, error)
 }
 
 // Contenders returns every contender: ratewindow's three algorithms, the
@@ -57,7 +61,7 @@ func Contenders() []Contender {
 		{Name: "ulule/limiter v3", Method: "fixed window, Lua INCRBY", Peer: true, New: newUlule},
 		{Name: "go-redis/redis_rate v10", Method: "GCRA, Lua", Peer: true, New: newRedisRate},
 		{Name: "go-chi/httprate-redis", Method: "sliding counter, MGET + MULTI INCR", Peer: true, New: newHTTPRate,
-			Call: []string{"exec", "mget", "multi"}, CallName: "MGET + MULTI/EXEC"},
+			Call: []string{"exec", "mget", "multi"}, CallName: "MGET + MULTI/EXEC", NoCluster: httprateNoCluster},
 		{Name: "plain sliding log", Method: "ZSET + UUID members, one EVALSHA", New: newPlainLog},
 		{Name: "plain sliding log, rueidis", Method: "the same script, rueidis auto-pipelining", New: newRueidisLog},
 	}
@@ -69,7 +73,7 @@ func ratewindow(name string, alg core.Algorithm, opts ...core.Option) Contender 
 	return Contender{
 		Name:   name,
 		Method: alg.String() + ", one FCALL",
-		New: func(rdb *redis.Client, count int, window time.Duration) (func() Decide, error) {
+		New: func(rdb redis.UniversalClient, count int, window time.Duration) (func() Decide, error) {
 			l, err := core.New(rdb, opts...)
 			if err != nil {
 				return nil, err
@@ -85,7 +89,7 @@ func ratewindow(name string, alg core.Algorithm, opts ...core.Option) Contender 
 	}
 }
 
-func newUlule(rdb *redis.Client, count int, window time.Duration) (func() Decide, error) {
+func newUlule(rdb redis.UniversalClient, count int, window time.Duration) (func() Decide, error) {
 	store, err := ulredis.NewStoreWithOptions(rdb, ulule.StoreOptions{Prefix: "limiter"})
 	if err != nil {
 		return nil, err
@@ -99,7 +103,7 @@ func newUlule(rdb *redis.Client, count int, window time.Duration) (func() Decide
 	}, nil
 }
 
-func newRedisRate(rdb *redis.Client, count int, window time.Duration) (func() Decide, error) {
+func newRedisRate(rdb redis.UniversalClient, count int, window time.Duration) (func() Decide, error) {
 	l := redis_rate.NewLimiter(rdb)
 	lim := redis_rate.Limit{Rate: count, Burst: count, Period: window}
 	return func() Decide {
@@ -113,12 +117,24 @@ func newRedisRate(rdb *redis.Client, count int, window time.Duration) (func() De
 	}, nil
 }
 
+// httprateNoCluster is why httprate-redis runs on one server only.
+const httprateNoCluster = "its Config.Client is a *redis.Client (no cluster client), and its MGET reads two windows' keys of different hash slots"
+
 // newHTTPRate drives httprate's handler, the library's only way to decide
 // (its decision holds a process-wide mutex across two Redis calls). Each
 // goroutine has its own request and response writer; the key is a header.
-func newHTTPRate(rdb *redis.Client, count int, window time.Duration) (func() Decide, error) {
+//
+// With a window below a second, httprate still names its counters by the
+// second (httprate.LimitCounterKey hashes the window's Unix seconds) and
+// go-redis raises its EXPIRE of 3 windows to 1 s: the commands, and so the
+// work of a decision, are those of any window.
+func newHTTPRate(rdb redis.UniversalClient, count int, window time.Duration) (func() Decide, error) {
+	client, ok := rdb.(*redis.Client)
+	if !ok {
+		return nil, fmt.Errorf("httprate-redis: %s", httprateNoCluster)
+	}
 	counter := httprateredis.NewCounter(&httprateredis.Config{
-		Client: rdb, WindowLength: window, PrefixKey: "httprate", FallbackDisabled: true,
+		Client: client, WindowLength: window, PrefixKey: "httprate", FallbackDisabled: true,
 	})
 	rl := httprate.NewRateLimiter(count, window,
 		httprate.WithKeyFuncs(func(r *http.Request) (string, error) { return r.Header.Get("X-Key"), nil }),
@@ -178,7 +194,7 @@ redis.call('PEXPIRE', KEYS[1], math.ceil(window / 1000))
 return 1
 `
 
-func newPlainLog(rdb *redis.Client, count int, window time.Duration) (func() Decide, error) {
+func newPlainLog(rdb redis.UniversalClient, count int, window time.Duration) (func() Decide, error) {
 	script := redis.NewScript(plainLogLua)
 	win := strconv.FormatInt(window.Microseconds(), 10)
 	lim := strconv.Itoa(count)
@@ -193,8 +209,15 @@ func newPlainLog(rdb *redis.Client, count int, window time.Duration) (func() Dec
 // newRueidisLog is the plain sliding log sent through rueidis, whose
 // client pipelines concurrent commands on shared connections by itself
 // (auto-pipelining): the reference for what batching alone can reach.
-func newRueidisLog(rdb *redis.Client, count int, window time.Duration) (func() Decide, error) {
-	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{rdb.Options().Addr}, DisableCache: true})
+//
+// On a Redis Cluster, rueidis finds the masters from the addresses given
+// (CLUSTER SHARDS) and sends each key's call to its master itself.
+func newRueidisLog(rdb redis.UniversalClient, count int, window time.Duration) (func() Decide, error) {
+	addrs, err := addrsOf(rdb)
+	if err != nil {
+		return nil, err
+	}
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, DisableCache: true})
 	if err != nil {
 		return nil, err
 	}
@@ -207,6 +230,17 @@ func newRueidisLog(rdb *redis.Client, count int, window time.Duration) (func() D
 			return n == 1, err
 		}
 	}, nil
+}
+
+// addrsOf returns the addresses rdb was made with.
+func addrsOf(rdb redis.UniversalClient) ([]string, error) {
+	switch c := rdb.(type) {
+	case *redis.Client:
+		return []string{c.Options().Addr}, nil
+	case *redis.ClusterClient:
+		return c.Options().Addrs, nil
+	}
+	return nil, fmt.Errorf("bench: a %T: want a *redis.Client or a *redis.ClusterClient", rdb)
 }
 
 // uuid returns a random UUID-formatted string (version 4 layout).

@@ -15,14 +15,41 @@ import (
 // Command is the one command that regenerates the results.
 const Command = "cd benchmarks && go run ./cmd/rwbench"
 
-// setting is one cell of the throughput grid.
-type setting struct{ g, keys int }
+// setting is one cell of the throughput grid: on one server, or on the
+// Cluster.
+type setting struct {
+	g, keys int
+	cluster bool
+}
 
+// label names s in headings and columns.
+func (s setting) label() string {
+	l := fmt.Sprintf("%d goroutine(s), %s", s.g, keysLabel(s.keys))
+	if s.cluster {
+		l += fmt.Sprintf(", Cluster of %d", clusterMasters)
+	}
+	return l
+}
+
+// settings are the grid's settings that were measured: the server's, then
+// the Cluster's.
 func (r *Report) settings() []setting {
 	var out []setting
-	for _, k := range r.Config.Keys {
-		for _, g := range r.Config.Goroutines {
-			out = append(out, setting{g, k})
+	for _, cluster := range []bool{false, true} {
+		gs := r.Config.Goroutines
+		if cluster {
+			gs = r.Config.ClusterGoroutines
+		}
+		for _, k := range r.Config.Keys {
+			for _, g := range gs {
+				s := setting{g, k, cluster}
+				for _, t := range r.Throughput {
+					if t.Goroutines == g && t.Keys == k && t.Cluster == cluster {
+						out = append(out, s)
+						break
+					}
+				}
+			}
 		}
 	}
 	return out
@@ -40,24 +67,27 @@ func (r *Report) peer(name string) bool {
 // row returns the throughput of contender name in setting s.
 func (r *Report) row(name string, s setting) (Throughput, bool) {
 	for _, t := range r.Throughput {
-		if t.Contender == name && t.Goroutines == s.g && t.Keys == s.keys {
+		if t.Contender == name && t.Goroutines == s.g && t.Keys == s.keys && t.Cluster == s.cluster {
 			return t, true
 		}
 	}
 	return Throughput{}, false
 }
 
-// Baseline returns the contender the ratios of setting (g, keys) refer to:
-// Config.Baseline, or the fastest peer there.
-func (r *Report) Baseline(g, keys int) (Throughput, bool) {
-	s := setting{g, keys}
+// Baseline returns the contender the ratios of setting (g, keys, on the
+// Cluster or not) refer to: Config.Baseline, or the fastest peer there.
+func (r *Report) Baseline(g, keys int, cluster bool) (Throughput, bool) {
+	return r.baseline(setting{g, keys, cluster})
+}
+
+func (r *Report) baseline(s setting) (Throughput, bool) {
 	if r.Config.Baseline != "" {
 		return r.row(r.Config.Baseline, s)
 	}
 	var best Throughput
 	found := false
 	for _, t := range r.Throughput {
-		if t.Goroutines == g && t.Keys == keys && r.peer(t.Contender) && (!found || t.PerSecond() > best.PerSecond()) {
+		if t.Goroutines == s.g && t.Keys == s.keys && t.Cluster == s.cluster && r.peer(t.Contender) && (!found || t.PerSecond() > best.PerSecond()) {
 			best, found = t, true
 		}
 	}
@@ -103,7 +133,8 @@ func dur(d time.Duration) string {
 	return fmt.Sprintf("%d ns", d)
 }
 
-// Markdown writes the report as Markdown tables.
+// Markdown writes the report as Markdown tables: only those of what the
+// run measured, none empty.
 //
 // Each throughput figure is the median over the rounds, followed by its
 // spread (the smallest and largest round) when there is more than one.
@@ -111,93 +142,22 @@ func (r *Report) Markdown(w io.Writer) error {
 	var b bytes.Buffer
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	cfg := r.Config
+	settings := r.settings()
 	p("# ratewindow side by side\n\n")
 	p("Run %s on Redis %s, %s, %d CPUs; took %s. Regenerate: `%s`.\n\n",
 		r.Started.UTC().Format("2006-01-02 15:04 UTC"), r.Redis, r.Go, r.CPUs, r.Took.Round(time.Second), Command)
-	p("Each contender runs in a process of its own, one process per contender, setting and round, against the same Redis; ")
-	if r.Flushed {
-		p("the server is flushed (FLUSHALL) before each process. ")
-	} else {
-		p("the server is not the program's own and was not flushed. ")
+	if len(settings) > 0 {
+		r.throughputIntro(p)
 	}
-	p("A process opens its go-redis client (a pool of %d connections in every setting), warms up for %s (connections open, scripts loaded), then decides for %s. ",
-		maxInt(cfg.Goroutines), cfg.Warm, cfg.Slice)
-	p("The rounds interleave: in each setting, round 1 runs every contender once, then round 2 again, the order rotating by one each round. ")
-	p("%s\n\n", roundsNote(cfg.Rounds))
-	p("Client CPU is the process's own (getrusage); Redis CPU is the server's INFO cpu (user + system), so it includes reading and answering the connections. ")
-	p("Redis's own µs a call is INFO commandstats' usec over calls of the contender's call (CONFIG RESETSTAT before each slice): the time Redis spends executing the call, its script's Lua and the commands inside included, without the connection's I/O; decisions a call is above 1 where decisions are merged into one call. ")
-	p("The throughput limit (%s per %s) admits every request. Ratios are to the baseline: %s (by median decisions/s). ", thousands(int64(cfg.Count)), cfg.Window, baselineName(cfg))
-	p("The hot denied key, the worst window and the memory are measured in the program itself, with one client, one contender after another.\n\n")
-
-	p("## Contenders\n\n| contender | method | the call Redis sees |\n|---|---|---|\n")
-	for _, c := range r.Contenders {
-		p("| %s | %s | %s |\n", c.Name, c.Method, r.callNames(c.Name))
-	}
-	p("\n")
-
-	p("## Decisions per second (median)\n\n| contender |")
-	for _, s := range r.settings() {
-		p(" %d goroutine(s), %s |", s.g, keysLabel(s.keys))
-	}
-	p("\n|---|")
-	for range r.settings() {
-		p("---:|")
-	}
-	p("\n")
-	for _, c := range r.Contenders {
-		p("| %s |", c.Name)
-		for _, s := range r.settings() {
-			t, ok := r.row(c.Name, s)
-			base, bok := r.Baseline(s.g, s.keys)
-			switch {
-			case !ok:
-				p(" — |")
-			case bok:
-				p(" %s (%s) |", thousands(int64(t.PerSecond())), ratio(t.PerSecond(), base.PerSecond()))
-			default:
-				p(" %s |", thousands(int64(t.PerSecond())))
-			}
-		}
-		p("\n")
-	}
-	p("\n")
-
-	for _, s := range r.settings() {
-		base, _ := r.Baseline(s.g, s.keys)
-		p("### %d goroutine(s), %s (baseline: %s)\n\n", s.g, keysLabel(s.keys), base.Contender)
-		p("| contender | decisions/s | × baseline | p50 | p99 | allocs/decision | client CPU µs/decision | Redis CPU µs/decision | Redis's own µs a call | decisions a call | errors |\n")
-		p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	if len(settings) > 0 || len(r.Admission) > 0 {
+		p("## Contenders\n\n| contender | method | the call Redis sees |\n|---|---|---|\n")
 		for _, c := range r.Contenders {
-			t, ok := r.row(c.Name, s)
-			if !ok {
-				continue
-			}
-			p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d |\n", c.Name,
-				spread(t, Slice.PerSecond, count), ratio(t.PerSecond(), base.PerSecond()),
-				spread(t, p50, durNs), spread(t, p99, durNs), spread(t, Slice.AllocsPerDecision, oneDigit),
-				spread(t, Slice.ClientMicros, oneDigit), spread(t, Slice.RedisMicros, oneDigit),
-				spread(t, Slice.CallMicros, twoDigits), spread(t, Slice.DecisionsPerCall, oneDigit), t.Errors())
+			p("| %s | %s | %s |\n", c.Name, c.Method, r.callNames(c.Name))
 		}
 		p("\n")
 	}
-
-	if low := r.lowestGoroutines(); low > 0 {
-		p("## Redis's own time a call, %d goroutine(s) (INFO commandstats)\n\n", low)
-		p("The call's µs, the commands Redis ran inside it (each command's µs per call, and how many per call where not one), their sum, and the rest: the call's own work around them (for a script, its Lua). Medians over the rounds, spreads in brackets.\n\n")
-		for _, nk := range cfg.Keys {
-			p("### %d goroutine(s), %s\n\n", low, keysLabel(nk))
-			p("| contender | call | µs a call | decisions a call | the commands inside, µs a call | inside | the rest |\n|---|---|---:|---:|---|---:|---:|\n")
-			for _, c := range r.Contenders {
-				t, ok := r.row(c.Name, setting{low, nk})
-				if !ok {
-					continue
-				}
-				p("| %s | %s | %s | %s | %s | %s | %s |\n", c.Name, r.callNames(c.Name),
-					spread(t, Slice.CallMicros, twoDigits), spread(t, Slice.DecisionsPerCall, oneDigit),
-					insideList(t), spread(t, Slice.InsideMicros, twoDigits), spread(t, Slice.RestMicros, twoDigits))
-			}
-			p("\n")
-		}
+	if len(settings) > 0 {
+		r.throughputTables(p, settings)
 	}
 
 	if len(r.Deny) > 0 {
@@ -211,18 +171,16 @@ func (r *Report) Markdown(w io.Writer) error {
 		p("\n")
 	}
 
-	if len(r.Admission) == 0 {
-		_, err := w.Write(b.Bytes())
-		return err
+	if len(r.Admission) > 0 {
+		p("## Worst count in one 1 s window (limit 100 per second)\n\n")
+		p("%d goroutines drive one key as hard as they can for %s. Each admitted request's call start and end are recorded; it was admitted somewhere in between. ", cfg.AdmitGoroutines, cfg.AdmitFor)
+		p("The figure counts the admitted requests whose whole call lies inside one window (t−1s, t], the worst over all t: a lower bound of the true worst window that the client's latency cannot inflate, so any figure above 100 is proven over-admission.\n\n")
+		p("| contender | method | worst 1 s window | admitted in all | errors |\n|---|---|---:|---:|---:|\n")
+		for _, a := range r.Admission {
+			p("| %s | %s | %d | %d in %s | %d |\n", a.Contender, r.method(a.Contender), a.Worst, a.Admitted, a.For, a.Errors)
+		}
+		p("\n")
 	}
-	p("## Worst count in one 1 s window (limit 100 per second)\n\n")
-	p("%d goroutines drive one key as hard as they can for %s. Each admitted request's call start and end are recorded; it was admitted somewhere in between. ", cfg.AdmitGoroutines, cfg.AdmitFor)
-	p("The figure counts the admitted requests whose whole call lies inside one window (t−1s, t], the worst over all t: a lower bound of the true worst window that the client's latency cannot inflate, so any figure above 100 is proven over-admission.\n\n")
-	p("| contender | method | worst 1 s window | admitted in all | errors |\n|---|---|---:|---:|---:|\n")
-	for _, a := range r.Admission {
-		p("| %s | %s | %d | %d in %s | %d |\n", a.Contender, r.method(a.Contender), a.Worst, a.Admitted, a.For, a.Errors)
-	}
-	p("\n")
 
 	if len(r.Flood) > 0 {
 		p("## Flood: %d replicas hit one key\n\n", cfg.FloodProcesses)
@@ -235,22 +193,155 @@ func (r *Report) Markdown(w io.Writer) error {
 		p("\n")
 	}
 
-	p("## Redis memory per key\n\n")
-	if r.MemoryNote != "" {
-		p("%s.\n\n", r.MemoryNote)
-	} else {
+	switch {
+	case len(r.Memory) > 0:
 		small := r.smallestPeerMemory()
+		p("## Redis memory per key\n\n")
 		p("FLUSHALL, then %s keys (`user:0` …) with %d requests each under a limit of 100 per hour; the figure is the growth of INFO memory `used_memory` less `mem_clients_normal` (connection buffers), divided by the keys. Again with one request per key. ",
 			thousands(int64(cfg.MemKeys)), cfg.MemRequests)
-		p("Ratios are to the smallest peer at %d requests.\n\n", cfg.MemRequests)
+		p("Ratios are to the smallest peer at %d requests. A figure of 0 or less is the server's own churn, larger than the keys' memory: it shows as —.\n\n", cfg.MemRequests)
 		p("| contender | bytes/key at %d requests | × smallest peer | bytes/key at 1 request | failed requests |\n|---|---:|---:|---:|---:|\n", cfg.MemRequests)
 		for _, m := range r.Memory {
-			p("| %s | %.1f | %s | %.1f | %d |\n", m.Contender, m.PerKey, ratio(m.PerKey, small), m.PerKeyOne, m.Errors)
+			x := "—"
+			if m.PerKey > 0 {
+				x = ratio(m.PerKey, small)
+			}
+			p("| %s | %s | %s | %s | %d |\n", m.Contender, bytesPerKey(m.PerKey), x, bytesPerKey(m.PerKeyOne), m.Errors)
 		}
 		p("\n")
+	case r.MemoryNote != "":
+		p("## Redis memory per key\n\n%s.\n\n", r.MemoryNote)
 	}
 	_, err := w.Write(b.Bytes())
 	return err
+}
+
+// bytesPerKey formats a memory figure; one of 0 or less is noise (see
+// MinMemKeys), shown as —.
+func bytesPerKey(v float64) string {
+	if v <= 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.1f", v)
+}
+
+// throughputIntro says how the throughput was measured.
+func (r *Report) throughputIntro(p func(string, ...any)) {
+	cfg := r.Config
+	p("Each contender runs in a process of its own, one process per contender, setting and round, against the same Redis; ")
+	if r.Flushed {
+		p("the server is flushed (FLUSHALL) before each process. ")
+	} else {
+		p("the server is not the program's own and was not flushed. ")
+	}
+	pool := fmt.Sprintf("a pool of %d connections in every setting", maxInt(cfg.Goroutines))
+	if len(cfg.Goroutines) == 0 {
+		pool = fmt.Sprintf("a pool of %d connections a master in every setting", maxInt(cfg.ClusterGoroutines))
+	}
+	p("A process opens its go-redis client (%s), warms up for %s (connections open, scripts loaded), then decides for %s. ",
+		pool, cfg.Warm, cfg.Slice)
+	p("The rounds interleave: in each setting, round 1 runs every contender once, then round 2 again, the order rotating by one each round. ")
+	p("%s\n\n", roundsNote(cfg.Rounds))
+	p("Client CPU is the process's own (getrusage); Redis CPU is the server's INFO cpu (user + system), so it includes reading and answering the connections. ")
+	p("Redis's own µs a call is INFO commandstats' usec over calls of the contender's call (CONFIG RESETSTAT before each slice): the time Redis spends executing the call, its script's Lua and the commands inside included, without the connection's I/O; decisions a call is above 1 where decisions are merged into one call. ")
+	p("The throughput limit (%s per %s, for every contender) admits every request (the tables count the denied: 0 is as it should be). Ratios are to the baseline: %s (by median decisions/s). ", thousands(int64(cfg.Count)), cfg.Window, baselineName(cfg))
+	p("The hot denied key, the worst window and the memory are measured in the program itself, with one client, one contender after another.\n\n")
+	if len(cfg.ClusterGoroutines) > 0 {
+		p("The Cluster settings run on a Redis Cluster of %d masters without replicas that the program starts on loopback, every contender through a cluster client (go-redis's ClusterClient, rueidis's own), ", clusterMasters)
+		p("the masters flushed and their statistics reset before each process (a pool of %d connections a master); Redis CPU and the commands' figures are summed over the masters.", maxInt(cfg.ClusterGoroutines))
+		for _, c := range r.Contenders {
+			if c.NoCluster != "" {
+				p(" %s is not among them: %s.", c.Name, c.NoCluster)
+			}
+		}
+		p("\n\n")
+	}
+}
+
+// throughputTables writes the summaries and a table for each setting.
+func (r *Report) throughputTables(p func(string, ...any), settings []setting) {
+	cfg := r.Config
+	summary := func(title string, cell func(t, base Throughput, bok bool) string) {
+		p("## %s\n\n| contender |", title)
+		for _, s := range settings {
+			p(" %s |", s.label())
+		}
+		p("\n|---|")
+		for range settings {
+			p("---:|")
+		}
+		p("\n")
+		for _, c := range r.Contenders {
+			p("| %s |", c.Name)
+			for _, s := range settings {
+				t, ok := r.row(c.Name, s)
+				base, bok := r.baseline(s)
+				if !ok {
+					p(" — |")
+					continue
+				}
+				p(" %s |", cell(t, base, bok))
+			}
+			p("\n")
+		}
+		p("\n")
+	}
+	summary("Decisions per second (median)", func(t, base Throughput, bok bool) string {
+		if !bok {
+			return thousands(int64(t.PerSecond()))
+		}
+		return fmt.Sprintf("%s (%s)", thousands(int64(t.PerSecond())), ratio(t.PerSecond(), base.PerSecond()))
+	})
+	summary("Redis CPU µs a decision (median)", func(t, base Throughput, bok bool) string {
+		m, _, _ := t.Median(Slice.RedisMicros)
+		if !bok {
+			return fmt.Sprintf("%.1f", m)
+		}
+		bm, _, _ := base.Median(Slice.RedisMicros)
+		return fmt.Sprintf("%.1f (%s)", m, ratio(m, bm))
+	})
+
+	for _, s := range settings {
+		base, _ := r.baseline(s)
+		p("### %s (baseline: %s)\n\n", s.label(), base.Contender)
+		p("| contender | decisions/s | × baseline | p50 | p99 | allocs/decision | client CPU µs/decision | Redis CPU µs/decision | Redis's own µs a call | decisions a call | denied | errors |\n")
+		p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, c := range r.Contenders {
+			t, ok := r.row(c.Name, s)
+			if !ok {
+				continue
+			}
+			p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d | %d |\n", c.Name,
+				spread(t, Slice.PerSecond, count), ratio(t.PerSecond(), base.PerSecond()),
+				spread(t, p50, durNs), spread(t, p99, durNs), spread(t, Slice.AllocsPerDecision, oneDigit),
+				spread(t, Slice.ClientMicros, oneDigit), spread(t, Slice.RedisMicros, oneDigit),
+				spread(t, Slice.CallMicros, twoDigits), spread(t, Slice.DecisionsPerCall, oneDigit), t.Denied(), t.Errors())
+		}
+		p("\n")
+	}
+
+	if low := r.lowestGoroutines(); low > 0 {
+		p("## Redis's own time a call, %d goroutine(s) (INFO commandstats)\n\n", low)
+		p("The call's µs, the commands Redis ran inside it (each command's µs per call, and how many per call where not one), their sum, and the rest: the call's own work around them (for a script, its Lua). Medians over the rounds, spreads in brackets.\n\n")
+		for _, nk := range cfg.Keys {
+			s := setting{low, nk, false}
+			if !slices.Contains(settings, s) {
+				continue
+			}
+			p("### %s\n\n", s.label())
+			p("| contender | call | µs a call | decisions a call | the commands inside, µs a call | inside | the rest |\n|---|---|---:|---:|---|---:|---:|\n")
+			for _, c := range r.Contenders {
+				t, ok := r.row(c.Name, s)
+				if !ok {
+					continue
+				}
+				p("| %s | %s | %s | %s | %s | %s | %s |\n", c.Name, r.callNames(c.Name),
+					spread(t, Slice.CallMicros, twoDigits), spread(t, Slice.DecisionsPerCall, oneDigit),
+					insideList(t), spread(t, Slice.InsideMicros, twoDigits), spread(t, Slice.RestMicros, twoDigits))
+			}
+			p("\n")
+		}
+	}
 }
 
 func (r *Report) method(name string) string {
@@ -265,7 +356,7 @@ func (r *Report) method(name string) string {
 func (r *Report) smallestPeerMemory() float64 {
 	small := math.Inf(1)
 	for _, m := range r.Memory {
-		if r.peer(m.Contender) && m.PerKey < small {
+		if r.peer(m.Contender) && m.PerKey > 0 && m.PerKey < small {
 			small = m.PerKey
 		}
 	}
@@ -301,13 +392,16 @@ func (r *Report) callNames(name string) string {
 	return strings.Join(names, ", ")
 }
 
-// lowestGoroutines is the smallest goroutine count of the grid; 0 when the
-// grid was not run.
+// lowestGoroutines is the smallest goroutine count of the server's grid;
+// 0 when it was not run.
 func (r *Report) lowestGoroutines() int {
-	if len(r.Throughput) == 0 || len(r.Config.Goroutines) == 0 {
-		return 0
+	low := 0
+	for _, t := range r.Throughput {
+		if !t.Cluster && (low == 0 || t.Goroutines < low) {
+			low = t.Goroutines
+		}
 	}
-	return slices.Min(r.Config.Goroutines)
+	return low
 }
 
 func p50(s Slice) float64 { return float64(s.P50) }
@@ -421,7 +515,7 @@ func maxInt(xs []int) int {
 // SVG writes a chart: decisions per second at the most goroutines and keys,
 // and the worst count in one second for a limit of 100, per contender.
 func (r *Report) SVG(w io.Writer) error {
-	s := setting{maxInt(r.Config.Goroutines), maxInt(r.Config.Keys)}
+	s := setting{maxInt(r.Config.Goroutines), maxInt(r.Config.Keys), false}
 	type bar struct {
 		name  string
 		value float64

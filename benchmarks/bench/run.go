@@ -23,20 +23,28 @@ import (
 
 // Config is what one run measures, and how long it takes.
 type Config struct {
-	// Goroutines and Keys are the throughput settings, run as a grid.
+	// Goroutines and Keys are the throughput settings, run as a grid on one
+	// server.
 	Goroutines []int
 	Keys       []int
+	// ClusterGoroutines and Keys are the settings run again on a Redis
+	// Cluster of three masters that the program starts on loopback
+	// (StartCluster); none: no Cluster.
+	ClusterGoroutines []int
 	// Rounds is how often every contender runs in each setting, the rounds
 	// interleaved (A B C, then B C A, ...): each time in a process of its
 	// own that warms up for Warm, then decides for Slice.
 	Rounds      int
 	Slice, Warm time.Duration
-	// Count per Window is the limit of the throughput runs: high enough
-	// that every request is admitted, so every decision does the full work.
+	// Count per Window is the limit of the throughput runs, the same for
+	// every contender: high enough that every request is admitted, so every
+	// decision does the full work, and a count a sliding log may hold
+	// (core.MaxLogCount), so that a hot key's log stays as short as users'.
 	Count  int
 	Window time.Duration
 	// MemKeys keys get MemRequests requests each (and then one each) for
-	// the Redis memory per key.
+	// the Redis memory per key; none (0): memory is not measured. At least
+	// MinMemKeys.
 	MemKeys, MemRequests int
 	// Settle is how long the server is left alone before each memory
 	// reading: its cron finishes an incremental rehash of the key tables
@@ -74,22 +82,40 @@ type Config struct {
 	Log io.Writer
 }
 
-// FullConfig is a normal run: a few minutes on 2 cores.
+// MinMemKeys is the fewest keys a memory measurement takes: below it the
+// server's own churn between two readings (freed buffers, rehashed tables;
+// hundreds of KB) is as large as the keys' memory, and a figure may even
+// come out negative.
+const MinMemKeys = 50_000
+
+// throughputCount and throughputWindow are the throughput runs' limit:
+// 500,000 a second, above the most decisions any contender made on one key
+// (280,000 a second), in a window short enough that a sliding log holds
+// no more than core.MaxLogCount units.
+const (
+	throughputCount  = min(50_000, core.MaxLogCount)
+	throughputWindow = 100 * time.Millisecond
+)
+
+// FullConfig is a normal run: about 13 minutes on 2 cores.
 func FullConfig() Config {
 	return Config{
-		Goroutines: []int{1, 16, 64, 256}, Keys: []int{1, 100_000},
-		Rounds: 3, Slice: time.Second, Warm: 200 * time.Millisecond, Count: 1_000_000, Window: time.Second,
+		Goroutines: []int{1, 16, 64, 256}, Keys: []int{1, 100_000}, ClusterGoroutines: []int{64, 256},
+		Rounds: 3, Slice: time.Second, Warm: 200 * time.Millisecond, Count: throughputCount, Window: throughputWindow,
 		MemKeys: 100_000, MemRequests: 10, Settle: 500 * time.Millisecond,
 		AdmitFor: 3 * time.Second, AdmitGoroutines: 64, DenyFor: time.Second,
 		FloodProcesses: 3, FloodGoroutines: 64, FloodFor: 10 * time.Second,
 	}
 }
 
-// QuickConfig is a smoke run of the same code paths in under a minute.
+// QuickConfig is a smoke run of the same code paths but memory (whose
+// figures need MinMemKeys keys, too long for it), with one Cluster
+// goroutine count, in under a minute.
 func QuickConfig() Config {
 	c := FullConfig()
 	c.Rounds, c.Slice, c.Warm = 1, 150*time.Millisecond, 50*time.Millisecond
-	c.MemKeys, c.Settle = 5_000, 200*time.Millisecond
+	c.ClusterGoroutines = []int{64}
+	c.MemKeys = 0
 	c.AdmitFor, c.DenyFor = 1200*time.Millisecond, 200*time.Millisecond
 	c.FloodFor = 1500 * time.Millisecond
 	return c
@@ -99,7 +125,9 @@ func QuickConfig() Config {
 type Throughput struct {
 	Contender        string
 	Goroutines, Keys int
-	Rounds           []Slice
+	// Cluster is set for the settings run on a Redis Cluster.
+	Cluster bool
+	Rounds  []Slice
 }
 
 // Median returns the median of fig over the rounds, and the smallest and
@@ -132,6 +160,16 @@ func (t Throughput) Errors() int64 {
 	var n int64
 	for _, s := range t.Rounds {
 		n += s.Errors
+	}
+	return n
+}
+
+// Denied is the decisions of every round that were answered, and denied:
+// none where the limit admits every request, as it should.
+func (t Throughput) Denied() int64 {
+	var n int64
+	for _, s := range t.Rounds {
+		n += s.Decisions - s.Admitted - s.Errors
 	}
 	return n
 }
@@ -215,6 +253,9 @@ func Run(ctx context.Context, srv *Server, cfg Config) (*Report, error) {
 	if len(rep.Contenders) == 0 {
 		return nil, errors.New("bench: no contender matches -only")
 	}
+	if cfg.MemKeys > 0 && cfg.MemKeys < MinMemKeys {
+		return nil, fmt.Errorf("bench: %d keys for memory: at least %d, or none", cfg.MemKeys, MinMemKeys)
+	}
 	type phase struct {
 		name string
 		run  func() error
@@ -235,9 +276,12 @@ func Run(ctx context.Context, srv *Server, cfg Config) (*Report, error) {
 		if cfg.FloodProcesses > 0 {
 			phases = append(phases, flood)
 		}
-		if cfg.Flush || srv.Own {
+		switch {
+		case cfg.MemKeys == 0:
+			rep.MemoryNote = fmt.Sprintf("not measured: this run takes no keys for it (a quick run leaves it out: its figures need %s keys or more)", thousands(MinMemKeys))
+		case cfg.Flush || srv.Own:
 			phases = append(phases, phase{"memory", func() error { return runMemory(ctx, rdb, &cfg, rep) }})
-		} else {
+		default:
 			rep.MemoryNote = "not measured: REDIS_ADDR is not the program's own server and -flush was not given"
 		}
 	}
@@ -261,45 +305,92 @@ func keyNames(prefix string, n int) []string {
 	return keys
 }
 
-// runThroughput runs the throughput grid: in each setting, Rounds rounds,
-// each running every contender once, in turn, in a child process of its own
-// (SliceChild), the order rotating by one every round. Before each process
-// the server is flushed, where the program may flush it.
+// runThroughput runs the throughput grid on the server, then on a Cluster
+// it starts (ClusterGoroutines), and stops.
 func runThroughput(ctx context.Context, srv *Server, rdb *redis.Client, cfg *Config, rep *Report) error {
 	mayFlush := srv.Own || cfg.Flush
-	n := len(rep.Contenders)
+	var flush nodes
+	if mayFlush {
+		flush = nodes{rdb}
+	}
+	single := grid{addr: srv.Addr, goroutines: cfg.Goroutines, flush: flush, resetStat: mayFlush}
+	if err := single.run(ctx, cfg, rep); err != nil {
+		return err
+	}
+	if len(cfg.ClusterGoroutines) == 0 {
+		return nil
+	}
+	t0 := time.Now()
+	cl, err := StartCluster(ctx)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	cfg.logf("cluster of %d masters at %s (started in %v)", len(cl.Addrs), strings.Join(cl.Addrs, ", "), time.Since(t0).Round(10*time.Millisecond))
+	masters := dialNodes(cl.Addrs)
+	defer masters.Close()
+	return grid{cluster: cl.Addrs, goroutines: cfg.ClusterGoroutines, flush: masters, resetStat: true}.run(ctx, cfg, rep)
+}
+
+// grid is the throughput grid on one server (addr) or a Cluster (its
+// masters).
+type grid struct {
+	addr       string
+	cluster    []string
+	goroutines []int
+	// flush, when set, are flushed before each process; resetStat: each
+	// process resets the servers' statistics before its slice.
+	flush     nodes
+	resetStat bool
+}
+
+// run measures every setting of the grid: in each, Rounds rounds, each
+// running every contender once, in turn, in a child process of its own
+// (SliceChild), the order rotating by one every round. On a Cluster, the
+// contenders that cannot run on one are left out.
+func (gr grid) run(ctx context.Context, cfg *Config, rep *Report) error {
+	var cs []Contender
+	for _, c := range rep.Contenders {
+		if gr.cluster == nil || c.NoCluster == "" {
+			cs = append(cs, c)
+		}
+	}
+	n := len(cs)
+	where := ""
+	if gr.cluster != nil {
+		where = " cluster"
+	}
 	for _, nk := range cfg.Keys {
-		for _, g := range cfg.Goroutines {
+		for _, g := range gr.goroutines {
 			ts := make([]Throughput, n)
 			for r := 0; r < cfg.Rounds; r++ {
 				for j := range n {
 					i := (j + r) % n
-					c := rep.Contenders[i]
-					if mayFlush {
-						if err := rdb.Do(ctx, "FLUSHALL", "SYNC").Err(); err != nil {
-							return err
-						}
+					c := cs[i]
+					if err := gr.flush.do(ctx, "FLUSHALL", "SYNC"); err != nil {
+						return err
 					}
 					spec := SliceSpec{
-						Addr: srv.Addr, Contender: c.Name, Goroutines: g, Keys: nk,
-						PoolSize: slices.Max(cfg.Goroutines), Count: cfg.Count, Window: cfg.Window,
-						Warm: cfg.Warm, For: cfg.Slice, ResetStat: mayFlush, ContextTimeout: cfg.ContextTimeout,
+						Addr: gr.addr, Cluster: gr.cluster, Contender: c.Name, Goroutines: g, Keys: nk,
+						PoolSize: maxInt(gr.goroutines), Count: cfg.Count, Window: cfg.Window,
+						Warm: cfg.Warm, For: cfg.Slice, ResetStat: gr.resetStat, ContextTimeout: cfg.ContextTimeout,
 					}
 					if cfg.CPUProfile != "" {
-						spec.CPUProfile = fmt.Sprintf("%s.%s.g%d.k%d.r%d", cfg.CPUProfile, slug(c.Name), g, nk, r+1)
+						spec.CPUProfile = fmt.Sprintf("%s.%s.g%d.k%d%s.r%d", cfg.CPUProfile, slug(c.Name), g, nk, strings.TrimSpace(where), r+1)
 					}
 					s, err := runChild(ctx, spec)
 					if err != nil {
-						return fmt.Errorf("bench: %s, %d goroutine(s), %d key(s): %w", c.Name, g, nk, err)
+						return fmt.Errorf("bench: %s, %d goroutine(s), %d key(s)%s: %w", c.Name, g, nk, where, err)
 					}
-					cfg.logf("round %d/%d %-28s g=%-3d keys=%-6d %10.0f/s p50=%-9v p99=%-9v Redis %s %.1f µs/call, %.1f decisions/call, errors=%d",
-						r+1, cfg.Rounds, c.Name, g, nk, s.PerSecond(), s.P50, s.P99, s.Call.Name, s.CallMicros(), s.DecisionsPerCall(), s.Errors)
+					cfg.logf("round %d/%d %-28s g=%-3d keys=%-6d%s %10.0f/s p50=%-9v p99=%-9v Redis %s %.1f µs/call, %.1f decisions/call, %.1f µs CPU/decision, denied=%d errors=%d",
+						r+1, cfg.Rounds, c.Name, g, nk, where, s.PerSecond(), s.P50, s.P99, s.Call.Name, s.CallMicros(), s.DecisionsPerCall(),
+						s.RedisMicros(), s.Decisions-s.Admitted-s.Errors, s.Errors)
 					ts[i].Rounds = append(ts[i].Rounds, s)
 				}
 			}
 			for i := range ts {
 				t := &ts[i]
-				t.Contender, t.Goroutines, t.Keys = rep.Contenders[i].Name, g, nk
+				t.Contender, t.Goroutines, t.Keys, t.Cluster = cs[i].Name, g, nk, gr.cluster != nil
 				rep.Throughput = append(rep.Throughput, *t)
 			}
 		}
@@ -337,7 +428,7 @@ type worker struct {
 
 // runSlice runs a goroutine for each of decide, deciding on random keys,
 // for about d. With stats, it reads the server's CPU time before and after.
-func runSlice(ctx context.Context, stats *redis.Client, decide []Decide, keys []string, d time.Duration) (Slice, *hist, error) {
+func runSlice(ctx context.Context, stats nodes, decide []Decide, keys []string, d time.Duration) (Slice, *hist, error) {
 	ws := make([]*worker, len(decide))
 	for i := range ws {
 		ws[i] = &worker{decide: decide[i]}
@@ -346,7 +437,7 @@ func runSlice(ctx context.Context, stats *redis.Client, decide []Decide, keys []
 	var cpu0, cpu1 time.Duration
 	var err error
 	if stats != nil {
-		if cpu0, err = redisCPU(ctx, stats); err != nil {
+		if cpu0, err = stats.cpu(ctx); err != nil {
 			return Slice{}, nil, err
 		}
 	}
@@ -387,7 +478,7 @@ func runSlice(ctx context.Context, stats *redis.Client, decide []Decide, keys []
 	ru1 := rusage()
 	runtime.ReadMemStats(&ms1)
 	if stats != nil {
-		if cpu1, err = redisCPU(ctx, stats); err != nil {
+		if cpu1, err = stats.cpu(ctx); err != nil {
 			return Slice{}, nil, err
 		}
 	}

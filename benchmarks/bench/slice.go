@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"runtime/pprof"
@@ -191,19 +192,83 @@ func splitCall(cmds map[string]CommandStat, names []string, label string) (Call,
 	return call, inside
 }
 
-// commandStats reads INFO commandstats of rdb.
-func commandStats(ctx context.Context, rdb *redis.Client) (map[string]CommandStat, error) {
-	info, err := rdb.Info(ctx, "commandstats").Result()
-	if err != nil {
-		return nil, err
+// nodes are the servers whose statistics a slice reads: the one server, or
+// every master of a Cluster, each figure summed over them.
+type nodes []*redis.Client
+
+// dialNodes returns a client of one connection to each of addrs.
+func dialNodes(addrs []string) nodes {
+	n := make(nodes, len(addrs))
+	for i, a := range addrs {
+		n[i] = redis.NewClient(&redis.Options{Addr: a, PoolSize: 1})
 	}
-	return parseCommandStats(info)
+	return n
+}
+
+// Close closes every client.
+func (n nodes) Close() {
+	for _, c := range n {
+		_ = c.Close()
+	}
+}
+
+// commandStats is INFO commandstats summed over the nodes.
+func (n nodes) commandStats(ctx context.Context) (map[string]CommandStat, error) {
+	out := map[string]CommandStat{}
+	for _, c := range n {
+		info, err := c.Info(ctx, "commandstats").Result()
+		if err != nil {
+			return nil, err
+		}
+		m, err := parseCommandStats(info)
+		if err != nil {
+			return nil, err
+		}
+		sumCommandStats(out, m)
+	}
+	return out, nil
+}
+
+// sumCommandStats adds each command of m to sum.
+func sumCommandStats(sum, m map[string]CommandStat) {
+	for name, st := range m {
+		t := sum[name]
+		t.Name, t.Calls, t.Usec = name, t.Calls+st.Calls, t.Usec+st.Usec
+		sum[name] = t
+	}
+}
+
+// cpu is the servers' CPU time from INFO cpu, user plus system, summed.
+func (n nodes) cpu(ctx context.Context) (time.Duration, error) {
+	var total time.Duration
+	for _, c := range n {
+		d, err := redisCPU(ctx, c)
+		if err != nil {
+			return 0, err
+		}
+		total += d
+	}
+	return total, nil
+}
+
+// do sends one command to every node.
+func (n nodes) do(ctx context.Context, args ...any) error {
+	for _, c := range n {
+		if err := c.Do(ctx, args...).Err(); err != nil {
+			return fmt.Errorf("bench: %v on %s: %w", args, c.Options().Addr, err)
+		}
+	}
+	return nil
 }
 
 // SliceSpec is what one child process measures (see SliceChild).
 type SliceSpec struct {
 	// Addr is the Redis; Contender the name of one of Contenders.
 	Addr, Contender string
+	// Cluster, when set, are the masters of a Redis Cluster that the slice
+	// runs on instead of Addr, through a cluster client; the server figures
+	// are summed over them.
+	Cluster []string
 	// Goroutines decide on random keys among Keys ("user:0" ...).
 	Goroutines, Keys int
 	// PoolSize is the go-redis pool of the process: the same in every
@@ -252,9 +317,19 @@ func MeasureSlice(ctx context.Context, spec SliceSpec) (Slice, error) {
 	if spec.Goroutines <= 0 || spec.Keys <= 0 || spec.For <= 0 {
 		return Slice{}, fmt.Errorf("bench: slice needs goroutines, keys and a length: %+v", spec)
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: spec.Addr, PoolSize: max(spec.PoolSize, spec.Goroutines), ContextTimeoutEnabled: spec.ContextTimeout})
+	if len(spec.Cluster) > 0 && c.NoCluster != "" {
+		return Slice{}, fmt.Errorf("bench: %s on a Cluster: %s", c.Name, c.NoCluster)
+	}
+	var rdb redis.UniversalClient
+	addrs := []string{spec.Addr}
+	if len(spec.Cluster) > 0 {
+		addrs = spec.Cluster
+		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: spec.Cluster, PoolSize: max(spec.PoolSize, spec.Goroutines), ContextTimeoutEnabled: spec.ContextTimeout})
+	} else {
+		rdb = redis.NewClient(&redis.Options{Addr: spec.Addr, PoolSize: max(spec.PoolSize, spec.Goroutines), ContextTimeoutEnabled: spec.ContextTimeout})
+	}
 	defer rdb.Close()
-	stats := redis.NewClient(&redis.Options{Addr: spec.Addr, PoolSize: 1})
+	stats := dialNodes(addrs)
 	defer stats.Close()
 	mk, err := c.New(rdb, spec.Count, spec.Window)
 	if err != nil {
@@ -271,11 +346,11 @@ func MeasureSlice(ctx context.Context, spec SliceSpec) (Slice, error) {
 		}
 	}
 	if spec.ResetStat {
-		if err := stats.ConfigResetStat(ctx).Err(); err != nil {
+		if err := stats.do(ctx, "CONFIG", "RESETSTAT"); err != nil {
 			return Slice{}, err
 		}
 	}
-	before, err := commandStats(ctx, stats)
+	before, err := stats.commandStats(ctx)
 	if err != nil {
 		return Slice{}, err
 	}
@@ -296,7 +371,7 @@ func MeasureSlice(ctx context.Context, spec SliceSpec) (Slice, error) {
 	if err != nil {
 		return Slice{}, fmt.Errorf("bench: %s: %w", c.Name, err)
 	}
-	after, err := commandStats(ctx, stats)
+	after, err := stats.commandStats(ctx)
 	if err != nil {
 		return Slice{}, err
 	}
@@ -347,3 +422,23 @@ func (s Slice) InsideMicros() float64 {
 // RestMicros is Redis's µs per call outside the commands inside it: for a
 // script, its Lua and the script call's own work.
 func (s Slice) RestMicros() float64 { return s.CallMicros() - s.InsideMicros() }
+
+// QuietRedisLog returns a go-redis logger (for redis.SetLogger) that writes
+// to w every line but go-redis's note that it raised a duration below a
+// second to one (httprate-redis's EXPIRE of three windows, with a window
+// of 100 ms, on every decision).
+func QuietRedisLog(w io.Writer) interface {
+	Printf(ctx context.Context, format string, v ...any)
+} {
+	return quietLog{w}
+}
+
+type quietLog struct{ w io.Writer }
+
+// Printf writes the line unless it is the truncation note.
+func (q quietLog) Printf(_ context.Context, format string, v ...any) {
+	if strings.Contains(format, "minimal supported value is") {
+		return
+	}
+	fmt.Fprintf(q.w, format+"\n", v...)
+}

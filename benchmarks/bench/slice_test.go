@@ -9,9 +9,9 @@ import (
 	"time"
 )
 
-// testServer starts a redis-server of its own for t, or skips t when there
-// is none (fails it with RATEWINDOW_REQUIRE_REDIS=1).
-func testServer(t *testing.T) *Server {
+// requireRedis skips t when there is no redis-server on PATH (fails it
+// with RATEWINDOW_REQUIRE_REDIS=1).
+func requireRedis(t *testing.T) {
 	t.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		if os.Getenv("RATEWINDOW_REQUIRE_REDIS") == "1" {
@@ -19,6 +19,13 @@ func testServer(t *testing.T) *Server {
 		}
 		t.Skip(err)
 	}
+}
+
+// testServer starts a redis-server of its own for t, or skips t when there
+// is none (fails it with RATEWINDOW_REQUIRE_REDIS=1).
+func testServer(t *testing.T) *Server {
+	t.Helper()
+	requireRedis(t)
 	srv, err := StartServer(context.Background())
 	if err != nil {
 		t.Fatal(err)

@@ -9,7 +9,11 @@
 // program runs itself again (-slice-child) for every contender, setting and
 // round, and the flood's replicas likewise (-flood-child).
 //
-//	cd benchmarks && go run ./cmd/rwbench            # full run, about 10 minutes
+// The throughput grid runs again on a Redis Cluster of three masters that
+// the program starts on loopback (-cluster=false leaves it out,
+// -cluster-only runs it alone).
+//
+//	cd benchmarks && go run ./cmd/rwbench            # full run, about 13 minutes
 //	cd benchmarks && go run ./cmd/rwbench -quick     # smoke run, under a minute
 package main
 
@@ -27,6 +31,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/ratewindow/ratewindow/benchmarks/bench"
 	"github.com/ratewindow/ratewindow/core"
 )
@@ -39,7 +45,7 @@ func main() {
 }
 
 func run() error {
-	quick := flag.Bool("quick", false, "a short run of every measurement (under a minute), for CI")
+	quick := flag.Bool("quick", false, "a short run of every measurement but memory (under a minute), for CI")
 	out := flag.String("out", "results", "directory for results.md and results.svg; empty: print the table only")
 	baseline := flag.String("baseline", "", "contender the ratios refer to (default: the fastest peer of each setting)")
 	flush := flag.Bool("flush", false, "allow FLUSHALL on REDIS_ADDR (memory measurement); the program's own server is always flushed")
@@ -48,11 +54,14 @@ func run() error {
 	ctxTimeout := flag.Bool("ctxtimeout", false, "set go-redis's ContextTimeoutEnabled on every contender's client")
 	speedOnly := flag.Bool("speed", false, "measure decisions per second only (no deny cache, worst window or memory)")
 	goroutines := flag.String("g", "", "comma-separated goroutine counts (default 1,16,64,256)")
-	keys := flag.String("keys", "", "comma-separated key counts (default 1,100000)")
+	keys := flag.String("keys", "", "comma-separated key counts (default 1,100000), on the server and on the Cluster")
+	cluster := flag.Bool("cluster", true, "run the throughput grid on a Redis Cluster of three masters too (started on loopback)")
+	clusterOnly := flag.Bool("cluster-only", false, "run the Cluster's throughput grid only")
+	clusterG := flag.String("cluster-g", "", "comma-separated goroutine counts on the Cluster (default 64,256; 64 with -quick)")
 	slice := flag.Duration("slice", 0, "time per contender per round (default 1s, 150ms with -quick)")
 	warm := flag.Duration("warm", 0, "warm-up of each throughput process before its slice (default 200ms, 50ms with -quick)")
 	rounds := flag.Int("rounds", 0, "rounds per setting (default 3, 1 with -quick)")
-	memKeys := flag.Int("memkeys", 0, "keys of the memory measurement (default 100000, 5000 with -quick)")
+	memKeys := flag.Int("memkeys", 0, "keys of the memory measurement, at least 50000 (default 100000; none with -quick)")
 	flood := flag.Bool("flood", true, "run the flood scenario (several processes on one key)")
 	floodOnly := flag.Bool("flood-only", false, "run the flood scenario only")
 	floodFor := flag.Duration("flood-for", 0, "length of the flood (default 10s, 1.5s with -quick)")
@@ -74,6 +83,9 @@ func run() error {
 		if err := json.Unmarshal([]byte(*sliceChild), &spec); err != nil {
 			return fmt.Errorf("-slice-child: %w", err)
 		}
+		// httprate's EXPIRE of a window below 1 s makes go-redis log a line
+		// a decision: bench.QuietRedisLog drops that line alone.
+		redis.SetLogger(bench.QuietRedisLog(os.Stderr))
 		return bench.SliceChild(ctx, spec)
 	}
 	if *floodChild {
@@ -98,7 +110,7 @@ func run() error {
 	for _, f := range []struct {
 		s   string
 		dst *[]int
-	}{{*goroutines, &cfg.Goroutines}, {*keys, &cfg.Keys}} {
+	}{{*goroutines, &cfg.Goroutines}, {*keys, &cfg.Keys}, {*clusterG, &cfg.ClusterGoroutines}} {
 		if f.s == "" {
 			continue
 		}
@@ -116,6 +128,15 @@ func run() error {
 	}
 	if !*flood {
 		cfg.FloodProcesses = 0
+	}
+	if !*cluster {
+		cfg.ClusterGoroutines = nil
+	}
+	if *clusterOnly {
+		if len(cfg.ClusterGoroutines) == 0 {
+			return fmt.Errorf("-cluster-only: no Cluster goroutine count")
+		}
+		cfg.Goroutines, cfg.ThroughputOnly = nil, true
 	}
 	cfg.FloodOnly = *floodOnly
 	if *floodFor > 0 {
