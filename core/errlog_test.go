@@ -52,7 +52,7 @@ func TestErrorLogDefault(t *testing.T) {
 		t.Fatalf("log:\n%s\nwant one line:\n%s", got, want)
 	}
 	// the next line, a second later, counts the 99 left out
-	e.logs.next.Store(0)
+	e.d.logs.next.Store(0)
 	buf.Reset()
 	serve()
 	if got := buf.String(); !strings.Contains(got, "errors_not_logged=100\n") {

@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -189,26 +187,29 @@ const maxRuleName = 64
 
 // Validate reports whether the rule can be enforced. Its errors wrap
 // ErrInvalidRule, and ErrInvalidLimit or ErrNoLimits where they apply.
-func (r Rule) Validate() error {
+func (r Rule) Validate() error { return validateRule(r.Name, r.Limits, r.Headers, r.Penalty) }
+
+// validateRule checks what a Rule and a Policy share (see Rule.Validate).
+func validateRule(name string, limits []Limit, headers HeaderStyle, pen *Penalty) error {
 	switch {
-	case r.Name == "":
+	case name == "":
 		return fmt.Errorf("%w: empty Name", ErrInvalidRule)
-	case len(r.Name) > maxRuleName:
-		return fmt.Errorf("%w %q: Name is longer than %d bytes", ErrInvalidRule, r.Name, maxRuleName)
-	case r.Headers > None:
-		return fmt.Errorf("%w %q: unknown %s", ErrInvalidRule, r.Name, r.Headers)
-	case len(r.Limits) == 0:
-		return fmt.Errorf("%w %q: %w", ErrInvalidRule, r.Name, unprefixed{ErrNoLimits})
-	case !printable(r.Name) || strings.ContainsAny(r.Name, " :{}"):
-		return fmt.Errorf("%w %q: Name may hold printable ASCII but no space, ':', '{' or '}'", ErrInvalidRule, r.Name)
+	case len(name) > maxRuleName:
+		return fmt.Errorf("%w %q: Name is longer than %d bytes", ErrInvalidRule, name, maxRuleName)
+	case headers > None:
+		return fmt.Errorf("%w %q: unknown %s", ErrInvalidRule, name, headers)
+	case len(limits) == 0:
+		return fmt.Errorf("%w %q: %w", ErrInvalidRule, name, unprefixed{ErrNoLimits})
+	case !printable(name) || strings.ContainsAny(name, " :{}"):
+		return fmt.Errorf("%w %q: Name may hold printable ASCII but no space, ':', '{' or '}'", ErrInvalidRule, name)
 	}
-	if r.Penalty != nil {
-		if p := r.Penalty.problem(); p != "" {
-			return fmt.Errorf("%w %q: %s", ErrInvalidRule, r.Name, p)
+	if pen != nil {
+		if p := pen.problem(); p != "" {
+			return fmt.Errorf("%w %q: %s", ErrInvalidRule, name, p)
 		}
 	}
-	if err := ruleLimits(r.Limits); err != nil {
-		return fmt.Errorf("%w %q: %w", ErrInvalidRule, r.Name, unprefixed{err})
+	if err := ruleLimits(limits); err != nil {
+		return fmt.Errorf("%w %q: %w", ErrInvalidRule, name, unprefixed{err})
 	}
 	return nil
 }
@@ -249,15 +250,19 @@ func printable(s string) bool {
 
 // Enforcer applies one Rule with one Limiter to HTTP requests: the one
 // implementation behind every adapter, which only translates its
-// framework's request and response to Handle. It is safe for concurrent
-// use.
+// framework's request and response to Handle. It decides with the rule's
+// Decider, the policy every transport shares, and writes the HTTP answer.
+// It is safe for concurrent use.
 type Enforcer struct {
-	l      *Limiter
-	rule   Rule   // validated, with its own Limits and Penalty, and default keys
-	prefix string // Name + ":"
-	hdr    headerSet
-	sets   limitSets // LimitsFor's limits, validated, with their headers
-	logs   errorLog  // OnError's default
+	rule Rule // validated, with default keys
+	d    *Decider[exchange]
+}
+
+// exchange is an HTTP request and its response, a Decider's request: the
+// rule's functions read r, OnError may answer on w.
+type exchange struct {
+	w http.ResponseWriter
+	r *http.Request
 }
 
 // NewEnforcer validates rule and prepares what every request of it shares:
@@ -266,74 +271,62 @@ func NewEnforcer(l *Limiter, rule Rule) (*Enforcer, error) {
 	if l == nil {
 		return nil, fmt.Errorf("%w %q: nil Limiter", ErrInvalidRule, rule.Name)
 	}
-	if err := rule.Validate(); err != nil {
-		return nil, err
-	}
-	rule.Limits = slices.Clone(rule.Limits)
-	if rule.Penalty != nil {
-		p := *rule.Penalty
-		rule.Penalty = &p
-	}
 	if rule.Key == nil {
 		rule.Key = keyfuncs.IP()
 	}
 	if rule.FallbackKey == nil {
 		rule.FallbackKey = keyfuncs.IP()
 	}
-	e := &Enforcer{l: l, rule: rule, prefix: rule.Name + ":", hdr: newHeaderSet(rule.Limits)}
-	e.sets.seed = maphash.MakeSeed()
-	return e, nil
+	key, fallback := rule.Key, rule.FallbackKey
+	p := Policy[exchange]{
+		Name: rule.Name, Limits: rule.Limits, Penalty: rule.Penalty, DryRun: rule.DryRun,
+		Headers: rule.Headers, PartitionKey: rule.PartitionKey,
+		Key:         func(x exchange) (string, error) { return key(x.r) },
+		FallbackKey: func(x exchange) (string, error) { return fallback(x.r) },
+	}
+	if cost := rule.Cost; cost != nil {
+		p.Cost = func(x exchange) int64 { return cost(x.r) }
+	}
+	if skip := rule.Skip; skip != nil {
+		p.Skip = func(x exchange) bool { return skip(x.r) }
+	}
+	if limitsFor := rule.LimitsFor; limitsFor != nil {
+		p.LimitsFor = func(x exchange) ([]Limit, error) { return limitsFor(x.r) }
+	}
+	if onError := rule.OnError; onError != nil {
+		p.OnError = func(x exchange, err error) bool {
+			ew := &errorWriter{ResponseWriter: x.w}
+			onError(ew, x.r, err)
+			return ew.wrote
+		}
+	}
+	d, err := NewDecider(l, p)
+	if err != nil {
+		return nil, err
+	}
+	return &Enforcer{rule: rule, d: d}, nil
 }
 
 // Name returns the rule's name.
 func (e *Enforcer) Name() string { return e.rule.Name }
 
 // Limits returns a copy of the rule's limits (Rule.Limits).
-func (e *Enforcer) Limits() []Limit { return slices.Clone(e.rule.Limits) }
+func (e *Enforcer) Limits() []Limit { return e.d.Limits() }
 
 // Key returns the Limiter key of r under the rule: the rule's Name, ":",
 // and the key function's result (escaped, see Rule.FallbackKey). An empty
 // result is an error that matches keyfuncs.ErrNoKey.
-func (e *Enforcer) Key(r *http.Request) (string, error) {
-	k, err := e.rule.Key(r)
-	if err != nil {
-		return "", err
-	}
-	return e.scoped(k)
-}
-
-// scoped returns the Limiter key of k, a key function's result: Name + ":"
-// + k, with keyEscape before a k that starts with noKey or keyEscape, so
-// that no key function's result can be a fallback key (see
-// Rule.FallbackKey), and no two results share a key.
-func (e *Enforcer) scoped(k string) (string, error) {
-	switch {
-	case k == "":
-		return "", errEmptyKey
-	case k[0] == keyEscape[0] || strings.HasPrefix(k, noKey):
-		return e.prefix + keyEscape + k, nil
-	}
-	return e.prefix + k, nil
-}
+func (e *Enforcer) Key(r *http.Request) (string, error) { return e.d.Key(exchange{r: r}) }
 
 // Cost returns the units r takes under the rule. A cost below 1 is an error
 // that matches ErrInvalidCost.
-func (e *Enforcer) Cost(r *http.Request) (int64, error) {
-	if e.rule.Cost == nil {
-		return 1, nil
-	}
-	n := e.rule.Cost(r)
-	if n < 1 {
-		return 0, fmt.Errorf("%w: the rule's Cost returned %d", ErrInvalidCost, n)
-	}
-	return n, nil
-}
+func (e *Enforcer) Cost(r *http.Request) (int64, error) { return e.d.Cost(exchange{r: r}) }
 
 // Wait blocks until n units of key fit under the rule's limits and records
 // them: Limiter.WaitN, with observers told the rule's name. key is what Key
 // returned. It is the outbound side of a rule, used by nethttp.Transport.
 func (e *Enforcer) Wait(ctx context.Context, key string, n int64) error {
-	return e.l.waitN(ctx, e.rule.Name, key, n, e.rule.Limits)
+	return e.d.Wait(ctx, key, n)
 }
 
 var errEmptyKey = fmt.Errorf("%w: the key function returned an empty key", keyfuncs.ErrNoKey)
@@ -356,52 +349,32 @@ func (e *Enforcer) Handle(w http.ResponseWriter, r *http.Request, route string) 
 func (e *Enforcer) HandleFrom(w http.ResponseWriter, r *http.Request, route string, fc any) (*http.Request, bool) {
 	r, st := prepare(r, route)
 	st.framework = fc
-	if e.rule.Skip != nil && e.rule.Skip(r) {
+	dec := e.d.Decide(r.Context(), exchange{w, r})
+	switch dec.Verdict {
+	case Pass:
+		if dec.Shown {
+			e.show(w, st, dec)
+		}
+		// units recorded, to give back when a later rule stops the
+		// request, or by CountIf after it
+		if dec.charged {
+			st.charges = append(st.charges, charge{e: e, key: dec.Key, u: dec.units})
+		}
 		return r, true
-	}
-	key, err := e.Key(r)
-	if err != nil {
-		if e.report(w, r, err, fallbackMessage) {
-			return nil, false
-		}
-		key = e.fallbackKey(r)
-	}
-	n, err := e.Cost(r)
-	if err != nil {
-		if e.report(w, r, err, fallbackMessage) {
-			return nil, false
-		}
-		n = 1
-	}
-	limits, hs := e.rule.Limits, &e.hdr
-	if e.rule.LimitsFor != nil {
-		if ls, h, err := e.requestLimits(r); err == nil {
-			limits, hs = ls, h
-		} else if e.report(w, r, err, fallbackMessage) {
-			return nil, false
-		}
-	}
-	res, at, err := e.l.decide(r.Context(), OpAllow, e.rule.Name, key, n, limits, e.rule.Penalty)
-	var pass bool
-	switch {
-	case err != nil: // no decision: the request's context ended
-		e.undecided(w, r, hs, err)
-		return nil, false
-	case res.BackendErr != nil: // the failure mode's decision
-		pass = e.failed(w, r, st, hs, key, res)
-	default:
-		pass = e.apply(w, r, st, hs, key, res)
-	}
-	if !pass {
-		st.refund(r) // the rules before this one give their units back
+	case Denied:
+		e.deny(w, r, st, dec)
+	case Unavailable:
+		dec.hdr.writeUnavailable(w, e.problem(r))
+	case Answered:
 		return nil, false
 	}
-	// units recorded (by Redis or FailLocal, not FailOpen), to give back
-	// when a later rule stops the request, or by CountIf after it
-	if res.Allowed && (res.BackendErr == nil || e.l.mode == FailLocal) {
-		st.charges = append(st.charges, charge{e: e, key: key, n: n, limits: limits, at: at, local: res.BackendErr != nil})
-	}
-	return r, true
+	st.refund(r) // the rules before this one give their units back
+	return nil, false
+}
+
+// problem reports whether a default answer to r is application/problem+json.
+func (e *Enforcer) problem(r *http.Request) bool {
+	return e.rule.ProblemJSON || acceptsProblem(r.Header[hdrAccept])
 }
 
 // refund gives back the units that the rules on r's way charged it and
@@ -412,65 +385,9 @@ func (s *shown) refund(r *http.Request) {
 		c := &s.charges[i]
 		if !c.settled {
 			c.settled = true
-			c.e.giveBack(r, c, "a later rule stopped the request")
+			c.e.d.giveBack(r.Context(), exchange{discard{}, r}, c.key, c.u, "a later rule stopped the request")
 		}
 	}
-}
-
-// giveBack returns c's units, and reports a failure to do so; why says
-// why they go back.
-func (e *Enforcer) giveBack(r *http.Request, c *charge, why string) {
-	// the client may be gone: the units go back all the same
-	ctx := context.WithoutCancel(r.Context())
-	if err := e.l.refundAt(ctx, c.key, c.n, c.limits, c.at, c.local); err != nil {
-		e.report(discard{}, r, fmt.Errorf("refund (%s): %w", why, err), refundMessage)
-	}
-}
-
-// fallbackKey returns the Limiter key of a request whose key function
-// failed: Name + ":nokey:" + FallbackKey's result, else Name + ":nokey".
-func (e *Enforcer) fallbackKey(r *http.Request) string {
-	if k, err := e.rule.FallbackKey(r); err == nil && k != "" {
-		return e.prefix + noKey + ":" + k
-	}
-	return e.prefix + noKey
-}
-
-// noKey names the keys of requests whose key function failed; a key
-// function's result that starts with noKey or keyEscape is stored with
-// keyEscape before it, so that the two key spaces never meet whatever Key
-// returns. No key of keyfuncs needs it: theirs start with their kind ("ip:",
-// "user:").
-const (
-	noKey     = "nokey"
-	keyEscape = "~"
-)
-
-// undecided answers 503 to a request that got no decision (see
-// Rule.OnError): its context ended, or, which no valid rule does, the
-// Limiter refused its arguments; only the latter is reported.
-func (e *Enforcer) undecided(w http.ResponseWriter, r *http.Request, hs *headerSet, err error) {
-	if r.Context().Err() == nil && e.report(w, r, err, undecidedMessage) {
-		return
-	}
-	hs.writeUnavailable(w, e.rule.ProblemJSON || acceptsProblem(r.Header[hdrAccept]))
-}
-
-// requestLimits returns the limits LimitsFor gives r (the rule's for
-// none) and their header values, from e.sets.
-func (e *Enforcer) requestLimits(r *http.Request) ([]Limit, *headerSet, error) {
-	limits, err := e.rule.LimitsFor(r)
-	switch {
-	case err != nil:
-		return nil, nil, fmt.Errorf("the rule's LimitsFor: %w", err)
-	case len(limits) == 0:
-		return e.rule.Limits, &e.hdr, nil
-	}
-	set, err := e.sets.get(limits)
-	if err != nil {
-		return nil, nil, fmt.Errorf("the rule's LimitsFor: %w", err)
-	}
-	return set.limits, &set.hdr, nil
 }
 
 // Settles reports whether the rule settles a request's charge after its
@@ -511,7 +428,7 @@ func (e *Enforcer) settle(r *http.Request, status int) {
 		}
 		c.settled = true
 		if !e.rule.CountIf(status) {
-			e.giveBack(r, c, "status "+strconv.Itoa(status))
+			e.d.giveBack(r.Context(), exchange{discard{}, r}, c.key, c.u, "status "+strconv.Itoa(status))
 		}
 		return
 	}
@@ -533,76 +450,34 @@ func (e *Enforcer) ServeNext(w http.ResponseWriter, r *http.Request, next http.H
 	})
 }
 
-// apply answers a decision: the rate-limit fields (see Rule.Headers and
-// Rule.CountIf for whose), and a denial unless the rule is a dry run. It
-// reports whether the request passes.
-func (e *Enforcer) apply(w http.ResponseWriter, r *http.Request, st *shown, hs *headerSet, key string, res Result) bool {
-	h := w.Header()
+// show sets the rate-limit fields of a passed decision, when it is the
+// most restrictive on the request's way (see Rule.Headers and
+// Rule.CountIf for whose).
+func (e *Enforcer) show(w http.ResponseWriter, st *shown, dec Decision) {
 	style := st.style(e.rule.Headers)
-	if res.Allowed || e.rule.DryRun {
-		if style != None && e.rule.CountIf == nil {
-			earlier := st.e != nil
-			if st.replace(e, res) {
-				if earlier {
-					clearRateHeaders(h)
-				}
-				hs.write(h, style, res, e.partition(key))
-			}
+	if style == None || e.rule.CountIf != nil {
+		return
+	}
+	earlier := st.e != nil
+	if st.replace(e, dec.Result) {
+		h := w.Header()
+		if earlier {
+			clearRateHeaders(h)
 		}
-		return true
+		dec.hdr.write(h, style, dec.Result, e.d.partition(dec.Key))
 	}
-	clearRateHeaders(h)
-	hs.write(h, style, res, e.partition(key))
-	if !res.Never() {
-		h[hdrRetryAfter] = []string{strconv.FormatInt(retrySeconds(res.RetryAfter), 10)}
-	}
+}
+
+// deny answers a denial: its rate-limit fields and Retry-After, then
+// OnDenied or the default 429.
+func (e *Enforcer) deny(w http.ResponseWriter, r *http.Request, st *shown, dec Decision) {
+	clearRateHeaders(w.Header())
+	e.d.SetFields(w.Header(), st.style(e.rule.Headers), dec)
 	if e.rule.OnDenied != nil {
-		e.rule.OnDenied(w, r, res)
-	} else {
-		hs.writeDenied(w, res, e.rule.ProblemJSON || acceptsProblem(r.Header[hdrAccept]))
+		e.rule.OnDenied(w, r, dec.Result)
+		return
 	}
-	return false
-}
-
-// partition returns the pk parameter of key's IETF fields, or "" when the
-// rule has none.
-func (e *Enforcer) partition(key string) string {
-	if !e.rule.PartitionKey || key == "" {
-		return ""
-	}
-	return partitionKey(key)
-}
-
-// failed answers a decision of the failure mode: OnError first, then the
-// failure mode. It reports whether the request passes.
-func (e *Enforcer) failed(w http.ResponseWriter, r *http.Request, st *shown, hs *headerSet, key string, res Result) bool {
-	if e.report(w, r, res.BackendErr, failureMessage) {
-		return false
-	}
-	switch e.l.mode {
-	case FailClosed:
-		if e.rule.DryRun {
-			return true
-		}
-		hs.writeUnavailable(w, e.rule.ProblemJSON || acceptsProblem(r.Header[hdrAccept]))
-		return false
-	case FailLocal:
-		return e.apply(w, r, st, hs, key, res)
-	}
-	return true
-}
-
-// report hands err to OnError, or without it logs it with msg (what the
-// rule did about it), and reports whether OnError wrote a response.
-func (e *Enforcer) report(w http.ResponseWriter, r *http.Request, err error, msg string) (wrote bool) {
-	err = ruleError{e.rule.Name, err}
-	if e.rule.OnError == nil {
-		e.logs.log(err, msg, e.l.mode)
-		return false
-	}
-	ew := &errorWriter{ResponseWriter: w}
-	e.rule.OnError(ew, r, err)
-	return ew.wrote
+	dec.hdr.writeDenied(w, dec.Result, e.problem(r))
 }
 
 // discard is a ResponseWriter that writes nowhere.
@@ -651,10 +526,7 @@ type shown struct {
 type charge struct {
 	e       *Enforcer
 	key     string
-	n       int64
-	limits  []Limit
-	at      int64 // µs: the decision's time, the units' own
-	local   bool  // FailLocal's local store recorded them
+	u       units
 	settled bool
 }
 

@@ -12,14 +12,21 @@ import (
 // retried says whether the request goes again). It is the outbound side of
 // a rule, used by nethttp.Transport. Block's errors are returned.
 func (e *Enforcer) Refused(ctx context.Context, key string, d time.Duration, retried bool) error {
+	return e.d.Refused(ctx, key, d, retried)
+}
+
+// Refused is Enforcer.Refused for any transport: an upstream refused a
+// request of key for d (gRPC: RESOURCE_EXHAUSTED with RetryInfo).
+func (d *Decider[R]) Refused(ctx context.Context, key string, dur time.Duration, retried bool) error {
+	l := d.l
 	var start time.Time
-	if e.l.observer != nil {
+	if l.observer != nil {
 		start = time.Now()
 	}
-	err := e.l.Block(ctx, key, d)
-	if e.l.observer != nil {
-		e.l.observe(Event{Op: OpRefused, Rule: e.rule.Name, Key: key, Retried: retried, Err: err,
-			Result: Result{Limit: e.rule.Limits[0], RetryAfter: d}}, start)
+	err := l.Block(ctx, key, dur)
+	if l.observer != nil {
+		l.observe(Event{Op: OpRefused, Rule: d.p.Name, Key: key, Retried: retried, Err: err,
+			Result: Result{Limit: d.p.Limits[0], RetryAfter: dur}}, start)
 	}
 	return err
 }

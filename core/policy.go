@@ -1,0 +1,379 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Policy is the part of a rule that is the same for every transport: which
+// requests of type R count, under which key, at what cost and under which
+// limits, and what becomes of errors. Rule is the policy of HTTP requests
+// (the adapters build a Decider from it); grpcmw builds one for gRPC calls.
+// Its fields mean what the Rule fields of the same names mean.
+type Policy[R any] struct {
+	// Name is the rule's namespace (see Rule.Name).
+	Name string
+	// Limits must all admit a request for it to pass (see Rule.Limits).
+	Limits []Limit
+	// Key returns the key a request is counted under. Required.
+	Key func(R) (string, error)
+	// FallbackKey keys a request whose Key failed (see Rule.FallbackKey);
+	// nil counts every such request under Name + ":nokey".
+	FallbackKey func(R) (string, error)
+	// Cost returns the units a request takes; nil means 1.
+	Cost func(R) int64
+	// Skip reports requests that pass uncounted.
+	Skip func(R) bool
+	// LimitsFor chooses the limits of each request (see Rule.LimitsFor).
+	LimitsFor func(R) ([]Limit, error)
+	// Penalty, when set, bans a key that keeps being denied.
+	Penalty *Penalty
+	// DryRun decides and counts every request but never denies.
+	DryRun bool
+	// Headers is the style of the rate-limit fields (SetFields).
+	Headers HeaderStyle
+	// PartitionKey adds pk to the IETF fields (see Rule.PartitionKey).
+	PartitionKey bool
+	// OnError is called with every error of the functions above and of
+	// the backend, and reports whether it answered the request itself,
+	// which then stops (Decision.Verdict is Answered). Nil: errors are
+	// logged with log/slog's default logger, at most one line a second.
+	OnError func(R, error) bool
+}
+
+// Decider applies one Policy with one Limiter: the one implementation of a
+// rule's decision for every transport, which only reads its request and
+// writes the Decision's answer. It is safe for concurrent use.
+type Decider[R any] struct {
+	l      *Limiter
+	p      Policy[R] // validated, with its own Limits and Penalty
+	prefix string    // Name + ":"
+	hdr    headerSet
+	sets   limitSets // LimitsFor's limits, validated, with their headers
+	logs   errorLog  // OnError's default
+}
+
+// NewDecider validates p (as Rule.Validate does, and Key must be set) and
+// prepares what every request of it shares.
+func NewDecider[R any](l *Limiter, p Policy[R]) (*Decider[R], error) {
+	switch {
+	case l == nil:
+		return nil, fmt.Errorf("%w %q: nil Limiter", ErrInvalidRule, p.Name)
+	case p.Key == nil:
+		return nil, fmt.Errorf("%w %q: nil Key", ErrInvalidRule, p.Name)
+	}
+	if err := validateRule(p.Name, p.Limits, p.Headers, p.Penalty); err != nil {
+		return nil, err
+	}
+	p.Limits = slices.Clone(p.Limits)
+	if p.Penalty != nil {
+		pen := *p.Penalty
+		p.Penalty = &pen
+	}
+	d := &Decider[R]{l: l, p: p, prefix: p.Name + ":", hdr: newHeaderSet(p.Limits)}
+	d.sets.seed = maphash.MakeSeed()
+	return d, nil
+}
+
+// Name returns the rule's name.
+func (d *Decider[R]) Name() string { return d.p.Name }
+
+// Limits returns a copy of the policy's limits.
+func (d *Decider[R]) Limits() []Limit { return slices.Clone(d.p.Limits) }
+
+// Key returns the Limiter key of r: the policy's Name, ":", and Key's
+// result (escaped, see Rule.FallbackKey). An empty result is an error that
+// matches keyfuncs.ErrNoKey.
+func (d *Decider[R]) Key(r R) (string, error) {
+	k, err := d.p.Key(r)
+	if err != nil {
+		return "", err
+	}
+	return d.scoped(k)
+}
+
+// scoped returns the Limiter key of k, a key function's result: Name + ":"
+// + k, with keyEscape before a k that starts with noKey or keyEscape, so
+// that no key function's result can be a fallback key, and no two results
+// share a key.
+func (d *Decider[R]) scoped(k string) (string, error) {
+	switch {
+	case k == "":
+		return "", errEmptyKey
+	case k[0] == keyEscape[0] || strings.HasPrefix(k, noKey):
+		return d.prefix + keyEscape + k, nil
+	}
+	return d.prefix + k, nil
+}
+
+// fallbackKey returns the Limiter key of a request whose key function
+// failed: Name + ":nokey:" + FallbackKey's result, else Name + ":nokey".
+func (d *Decider[R]) fallbackKey(r R) string {
+	if d.p.FallbackKey != nil {
+		if k, err := d.p.FallbackKey(r); err == nil && k != "" {
+			return d.prefix + noKey + ":" + k
+		}
+	}
+	return d.prefix + noKey
+}
+
+// Cost returns the units r takes. A cost below 1 is an error that matches
+// ErrInvalidCost.
+func (d *Decider[R]) Cost(r R) (int64, error) {
+	if d.p.Cost == nil {
+		return 1, nil
+	}
+	n := d.p.Cost(r)
+	if n < 1 {
+		return 0, fmt.Errorf("%w: the rule's Cost returned %d", ErrInvalidCost, n)
+	}
+	return n, nil
+}
+
+// Wait blocks until n units of key fit under the policy's limits and
+// records them: Limiter.WaitN, with observers told the rule's name. key is
+// what Key returned. It is the outbound side of a rule.
+func (d *Decider[R]) Wait(ctx context.Context, key string, n int64) error {
+	return d.l.waitN(ctx, d.p.Name, key, n, d.p.Limits)
+}
+
+// Verdict is what becomes of a request a Decider decided.
+type Verdict uint8
+
+const (
+	// Pass: the request goes on (allowed, skipped, a dry run, or the
+	// failure mode admitted it).
+	Pass Verdict = iota
+	// Denied: the limits refused it (HTTP 429, gRPC RESOURCE_EXHAUSTED).
+	Denied
+	// Unavailable: no decision admits it: the Limiter fails closed, the
+	// decision was shed for overload (ErrShed, whatever the failure
+	// mode), or the request's own context ended (HTTP 503 with
+	// Retry-After: 1, gRPC UNAVAILABLE).
+	Unavailable
+	// Answered: OnError answered the request itself.
+	Answered
+)
+
+// String returns "pass", "denied", "unavailable" or "answered".
+func (v Verdict) String() string { return enumName(v, verdicts[:], "verdict") }
+
+var verdicts = [...]string{"pass", "denied", "unavailable", "answered"}
+
+// Decision is a Decider's answer to one request.
+type Decision struct {
+	// Verdict says what becomes of the request.
+	Verdict Verdict
+	// Result is the Limiter's decision; zero when the request was skipped
+	// or got none.
+	Result Result
+	// Key is the Limiter key the request was counted under, or "".
+	Key string
+	// Shown reports whether the rate-limit fields describe the request:
+	// false when it was skipped, got no decision, or when the failure mode
+	// answered without one (FailOpen, FailClosed, a shed decision).
+	Shown bool
+
+	hdr     *headerSet
+	units   units
+	charged bool // units were recorded (by Redis or FailLocal)
+}
+
+// units is what a decision recorded, to give back.
+type units struct {
+	n      int64
+	limits []Limit
+	at     int64 // µs: the decision's time, the units' own
+	local  bool  // FailLocal's local store recorded them
+}
+
+// Banned reports whether a denial is a ban (Penalty) or a Limiter.Block,
+// rather than a limit's.
+func (dec Decision) Banned() bool { return dec.Result.blocked }
+
+// Policies returns the policy names a Denied decision concerns: those of
+// the limits that denied (never the key); of an Unavailable one, every
+// limit of the request's.
+func (dec Decision) Policies() []string {
+	if dec.hdr == nil {
+		return nil
+	}
+	var names []string
+	for i := range dec.hdr.limits {
+		if dec.Verdict != Denied || dec.Result.violated&(1<<i) != 0 {
+			names = append(names, dec.hdr.limits[i].limit.PolicyName())
+		}
+	}
+	if len(names) == 0 && dec.Verdict == Denied && !dec.Result.blocked {
+		names = append(names, dec.Result.Limit.PolicyName())
+	}
+	return names
+}
+
+// Charged reports whether the request's units were recorded, so that
+// GiveBack has something to give back.
+func (dec Decision) Charged() bool { return dec.charged }
+
+// Decide decides r: Skip, the key (the fallback key after an error), the
+// cost and the limits, the Limiter's decision, the failure mode; errors go
+// to OnError on the way (see Rule.OnError). ctx is the request's own.
+func (d *Decider[R]) Decide(ctx context.Context, r R) Decision {
+	if d.p.Skip != nil && d.p.Skip(r) {
+		return Decision{}
+	}
+	key, err := d.Key(r)
+	if err != nil {
+		if d.report(r, err, fallbackMessage) {
+			return Decision{Verdict: Answered}
+		}
+		key = d.fallbackKey(r)
+	}
+	n, err := d.Cost(r)
+	if err != nil {
+		if d.report(r, err, fallbackMessage) {
+			return Decision{Verdict: Answered}
+		}
+		n = 1
+	}
+	limits, hs := d.p.Limits, &d.hdr
+	if d.p.LimitsFor != nil {
+		if ls, h, err := d.requestLimits(r); err == nil {
+			limits, hs = ls, h
+		} else if d.report(r, err, fallbackMessage) {
+			return Decision{Verdict: Answered}
+		}
+	}
+	res, at, err := d.l.decide(ctx, OpAllow, d.p.Name, key, n, limits, d.p.Penalty)
+	dec := Decision{Result: res, Key: key, hdr: hs, units: units{n: n, limits: limits, at: at, local: res.BackendErr != nil}}
+	switch {
+	case err != nil: // no decision: the request's context ended
+		dec.Verdict = Unavailable
+		if ctx.Err() == nil && d.report(r, err, undecidedMessage) {
+			dec.Verdict = Answered
+		}
+		return dec
+	case res.BackendErr != nil && d.report(r, res.BackendErr, failureMessage):
+		dec.Verdict = Answered
+		return dec
+	}
+	dec.Verdict, dec.Shown = verdict(res, d.l.mode, d.p.DryRun)
+	dec.charged = dec.Verdict == Pass && res.Allowed && (res.BackendErr == nil || d.l.mode == FailLocal)
+	return dec
+}
+
+// verdict answers a decision res of a Limiter of failure mode mode, and
+// reports whether its rate-limit fields are shown. A failure mode's answer
+// (res.BackendErr set): FailOpen passes, FailClosed answers Unavailable (a
+// dry run passes), FailLocal's local decision is answered as Redis's. A
+// decision shed for overload (ErrShed) is answered as FailClosed answers,
+// whatever the failure mode.
+func verdict(res Result, mode FailureMode, dryRun bool) (Verdict, bool) {
+	if res.BackendErr != nil {
+		if errors.Is(res.BackendErr, ErrShed) {
+			mode = FailClosed
+		}
+		switch mode {
+		case FailClosed:
+			if dryRun {
+				return Pass, false
+			}
+			return Unavailable, false
+		case FailOpen:
+			return Pass, false
+		}
+	}
+	if res.Allowed || dryRun {
+		return Pass, true
+	}
+	return Denied, true
+}
+
+// requestLimits returns the limits LimitsFor gives r (the rule's for
+// none) and their header values, from d.sets.
+func (d *Decider[R]) requestLimits(r R) ([]Limit, *headerSet, error) {
+	limits, err := d.p.LimitsFor(r)
+	switch {
+	case err != nil:
+		return nil, nil, fmt.Errorf("the rule's LimitsFor: %w", err)
+	case len(limits) == 0:
+		return d.p.Limits, &d.hdr, nil
+	}
+	set, err := d.sets.get(limits)
+	if err != nil {
+		return nil, nil, fmt.Errorf("the rule's LimitsFor: %w", err)
+	}
+	return set.limits, &set.hdr, nil
+}
+
+// GiveBack gives back the units dec recorded (when Charged), such as after
+// a later rule denied the request or when CountIf rejects its outcome;
+// call it at most once per Decision. why says why, in the error OnError
+// receives when the refund fails. ctx's cancellation is ignored: the
+// units go back even when the client is gone.
+func (d *Decider[R]) GiveBack(ctx context.Context, r R, dec Decision, why string) {
+	if dec.charged {
+		d.giveBack(ctx, r, dec.Key, dec.units, why)
+	}
+}
+
+func (d *Decider[R]) giveBack(ctx context.Context, r R, key string, u units, why string) {
+	ctx = context.WithoutCancel(ctx)
+	if err := d.l.refundAt(ctx, key, u.n, u.limits, u.at, u.local); err != nil {
+		d.report(r, fmt.Errorf("refund (%s): %w", why, err), refundMessage)
+	}
+}
+
+// report hands err to OnError, or without it logs it with msg (what the
+// rule did about it), and reports whether OnError answered the request.
+func (d *Decider[R]) report(r R, err error, msg string) (answered bool) {
+	err = ruleError{d.p.Name, err}
+	if d.p.OnError == nil {
+		d.logs.log(err, msg, d.l.mode)
+		return false
+	}
+	return d.p.OnError(r, err)
+}
+
+// SetFields sets in h the fields an answer to dec carries, as the HTTP
+// rules write them (canonical names): for a Shown decision the rate-limit
+// fields of style (see HeaderStyle); for a denial Retry-After too (whole
+// seconds, rounded up; none when it never passes); for Unavailable,
+// Retry-After: 1. It replaces those fields, and sets nothing else.
+func (d *Decider[R]) SetFields(h http.Header, style HeaderStyle, dec Decision) {
+	switch {
+	case dec.Verdict == Unavailable:
+		h[hdrRetryAfter] = []string{unavailableRetry}
+		return
+	case !dec.Shown || dec.hdr == nil:
+		return
+	}
+	dec.hdr.write(h, style, dec.Result, d.partition(dec.Key))
+	if dec.Verdict == Denied && !dec.Result.Never() {
+		h[hdrRetryAfter] = []string{strconv.FormatInt(retrySeconds(dec.Result.RetryAfter), 10)}
+	}
+}
+
+// partition returns the pk parameter of key's IETF fields, or "" when the
+// policy has none.
+func (d *Decider[R]) partition(key string) string {
+	if !d.p.PartitionKey || key == "" {
+		return ""
+	}
+	return partitionKey(key)
+}
+
+// noKey names the keys of requests whose key function failed; a key
+// function's result that starts with noKey or keyEscape is stored with
+// keyEscape before it, so that the two key spaces never meet whatever Key
+// returns. No key of keyfuncs needs it: theirs start with their kind ("ip:",
+// "user:").
+const (
+	noKey     = "nokey"
+	keyEscape = "~"
+)

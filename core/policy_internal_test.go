@@ -1,0 +1,46 @@
+package core
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// TestVerdict: how a Decider answers a Limiter's Result, for every failure
+// mode: a decision shed for overload (ErrShed) is answered as FailClosed
+// answers, whatever the mode, and never admitted.
+func TestVerdict(t *testing.T) {
+	allowed := Result{Allowed: true, Remaining: 3}
+	denied := Result{RetryAfter: time.Second}
+	redisDown := errors.New("dial tcp: connection refused")
+	shed := fmt.Errorf("allow: %w", ErrShed)
+	local := func(allow bool, err error) Result { return Result{Allowed: allow, BackendErr: err} }
+	for _, tc := range []struct {
+		name   string
+		res    Result
+		mode   FailureMode
+		dryRun bool
+		want   Verdict
+		shown  bool
+	}{
+		{"allowed", allowed, FailOpen, false, Pass, true},
+		{"denied", denied, FailOpen, false, Denied, true},
+		{"denied, dry run", denied, FailClosed, true, Pass, true},
+		{"redis down, fail open", local(true, redisDown), FailOpen, false, Pass, false},
+		{"redis down, fail closed", local(false, redisDown), FailClosed, false, Unavailable, false},
+		{"redis down, fail closed, dry run", local(false, redisDown), FailClosed, true, Pass, false},
+		{"redis down, fail local allows", local(true, redisDown), FailLocal, false, Pass, true},
+		{"redis down, fail local denies", local(false, redisDown), FailLocal, false, Denied, true},
+		{"shed, fail open", local(true, shed), FailOpen, false, Unavailable, false},
+		{"shed, fail open, answered allowed", local(true, shed), FailOpen, false, Unavailable, false},
+		{"shed, fail closed", local(false, shed), FailClosed, false, Unavailable, false},
+		{"shed, fail local", local(true, shed), FailLocal, false, Unavailable, false},
+		{"shed, dry run", local(false, shed), FailOpen, true, Pass, false},
+	} {
+		v, shown := verdict(tc.res, tc.mode, tc.dryRun)
+		if v != tc.want || shown != tc.shown {
+			t.Errorf("%s: verdict = %s, %t; want %s, %t", tc.name, v, shown, tc.want, tc.shown)
+		}
+	}
+}
