@@ -3,6 +3,7 @@ package core
 import (
 	"errors"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -52,7 +53,7 @@ func TestParseLimitsErrors(t *testing.T) {
 		{"10/500us", `ratewindow: invalid limit: item 1 of "10/500us": window 500µs must be from 1ms to MaxWindow (8784h0m0s)`},
 		{"10/.5d", `ratewindow: invalid limit: item 1 of "10/.5d": window ".5d" in "10/.5d": want a whole number of days, such as 2d, or hours, such as 36h`},
 		{"10/.s", `ratewindow: invalid limit: item 1 of "10/.s": window ".s" in "10/.s": want a unit (ms, s, m, h, d) or a duration such as 15m`},
-		{"99999999999999999999/s", `ratewindow: invalid limit: item 1 of "99999999999999999999/s": count "99999999999999999999" in "99999999999999999999/s" overflows a 64-bit integer (a sliding log holds at most MaxLogCount, 1048576)`},
+		{"99999999999999999999/s", `ratewindow: invalid limit: item 1 of "99999999999999999999/s": count "99999999999999999999" in "99999999999999999999/s" overflows a 64-bit integer (a sliding log holds at most MaxLogCount, ` + strconv.Itoa(MaxLogCount) + `)`},
 		{"10/s 20/m", `ratewindow: invalid limit: item 1 of "10/s 20/m": "10/s 20/m" holds more than one limit: separate them with commas, as in "10/s, 1000/h"`},
 		{"10/s, 5/m 1/h", `ratewindow: invalid limit: item 2 of "10/s, 5/m 1/h": "5/m 1/h" holds more than one limit: separate them with commas, as in "10/s, 1000/h"`},
 		{"10/s, 20/s", `ratewindow: invalid limit: limits #0 and #1 would share storage (two sliding-log limits with the window 1s) (in "10/s, 20/s")`},
