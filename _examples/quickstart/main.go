@@ -4,7 +4,8 @@
 //
 //	go run ./_examples/quickstart
 //
-// The README shows this file whole: change the two together.
+// The README shows this file from "package main" on: change the two
+// together (CI's docs step, .ci/steps/25-docs.sh, compares them).
 package main
 
 import (
