@@ -95,6 +95,6 @@ func BenchmarkAllowed(b *testing.B) {
 // answered by the deny cache without a round trip: the cost of the answer
 // (nethttp's 429, connectmw's Connect error with RetryInfo).
 func BenchmarkDeniedHotKey(b *testing.B) {
-	l, _ := redisLimiter(b, fmt.Sprintf("cmwbench%d:", time.Now().UnixNano()), core.WithDenyCache(1000))
+	l := newRedisLimiter(b, fmt.Sprintf("cmwbench%d:", time.Now().UnixNano()), core.WithDenyCache(1000))
 	benchMiddleware(b, l, core.Rule{Name: "denied", Limits: []core.Limit{core.PerHour(1)}})
 }
