@@ -261,8 +261,8 @@ func (r *Report) throughputIntro(p func(string, ...any)) {
 // throughputTables writes the summaries and a table for each setting.
 func (r *Report) throughputTables(p func(string, ...any), settings []setting) {
 	cfg := r.Config
-	summary := func(title string, cell func(t, base Throughput, bok bool) string) {
-		p("## %s\n\n| contender |", title)
+	summary := func(title, about string, cell func(t, base Throughput, bok bool) string) {
+		p("## %s\n\n%s\n\n| contender |", title, about)
 		for _, s := range settings {
 			p(" %s |", s.label())
 		}
@@ -286,13 +286,13 @@ func (r *Report) throughputTables(p func(string, ...any), settings []setting) {
 		}
 		p("\n")
 	}
-	summary("Decisions per second (median)", func(t, base Throughput, bok bool) string {
+	summary("Decisions per second (median)", "× the baseline of each setting (more is better); — where a contender did not run.", func(t, base Throughput, bok bool) string {
 		if !bok {
 			return thousands(int64(t.PerSecond()))
 		}
 		return fmt.Sprintf("%s (%s)", thousands(int64(t.PerSecond())), ratio(t.PerSecond(), base.PerSecond()))
 	})
-	summary("Redis CPU µs a decision (median)", func(t, base Throughput, bok bool) string {
+	summary("Redis CPU µs a decision (median)", "The server's CPU (user + system, on a Cluster summed over the masters) per decision, × the baseline's of each setting (less is better).", func(t, base Throughput, bok bool) string {
 		m, _, _ := t.Median(Slice.RedisMicros)
 		if !bok {
 			return fmt.Sprintf("%.1f", m)

@@ -278,11 +278,11 @@ func Run(ctx context.Context, srv *Server, cfg Config) (*Report, error) {
 		}
 		switch {
 		case cfg.MemKeys == 0:
-			rep.MemoryNote = fmt.Sprintf("not measured: this run takes no keys for it (a quick run leaves it out: its figures need %s keys or more)", thousands(MinMemKeys))
+			rep.MemoryNote = fmt.Sprintf("Not measured: this run takes no keys for it (a quick run leaves it out: its figures need %s keys or more)", thousands(MinMemKeys))
 		case cfg.Flush || srv.Own:
 			phases = append(phases, phase{"memory", func() error { return runMemory(ctx, rdb, &cfg, rep) }})
 		default:
-			rep.MemoryNote = "not measured: REDIS_ADDR is not the program's own server and -flush was not given"
+			rep.MemoryNote = "Not measured: REDIS_ADDR is not the program's own server and -flush was not given"
 		}
 	}
 	for _, ph := range phases {
