@@ -14,6 +14,17 @@ const blockName = "block"
 // denials under a Rule's Penalty: "rw:{ip:203.0.113.9}:penalty".
 const penaltyName = "penalty"
 
+// keyFormat starts the name of every limit's storage key, after the tag:
+// the version of the formats of the values stored there (algorithms.lua's
+// layouts), "rw:{ip:203.0.113.9}:v2:r1m". A library whose layouts differ
+// takes another, so that two versions deciding on one Redis (a rolling
+// deploy) never read each other's limit keys: each counts its own (see
+// docs/redis.md). v1 (unmarked, "rw:{k}:r1m") held the sliding log as a
+// compact string, a ring string or a paged hash; v2 holds it as a compact
+// string or a sorted set. The block and penalty keys keep their names and
+// their format in every version, so that a ban holds for all of them.
+const keyFormat = "v2:"
+
 // Which of a key's own keys appendKeys puts before its limits' keys.
 const (
 	withBlock   = 1 << iota // the block key
@@ -23,7 +34,7 @@ const (
 // appendKeys appends to dst the block key of key and its penalty key, as
 // own (withBlock, withPenalty) says, then the storage key of every limit of
 // key: "<prefix>{<key>}:" (see appendTag) and the limit's name (see
-// appendLimit), such as "rw:{ip:203.0.113.9}:r1m". The keys are built
+// appendLimit), such as "rw:{ip:203.0.113.9}:v2:r1m". The keys are built
 // into one buffer and share one string: one allocation in all.
 func appendKeys(dst []string, prefix, key string, limits []store.Limit, own int) []string {
 	var buf [256]byte
@@ -80,10 +91,12 @@ func appendTag(b []byte, prefix, key string) []byte {
 }
 
 // appendLimit appends the part of a storage key that names limit l: the
-// algorithm's letter and the window in its largest whole unit ("r1m" for a
-// sliding log of one minute, "c250ms", "b1500us"), and for SlidingBuckets
-// with a precision other than the default, "/" + precision ("b1h/1m").
+// key format (see keyFormat), the algorithm's letter and the window in its
+// largest whole unit ("v2:r1m" for a sliding log of one minute, "v2:c250ms",
+// "v2:b1500us"), and for SlidingBuckets with a precision other than the
+// default, "/" + precision ("v2:b1h/1m").
 func appendLimit(b []byte, l store.Limit) []byte {
+	b = append(b, keyFormat...)
 	b = append(b, "rbc"[l.Algorithm])
 	b = store.AppendDuration(b, l.Window)
 	if l.Algorithm == store.SlidingBuckets && l.Precision != 0 && l.Precision != store.DefaultPrecision(l.Window) {
@@ -97,6 +110,6 @@ func appendLimit(b []byte, l store.Limit) []byte {
 // key (the Cluster hash tag; a digest for a long key or one with braces).
 func Tag(prefix, key string) string { return string(appendTag(nil, prefix, key)) }
 
-// LimitName returns the part of a storage key that names l, such as "r1m"
-// (after Tag: "rw:{ip:203.0.113.9}:r1m").
+// LimitName returns the part of a storage key that names l, such as
+// "v2:r1m" (after Tag: "rw:{ip:203.0.113.9}:v2:r1m").
 func LimitName(l store.Limit) string { return string(appendLimit(nil, l)) }

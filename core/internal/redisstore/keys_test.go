@@ -20,11 +20,11 @@ func TestStorageKeys(t *testing.T) {
 		limit store.Limit
 		want  string
 	}{
-		{"ip:203.0.113.9", perMinute(1), "rw:{ip:203.0.113.9}:r1m"},
-		{"u", with(perSecond(1), store.SlidingBuckets), "rw:{u}:b1s"},
-		{"u", store.Limit{Count: 1, Window: time.Second, Algorithm: store.SlidingBuckets, Precision: 100 * time.Millisecond}, "rw:{u}:b1s/100ms"},
-		{"u", with(per(1, 1500*time.Microsecond), store.SlidingCounter), "rw:{u}:c1500us"},
-		{"a{b}", perSecond(1), "rw:{#uKS3Bgk7nHEuACsbKDwEhg}:r1s"},
+		{"ip:203.0.113.9", perMinute(1), "rw:{ip:203.0.113.9}:v2:r1m"},
+		{"u", with(perSecond(1), store.SlidingBuckets), "rw:{u}:v2:b1s"},
+		{"u", store.Limit{Count: 1, Window: time.Second, Algorithm: store.SlidingBuckets, Precision: 100 * time.Millisecond}, "rw:{u}:v2:b1s/100ms"},
+		{"u", with(per(1, 1500*time.Microsecond), store.SlidingCounter), "rw:{u}:v2:c1500us"},
+		{"a{b}", perSecond(1), "rw:{#uKS3Bgk7nHEuACsbKDwEhg}:v2:r1s"},
 	}
 	for _, c := range cases {
 		if got := storageKey(keyTag(testPrefix, c.key), c.limit); got != c.want {
@@ -41,10 +41,10 @@ func TestAppendKeys(t *testing.T) {
 		own  int
 		want []string
 	}{
-		{0, []string{"rw:{k}:r1s", "rw:{k}:b1m", "rw:{k}:c1h"}},
-		{withBlock, []string{"rw:{k}:block", "rw:{k}:r1s", "rw:{k}:b1m", "rw:{k}:c1h"}},
-		{withBlock | withPenalty, []string{"rw:{k}:block", "rw:{k}:penalty", "rw:{k}:r1s", "rw:{k}:b1m", "rw:{k}:c1h"}},
-		{withPenalty, []string{"rw:{k}:penalty", "rw:{k}:r1s", "rw:{k}:b1m", "rw:{k}:c1h"}},
+		{0, []string{"rw:{k}:v2:r1s", "rw:{k}:v2:b1m", "rw:{k}:v2:c1h"}},
+		{withBlock, []string{"rw:{k}:block", "rw:{k}:v2:r1s", "rw:{k}:v2:b1m", "rw:{k}:v2:c1h"}},
+		{withBlock | withPenalty, []string{"rw:{k}:block", "rw:{k}:penalty", "rw:{k}:v2:r1s", "rw:{k}:v2:b1m", "rw:{k}:v2:c1h"}},
+		{withPenalty, []string{"rw:{k}:penalty", "rw:{k}:v2:r1s", "rw:{k}:v2:b1m", "rw:{k}:v2:c1h"}},
 	}
 	for _, c := range cases {
 		got := appendKeys([]string{"before"}, testPrefix, "k", limits, c.own)
@@ -61,7 +61,7 @@ func TestAppendKeys(t *testing.T) {
 	for i := range many {
 		many[i] = per(int64(i+1), time.Duration(i+1)*time.Second)
 	}
-	if got := appendKeys(nil, testPrefix, "k", many, withBlock|withPenalty); len(got) != 2+len(many) || got[len(got)-1] != "rw:{k}:r19s" {
+	if got := appendKeys(nil, testPrefix, "k", many, withBlock|withPenalty); len(got) != 2+len(many) || got[len(got)-1] != "rw:{k}:v2:r19s" {
 		t.Fatalf("many limits: %d keys, last %q", len(got), got[len(got)-1])
 	}
 	dst := make([]string, 0, 8)

@@ -20,14 +20,14 @@ import (
 // TestLogValueMatchesMemory drives the sliding log of the scripts and that
 // of the memory store through the same random calls, at the same times,
 // and wants the same answers and the same units stored: decisions of 1 to
-// 8 units under two limits (one long enough for the ring layout, one
+// 8 units under two limits (one long enough for the sorted set, one
 // compact), Peeks, reservations (which go into the future, so that later
 // decisions insert before them), their releases, refunds of the newest
 // units and of a decision's units, plan changes (another Count over the
 // same stored log), pauses longer than a window, and the clock going
 // back a little. Every stored log keeps a TTL.
 func TestLogValueMatchesMemory(t *testing.T) {
-	againstMemory(t, 8, [2]string{"compact values", "rings"}, checkLogAgainstMemory)
+	againstMemory(t, 8, [2]string{"compact values", "sorted sets"}, checkLogAgainstMemory)
 }
 
 // allowBoth makes the decision r, the test's step, in the memory store and
@@ -109,7 +109,8 @@ func forSeeds(t *testing.T, seeds uint64, check func(t *testing.T, rdb redis.Scr
 	}
 }
 
-// requireTTLs fails unless every key under each prefix has a TTL.
+// requireTTLs fails unless every key under each prefix has a TTL (PTTL >
+// 0; a key gone since it was listed is no failure).
 func requireTTLs(t *testing.T, rdb redis.Scripter, prefixes ...string) {
 	t.Helper()
 	ctx := context.Background()
@@ -120,8 +121,8 @@ func requireTTLs(t *testing.T, rdb redis.Scripter, prefixes ...string) {
 			t.Fatal(err)
 		}
 		for _, k := range keys {
-			if ttl := c.PTTL(ctx, k).Val(); ttl <= 0 {
-				t.Fatalf("%s has TTL %v", k, ttl)
+			if ttl := c.PTTL(ctx, k).Val(); ttl == -1 { // -2: gone since KEYS
+				t.Fatalf("%s has no TTL", k)
 			}
 		}
 	}
@@ -157,7 +158,7 @@ func checkLogAgainstMemory(t *testing.T, rdb redis.Scripter, seed uint64, layout
 	// clock) before the test's clock has moved past its units: the test's
 	// clock moves far faster
 	long, short := 100*time.Second, 2*time.Second
-	longCounts := []int64{400, 900, 250} // hundreds of units: the ring layout
+	longCounts := []int64{400, 900, 250} // hundreds of units: sorted sets
 	limits := func() []store.Limit {
 		return []store.Limit{per(longCounts[rng.IntN(len(longCounts))], long), per(int64(10+rng.IntN(30)), short)}
 	}
@@ -247,7 +248,7 @@ func compareLogs(t *testing.T, step string, rdb redis.Scripter, rs *Store, ms *m
 	c := rdb.(redis.Cmdable)
 	for _, w := range windows {
 		key := storageKey(keyTag(rs.prefix, "k"), per(1, w))
-		stored, err := storedLog(ctx, c, key)
+		stored, layout, err := readLog(ctx, c, key)
 		if err != nil {
 			t.Fatalf("%s: %s: %v", step, key, err)
 		}
@@ -270,15 +271,53 @@ func compareLogs(t *testing.T, step string, rdb redis.Scripter, rs *Store, ms *m
 			t.Fatalf("%s: %s holds %d units that count, memory %d:\n%v\n%v", step, key, len(got), len(want), got, want)
 		}
 		if len(stored) > 0 {
-			if b, _ := c.GetRange(ctx, key, 0, 0).Bytes(); len(b) == 1 && b[0] >= 16 {
-				layouts[1].Add(1)
-			} else {
-				layouts[0].Add(1)
-			}
+			layouts[layout].Add(1)
 			if ttl := c.PTTL(ctx, key).Val(); ttl == -1 { // -2: gone; 0: about to go
 				t.Fatalf("%s: %s has no TTL: %v", step, key, ttl)
 			}
 		}
+	}
+}
+
+// readLog returns the times in µs of the units a sliding log holds, oldest
+// first, and its layout (see algorithms.lua): 0 compact, 1 sorted; none
+// for a missing key. A sorted log's member '#' must hold minus the units
+// of the others.
+func readLog(ctx context.Context, c redis.Cmdable, key string) ([]int64, int, error) {
+	switch typ := c.Type(ctx, key).Val(); typ {
+	case "none":
+		return nil, 0, nil
+	case "string":
+		v, err := c.Get(ctx, key).Bytes()
+		if err != nil {
+			return nil, 0, err
+		}
+		times, err := decodeLog(v)
+		return times, 0, err
+	case "zset":
+		zs, err := c.ZRangeWithScores(ctx, key, 0, -1).Result()
+		if err != nil {
+			return nil, 1, err
+		}
+		if len(zs) < 2 || zs[0].Member != "#" {
+			return nil, 1, fmt.Errorf("sorted log of %d members without '#' first", len(zs))
+		}
+		var times []int64
+		for _, z := range zs[1:] {
+			var at, units int64
+			if _, err := fmt.Sscanf(z.Member.(string), "%d:%d", &units, &at); err != nil || at != int64(z.Score) || units < 1 {
+				return nil, 1, fmt.Errorf("sorted log member %q scored %v", z.Member, z.Score)
+			}
+			for range units {
+				times = append(times, at)
+			}
+		}
+		if int64(-zs[0].Score) != int64(len(times)) {
+			return nil, 1, fmt.Errorf("sorted log of %d units says %v", len(times), -zs[0].Score)
+		}
+		return times, 1, nil
+	default:
+		return nil, 0, fmt.Errorf("a log of type %s", typ)
 	}
 }
 

@@ -21,7 +21,7 @@ import (
 // key at one time, which the merged call answers together (see decide in
 // algorithms.lua). The decisions cover the three algorithms alone and
 // together, units of 1 to 3, Peeks, penalties (which end a run), limits
-// of many units (the log's ring layout), and times that stay, move a
+// of many units (the sorted log), and times that stay, move a
 // little, or jump past a window. Every key keeps a TTL.
 func TestBatchRunsMatchAlone(t *testing.T) {
 	forSeeds(t, 3, checkRunsAgainstAlone)
@@ -40,7 +40,7 @@ func checkRunsAgainstAlone(t *testing.T, rdb redis.Scripter, seed uint64) {
 		{per(9, time.Minute)},
 		{with(per(25, time.Minute), store.SlidingBuckets)},
 		{with(per(12, time.Minute), store.SlidingCounter)},
-		{per(400, time.Minute)}, // the ring layout
+		{per(400, time.Minute)}, // the sorted log
 		{per(6, 30*time.Second), with(per(40, time.Hour), store.SlidingCounter), with(per(30, time.Hour), store.SlidingBuckets)},
 		{with(per(200, time.Minute), store.SlidingBuckets), per(15, time.Minute)},
 	}

@@ -1,26 +1,27 @@
--- algorithms.lua: the three sliding-window algorithms, and the decision over
--- several limits built on them. It is prepended to allow.lua,
--- allow_batch.lua and reserve.lua and reads no KEYS or ARGV itself.
+-- algorithms.lua: the three sliding-window algorithms, the one decision over
+-- several limits built on them, and the functions the scripts call (each
+-- script is one call of one of them: allow, allow_batch, reserve, release,
+-- refund, block; functions.go lists them, the function library exports
+-- them). It reads no KEYS or ARGV itself.
 --
 -- Times are microseconds since the epoch. Lua numbers are doubles, exact for
 -- integers up to 2^53, far beyond any time or count used here. Numbers are
--- passed to redis.call as numbers (Redis formats them with full precision);
--- never with tostring or '..', which would print 1.76e+15.
+-- passed to redis.call as numbers (Redis formats them with full precision)
+-- or formatted with '%d'; never with tostring or '..', which would print
+-- 1.76e+15.
 --
--- A check returns the state of one limit, as values (no table: a decision
--- allocates as little as it can):
+-- A check returns the state of one limit as values (no table):
 --   free   units that fit now (Count minus what is counted), >= 0
 --   retry  µs until n more units fit: 0 now, -1 never (n > Count)
 --   reset  µs until the limit is back to its full Count
--- then what its add needs. An add records n units and sets the key's TTL,
--- returning the new reset.
+-- then what its add needs. An add records n units, sets the key's TTL and
+-- returns the new reset.
+--
+-- Nothing here keeps state from one call to the next that changes what a
+-- call does: the only tables that outlive a call are pure memos, functions
+-- of their input (ints: small integers as strings; ttl_us/ttl_arg: the last
+-- TTL argument formatted; specs: parsed spec strings).
 
--- Only the two functions of the innermost loops are locals here. Every
--- script call runs this file's body again, and each function it defines
--- captures the locals it uses; a capture walks the list of the locals
--- captured so far, so that capturing many costs more than the lookups it
--- saves (string.sub and the like are looked up where used: measured, the
--- body of this file cost 8.2 µs a call with them all local, 4.6 without).
 local byte, call = string.byte, redis.call
 
 -- now_us returns the time passed in (tests), or the server's TIME.
@@ -38,16 +39,12 @@ local function px(us)
 end
 
 -- Redis formats every number passed to redis.call with printf (about
--- 0.3 µs), a cost as large as a short command's, while a string goes as it
--- is. The arguments that recur are passed as strings, made once: small
--- integers (units, bucket fields) and the last TTL used (a decision at now
--- sets a TTL of its window, decision after decision).
-local ints = {} -- ints[x]: x as a string, for integers 0 <= x < 4096
+-- 0.3 µs), as much as a short command, while a string goes as it is: the
+-- arguments that recur go as strings made once (see the memos above).
+local ints = {}
 local ttl_us, ttl_arg = -1, ''
 
--- int_arg returns x for a redis.call argument: as a string when it is a
--- small integer. (Not named arg: Lua 5.1 gives that name to a vararg
--- function's implicit table of its arguments.)
+-- int_arg returns x for a redis.call argument: a string for a small integer.
 local function int_arg(x)
   local s = ints[x]
   if s then return s end
@@ -65,105 +62,38 @@ local function px_arg(us)
   return ttl_arg
 end
 
--- expire_us sets the key's TTL to us microseconds (see px).
-local function expire_us(key, us)
-  call('PEXPIRE', key, px_arg(us))
+-- wrongtype is the error of a key that holds a value of no layout known
+-- here: an error of that call alone, as Redis's own WRONGTYPE.
+local function wrongtype(key)
+  error({err = 'WRONGTYPE ratewindow: ' .. key .. ' holds a value of an unknown format'})
 end
 
--- Sliding log: one string per key holding the times of the units counted,
--- oldest first; a unit at time s counts while now - window < s <= now +
--- (reservations are in the future). Only units that may still count are
--- kept: the front is dropped as units leave, and a key never holds more
--- than Count units that count (see log_check), so every decision is O(1)
--- in Redis calls, however many units the window holds.
+-- Sliding log: the times of the units counted; a unit at time s counts while
+-- now - window < s (reservations are units in the future). A key never
+-- holds more than Count units that count (see log_check). Two layouts:
 --
--- Times are stored as offsets from a base, big-endian, w bytes each (1 to
--- 7), in one of two layouts, told apart by the first byte:
---   compact  w, base (7 bytes), then the times. Read in one call and
---            written whole: a compact value is at most LOG_WHOLE bytes.
---            When it is written anew, its base is its oldest time and w as
---            small as its newest needs: ten units within 65 ms of each
---            other take 8 + 10 * 2 bytes, within 16 s 8 + 10 * 3.
---   ring     16 + w, base (7), cap (3), head (3), used (3), the newest
---            time (7), when the key expires (7, µs), then cap slots of w
---            bytes: the i-th oldest time (from 0) in slot (head + i) % cap.
---            For logs too long to rewrite on every decision: read and
---            written a few slots at a time (GETRANGE, SETRANGE), its
---            offsets with room for many windows before a rewrite. Its TTL
---            is set a window longer than needed, so that it is set again
---            once a window, not on every decision.
-local LOG_WHOLE = 512 -- the longest compact value, in bytes
+--   compact  a string: w (1 to 7), base (7 bytes, big-endian), then each
+--            unit's time as an offset from base, w bytes big-endian, oldest
+--            first; at most LOG_WHOLE bytes. Written anew, its base is its
+--            oldest time and w as narrow as its newest needs: ten units
+--            within 65 ms take 8 + 10 * 2 bytes. Most keys hold a few units
+--            and are read whole, by the decision's MGET.
+--   sorted   a sorted set for longer logs, so that no call rewrites the log
+--            or does work in proportion to the units it holds: one member
+--            per time at which units were recorded, "<units>:<time>",
+--            scored by the time; and member '#', scored minus the units of
+--            all the others (kept beside them, so that a check reads one
+--            score, not the members). AllowN(n) adds one member; the
+--            members that left are dropped (ZREMRANGEBYSCORE) after their
+--            units are counted from the nearer end (those that left, or
+--            those that stay); a denial's retry walks from the nearer end.
+--
+-- A compact log that outgrows LOG_WHOLE becomes sorted; a sorted log that
+-- falls to LOG_BACK units becomes compact again as it is added to (well
+-- below LOG_WHOLE / 7, so that a log is not turned back and forth).
+local LOG_WHOLE, LOG_BACK = 512, 32
 
--- found tells whether the last check (log_open, buckets_check,
--- counter_state) found its key holding a value; decide learns from it
--- whether decisions find their keys missing (see fresh_hint).
-local found = false
-
--- fresh_hint[alg] scores how often the decisions of one limit found
--- their key missing lately, by algorithm: +1 for a missing key (up to
--- FRESH_MAX), -FRESH_FOUND for one holding a value (down to 0). From
--- FRESH_AFTER on, a decision expects its key missing too, as on many keys
--- that are each used less often than once a window: a committed decision
--- that fits writes its units at once, with NX, without reading the key
--- first (see fresh_add), and a hash is read in one call (see
--- buckets_check). The score stays there while more than about one key in
--- five is missing (each saves a call, each other one costs one); a hot
--- key's decisions, which find it holding a value, read first, as before.
-local FRESH_AFTER, FRESH_MAX, FRESH_FOUND = 2, 8, 4
-local fresh_hint = {['0'] = 0, ['1'] = 0, ['2'] = 0}
-
--- learn scores a decision of one limit of algorithm alg that found its key
--- holding a value (was_found true) or missing (see fresh_hint).
-local function learn(alg, was_found)
-  local h = fresh_hint[alg]
-  if was_found then
-    fresh_hint[alg] = math.max(h - FRESH_FOUND, 0)
-  elseif h < FRESH_MAX then
-    fresh_hint[alg] = h + 1
-  end
-end
-local LOG_WHOLE_LAST = '511' -- its last byte's index, for GETRANGE
-local LOG_HEAD = 31 -- the bytes of a ring's header
-local LOG_CHUNK = 32 -- the slots of a ring read in one call
-
--- A log of more than RING_MAX units is paged: a hash, not a string, so
--- that no call rewrites it whole (a ring is written anew when it runs out
--- of room while its units wrap, or when its offsets no longer fit: in Lua,
--- unit by unit, about 0.6 µs a unit, so that a ring is kept small enough
--- for that to stay a few ms). Its units are numbered by a sequence number
--- s from when the hash was made; unit s is in the field named
--- floor(s / PAGE) (a decimal integer), whose value holds the times of up
--- to PAGE units, 7 bytes each (µs since the epoch), slot s % PAGE. Field
--- 'h' holds the header, 7 bytes each: the sequence number of the oldest
--- unit kept (s0), the units kept (used), the newest time, when the key
--- expires (µs; its TTL is set a window longer than needed, as a ring's)
--- and the first page that may still be held below s0 (gc: pages that
--- have left are deleted up to PAGE_GC a call). A call reads and writes a
--- few pages: appending rewrites the last one; dropping units that left
--- moves s0; a refund of the newest units moves the end. Only units moved
--- by an insertion or a removal before later units (reservations, a refund
--- of a past decision) are rewritten. PAGE makes a page's value fit
--- jemalloc's 1 KB class (7 * 145 + sds header <= 1024): 7.4 bytes a unit
--- with the hash's own. Larger pages cost a hot key's decisions more (each
--- reads its first and last page and writes the last: 4 KB pages took
--- about 8 µs more a decision than 1 KB ones, measured). The last key
--- written paged (a hot key's, as a rule) is kept in paged_key, with its
--- first and last page: the next decision on it reads its header and those
--- two pages in one HMGET (not trying it as a string first), and writes its
--- pages and header in one HSET.
-local RING_MAX = 4096
--- A paged log is written back as a ring (or compact) when it falls to
--- RING_MIN units: well below RING_MAX, so that a log holding about RING_MAX
--- units is not rewritten from one layout to the other again and again
--- (each a few ms: 25 µs a decision on average on a hot key measured).
-local RING_MIN = RING_MAX / 4
-local PAGE, PAGE_GC = 145, 64
-local paged_key, paged_first, paged_last = false, 0, 0
-local PAGE_HEADER = 'h'
-
--- uint reads the w-byte big-endian integer at position i of s. (These
--- two run on every decision: one call of string.byte or string.char, no
--- table.)
+-- uint reads the w-byte big-endian integer at position i of s.
 local function uint(s, i, w)
   local a, b, c, d, e, f, g = byte(s, i, i + w - 1)
   if w == 1 then return a end
@@ -180,27 +110,22 @@ local function uint(s, i, w)
   return a * 256 + g
 end
 
--- uint_bytes returns x as a w-byte big-endian integer.
+-- uint_bytes returns x as a w-byte big-endian integer (one string.char).
 local function uint_bytes(x, w)
   local g = x % 256
-  if w == 1 then return string.char(g) end
   x = (x - g) / 256
   local f = x % 256
-  if w == 2 then return string.char(f, g) end
   x = (x - f) / 256
   local e = x % 256
-  if w == 3 then return string.char(e, f, g) end
   x = (x - e) / 256
   local d = x % 256
-  if w == 4 then return string.char(d, e, f, g) end
   x = (x - d) / 256
   local c = x % 256
-  if w == 5 then return string.char(c, d, e, f, g) end
   x = (x - c) / 256
   local b = x % 256
-  if w == 6 then return string.char(b, c, d, e, f, g) end
-  x = (x - b) / 256
-  return string.char(x % 256, b, c, d, e, f, g)
+  local s = string.char((x - b) / 256 % 256, b, c, d, e, f, g)
+  if w == 7 then return s end
+  return string.sub(s, 8 - w)
 end
 
 -- width returns the bytes an offset of up to x takes: 1 to 7.
@@ -210,440 +135,290 @@ local function width(x)
   return w
 end
 
--- log_open reads the log of key into L (a table of log_open's, or nil:
--- a new one), which it returns. Its units are numbered from 1 (the oldest)
--- to used; those before lo have left (see log_trim). Decisions reuse their
--- L from decision to decision: its fields are all set here, so that
--- setting them again allocates nothing.
-local pcall_ = redis.pcall
--- pre_key's value, read whole by allow_one, is pre_v: log_open takes it
--- instead of reading the key again (once).
-local pre_key, pre_v = false, false
-local function log_open(key, window, now, L)
-  local v, r
-  if key == paged_key then
-    r = pcall_('HMGET', key, PAGE_HEADER, paged_first, paged_last) -- see PAGE
-    if r.err or not r[1] then r = nil end -- a string now, or gone
-  end
-  local h = r and r[1]
-  if key == pre_key then -- read already (see allow_one)
-    v, pre_key = pre_v, false
-  elseif not h then
-    v = pcall_('GETRANGE', key, '0', LOG_WHOLE_LAST) -- strings: no number to format
-  end
-  if not L then
-    L = {key = key, window = window, now = now, lo = 1, used = 0, base = false, w = false, v = false,
-         cap = false, head = false, newest = false, expires = false, cs = false, ce = false, cv = false,
-         paged = false, s0 = false, gc = false, pj = false, pv = false, qj = false, qv = false}
-  else
-    L.key, L.window, L.now, L.lo, L.used, L.base, L.w, L.v = key, window, now, 1, 0, false, false, false
-    L.cap, L.head, L.newest, L.expires, L.cs, L.ce, L.cv = false, false, false, false, false, false, false
-    L.paged, L.s0, L.gc, L.pj, L.pv, L.qj, L.qv = false, false, false, false, false, false, false
-  end
-  if h or type(v) == 'table' then -- not a string: a paged log, or not a log
-    h = h or call('HGET', key, PAGE_HEADER) -- WRONGTYPE but for a hash
-    if not h or #h ~= 35 then
-      error({err = 'WRONGTYPE ' .. key .. ' holds a value that is not a sliding log'})
-    end
-    found = true
-    L.paged, L.base, L.w = true, 0, 7
-    if r then L.pj, L.pv, L.qj, L.qv = paged_first, r[2] or '', paged_last, r[3] or '' end
-    L.s0, L.used, L.newest = uint(h, 1, 7), uint(h, 8, 7), uint(h, 15, 7)
-    L.expires, L.gc = uint(h, 22, 7), uint(h, 29, 7)
-    return L
-  end
-  found = #v > 0
-  if not found then return L end
-  local f = byte(v, 1)
-  local w = f % 16
-  if #v < 8 or w < 1 or w > 7 or f >= 32 or (f < 16 and (#v - 8) % w ~= 0) or (f >= 16 and #v < LOG_HEAD) then
-    error({err = 'WRONGTYPE ' .. key .. ' holds a value that is not a sliding log'})
-  end
-  L.base, L.w = uint(v, 2, 7), w
-  if f < 16 then -- compact: all of it
-    L.v, L.used = v, (#v - 8) / w
-  else
-    L.cap, L.head, L.used = uint(v, 9, 3), uint(v, 12, 3), uint(v, 15, 3)
-    L.newest, L.expires = uint(v, 18, 7), uint(v, 25, 7)
-  end
-  return L
+-- compact_w returns the offset width of the compact log v, or fails for a
+-- value of no known layout (a string of another format under our key).
+local function compact_w(key, v)
+  local f = byte(v, 1) or 0
+  if #v < 9 or f < 1 or f > 7 or (#v - 8) % f ~= 0 then wrongtype(key) end
+  return f
 end
 
--- log_newest returns the time of the newest unit (there is one).
-local function log_newest(L)
-  if L.newest then return L.newest end
-  local w = L.w
-  return L.base + uint(L.v, 9 + (L.used - 1) * w, w)
-end
-
--- page_get returns page j of the paged log L: one of the two it keeps
--- (see log_open), else read, and kept in place of the first.
-local function page_get(L, j)
-  if j == L.pj then return L.pv end
-  if j == L.qj then return L.qv end
-  L.pj, L.pv = j, call('HGET', L.key, j) or ''
-  return L.pv
-end
-
--- log_at returns the time of unit i. A ring's slots are read LOG_CHUNK at
--- a time, around the one asked for (scans go both ways), and the last read
--- kept.
-local function log_at(L, i)
-  local w = L.w
-  if L.v then return L.base + uint(L.v, 9 + (i - 1) * w, w) end
-  if L.paged then
-    local s = L.s0 + i - 1
-    local j = math.floor(s / PAGE)
-    return uint(page_get(L, j), (s - j * PAGE) * 7 + 1, 7)
-  end
-  local p = (L.head + i - 1) % L.cap
-  if not (L.cs and p >= L.cs and p <= L.ce) then
-    local first = math.max(p - LOG_CHUNK / 2, 0)
-    local last = math.min(first + LOG_CHUNK, L.cap) - 1
-    L.cv = call('GETRANGE', L.key, LOG_HEAD + first * w, LOG_HEAD + (last + 1) * w - 1)
-    L.cs, L.ce = first, last
-  end
-  return L.base + uint(L.cv, (p - L.cs) * w + 1, w)
-end
-
--- log_after returns the first unit after time t (from lo), or used + 1
--- when there is none: a binary search, as units are in time order.
-local function log_after(L, t)
-  local lo, hi = L.lo, L.used + 1
+-- compact_after returns the first unit of the compact log v (of width w,
+-- used units, base) whose time is after t, from lo: used + 1 for none.
+local function compact_after(v, w, base, lo, used, t)
+  local hi = used + 1
   while lo < hi do
     local m = math.floor((lo + hi) / 2)
-    if log_at(L, m) > t then hi = m else lo = m + 1 end
+    if base + uint(v, 9 + (m - 1) * w, w) > t then hi = m else lo = m + 1 end
   end
   return lo
 end
 
--- log_slots returns the stored bytes of units from to to of a ring, in
--- order: at most two reads, to the ring's end, then from its start.
-local function log_slots(L, from, to)
-  if from > to then return '' end
-  if L.paged then -- a page at a time
-    local parts, s, e = {}, L.s0 + from - 1, L.s0 + to - 1
-    while s <= e do
-      local j = math.floor(s / PAGE)
-      local last = math.min(e, j * PAGE + PAGE - 1)
-      local v = page_get(L, j)
-      parts[#parts + 1] = string.sub(v, (s - j * PAGE) * 7 + 1, (last - j * PAGE + 1) * 7)
-      s = last + 1
-    end
-    return table.concat(parts)
-  end
-  local w, p, left, runs = L.w, (L.head + from - 1) % L.cap, to - from + 1, {}
-  while left > 0 do
-    local run = math.min(left, L.cap - p)
-    runs[#runs + 1] = call('GETRANGE', L.key, LOG_HEAD + p * w, LOG_HEAD + (p + run) * w - 1)
-    left, p = left - run, 0
-  end
-  return table.concat(runs)
-end
-
--- log_times appends the times of units from to to, in order, to out.
-local function log_times(L, from, to, out)
-  if from > to then return out end
-  local w, v = L.w, L.v
-  local at = 9 + (from - 1) * w
-  if not v then v, at = log_slots(L, from, to), 1 end
-  for i = at, at + (to - from) * w, w do out[#out + 1] = L.base + uint(v, i, w) end
+-- compact_times appends the times of units from to to of v to out.
+local function compact_times(v, w, base, from, to, out)
+  for i = 9 + (from - 1) * w, 8 + to * w, w do out[#out + 1] = base + uint(v, i, w) end
   return out
 end
 
--- log_trim drops the units at or before oldest: it sets lo to the first
--- unit after it. Usually none or one has left since the last call; after
--- a pause, the steps double, then halve, so a long log costs a few reads.
-local function log_trim(L, oldest)
-  local gone = L.lo -- the last unit known to have left, once checked
-  if gone > L.used or log_at(L, gone) > oldest then return end
-  local step, next = 1, gone + 1
-  while next <= L.used and log_at(L, next) <= oldest do
-    gone, step = next, step * 2
-    next = gone + step
-  end
-  local live = math.min(next, L.used + 1) -- the first unit that counts, or used + 1
-  while live - gone > 1 do
-    local m = math.floor((gone + live) / 2)
-    if log_at(L, m) <= oldest then gone = m else live = m end
-  end
-  L.lo = live
+-- member returns the sorted log's member of u units at time t; units and
+-- time_of read them back (a member is read without its score: a reply of
+-- half the strings).
+local function member(t, u) return string.format('%d:%d', u, t) end
+local function units(m)
+  if byte(m, 2) == 58 then return byte(m, 1) - 48 end -- one digit, then ':'
+  return tonumber(string.match(m, '^%d+'))
 end
+local function time_of(m) return tonumber(string.sub(m, string.find(m, ':', 1, true) + 1)) end
 
--- log_ring_state returns the part of a ring's header that a decision
--- changes: head, used and the newest time, from byte LOG_STATE (from 0).
-local LOG_STATE = '11'
-local function log_ring_state(head, used, newest)
-  return uint_bytes(head, 3) .. uint_bytes(used, 3) .. uint_bytes(newest, 7)
-end
-
--- log_ring_header returns a ring's header after its first byte and base:
--- cap, then its state (see log_ring_state), and when the key expires.
-local function log_ring_header(cap, head, used, newest, expires)
-  return uint_bytes(cap, 3) .. log_ring_state(head, used, newest) .. uint_bytes(expires, 7)
-end
-
--- page_write puts the pages that write bytes (the times of units, 7 bytes
--- each) into the pages of L from unit sequence number s on, as field and
--- value pairs, into fv (page_header writes them); what the pages held
--- after them goes (the units after the last written are dropped).
-local function page_write(L, s, bytes, fv)
-  local i, n = 1, #bytes
-  while i <= n do
-    local j = math.floor(s / PAGE)
-    local off = s - j * PAGE
-    local run = math.min(n - i + 1, (PAGE - off) * 7)
-    local piece = string.sub(bytes, i, i + run - 1)
-    if off > 0 then -- after the units the page keeps
-      piece = string.sub(page_get(L, j), 1, off * 7) .. piece
-    end
-    fv[#fv + 1], fv[#fv + 2] = j, piece
-    i, s = i + run, s + run / 7
-  end
-end
-
--- page_header writes the header of the paged log L holding used units from
--- sequence number s0 on, the newest at newest, sets its TTL when it
--- expires too early, and deletes up to PAGE_GC pages below s0.
-local function page_header(L, s0, used, newest, fv)
-  local expires = L.expires or 0
-  if newest + L.window > expires then
-    local ms = px(newest + 2 * L.window - L.now)
-    call('PEXPIRE', L.key, ms)
-    expires = L.now + ms * 1000
-  end
-  local gc, first = L.gc or 0, math.floor(s0 / PAGE)
-  if gc < first then
-    local last, gone = math.min(first, gc + PAGE_GC) - 1, {}
-    for j = gc, last do gone[#gone + 1] = j end
-    call('HDEL', L.key, unpack(gone))
-    gc = last + 1
-  end
-  fv[#fv + 1], fv[#fv + 2] = PAGE_HEADER, uint_bytes(s0, 7) .. uint_bytes(used, 7) .. uint_bytes(newest, 7) ..
-    uint_bytes(expires, 7) .. uint_bytes(gc, 7)
-  for i = 1, #fv, 200 do -- in chunks: unpack takes a few thousand values at most
-    call('HSET', L.key, unpack(fv, i, math.min(i + 199, #fv)))
-  end
-  L.pj, L.pv, L.qj, L.qv = false, false, false, false
-  paged_key, paged_first, paged_last = L.key, math.floor(s0 / PAGE), math.floor((s0 + used - 1) / PAGE)
-end
-
--- log_store writes the times (in order, at least one) as a new value:
--- compact when it fits, with its oldest time as the base and the narrowest
--- offsets; else a ring with room to grow and offsets wide enough for a
--- while.
-local function log_store(L, times)
-  local n, base = #times, times[1]
-  local newest = times[n]
-  if n > RING_MAX then -- paged, from sequence number 0
-    local parts = {}
-    for i = 1, n do parts[i] = uint_bytes(times[i], 7) end
-    call('DEL', L.key)
-    L.paged, L.expires, L.gc, L.pj, L.pv, L.qj, L.qv = true, 0, 0, false, false, false, false
-    local fv = {}
-    page_write(L, 0, table.concat(parts), fv)
-    page_header(L, 0, n, newest, fv)
-    return
-  end
-  local ttl = newest + L.window - L.now
-  local parts = {}
+-- log_store writes as the log of key the units at times (in order) and n
+-- more at t, after those at or before t: compact if it fits, else sorted
+-- (one member per time). Its TTL lasts until its newest unit has left.
+local function log_store(key, times, t, n, window, now)
+  local p, all = #times + 1, #times
+  while p > 1 and times[p - 1] > t do p = p - 1 end
+  local base, newest = math.min(times[1] or t, t), math.max(times[all] or t, t)
   local w = width(newest - base)
-  if 8 + n * w <= LOG_WHOLE then
-    parts[1] = string.char(w) .. uint_bytes(base, 7)
-  else
-    w = width(2 * (newest - base + L.window))
-    local cap = 2 * n
-    ttl = ttl + L.window
-    parts[1] = string.char(16 + w) .. uint_bytes(base, 7) ..
-               log_ring_header(cap, 0, n, newest, L.now + px(ttl) * 1000)
-    parts[n + 2] = string.rep('\0', (cap - n) * w)
+  local ttl = px_arg(newest + window - now)
+  if 8 + (all + n) * w <= LOG_WHOLE then
+    local parts = {string.char(w) .. uint_bytes(base, 7)}
+    for i = 1, p - 1 do parts[#parts + 1] = uint_bytes(times[i] - base, w) end
+    parts[#parts + 1] = string.rep(uint_bytes(t - base, w), n)
+    for i = p, all do parts[#parts + 1] = uint_bytes(times[i] - base, w) end
+    call('SET', key, table.concat(parts), 'PX', ttl)
+    return
   end
-  for i = 1, n do parts[i + 1] = uint_bytes(times[i] - base, w) end
-  call('SET', L.key, table.concat(parts), 'PX', px(ttl))
+  local zs, i, at_t = {-(all + n), '#'}, 1, n
+  while i <= all do -- members, the n units at t among them
+    local j = i
+    while j < all and times[j + 1] == times[i] do j = j + 1 end
+    local u = j - i + 1
+    if times[i] == t then u, at_t = u + n, 0 end
+    zs[#zs + 1], zs[#zs + 2] = times[i], member(times[i], u)
+    i = j + 1
+  end
+  if at_t > 0 then zs[#zs + 1], zs[#zs + 2] = t, member(t, n) end
+  call('DEL', key)
+  for c = 1, #zs, 1000 do -- unpack takes a few thousand values at most
+    call('ZADD', key, unpack(zs, c, math.min(c + 999, #zs)))
+  end
+  call('PEXPIRE', key, ttl)
 end
 
--- fresh_log returns the value of a log of n units all at t, or false
--- when it would be too long to be compact: compact, its base t, offsets of
--- one byte, all 0 (a log of one unit takes 9 bytes; the next unit's
--- offset, wider, writes it anew). The last one made is kept: the decisions
--- of one merged call share their time, and on many keys most of them find
--- their key's log empty (measured: building it took 0.5 µs, half as long
--- as the SET that writes it; taking it again, 0.04).
-local fresh_t, fresh_n, fresh_v = -1, -1, ''
-local function fresh_log(t, n)
-  if 8 + n > LOG_WHOLE then return false end -- read whole: see log_open
-  if t ~= fresh_t or n ~= fresh_n then
-    -- one string.char, not uint_bytes and concatenations: each string
-    -- made costs (measured: 1.4 µs a decision less on many keys)
-    local x, g = t, t % 256
-    x = (x - g) / 256
-    local f = x % 256
-    x = (x - f) / 256
-    local e = x % 256
-    x = (x - e) / 256
-    local d = x % 256
-    x = (x - d) / 256
-    local c = x % 256
-    x = (x - c) / 256
-    local b = x % 256
-    local a = (x - b) / 256 % 256
-    if n == 1 then
-      fresh_v = string.char(1, a, b, c, d, e, f, g, 0)
-    else
-      fresh_v = string.char(1, a, b, c, d, e, f, g) .. string.rep('\0', n)
-    end
-    fresh_t, fresh_n = t, n
+-- sorted_walk returns the time of the j-th unit (from 1) from the oldest
+-- (newest_first false) or the newest end of the units of the sorted log
+-- key, all after oldest (see sorted_open), total units in card members: by
+-- rank when each member holds one unit, else 256 members read at a time;
+-- then, when its member holds more units than the j-th, minus how many,
+-- and the member.
+local function sorted_walk(key, oldest, j, newest_first, total, card)
+  card = card or call('ZCARD', key) - 1
+  if total == card then
+    if newest_first then j = -j end
+    return tonumber(call('ZRANGE', key, j, j, 'WITHSCORES')[2]), 0
   end
-  return fresh_v
+  local lo, hi = string.format('(%d', oldest), '+inf'
+  while true do
+    local r
+    if newest_first then
+      r = call('ZREVRANGEBYSCORE', key, hi, lo, 'LIMIT', 0, 256)
+    else
+      r = call('ZRANGEBYSCORE', key, lo, hi, 'LIMIT', 0, 256)
+    end
+    if #r == 0 then wrongtype(key) end -- fewer units than '#' says
+    for i = 1, #r do
+      j = j - units(r[i])
+      if j <= 0 then return time_of(r[i]), j, r[i] end
+    end
+    local edge = string.format('(%d', time_of(r[#r]))
+    if newest_first then hi = edge else lo = edge end
+  end
 end
 
--- log_splice replaces the del units from unit p (lo <= p <= used + 1) with
--- ins units at time t (which keeps the order), drops the units before lo,
--- and stores the log, whose newest unit is then at newest; or deletes it
--- when it is left empty. Its TTL lasts until the newest unit has left the
--- window. Both layouts are changed where they stand while t fits their
--- offsets: a compact value is cut and joined as a string; a ring with room
--- moves only the units after the change and rewrites its header. Otherwise
--- the log is written anew (log_store).
-local function log_splice(L, p, del, ins, t, newest)
-  local left = L.used - L.lo + 1 - del + ins
-  if left <= 0 then
-    call('DEL', L.key)
-    return
-  end
-  local fresh = del == 0 and L.lo > L.used and fresh_log(t, ins)
-  if fresh then -- nothing else left: n units at t
-    call('SET', L.key, fresh, 'PX', px_arg(t + L.window - L.now))
-    return
-  end
-  if L.paged and left > RING_MIN then
-    -- the new units, then the units after the change, written from unit
-    -- p's place on (see page_write); pages that left go (page_header)
-    local bytes, fv = string.rep(uint_bytes(t, 7), ins) .. log_slots(L, p + del, L.used), {}
-    page_write(L, L.s0 + p - 1, bytes, fv)
-    page_header(L, L.s0 + L.lo - 1, left, newest, fv)
-    return
-  end
-  local w, off = L.w, 0
-  if ins > 0 then off = t - (L.base or t) end
-  local fits = w and off >= 0 and off < 256 ^ w
-  if fits and L.v and 8 + left * w <= LOG_WHOLE then
-    local v = L.v
-    if L.lo == 1 and p > L.used then -- added at the end, none dropped: appended
-      v = v .. string.rep(uint_bytes(off, w), ins)
+-- sorted_open drops the members of the sorted log key, whose member '#' has
+-- the score score, that left the window (at or before oldest) and returns
+-- the units that stay, the newest time (false: none; the key is deleted)
+-- and the members that stay (false: not counted).
+local function sorted_open(key, score, oldest)
+  local total, card = -score, false
+  local first = call('ZRANGE', key, 1, 1, 'WITHSCORES')
+  if total < 1 or not first[2] then wrongtype(key) end -- a sorted set, not ours
+  if tonumber(first[2]) <= oldest then
+    local all, gone = call('ZCARD', key) - 1, call('ZCOUNT', key, 0, oldest)
+    card = all - gone
+    if card == 0 then
+      call('DEL', key)
+      return 0, false, 0
+    end
+    if total == all then -- one unit a member
+      total = card
+    elseif gone <= card then -- count what leaves, or what stays
+      for _, m in ipairs(call('ZRANGEBYSCORE', key, 0, oldest)) do total = total - units(m) end
     else
-      v = string.sub(v, 1, 8) .. string.sub(v, 9 + (L.lo - 1) * w, 8 + (p - 1) * w) ..
-          string.rep(uint_bytes(off, w), ins) .. string.sub(v, 9 + (p + del - 1) * w)
-    end
-    call('SET', L.key, v, 'PX', px_arg(newest + L.window - L.now))
-    return
-  end
-  if fits and L.cap and left <= L.cap and left <= RING_MAX and 8 + 3 * left > LOG_WHOLE / 2 then
-    local cap = L.cap
-    local head = (L.head + L.lo - 1) % cap
-    -- the new units, then the units after the change moved as they are
-    local bytes = string.rep(uint_bytes(off, w), ins) .. log_slots(L, p + del, L.used)
-    local at, i = (head + p - L.lo) % cap, 1 -- the slot of unit p, from the new head
-    while i <= #bytes do -- in at most two writes, as in log_slots
-      local run = math.min(#bytes - i + 1, (cap - at) * w)
-      call('SETRANGE', L.key, LOG_HEAD + at * w, string.sub(bytes, i, i + run - 1))
-      i, at = i + run, 0
-    end
-    local expires = L.expires
-    if newest + L.window > expires then
-      local ms = px(newest + 2 * L.window - L.now)
-      call('PEXPIRE', L.key, ms)
-      expires = L.now + ms * 1000
-      call('SETRANGE', L.key, '8', log_ring_header(cap, head, left, newest, expires))
-    else -- cap and expires stay: head, used and newest are rewritten
-      call('SETRANGE', L.key, LOG_STATE, log_ring_state(head, left, newest))
-    end
-    return
-  end
-  local live = L.used - L.lo + 1
-  if fits and L.cap and left > L.cap and left <= RING_MAX and ins > 0 and del == 0 and p == L.used + 1 then
-    local head = (L.head + L.lo - 1) % L.cap
-    if head + live <= L.cap then
-      -- a ring out of room whose units do not wrap: it grows at its end,
-      -- where they stand (the string extended, the new units written),
-      -- not written anew: a long log filled without pause never is
-      local cap = math.max(head + left, L.cap + math.ceil(L.cap / 4))
-      if cap < 16777216 then -- the header's 3 bytes
-        call('SETRANGE', L.key, LOG_HEAD + cap * w - 1, '\0') -- Redis fills with zeros
-        call('SETRANGE', L.key, LOG_HEAD + (head + live) * w, string.rep(uint_bytes(off, w), ins))
-        local expires = L.expires
-        if newest + L.window > expires then
-          local ms = px(newest + 2 * L.window - L.now)
-          call('PEXPIRE', L.key, ms)
-          expires = L.now + ms * 1000
-        end
-        call('SETRANGE', L.key, '8', log_ring_header(cap, head, left, newest, expires))
-        return
+      total = 0
+      for _, m in ipairs(call('ZRANGEBYSCORE', key, string.format('(%d', oldest), '+inf')) do
+        total = total + units(m)
       end
     end
+    call('ZREMRANGEBYSCORE', key, 0, oldest)
+    call('ZADD', key, -total, '#')
   end
-  local times = log_times(L, L.lo, p - 1, {})
-  for _ = 1, ins do times[#times + 1] = t end
-  log_store(L, log_times(L, p + del, L.used, times))
+  return total, tonumber(call('ZREVRANGE', key, 0, 0, 'WITHSCORES')[2]), card
 end
 
--- log_check checks n units of a log limit at now, its log read into L
--- (see log_open), and returns free, retry, reset, then what log_add takes:
--- the time of the newest unit (false: none) and the log.
-local function log_check(key, count, window, n, now, L)
-  L = log_open(key, window, now, L)
-  log_trim(L, now - window)
-  local used = L.used - L.lo + 1
-  local free, retry, reset, newest = math.max(count - used, 0), 0, 0, false
-  if used > 0 then
-    newest = log_newest(L)
-    reset = newest + window - now
+-- log_check checks n units of a log limit at now. v is the key's value:
+-- the compact string, a number for a sorted log (its member '#''s score),
+-- false for none (see log_value). It returns
+-- free, retry, reset, then what log_add takes: the units that count, the
+-- first unit that counts (compact: units before it have left) and the
+-- newest unit's time (false: none).
+local function log_check(key, v, count, window, n, now)
+  local oldest, used, lo, newest = now - window, 0, 1, false
+  local k = count - n + 1 -- n fit once the k-th newest unit has left
+  local retry = 0
+  if type(v) == 'number' then
+    local card
+    used, newest, card = sorted_open(key, v, oldest)
+    if k <= used and k >= 1 then
+      local j = used - k + 1 -- the k-th newest is the j-th oldest
+      retry = sorted_walk(key, oldest, math.min(j, k), k < j, used, card) + window - now
+    end
+  elseif v then
+    local w = compact_w(key, v)
+    local base, all = uint(v, 2, 7), (#v - 8) / w
+    if base + uint(v, 9, w) <= oldest then lo = compact_after(v, w, base, 1, all, oldest) end
+    used = all - lo + 1
+    if used > 0 then newest = base + uint(v, 9 + (all - 1) * w, w) end
+    if k <= used and k >= 1 then retry = base + uint(v, 9 + (all - k) * w, w) + window - now end
   end
   -- n units fit at time t once the k-th newest unit has left the window at
-  -- t: then every window holding t holds at most count - n other units.
-  -- (So when they fit now, at most count - n units count, and the log
-  -- never keeps more than count units that do.)
-  local k = count - n + 1
-  if k <= 0 then
-    retry = -1
-  elseif used >= k then
-    retry = log_at(L, L.used - k + 1) + window - now
-  end
-  return free, retry, reset, newest, L
+  -- t: then every window holding t holds at most count - n other units
+  if k <= 0 then retry = -1 end
+  local reset = 0
+  if newest then reset = newest + window - now end
+  return math.max(count - used, 0), retry, reset, used, lo, newest
 end
 
--- log_add records n units at time t and returns the new reset. L and
--- newest are log_check's, of the same call. Units go after every unit at
--- or before t: at the end, but for reservations made for later than t.
-local function log_add(window, n, t, now, L, newest)
-  local p = L.used + 1
-  if newest and newest > t then -- before reservations
-    p = log_after(L, t)
-  else
-    newest = t
-  end
-  log_splice(L, p, 0, n, t, newest)
-  return math.max(newest, now) + window - now
-end
-
--- log_remove removes up to n units with times in (after, upto], the
--- newest first, and returns how many. The log's units have been trimmed to
--- those that count (log_trim), or hold after > now - window.
-local function log_remove(L, n, after, upto, now)
-  local hi = log_after(L, upto) - 1 -- the newest unit at or before upto
-  -- the units after after, up to n of them: a binary search, not a unit at
-  -- a time (a refund of a million units read them all)
-  local p = math.max(log_after(L, after), hi - n + 1)
-  local del = hi - p + 1
-  if del > 0 then
-    local newest = now -- of the units left (none: the key goes)
-    if hi < L.used then
-      newest = log_newest(L)
-    elseif p > L.lo then
-      newest = log_at(L, p - 1)
+-- log_add records n units at time t (at or after now) in the log of key,
+-- whose value v, units used, first unit lo and newest time are
+-- log_check's, and returns the new reset. Units go after every unit at or
+-- before t: at the end, but for reservations made for later than t.
+local function log_add(key, v, used, lo, newest, window, n, t, now)
+  local last = math.max(newest or t, t)
+  if type(v) == 'number' then -- sorted: one member more, or one grown
+    if used + n <= LOG_BACK then -- compact again (its units all count: see sorted_open)
+      local r, times = call('ZRANGE', key, 1, -1, 'WITHSCORES'), {}
+      for i = 1, #r, 2 do
+        for _ = 1, units(r[i]) do times[#times + 1] = tonumber(r[i + 1]) end
+      end
+      log_store(key, times, t, n, window, now)
+      return last + window - now
     end
-    log_splice(L, p, del, 0, 0, newest)
+    local had = 0
+    if newest and newest >= t then -- a member at t may be there already
+      local m = call('ZRANGEBYSCORE', key, t, t)[1]
+      if m then had = units(m); call('ZREM', key, m) end
+    end
+    call('ZADD', key, t, member(t, had + n), -(used + n), '#')
+    call('PEXPIRE', key, px_arg(last + window - now))
+    return last + window - now
   end
+  if not v then -- n units at t: offsets of one byte, all 0 (or sorted)
+    log_store(key, {}, t, n, window, now)
+    return t + window - now
+  end
+  local w = byte(v, 1)
+  local base, all = uint(v, 2, 7), (#v - 8) / w
+  local p = all + 1
+  if newest and newest > t then p = compact_after(v, w, base, lo, all, t) end
+  local off = t - base
+  if off >= 0 and off < 256 ^ w and 8 + (used + n) * w <= LOG_WHOLE then -- cut and joined
+    local nv
+    if lo == 1 and p > all then
+      nv = v .. string.rep(uint_bytes(off, w), n)
+    else
+      nv = string.sub(v, 1, 8) .. string.sub(v, 9 + (lo - 1) * w, 8 + (p - 1) * w) ..
+           string.rep(uint_bytes(off, w), n) .. string.sub(v, 9 + (p - 1) * w)
+    end
+    call('SET', key, nv, 'PX', px_arg(last + window - now))
+  else -- written anew: narrower offsets, or sorted
+    log_store(key, compact_times(v, w, base, lo, all, {}), t, n, window, now)
+  end
+  return last + window - now
+end
+
+-- log_value returns the value of the log of key for log_check: the
+-- compact string v (read already), the score of a sorted log's member '#'
+-- (a sorted set without it is not ours), or false for none.
+local function log_value(key, v)
+  if v then return v end
+  local score = redis.pcall('ZSCORE', key, '#')
+  if score and not score.err then return tonumber(score) end
+  if score or call('EXISTS', key) == 1 then wrongtype(key) end
+  return false
+end
+
+-- log_remove removes up to n units with times in (after, upto] from the log
+-- of key, the newest first, and returns how many; no unit before now -
+-- window is touched.
+local function log_remove(key, window, n, after, upto, now)
+  local oldest = now - window
+  after = math.max(after, oldest)
+  local v = log_value(key, call('MGET', key)[1]) -- MGET: no error for a sorted set
+  if type(v) == 'number' then -- the newest first, 256 members at a time
+    local total, newest, card = sorted_open(key, v, oldest)
+    if after <= oldest and upto >= (newest or 0) and n > total / 2 then -- the oldest kept
+      if n >= total then
+        if total > 0 then call('DEL', key) end
+        return total
+      end
+      local t, j, m = sorted_walk(key, oldest, total - n, false, total, card)
+      call('ZREMRANGEBYSCORE', key, string.format('(%d', t), upto)
+      if j < 0 then
+        call('ZREM', key, m)
+        call('ZADD', key, t, member(t, units(m) + j))
+      end
+      call('ZADD', key, n - total, '#')
+      return n
+    end
+    local given, low, hi = 0, nil, upto
+    while given < n do
+      local r = call('ZREVRANGEBYSCORE', key, hi, string.format('(%d', after), 'LIMIT', 0, 256)
+      if #r == 0 then break end
+      for i = 1, #r do
+        local u = units(r[i])
+        local take = math.min(u, n - given)
+        given = given + take
+        if take < u then -- the last one, in part
+          local t = time_of(r[i])
+          call('ZADD', key, t, member(t, u - take))
+          call('ZREM', key, r[i])
+          break
+        end
+        low = r[i]
+        if given == n then break end
+      end
+      hi = string.format('(%d', time_of(r[#r]))
+    end
+    if low then call('ZREMRANGEBYSCORE', key, time_of(low), upto) end
+    if given == total then call('DEL', key) elseif given > 0 then call('ZADD', key, given - total, '#') end
+    return given
+  end
+  if not v then return 0 end
+  local w = compact_w(key, v)
+  local base, all = uint(v, 2, 7), (#v - 8) / w
+  local lo = compact_after(v, w, base, 1, all, oldest)
+  local hi = compact_after(v, w, base, lo, all, upto) - 1 -- the newest at or before upto
+  local p = math.max(compact_after(v, w, base, lo, all, after), hi - n + 1)
+  local del = hi - p + 1
+  if del <= 0 then return 0 end
+  if all - lo + 1 == del then
+    call('DEL', key)
+    return del
+  end
+  local newest = base + uint(v, 9 + (all - 1) * w, w)
+  if hi == all then newest = base + uint(v, 9 + (p - 2) * w, w) end
+  call('SET', key, string.sub(v, 1, 8) .. string.sub(v, 9 + (lo - 1) * w, 8 + (p - 1) * w) ..
+    string.sub(v, 9 + hi * w), 'PX', px_arg(newest + window - now))
   return del
 end
 
@@ -665,10 +440,9 @@ end
 -- oldest one still counted (both modulo ring: newest * ring + oldest). A
 -- check then reads two fields, and the buckets that left since the last
 -- one (usually none), instead of every field; an add increments its bucket
--- and 't'. Smaller hashes are read whole, as before, and keep no sum, so
--- a key of a few buckets takes no more memory. A refund that empties a
--- bucket drops the sum, which the next check with many buckets writes
--- again.
+-- and 't'. Smaller hashes are read whole and keep no sum, so a key of a few
+-- buckets takes no more memory. A refund that empties a bucket drops the
+-- sum, which the next check with many buckets writes again.
 local BUCKETS_SUMMED = 8
 local function bucket_ring(window, prec)
   local ring, need = 8, 4 * math.ceil(window / prec) + 4
@@ -701,36 +475,6 @@ local function buckets_retry(h, count, window, prec, n, now, used, oldest, curre
   return 0
 end
 
--- buckets_scan reads the hash h (HGETALL's reply) of a limit that keeps no
--- sum and returns the units of its buckets from oldest on, how many such
--- buckets, the newest (nil: none), and the fields to drop (nil: none): the
--- buckets that left and any other field (half a sum, 't' or 'o' alone),
--- and whether there is such a field.
-local function buckets_scan(h, oldest, current, ring)
-  local used, live, newest, stale, odd = 0, 0, nil, nil, false
-  for i = 1, #h, 2 do
-    local b = bucket_of(h[i], current, ring)
-    if not b or b < oldest then
-      stale = stale or {}
-      stale[#stale + 1] = h[i]
-      odd = odd or not b
-    else
-      used, live = used + tonumber(h[i + 1]), live + 1
-      if not newest or b > newest then newest = b end
-    end
-  end
-  return used, live, newest, stale, odd
-end
-
--- buckets_drop deletes the fields of key (nil: none), in chunks: Lua's
--- unpack takes a few thousand values at most.
-local function buckets_drop(key, fields)
-  if not fields then return end
-  for i = 1, #fields, 1000 do
-    call('HDEL', key, unpack(fields, i, math.min(i + 999, #fields)))
-  end
-end
-
 -- buckets_check checks n units of a buckets limit at now and returns free,
 -- retry, reset, then what buckets_add takes: whether the hash keeps a sum,
 -- its newest bucket (false: none) and the oldest one it counts.
@@ -738,26 +482,13 @@ local function buckets_check(key, count, window, prec, n, now)
   local oldest = math.floor((now - window) / prec) -- older buckets have left
   local current, ring = math.floor(now / prec), bucket_ring(window, prec)
   local used, newest, lo, h, summed = 0, nil, oldest, nil, false
-  local st, so -- the sum's fields
-  if fresh_hint['1'] >= FRESH_AFTER then
-    -- keys found missing lately: the hash read whole, in one call instead
-    -- of two for a missing key (a hash holds at most a window's buckets
-    -- and the sum: MaxBuckets and a few)
-    h = call('HGETALL', key)
-    for i = 1, #h, 2 do
-      local f = h[i]
-      if f == 't' then st = h[i + 1] elseif f == 'o' then so = h[i + 1] end
-    end
-  else
-    local sum = call('HMGET', key, 't', 'o')
-    st, so = sum[1], sum[2]
-  end
-  if st and so then
-    summed, h, found = true, nil, true
+  local sum = call('HMGET', key, 't', 'o')
+  if sum[1] and sum[2] then
+    summed = true
     -- the sum: drop the buckets that left since the last check
-    local o = tonumber(so)
+    local o = tonumber(sum[2])
     local lo_f = o % ring
-    used = tonumber(st)
+    used = tonumber(sum[1])
     newest = bucket_of((o - lo_f) / ring, current, ring)
     lo = bucket_of(lo_f, current, ring)
     if lo < oldest then
@@ -775,24 +506,29 @@ local function buckets_check(key, count, window, prec, n, now)
       lo = oldest
     end
   else
-    h = h or call('HGETALL', key)
-    found = #h > 0
-    local live, stale
-    used, live, newest, stale = buckets_scan(h, oldest, current, ring)
-    buckets_drop(key, stale)
+    h = call('HGETALL', key)
+    local live, stale = 0, nil
+    for i = 1, #h, 2 do
+      local b = bucket_of(h[i], current, ring)
+      if not b or b < oldest then -- left, or half a sum
+        stale = stale or {}
+        stale[#stale + 1] = h[i]
+      else
+        used, live = used + tonumber(h[i + 1]), live + 1
+        if not newest or b > newest then newest = b end
+      end
+    end
+    if stale then call('HDEL', key, unpack(stale)) end -- at most a ring's fields
     if live > BUCKETS_SUMMED then
       call('HSET', key, 't', used, 'o', (newest % ring) * ring + oldest % ring)
       summed = true
     end
   end
   local free, retry, reset = math.max(count - used, 0), 0, 0
-  if newest then
-    reset = (newest + 1) * prec + window - now
-  end
+  if newest then reset = (newest + 1) * prec + window - now end
   if n > count then
     retry = -1
-  elseif used + n > count then
-    -- only a denial needs the buckets in order
+  elseif used + n > count then -- only a denial needs the buckets in order
     retry = buckets_retry(h or call('HGETALL', key), count, window, prec, n, now, used, oldest, current, ring)
   end
   return free, retry, reset, summed, newest or false, lo
@@ -807,7 +543,7 @@ local function buckets_add(key, window, prec, n, now, summed, newest, lo)
   local reset = (b + 1) * prec + window - now
   local ring = bucket_ring(window, prec)
   if call('HINCRBY', key, int_arg(b % ring), int_arg(n)) == n then
-    expire_us(key, reset)
+    call('PEXPIRE', key, px_arg(reset))
   end
   if summed then
     call('HINCRBY', key, 't', int_arg(n))
@@ -828,23 +564,20 @@ end
 -- The key expires at the end of the window after the current one, so a
 -- live key's window is the current one, the previous one, or (within the
 -- expiry's rounding to a millisecond) the one before: 4 bits tell them
--- apart. Limits with Count >= COUNTER_RADIX, whose counts do not fit, store
--- "<index> <p> <c>" instead. Every number stays below 2^53, exact in Lua.
+-- apart. Counts that do not fit (either at COUNTER_RADIX or more: limits of
+-- one algorithm and window share the key, whatever their Count) are stored
+-- as "<index> <p> <c>" instead. Every number stays below 2^53, exact in Lua.
 local COUNTER_RADIX = 4194304 -- 2^22
 
--- counter_state reads the counter limit of key at now (its value v when
--- given, read already) and returns the
--- current window's index, the previous and the current window's counts,
--- the µs elapsed in the current window, and whether the key holds the
--- integer form of the current window (so that an add can be an INCRBY).
-local function counter_state(key, window, now, v)
+-- counter_state reads the counter value v (false: none) of a window of
+-- window µs at now and returns the current window's index, the previous
+-- and the current window's counts, the µs elapsed in the current window,
+-- and whether v is the integer form of the current window (so that an add
+-- can be an INCRBY).
+local function counter_state(key, v, window, now)
   local c = math.floor(now / window)
-  v = v or call('GET', key)
+  if not v then return c, 0, 0, now - c * window, false end
   local w, prev, cur
-  found = v and true or false
-  if not v then
-    return c, 0, 0, now - c * window, false
-  end
   local n = tonumber(v)
   if n then -- the integer form
     local wm = n % 16
@@ -854,7 +587,8 @@ local function counter_state(key, window, now, v)
     w = c - (c - wm) % 16
   else -- the string form
     local sw, sp, sc = string.match(v, '^(%d+) (%d+) (%d+)$')
-    w, prev, cur = tonumber(sw), tonumber(sp) or 0, tonumber(sc) or 0
+    if not sw then wrongtype(key) end
+    w, prev, cur = tonumber(sw), tonumber(sp), tonumber(sc)
   end
   if w ~= c then
     if w == c - 1 then prev, cur = cur, 0 else prev, cur = 0, 0 end
@@ -863,12 +597,12 @@ local function counter_state(key, window, now, v)
   return c, prev, cur, now - c * window, n ~= nil
 end
 
--- counter_check checks n units of a counter limit at now (its value v when
--- given: see counter_state) and returns free,
--- retry, reset, then what counter_add takes: the current window's index
--- and counts, and whether an INCRBY records units (see counter_state).
-local function counter_check(key, count, window, n, now, v)
-  local c, prev, cur, elapsed, incr = counter_state(key, window, now, v)
+-- counter_check checks n units of a counter limit at now, the key's value
+-- v (false: none), and returns free, retry, reset, then what counter_add
+-- takes: the current window's index and counts, and whether an INCRBY
+-- records units (see counter_state).
+local function counter_check(key, v, count, window, n, now)
+  local c, prev, cur, elapsed, incr = counter_state(key, v, window, now)
   -- all in integers: prev*(window-elapsed) + used*window <= count*window
   local weighted = prev * (window - elapsed)
   local free, retry, reset = math.max(math.floor((count * window - weighted - cur * window) / window), 0), 0, 0
@@ -893,11 +627,10 @@ local function counter_check(key, count, window, n, now, v)
   return free, retry, reset, c, prev, cur, incr
 end
 
--- counter_write stores the counts of window c (prev, cur) for a limit of
--- count, with the TTL the state needs: until the end of the window after
--- the newest unit's. A state with no unit left is deleted. It returns the
--- reset: µs until the limit is back to its full Count.
-local function counter_write(key, count, window, c, prev, cur, now)
+-- counter_write stores the counts of window c (prev, cur), with the TTL
+-- the state needs: until the end of the window after the newest unit's. A
+-- state with no unit left is deleted. It returns the reset.
+local function counter_write(key, window, c, prev, cur, now)
   local reset
   if cur > 0 then
     reset = (c + 2) * window - now
@@ -908,8 +641,9 @@ local function counter_write(key, count, window, c, prev, cur, now)
     return 0
   end
   local v
-  if count < COUNTER_RADIX then
+  if prev < COUNTER_RADIX and cur < COUNTER_RADIX then -- by the counts, not a Count
     v = ((prev * COUNTER_RADIX) + cur) * 16 + c % 16
+    v = int_arg(v)
   else
     v = string.format('%d %d %d', c, prev, cur)
   end
@@ -917,17 +651,16 @@ local function counter_write(key, count, window, c, prev, cur, now)
   return reset
 end
 
--- counter_add records n units in the current window; c, prev, cur and
--- incr are counter_check's, of the same call. A key that holds the current
--- window's integer form already keeps its TTL (the end of the next
--- window), so the units are added to it where it stands: n * 16 adds n to
--- the current count (see counter_state).
-local function counter_add(key, count, window, n, now, c, prev, cur, incr)
-  if incr and count < COUNTER_RADIX and cur > 0 then
+-- counter_add records n units in the current window; c, prev, cur and incr
+-- are counter_check's. A key that holds the current window's integer form
+-- keeps its TTL (the end of the next window): the units are added where
+-- they stand, n * 16 adding n to the current count.
+local function counter_add(key, window, n, now, c, prev, cur, incr)
+  if incr and cur > 0 and cur + n < COUNTER_RADIX then
     call('INCRBY', key, int_arg(n * 16))
     return (c + 2) * window - now
   end
-  return counter_write(key, count, window, c, prev, cur + n, now)
+  return counter_write(key, window, c, prev, cur + n, now)
 end
 
 -- Refunds (Limiter.Refund, Rule.CountIf) give back up to n units recorded
@@ -938,13 +671,11 @@ end
 -- (units in the future) are never refunded.
 
 local function log_refund(key, window, n, now, at)
-  local L = log_open(key, window, now)
-  log_trim(L, now - window)
   if at > 0 then
     if at <= now - window or at > now then return 0 end
-    return log_remove(L, n, at - 1, at, now)
+    return log_remove(key, window, n, at - 1, at, now)
   end
-  return log_remove(L, n, now - window, now, now)
+  return log_remove(key, window, n, now - window, now, now)
 end
 
 local function buckets_refund(key, window, prec, n, now, at)
@@ -988,8 +719,8 @@ local function buckets_refund(key, window, prec, n, now, at)
   return given
 end
 
-local function counter_refund(key, count, window, n, now, at)
-  local c, prev, cur = counter_state(key, window, now)
+local function counter_refund(key, window, n, now, at)
+  local c, prev, cur = counter_state(key, call('GET', key), window, now)
   local from_cur, from_prev = true, true
   if at > 0 then
     local w = math.floor(at / window)
@@ -1004,41 +735,39 @@ local function counter_refund(key, count, window, n, now, at)
     local take = math.min(n - given, prev)
     prev, given = prev - take, given + take
   end
-  if given > 0 then counter_write(key, count, window, c, prev, cur, now) end
+  if given > 0 then counter_write(key, window, c, prev, cur, now) end
   return given
 end
 
 -- A block (Limiter.Block) makes a key exhausted under any limits until a
 -- time: its block key holds that time in µs, and expires with it. A later
--- block never shortens an earlier one.
+-- block never shortens an earlier one. The block and penalty keys keep the
+-- names and the format of every version of the library, so that a ban
+-- holds for all of them.
 
--- blocked_for returns the µs the key stays blocked at now, 0 when it is not.
-local function blocked_for(key, now)
-  local v = call('GET', key)
-  if not v then return 0 end -- not blocked, nearly always
-  local untl = tonumber(v) or 0
+-- blocked_for returns the µs a key whose block key holds v stays blocked
+-- at now, 0 when it is not.
+local function blocked_for(v, now)
+  local untl = v and tonumber(v) or 0
   if untl > now then return untl - now end
   return 0
 end
 
--- block blocks the key for d µs from now, unless it is blocked longer
+-- block_key blocks the key for d µs from now, unless it is blocked longer
 -- already, and returns the µs it stays blocked.
-local function block(key, d, now)
-  local untl = now + d
-  local cur = tonumber(call('GET', key) or 0) or 0
-  if cur > untl then untl = cur end
+local function block_key(key, d, now)
+  local untl = math.max(now + d, tonumber(call('GET', key) or 0) or 0)
   call('SET', key, untl, 'PX', px(untl - now))
   return untl - now
 end
 
--- penalize counts a denial of a key under its Rule's Penalty and, at the
--- Penalty's number of denials within its time, bans the key: the same
--- block as Limiter.Block. The penalty key holds "<end µs> <denials>": the
--- denials counted since the first one, until end (the first one's time
--- plus within); it expires then. Returns the µs of the ban, 0 when none
--- started.
-local function penalize(block_key, penalty_key, denials, within, ban, now)
-  local v = call('GET', penalty_key)
+-- penalize counts a denial under a Rule's Penalty and, at the Penalty's
+-- number of denials within its time, bans the key: the same block as
+-- Limiter.Block. The penalty key holds "<end µs> <denials>": the denials
+-- counted since the first one, until end (the first one's time plus
+-- within); it expires then. v is its value. Returns the µs of the ban, 0
+-- when none started.
+local function penalize(block, penalty, v, denials, within, ban, now)
   local ends, count = 0, 0
   if v then
     local se, sc = string.match(v, '^(%d+) (%d+)$')
@@ -1047,11 +776,11 @@ local function penalize(block_key, penalty_key, denials, within, ban, now)
   if ends <= now then ends, count = now + within, 0 end
   count = count + 1
   if count < denials then
-    call('SET', penalty_key, string.format('%d %d', ends, count), 'PX', px(ends - now))
+    call('SET', penalty, string.format('%d %d', ends, count), 'PX', px(ends - now))
     return 0
   end
-  call('DEL', penalty_key)
-  return block(block_key, ban, now)
+  call('DEL', penalty)
+  return block_key(block, ban, now)
 end
 
 -- spec_of returns the spec of a decision (what it asks but its units and
@@ -1059,12 +788,10 @@ end
 -- commit ('1' records the units when they fit, '0' only looks), the
 -- penalty (denials, 0: none; within µs; ban µs), then 4 values per limit:
 -- algorithm ('0' log, '1' buckets, '2' counter), count, window µs,
--- precision µs. Decisions that ask alike share one string, and one spec:
--- specs are kept by their string (up to SPECS_KEPT, then forgotten all at
--- once), so that a spec is converted once, not on every call (strings
--- compare as pointers), and a call takes one argument for all of it (each
--- argument costs the call about 0.2 µs, measured: a lone call's ten took
--- 1.5 µs). A string that is no spec is an error.
+-- precision µs. Specs are kept by their string (up to SPECS_KEPT, then
+-- forgotten all at once), so that a spec is parsed once, and a call takes
+-- one argument for all of it (each argument costs about 0.2 µs). A string
+-- that is no spec is an error.
 local specs, nspecs, SPECS_KEPT = {}, 0, 256
 local function spec_of(raw)
   local spec = specs[raw]
@@ -1083,357 +810,270 @@ local function spec_of(raw)
   return spec
 end
 
--- read_specs reads the specs of a merged call (allow_batch.lua's ARGV),
--- and returns them and the index of the first decision's arguments.
-local batch_specs = {}
-local function read_specs(args)
-  local m = tonumber(args[2])
-  for i = 1, m do batch_specs[i] = spec_of(args[2 + i]) end
-  for i = #batch_specs, m + 1, -1 do batch_specs[i] = nil end
-  return batch_specs, 3 + m
+-- fresh_fits reports whether a key of limit l read as missing takes u
+-- units by fresh_value.
+local function fresh_fits(l, u) return l.alg == '2' or 8 + u <= LOG_WHOLE end
+
+-- fresh_value returns the value a key of a log ('0') or counter ('2')
+-- limit l read as missing takes with u units at now, and its TTL in µs;
+-- for a log, only when fresh_fits.
+local function fresh_value(l, u, now)
+  if l.alg == '0' then
+    return string.char(1) .. uint_bytes(now, 7) .. string.rep('\0', u), l.window
+  end
+  local c = math.floor(now / l.window)
+  if u < COUNTER_RADIX then return int_arg(u * 16 + c % 16), (c + 2) * l.window - now end
+  return string.format('%d 0 %d', c, u), (c + 2) * l.window - now
 end
 
--- The state of each limit during a decision (see decide), reused from
--- decision to decision of one script call: STATE values per limit in st,
--- free, retry, reset, then up to four values of its check for its add; and
--- per log limit, its log's table in logs (see log_open).
-local STATE = 7
-local st, logs = {}, {}
+-- verdict ends the checks of a decision (see decide): whether it is
+-- allowed (every limit fits, fit >= 1, and the key is not blocked), its
+-- status and block, and how many decisions of the run it answers. Keys
+-- that the MGET read as missing were read so only if they hold no string:
+-- unless careful, an admission writes their units with SET NX first, and
+-- any other decision asks whether they exist; a key found there after all
+-- (a sorted log, a value of another type) makes the decision go again,
+-- careful (nothing written: the keys it wrote with NX are deleted).
+local function verdict(keys, lk, vals, vo, spec, n, now, runs, blocked, fit, careful)
+  local limits, allowed = spec.limits, fit >= 1 and blocked == 0
+  local commit = spec.commit
+  local k = 1
+  if allowed and commit then k = math.max(math.min(runs, fit), 1) end
+  if not careful then
+    local write = allowed and commit
+    for i = 1, #limits do
+      local l, key = limits[i], keys[lk + i]
+      if l.alg ~= '1' and not vals[vo + i] then
+        local found
+        if write and fresh_fits(l, k * n) then
+          local v, ttl = fresh_value(l, k * n, now)
+          found = not call('SET', key, v, 'PX', px_arg(ttl), 'NX')
+        else
+          found = call('EXISTS', key) == 1
+        end
+        if found then -- undo this decision's writes, and go again
+          for j = 1, i - 1 do
+            local lj = limits[j]
+            if write and lj.alg ~= '1' and not vals[vo + j] and fresh_fits(lj, k * n) then call('DEL', keys[lk + j]) end
+          end
+          return false
+        end
+      end
+    end
+  end
+  local status = 0
+  if blocked > 0 then
+    status = 1
+  elseif not allowed and commit and spec.denials > 0 then
+    blocked = penalize(keys[lk - 1], keys[lk], vals[2], spec.denials, spec.within, spec.ban, now)
+    if blocked > 0 then status = 2 end
+  end
+  if not allowed then k = runs end -- a denial changes nothing a check reads
+  return true, allowed, status, blocked, k
+end
 
--- fresh_add records units at now under limit l (alg '0', a log, or '2',
--- a counter) of key, as log_add or counter_add would on a missing key,
--- but only if the key is missing (SET NX), and returns the limit's reset;
--- false when the key holds a value (nothing written) or the units are too
--- many for a fresh log.
-local function fresh_add(alg, key, l, units, now)
-  local window = l.window
+-- decide_at checks limit i of a decision, then (recursively) the limits
+-- after it, and on the way back records its units when the decision is
+-- allowed and commits, and writes its answer: the values of each limit's
+-- check stay in this call's locals. fit is min(free / n) over the limits
+-- before i. Returns verdict's values.
+local function decide_at(i, keys, lk, vals, vo, spec, n, now, out, at, runs, blocked, fit, careful)
+  local l = spec.limits[i]
+  if not l then return verdict(keys, lk, vals, vo, spec, n, now, runs, blocked, fit, careful) end
+  local key, alg, v = keys[lk + i], l.alg, vals[vo + i]
+  if careful and alg ~= '1' and not v then
+    v = log_value(key, false)
+    if v and alg == '2' then wrongtype(key) end
+  end
+  local free, retry, reset, a, b, c, d
   if alg == '0' then
-    local v = fresh_log(now, units)
-    return v and call('SET', key, v, 'PX', px_arg(window), 'NX') and window
-  end
-  local c = math.floor(now / window)
-  local reset = (c + 2) * window - now
-  local v
-  if l.count < COUNTER_RADIX then
-    v = int_arg(units * 16 + c % 16)
+    free, retry, reset, a, b, c = log_check(key, v, l.count, l.window, n, now)
+  elseif alg == '1' then
+    free, retry, reset, a, b, c = buckets_check(key, l.count, l.window, l.prec, n, now)
   else
-    v = string.format('%d %d %d', c, 0, units)
+    free, retry, reset, a, b, c, d = counter_check(key, v, l.count, l.window, n, now)
   end
-  return call('SET', key, v, 'PX', px_arg(reset), 'NX') and reset
+  local f = math.floor(free / n)
+  if retry ~= 0 then f = 0 end
+  local ok, allowed, status, ban, k = decide_at(i + 1, keys, lk, vals, vo, spec, n, now, out, at, runs, blocked,
+    math.min(fit, f), careful)
+  if not ok then return false end
+  if allowed and spec.commit then
+    local u = k * n
+    if not careful and alg ~= '1' and not v and fresh_fits(l, u) then -- written by verdict
+      reset = l.window
+      if alg == '2' then reset = (math.floor(now / l.window) + 2) * l.window - now end
+    elseif alg == '0' then
+      reset = log_add(key, v, a, b, c, l.window, u, now, now)
+    elseif alg == '1' then
+      reset = buckets_add(key, l.window, l.prec, u, now, a, b, c)
+    else
+      reset = counter_add(key, l.window, u, now, a, b, c, d)
+    end
+    free = free - n
+  end
+  if ban > 0 then
+    free = 0
+    if retry >= 0 and retry < ban then retry = ban end
+    if reset < ban then reset = ban end
+  end
+  local o = at + 3 * i
+  out[o + 1], out[o + 2], out[o + 3] = free, retry, reset
+  return true, allowed, status, ban, k
 end
 
--- decide decides whether n units fit under every limit of spec (see
--- read_spec) for one key at now and, when they do and the spec commits,
--- records them under every limit: all or none. The decision's keys start
--- at keys[first]: the key's block key, then its penalty key when it has a
--- penalty, then the storage keys of the limits. A blocked key is denied
--- under every limit, with a retry and reset of at least the block's time
--- left, and nothing recorded.
---
+-- decide decides whether n units fit under every limit of spec for one key
+-- at now and, when they do and the spec commits, records them under every
+-- limit: all or none. Its keys start at keys[first]: the key's block key,
+-- its penalty key when the spec has a penalty, then the storage keys of
+-- the limits, all read by one MGET (a hash, or a sorted log, reads as
+-- missing: see verdict). A blocked key is denied under every limit, with a
+-- retry and reset of at least the block's time left, and nothing recorded.
 -- A committed denial of a key that is not blocked counts towards its
 -- penalty; the denial that reaches it bans the key (see penalize), and its
 -- retry and reset are the ban's.
 --
--- It writes its answer into out, after out[at]: allowed (1 or 0), blocked
+-- It writes its answer into out after out[at]: allowed (1 or 0), blocked
 -- (0: no, 1: the key is blocked, 2: this denial banned it), now, then per
--- limit: remaining, retry µs, reset µs. remaining counts after the units
--- were recorded; retry is 0 for a limit that admits, -1 for one that never
--- can.
+-- limit: remaining, retry µs, reset µs (remaining after the units were
+-- recorded; retry 0 for a limit that admits, -1 for one that never can).
 --
 -- runs is how many such decisions come one after another (a hot key's in
--- one merged call: the same keys, spec, n >= 1 and now; a spec without
--- penalty). decide answers as many of them as one check can, each as if
--- made alone in turn, and returns the index of its last value and how
--- many it answered:
---   admitted  at the same now, a decision fits iff n <= free under every
---             limit (for every algorithm), and its units lower each free
---             by exactly n; so the first k = min(runs, min free / n) fit,
---             and their k * n units are recorded at once, in one add per
---             limit. The answers differ only in remaining. The decision
---             after them is checked anew (the caller calls again).
---   denied    a denial without penalty writes nothing that a check reads
---             (dropping what has left changes no count), so every
---             decision of the run is denied alike: all are answered.
+-- one merged call: the same keys, spec, n and now; no penalty). decide
+-- answers as many of them as one check can, each as if made alone in turn,
+-- and returns the index of its last value and how many it answered:
+--   admitted  at one now, a decision fits iff n <= free under every limit,
+--             and its units lower each free by n; so the first k = min(runs,
+--             min free / n) fit, and their k * n units are recorded at
+--             once, in one add per limit. The answers differ only in
+--             remaining.
+--   denied    a denial without penalty writes nothing that a check reads,
+--             so every decision of the run is denied alike.
 local function decide(keys, first, n, now, spec, out, at, runs)
-  local commit, denials, limits = spec.commit, spec.denials, spec.limits
   local lk = first -- the key of limit i is keys[lk + i]
-  if denials > 0 then lk = first + 1 end
-  local blocked = blocked_for(keys[first], now)
-  local nlim = #limits
-  if nlim == 1 and commit and denials == 0 and blocked == 0 then
-    local l = limits[1]
-    local alg, count = l.alg, l.count
-    if alg ~= '1' and fresh_hint[alg] >= FRESH_AFTER and n <= count then
-      -- expected missing: on an empty limit the first min(runs, count / n)
-      -- decisions fit (see below), their units written with NX
-      local k = runs
-      if k > 1 then k = math.min(k, math.floor(count / n)) end
-      local reset = fresh_add(alg, keys[lk + 1], l, k * n, now)
-      if reset then
-        local free = count - n
-        out[at + 1], out[at + 2], out[at + 3], out[at + 4], out[at + 5], out[at + 6] = 1, 0, now, free, 0, reset
-        at = at + 6
-        for _ = 2, k do
-          free = free - n
-          out[at + 1], out[at + 2], out[at + 3], out[at + 4], out[at + 5], out[at + 6] = 1, 0, now, free, 0, reset
-          at = at + 6
-        end
-        return at, k
-      end
-      -- not missing: decided as any other (which counts it as found)
-    end
+  if spec.denials > 0 then lk = first + 1 end
+  local nlim = #spec.limits
+  local vals = call('MGET', unpack(keys, first, lk + nlim))
+  local blocked, vo = blocked_for(vals[1], now), lk - first + 1
+  local ok, allowed, status, _, k = decide_at(1, keys, lk, vals, vo, spec, n, now, out, at, runs, blocked, runs, false)
+  if not ok then
+    ok, allowed, status, _, k = decide_at(1, keys, lk, vals, vo, spec, n, now, out, at, runs, blocked, runs, true)
   end
-  local allowed = blocked == 0
-  for i = 1, nlim do
-    local l, j = limits[i], (i - 1) * STATE
-    local key, alg = keys[lk + i], l.alg
-    if alg == '0' then
-      st[j + 1], st[j + 2], st[j + 3], st[j + 4], st[j + 5] = log_check(key, l.count, l.window, n, now, logs[i])
-      logs[i] = st[j + 5]
-    elseif alg == '1' then
-      st[j + 1], st[j + 2], st[j + 3], st[j + 4], st[j + 5], st[j + 6] = buckets_check(key, l.count, l.window, l.prec, n, now)
-    else
-      st[j + 1], st[j + 2], st[j + 3], st[j + 4], st[j + 5], st[j + 6], st[j + 7] =
-        counter_check(key, l.count, l.window, n, now)
-    end
-    if st[j + 2] ~= 0 then allowed = false end
-  end
-  if nlim == 1 then learn(limits[1].alg, found) end
-
-  local status = 0
-  if blocked > 0 then
-    status = 1
-  elseif not allowed and commit and denials > 0 then
-    blocked = penalize(keys[first], keys[first + 1], denials, spec.within, spec.ban, now)
-    if blocked > 0 then status = 2 end
-  end
-
-  -- the decisions answered: k admitted, or all denied (see above)
-  local k = runs
-  if allowed and commit and runs > 1 then
-    for i = 1, #limits do
-      local fit = math.floor(st[(i - 1) * STATE + 1] / n)
-      if fit < k then k = fit end
-    end
-    if k < 1 then k = 1 end -- it fits (its check says so)
-  end
-  local units = k * n -- what an admission records
-  local first_at = at
   out[at + 1], out[at + 2], out[at + 3] = allowed and 1 or 0, status, now
-  at = at + 3
-  for i = 1, #limits do
-    local l, j = limits[i], (i - 1) * STATE
-    local key, alg = keys[lk + i], l.alg
-    local free, retry, reset = st[j + 1], st[j + 2], st[j + 3]
-    if allowed and commit then
-      if alg == '0' then
-        reset = log_add(l.window, units, now, now, st[j + 5], st[j + 4])
-      elseif alg == '1' then
-        reset = buckets_add(key, l.window, l.prec, units, now, st[j + 4], st[j + 5], st[j + 6])
-      else
-        reset = counter_add(key, l.count, l.window, units, now, st[j + 4], st[j + 5], st[j + 6], st[j + 7])
-      end
-      free = free - n
+  local size = 3 + 3 * nlim
+  local last = at + size
+  for _ = 2, k do -- the others of the run: the same answer, less remaining
+    for i = 1, size do out[last + i] = out[last + i - size] end
+    if allowed and spec.commit then
+      for i = 1, nlim do out[last + 3 * i + 1] = out[last + 3 * i + 1] - n end
     end
-    if blocked > 0 then
-      free = 0
-      if retry >= 0 and retry < blocked then retry = blocked end
-      if reset < blocked then reset = blocked end
-    end
-    out[at + 1], out[at + 2], out[at + 3] = free, retry, reset
-    at = at + 3
+    last = last + size
   end
-  -- the others of the run: the same answer, but for what remains after
-  -- each admitted one
-  local size = at - first_at
-  for d = 2, k do
-    for i = 1, size do out[at + i] = out[at + i - size] end
-    if allowed and commit then
-      for i = 1, #limits do
-        local r = at + 3 + 3 * i - 2
-        out[r] = out[r] - n
-      end
-    end
-    at = at + size
-  end
-  return at, k
+  return last, k
 end
 
--- allow_lone is allow.lua: one decision, of keys and args (its KEYS and
--- ARGV), whose answer it returns. Its spec and answer are tables kept from
--- call to call (in the function library, which lives on), so that a lone
--- call allocates no table of its own; Redis turns the answer into its
--- reply as the call returns.
-local lone_out = {}
-local function allow_lone(keys, args, now)
-  local last = decide(keys, 1, tonumber(args[2]), now or now_us(args[3]), spec_of(args[1]), lone_out, 0, 1)
-  for i = #lone_out, last + 1, -1 do lone_out[i] = nil end
-  return lone_out
-end
+-- The functions the scripts call (see functions.go), each of its script's
+-- KEYS and ARGV as the script's file describes them.
 
--- allow_one is allow.lua: the usual decision, of one log or counter limit
--- without penalty, made with the least work that answers as allow_lone
--- would (measured: the decision framework's tables, specs and checks cost
--- more than the commands inside the call); any other decision is
--- allow_lone's. Three calls in all: TIME, the reads, the write. While keys
--- are found missing (see fresh_hint) it reads the block key alone and
--- writes the units with NX, as fresh_add; else it reads the block key and
--- the limit's key in one MGET. It hands to allow_lone (with the key's value
--- read, for a log: see pre_key) what it does not take itself: a block key
--- (blocked, or about to expire), a counter in the string form, a log that
--- is not compact (a ring: kept in rings, up to RINGS_KEPT of them, whose
--- decisions then go to allow_lone at once, as those of a paged log, not to
--- read a whole ring again) or holds reservations, and a key that is not a
--- string (MGET answers nil for it: SET NX finds it there). One buckets
--- limit is buckets_one's while keys are found missing, else allow_lone's.
-local rings, nrings, RINGS_KEPT = {}, 0, 1024
-
--- lone_answer returns allow.lua's reply of a decision of one limit that
--- is not blocked (see decide).
-local function lone_answer(allowed, now, free, retry, reset)
-  local out = lone_out
-  out[1], out[2], out[3], out[4], out[5], out[6] = allowed and 1 or 0, 0, now, free, retry, reset
-  for i = #out, 7, -1 do out[i] = nil end
+local function allow(keys, args)
+  local out = {0, 0, 0, 0, 0, 0}
+  decide(keys, 1, tonumber(args[2]), now_us(args[3]), spec_of(args[1]), out, 0, 1)
   return out
 end
 
--- buckets_one is allow_one for one buckets limit l while keys are found
--- missing lately (see fresh_hint): as buckets_check reads the hash then,
--- whole, and decide then adds, but without the decision framework. A
--- blocked key, and a hash that keeps a sum or would start one (more than
--- BUCKETS_SUMMED live buckets), are allow_lone's.
-local function buckets_one(keys, args, l, n, commit, now)
-  if call('GET', keys[1]) then return allow_lone(keys, args, now) end
-  local key, count, window, prec = keys[2], l.count, l.window, l.prec
-  local h = call('HGETALL', key) -- WRONGTYPE for a key that is not a hash, as buckets_check
-  local oldest = math.floor((now - window) / prec) -- older buckets have left
-  local current, ring = math.floor(now / prec), bucket_ring(window, prec)
-  local used, live, newest, stale, odd = buckets_scan(h, oldest, current, ring)
-  if odd or live > BUCKETS_SUMMED then return allow_lone(keys, args, now) end -- a sum, or one to start
-  learn('1', #h > 0) -- as decide
-  buckets_drop(key, stale)
-  local free, retry, reset = math.max(count - used, 0), 0, 0
-  if newest then reset = (newest + 1) * prec + window - now end
-  if n > count then
-    retry = -1
-  elseif used + n > count then
-    retry = buckets_retry(h, count, window, prec, n, now, used, oldest, current, ring)
+local function allow_batch(keys, args)
+  local m, specs_ = tonumber(args[2]), {}
+  for i = 1, m do specs_[i] = spec_of(args[2 + i]) end
+  local at, out, o, key = 3 + m, {}, 0, 1
+  local server_now -- read at most once
+  local d, decisions = 1, tonumber(args[1])
+  while d <= decisions do
+    local si, sn, snow = args[at], args[at + 1], args[at + 2]
+    local spec, n, now = specs_[tonumber(si)], tonumber(sn), tonumber(snow)
+    if not now or now <= 0 then
+      server_now = server_now or now_us(0)
+      now = server_now
+    end
+    local nkeys = 1 + #spec.limits -- the block key, the limits' keys
+    if spec.denials > 0 then nkeys = nkeys + 1 end -- and the penalty key
+    -- the run: this decision and those right after it that ask the same of
+    -- the same keys (a hot key's), which decide answers together
+    local runs = 1
+    if spec.commit and spec.denials == 0 then
+      while d + runs <= decisions do
+        local a, k = at + 3 * runs, key + nkeys * runs
+        if args[a] ~= si or args[a + 1] ~= sn or args[a + 2] ~= snow then break end
+        local same = true
+        for i = 0, nkeys - 1 do
+          if keys[k + i] ~= keys[key + i] then same = false break end
+        end
+        if not same then break end
+        runs = runs + 1
+      end
+    end
+    local size, left = 3 + 3 * #spec.limits, runs
+    while left > 0 do
+      local ok, last, answered = pcall(decide, keys, key, n, now, spec, out, o, left)
+      if ok then
+        o, left = last, left - answered
+      else -- failed: -1, zeros (a key of another type fails as it is read, before any write)
+        for _ = 1, left do
+          out[o + 1] = -1
+          for i = o + 2, o + size do out[i] = 0 end
+          o = o + size
+        end
+        left = 0
+      end
+    end
+    key, at, d = key + nkeys * runs, at + 3 * runs, d + runs
   end
-  if retry == 0 and commit then
-    reset = buckets_add(key, window, prec, n, now, false, newest or false, oldest)
-    free = free - n
-  end
-  return lone_answer(retry == 0, now, free, retry, reset)
+  return out
 end
 
-local function allow_one(keys, args)
-  local spec, key = spec_of(args[1]), keys[2]
-  local l = spec.limits[1]
-  local alg, count, window = l.alg, l.count, l.window
-  if spec.denials > 0 or spec.limits[2] or key == paged_key or rings[key] or
-      (alg == '1' and fresh_hint['1'] < FRESH_AFTER) or (alg == '2' and count >= COUNTER_RADIX) then
-    return allow_lone(keys, args)
+local function reserve(keys, args)
+  local n, now, longest = tonumber(args[1]), now_us(args[2]), tonumber(args[3])
+  local vals = call('MGET', unpack(keys))
+  local at, st = now + blocked_for(vals[1], now), {}
+  for i = 2, #keys do
+    local v = log_value(keys[i], vals[i])
+    local _, retry, _, used, lo, newest = log_check(keys[i], v, tonumber(args[2 * i]), tonumber(args[2 * i + 1]), n, now)
+    if retry < 0 then return {0, -1} end
+    if now + retry > at then at = now + retry end
+    st[#st + 1], st[#st + 2], st[#st + 3], st[#st + 4] = v, used, lo, newest
   end
-  local n, commit = tonumber(args[2]), spec.commit
-  local now = now_us(args[3])
-  if alg == '1' then return buckets_one(keys, args, l, n, commit, now) end
-  local v = false
-  if fresh_hint[alg] >= FRESH_AFTER and commit and n <= count then
-    -- keys found missing lately (see fresh_hint): the block key read
-    -- alone (MGET would look the limit's key up twice) and the units
-    -- written with NX, as on an empty limit
-    if call('GET', keys[1]) then return allow_lone(keys, args, now) end
-    local reset = fresh_add(alg, key, l, n, now)
-    if reset then
-      learn(alg, false)
-      return lone_answer(true, now, count - n, 0, reset)
-    end
-    learn(alg, true)
-    -- found: a log is allow_lone's (which reads it as log_open does)
-    if alg == '0' then return allow_lone(keys, args, now) end
-    v = call('GET', key) -- WRONGTYPE for a key that is not a string, as counter_state
-  else
-    local r = call('MGET', keys[1], key)
-    v = r[2]
-    learn(alg, v)
-    if r[1] then
-      if alg == '0' and v then pre_key, pre_v = key, v end
-      return allow_lone(keys, args, now)
-    end
-    if not v then -- missing, or not a string (SET NX finds it)
-      local reset = commit and n <= count and fresh_add(alg, key, l, n, now)
-      if not reset then return allow_lone(keys, args, now) end
-      return lone_answer(true, now, count - n, 0, reset)
+  if longest >= 0 and at - now > longest then return {0, at - now} end
+  for i = 2, #keys do
+    local j = 4 * (i - 2)
+    log_add(keys[i], st[j + 1], st[j + 2], st[j + 3], st[j + 4], tonumber(args[2 * i + 1]), n, at, now)
+  end
+  return {1, at - now, at}
+end
+
+local function release(keys, args)
+  local n, at, now = tonumber(args[1]), tonumber(args[2]), now_us(args[3])
+  local removed = 0
+  for i, key in ipairs(keys) do
+    removed = removed + log_remove(key, tonumber(args[3 + i]), n, at - 1, at, now)
+  end
+  return removed
+end
+
+local function refund(keys, args)
+  local n, now, at = tonumber(args[1]), now_us(args[2]), tonumber(args[3])
+  local out = {}
+  for i, key in ipairs(keys) do
+    local alg, window, prec = args[4 * i], tonumber(args[4 * i + 2]), tonumber(args[4 * i + 3])
+    if alg == '0' then
+      out[i] = log_refund(key, window, n, now, at)
+    elseif alg == '1' then
+      out[i] = buckets_refund(key, window, prec, n, now, at)
+    else
+      out[i] = counter_refund(key, window, n, now, at)
     end
   end
-  if alg == '2' then
-    local free, retry, reset, c, prev, cur, incr = counter_check(key, count, window, n, now, v)
-    if retry == 0 and commit then
-      reset = counter_add(key, count, window, n, now, c, prev, cur, incr)
-      free = free - n
-    end
-    return lone_answer(retry == 0, now, free, retry, reset)
-  end
-  local f, len = byte(v, 1), #v
-  local w = (f or 0) % 16
-  if len < 8 or w < 1 or w > 7 or f >= 16 or (len - 8) % w ~= 0 then
-    if f and f >= 16 and not rings[key] then
-      if nrings >= RINGS_KEPT then rings, nrings = {}, 0 end
-      rings[key], nrings = true, nrings + 1
-    end
-    pre_key, pre_v = key, v
-    return allow_lone(keys, args, now) -- a ring, or not a log
-  end
-  -- as log_open, log_trim and log_check on a compact log
-  local base, used = uint(v, 2, 7), (len - 8) / w
-  local oldest = now - window
-  local lo = 1 -- the first unit that counts (see log_trim)
-  if used > 0 and base + uint(v, 9, w) <= oldest then
-    local gone, live = 1, used + 1
-    while live - gone > 1 do
-      local m = math.floor((gone + live) / 2)
-      if base + uint(v, 9 + (m - 1) * w, w) <= oldest then gone = m else live = m end
-    end
-    lo = live
-  end
-  local units = used - lo + 1
-  local newest = units > 0 and base + uint(v, 9 + (used - 1) * w, w)
-  local free, retry, reset = math.max(count - units, 0), 0, 0
-  if newest then reset = newest + window - now end
-  local k = count - n + 1
-  if k <= 0 then
-    retry = -1
-  elseif units >= k then
-    retry = base + uint(v, 9 + (used - k) * w, w) + window - now
-  end
-  if retry == 0 and commit then
-    local off = now - base
-    local nv
-    if units == 0 then
-      nv = fresh_log(now, n)
-    elseif newest > now then -- reservations: nv stays nil
-    elseif off < 256 ^ w and 8 + (units + n) * w <= LOG_WHOLE then
-      if lo == 1 then
-        nv = v .. string.rep(uint_bytes(off, w), n)
-      else
-        nv = string.sub(v, 1, 8) .. string.sub(v, 9 + (lo - 1) * w) .. string.rep(uint_bytes(off, w), n)
-      end
-    else -- written anew, as log_store: its oldest unit the base, offsets as narrow as now allows
-      local b2 = base + uint(v, 9 + (lo - 1) * w, w)
-      local w2 = width(now - b2)
-      if 8 + (units + n) * w2 <= LOG_WHOLE then
-        local parts = {string.char(w2) .. uint_bytes(b2, 7)}
-        for i = 9 + (lo - 1) * w, len, w do parts[#parts + 1] = uint_bytes(base + uint(v, i, w) - b2, w2) end
-        parts[#parts + 1] = string.rep(uint_bytes(now - b2, w2), n)
-        nv = table.concat(parts)
-      end
-    end
-    if not nv then -- reservations, or too long to be compact
-      pre_key, pre_v = key, v
-      return allow_lone(keys, args, now)
-    end
-    call('SET', key, nv, 'PX', px_arg(window))
-    free, reset = free - n, window
-  end
-  return lone_answer(retry == 0, now, free, retry, reset)
+  return out
+end
+
+local function block(keys, args)
+  return block_key(keys[1], tonumber(args[2]), now_us(args[1]))
 end

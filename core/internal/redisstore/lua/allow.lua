@@ -2,8 +2,7 @@
 -- when they do and commit is set, records them under every limit: all or
 -- none. A denied request changes nothing but dropping expired state and,
 -- under a penalty, counting the denial (and banning the key at the
--- penalty's count). Runs after algorithms.lua (see allow_one, allow_lone
--- and decide there).
+-- penalty's count). See decide in algorithms.lua.
 --
 -- KEYS[1]  the key's block key (see Limiter.Block)
 -- KEYS[2]  the key's penalty key, when the spec has a penalty
@@ -19,4 +18,4 @@
 -- Returns {allowed (1 or 0), blocked (0 no, 1 blocked, 2 banned by this
 -- denial), now µs, then per limit: remaining, retry µs, reset µs}.
 
-return allow_one(KEYS, ARGV)
+return allow(KEYS, ARGV)

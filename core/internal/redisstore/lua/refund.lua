@@ -1,6 +1,6 @@
 -- refund.lua: gives back up to n units of one key under every limit, units
 -- recorded within the last window, never going below empty (Limiter.Refund,
--- Rule.CountIf). Runs after algorithms.lua (see the *_refund functions).
+-- Rule.CountIf). See the *_refund functions in algorithms.lua.
 --
 -- KEYS[i]  the storage key of limit i; all keys share one hash tag
 -- ARGV[1]  n: units to give back, > 0
@@ -12,17 +12,4 @@
 --
 -- Returns the units given back under each limit.
 
-local n, now, at = tonumber(ARGV[1]), now_us(ARGV[2]), tonumber(ARGV[3])
-local out = {}
-for i, key in ipairs(KEYS) do
-  local alg, count = ARGV[4 * i], tonumber(ARGV[4 * i + 1])
-  local window, prec = tonumber(ARGV[4 * i + 2]), tonumber(ARGV[4 * i + 3])
-  if alg == '0' then
-    out[i] = log_refund(key, window, n, now, at)
-  elseif alg == '1' then
-    out[i] = buckets_refund(key, window, prec, n, now, at)
-  else
-    out[i] = counter_refund(key, count, window, n, now, at)
-  end
-end
-return out
+return refund(KEYS, ARGV)

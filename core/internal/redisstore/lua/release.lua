@@ -1,6 +1,6 @@
 -- release.lua: gives back a reservation made by reserve.lua whose caller
 -- stopped waiting, so its slot is free again. Units of one time are alike:
--- any n of them at the reservation's time go. Runs after algorithms.lua.
+-- any n of them at the reservation's time go. See log_remove.
 --
 -- KEYS[i]  sliding-log key of limit i, as passed to reserve.lua
 -- ARGV[1]  n: units per key
@@ -10,13 +10,4 @@
 --
 -- Returns the number of units removed.
 
-local n, at = tonumber(ARGV[1]), tonumber(ARGV[2])
-local now = now_us(ARGV[3])
-local removed = 0
-for i, key in ipairs(KEYS) do
-  local window = tonumber(ARGV[3 + i])
-  local L = log_open(key, window, now)
-  log_trim(L, now - window)
-  removed = removed + log_remove(L, n, at - 1, at, now)
-end
-return removed
+return release(KEYS, ARGV)

@@ -3,7 +3,6 @@
 -- reservations already made and any block of the key (placed after it),
 -- and records the units at that time in the same call, unless that time is
 -- further away than the caller can wait.
--- Runs after algorithms.lua.
 --
 -- KEYS[1]    the key's block key (see Limiter.Block)
 -- KEYS[i+1]  sliding-log key of limit i; all keys share one hash tag
@@ -15,20 +14,4 @@
 -- Returns {reserved (1 or 0), wait µs (-1: never fits), then, when
 -- reserved, the units' time in µs}: release.lua takes it back.
 
-local n = tonumber(ARGV[1])
-local now = now_us(ARGV[2])
-local longest = tonumber(ARGV[3])
-
-local at, newest, logs = now + blocked_for(KEYS[1], now), {}, {}
-for i = 1, #KEYS - 1 do
-  local _, retry, _, last, L = log_check(KEYS[i + 1], tonumber(ARGV[2 * i + 2]), tonumber(ARGV[2 * i + 3]), n, now)
-  if retry < 0 then return {0, -1} end
-  if now + retry > at then at = now + retry end
-  newest[i], logs[i] = last, L
-end
-if longest >= 0 and at - now > longest then return {0, at - now} end
-
-for i = 1, #KEYS - 1 do
-  log_add(tonumber(ARGV[2 * i + 3]), n, at, now, logs[i], newest[i])
-end
-return {1, at - now, at}
+return reserve(KEYS, ARGV)
