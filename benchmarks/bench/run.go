@@ -317,7 +317,7 @@ func runThroughput(ctx context.Context, srv *Server, rdb *redis.Client, cfg *Con
 	if err := single.run(ctx, cfg, rep); err != nil {
 		return err
 	}
-	if len(cfg.ClusterGoroutines) == 0 {
+	if len(cfg.ClusterGoroutines) == 0 || !slices.ContainsFunc(rep.Contenders, func(c Contender) bool { return c.NoCluster == "" }) {
 		return nil
 	}
 	t0 := time.Now()
