@@ -65,7 +65,7 @@ func BenchmarkAllowRedisParallel(b *testing.B) {
 	}
 	keys := benchKeyNames()
 	for _, a := range algorithms {
-		lim := PerMinute(1000000).With(a)
+		lim := PerMinute(MaxLogCount).With(a)
 		b.Run(a.String(), func(b *testing.B) {
 			b.ReportAllocs()
 			b.SetParallelism(8)

@@ -411,7 +411,7 @@ func TestClusterBreakerPerMaster(t *testing.T) {
 				return
 			default:
 			}
-			if r, err := l.Allow(ctx, elsewhere[i%len(elsewhere)], PerHour(1_000_000)); err != nil || r.BackendErr != nil {
+			if r, err := l.Allow(ctx, elsewhere[i%len(elsewhere)], PerHour(MaxLogCount)); err != nil || r.BackendErr != nil {
 				busy <- fmt.Errorf("another master during the pause: %+v %v", r, err)
 				return
 			}

@@ -73,9 +73,14 @@ type Limit struct {
 // script's work and every number in range: times are µs in Lua doubles,
 // exact to 2^53 µs (285 years), and durations are int64 ns (292 years).
 const (
-	// MaxLogCount is the largest Count of a SlidingLog limit, which stores
-	// one member per unit. Larger limits belong to SlidingBuckets.
-	MaxLogCount = 1 << 20
+	// MaxLogCount is the largest Count of a SlidingLog limit, 16,384. The
+	// log keeps the time of every unit (a long one in a Redis sorted set,
+	// a member per decision), and a few calls read it member by member (a
+	// decision after half of a full log left the window, a denial of
+	// AllowN(Count/2), a refund of most units): at this bound each holds
+	// Redis for a few ms at most (TestLongLogBoundedCalls). Larger limits
+	// belong to SlidingBuckets.
+	MaxLogCount = 1 << 14
 	// MaxWindow is the longest Window: a year (and a day).
 	MaxWindow = 366 * 24 * time.Hour
 	// MaxBuckets is the most sub-windows of Precision that a SlidingBuckets

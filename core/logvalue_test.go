@@ -2,28 +2,42 @@ package core
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// storedLog returns the times in µs of the units held in a sliding log's
-// stored value, oldest first, as algorithms.lua lays it out (compact or
-// ring); none for a missing key.
+// storedLog returns the times in µs of the units held in a sliding log,
+// oldest first, in either of its layouts (see algorithms.lua): a compact
+// string, or a sorted set whose members "<units>:<time>" are scored by
+// their time and whose member '#' is scored minus the units of the others;
+// none for a missing key.
 func storedLog(ctx context.Context, rdb redis.Cmdable, key string) ([]int64, error) {
-	v, err := rdb.Get(ctx, key).Bytes()
-	if errors.Is(err, redis.Nil) {
-		return nil, nil
-	}
-	if err != nil {
+	switch typ, err := rdb.Type(ctx, key).Result(); {
+	case err != nil:
 		return nil, err
+	case typ == "none":
+		return nil, nil
+	case typ == "string":
+		v, err := rdb.Get(ctx, key).Bytes()
+		if err != nil {
+			return nil, err
+		}
+		return decodeLog(v)
+	case typ == "zset":
+		zs, err := rdb.ZRangeWithScores(ctx, key, 0, -1).Result()
+		if err != nil {
+			return nil, err
+		}
+		return decodeSortedLog(zs)
+	default:
+		return nil, fmt.Errorf("a sliding log of type %s", typ)
 	}
-	return decodeLog(v)
 }
 
-// decodeLog reads a sliding log's value (see algorithms.lua).
+// decodeLog reads a sliding log's compact value: its offsets' width w,
+// the base (7 bytes), then each unit's offset, w bytes, big-endian.
 func decodeLog(v []byte) ([]int64, error) {
 	uint := func(b []byte) int64 {
 		var x int64
@@ -32,43 +46,45 @@ func decodeLog(v []byte) ([]int64, error) {
 		}
 		return x
 	}
-	if len(v) < 8 {
+	if len(v) < 9 {
 		return nil, fmt.Errorf("log value of %d bytes", len(v))
 	}
+	w := int(v[0])
+	if w < 1 || w > 7 || (len(v)-8)%w != 0 {
+		return nil, fmt.Errorf("compact log: width %d, %d bytes", w, len(v))
+	}
 	base := uint(v[1:8])
-	if w := int(v[0]); w < 16 { // compact
-		if w < 1 || w > 7 || (len(v)-8)%w != 0 {
-			return nil, fmt.Errorf("compact log: width %d, %d bytes", w, len(v))
-		}
-		var out []int64
-		for i := 8; i < len(v); i += w {
-			out = append(out, base+uint(v[i:i+w]))
-		}
-		return out, nil
-	}
-	const header = 31
-	w := int(v[0]) - 16
-	if len(v) < header || w < 1 || w > 7 {
-		return nil, fmt.Errorf("ring log: width %d, %d bytes", w, len(v))
-	}
-	capacity, head, used := int(uint(v[8:11])), int(uint(v[11:14])), int(uint(v[14:17]))
-	newest := uint(v[17:24])
-	if len(v) != header+capacity*w || head >= capacity || used > capacity || used == 0 {
-		return nil, fmt.Errorf("ring log: %d bytes, cap %d, head %d, used %d, width %d", len(v), capacity, head, used, w)
-	}
-	out := make([]int64, used)
-	for i := range out {
-		p := header + (head+i)%capacity*w
-		out[i] = base + uint(v[p:p+w])
-	}
-	if out[used-1] != newest {
-		return nil, fmt.Errorf("ring log: newest unit at %d, header says %d", out[used-1], newest)
+	var out []int64
+	for i := 8; i < len(v); i += w {
+		out = append(out, base+uint(v[i:i+w]))
 	}
 	return out, nil
 }
 
-// storedLogLen returns the number of units held in a sliding log's stored
-// value (see storedLog).
+// decodeSortedLog reads a sliding log's sorted set, its members in order
+// of score (ZRANGE WITHSCORES).
+func decodeSortedLog(zs []redis.Z) ([]int64, error) {
+	if len(zs) < 2 || zs[0].Member != "#" {
+		return nil, fmt.Errorf("sorted log of %d members without '#' first", len(zs))
+	}
+	var out []int64
+	for _, z := range zs[1:] {
+		var at, units int64
+		if _, err := fmt.Sscanf(fmt.Sprint(z.Member), "%d:%d", &units, &at); err != nil || at != int64(z.Score) || units < 1 {
+			return nil, fmt.Errorf("sorted log member %q scored %v", z.Member, z.Score)
+		}
+		for range units {
+			out = append(out, at)
+		}
+	}
+	if int64(-zs[0].Score) != int64(len(out)) {
+		return nil, fmt.Errorf("sorted log of %d units: '#' says %v", len(out), -zs[0].Score)
+	}
+	return out, nil
+}
+
+// storedLogLen returns the number of units held in a sliding log (see
+// storedLog).
 func storedLogLen(ctx context.Context, rdb redis.Cmdable, key string) (int64, error) {
 	times, err := storedLog(ctx, rdb, key)
 	return int64(len(times)), err

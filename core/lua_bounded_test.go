@@ -70,23 +70,64 @@ func redisCPU(t *testing.T, rdb *redis.Client) func() time.Duration {
 	return func() time.Duration { d, _ := read(); return d }
 }
 
-// TestLongLogBoundedCalls fills a sliding log to MaxLogCount 1,000 units at
-// a time, refunds a million units and resets it, and wants no call to hold
-// Redis for 10 ms or more: a call's work does not grow with the units the
-// log holds. Each call's cost is the CPU time Redis's main thread spent
-// while it ran (where /proc can be read; else Redis's SLOWLOG, its wall
-// time): 10 ms is three times the slowest call measured (2.9 ms, a ring
-// turned into pages). The log of about a million units takes at most 8
-// bytes a unit (MEMORY USAGE).
+// longLog adds by hand units units to the sliding log under key, in its
+// sorted layout (see algorithms.lua), one member a unit but the second,
+// of two units (so that no shortcut for one unit a member applies): the
+// members from from on, step µs apart.
+func longLog(t *testing.T, rdb *redis.Client, key string, units int64, from, step int64) {
+	t.Helper()
+	ctx := context.Background()
+	held, _ := rdb.ZScore(ctx, key, "#").Result()
+	zs := []redis.Z{{Score: held - float64(units), Member: "#"}}
+	at := from
+	for left := units; left > 0; at += step {
+		u := int64(1)
+		if len(zs) == 2 {
+			u = 2
+		}
+		zs = append(zs, redis.Z{Score: float64(at), Member: fmt.Sprintf("%d:%d", u, at)})
+		left -= u
+	}
+	for i := 0; i < len(zs); i += 10000 {
+		if err := rdb.ZAdd(ctx, key, zs[i:min(i+10000, len(zs))]...).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := rdb.Expire(ctx, key, time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLongLogBoundedCalls makes the costliest calls a sliding log of
+// MaxLogCount can take and wants none to hold Redis for 10 ms or more:
+// AllowN(MaxLogCount) on an empty log; a decision that finds half of a
+// full log's units left the window; a denial of AllowN(MaxLogCount/2) on a
+// full log, whose retry is the unit in its middle; a CountIf refund (at
+// the time of the decision) of its oldest unit; a refund of every unit,
+// and of every unit but one; a reset. Every call's answer is checked. Each call's cost is the CPU time
+// Redis's main thread spent while it ran (where /proc can be read; else
+// Redis's SLOWLOG, its wall time). Measured on a quiet machine, the
+// slowest (the half-gone log read from its nearer end) took about 2 ms.
 func TestLongLogBoundedCalls(t *testing.T) {
 	p := redistest.Start(t, "--slowlog-log-slower-than", "10000", "--slowlog-max-len", "1024")
 	rdb := p.Client(t)
 	ctx := context.Background()
-	l, err := core.New(rdb, core.WithTimeout(time.Minute))
+	const c = core.MaxLogCount
+	w := time.Hour
+	t0 := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	now := t0
+	l, err := core.New(rdb, core.WithTimeout(time.Minute), core.WithDenyCache(0), core.WithClock(func() time.Time { return now }))
 	if err != nil {
 		t.Fatal(err)
 	}
-	lim := core.Per(core.MaxLogCount, time.Hour)
+	lim := core.Per(c, w)
+	key := func(k string) string {
+		keys, err := rdb.Keys(ctx, "*{"+k+"}*").Result()
+		if err != nil || len(keys) != 1 {
+			t.Fatalf("keys of %s: %v, %v", k, keys, err)
+		}
+		return keys[0]
+	}
 	cpu := redisCPU(t, rdb)
 	var slowest time.Duration
 	var slowestCall string
@@ -100,48 +141,82 @@ func TestLongLogBoundedCalls(t *testing.T) {
 			t.Fatalf("%s: %v", what, err)
 		}
 		if cpu != nil {
-			if d := cpu() - before; d > slowest {
+			d := cpu() - before
+			t.Logf("%s: %v of Redis CPU", what, d)
+			if d > slowest {
 				slowest, slowestCall = d, what
 			}
 		}
 	}
-	const step = 1000
-	steps := int64(core.MaxLogCount / step)
+	want := func(r core.Result, err error, allowed bool, remaining int64, retry time.Duration) error {
+		if err != nil || r.Allowed != allowed || r.Remaining != remaining || r.RetryAfter != retry || r.BackendErr != nil {
+			return fmt.Errorf("allowed %v remaining %d retry %v (%v, %v), want %v %d %v", r.Allowed, r.Remaining, r.RetryAfter, err, r.BackendErr, allowed, remaining, retry)
+		}
+		return nil
+	}
 	if err := rdb.SlowLogReset(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	for i := int64(1); i <= steps; i++ {
-		measure(fmt.Sprint("AllowN ", i), func() error {
-			r, err := l.AllowN(ctx, "tenant", step, lim)
-			if want := core.MaxLogCount - i*step; err == nil && (!r.Allowed || r.Remaining != want || r.BackendErr != nil) {
-				return fmt.Errorf("allowed %v, remaining %d (%v), want %d", r.Allowed, r.Remaining, r.BackendErr, want)
-			}
-			return err
-		})
+	measure("AllowN(MaxLogCount) on an empty log", func() error {
+		r, err := l.AllowN(ctx, "empty", c, lim)
+		return want(r, err, true, 0, 0)
+	})
+	if n, err := rdb.ZScore(ctx, key("empty"), "#").Result(); n != -c || err != nil {
+		t.Fatalf("the sorted log holds %v units (%v), want %d", -n, err, int64(c))
 	}
-	keys, err := rdb.Keys(ctx, "*{tenant}*").Result()
-	if err != nil || len(keys) != 1 {
-		t.Fatalf("keys %v, %v: want the log's alone", keys, err)
+
+	// half of the units a window ago, half half a window later
+	us := t0.UnixMicro()
+	longLog(t, rdb, "rw:{half}:v2:r1h", c/2, us, 1)
+	longLog(t, rdb, "rw:{half}:v2:r1h", c/2, us+int64(w/time.Microsecond)/2, 1)
+	if key("half") != "rw:{half}:v2:r1h" {
+		t.Fatalf("the test's key is not the Limiter's")
 	}
-	mem, err := rdb.MemoryUsage(ctx, keys[0]).Result()
+	now = t0.Add(w).Add(time.Duration(c) * time.Microsecond)
+	measure("a decision with half of a full log gone", func() error {
+		r, err := l.Allow(ctx, "half", lim)
+		return want(r, err, true, c/2-1, 0)
+	})
+
+	now = t0
+	oldest := us - c - 1000
+	longLog(t, rdb, "rw:{full}:v2:r1h", c, oldest, 1)
+	// the units are 1 µs apart, the second member holding two: the
+	// c/2-th oldest unit is at oldest + c/2 - 2
+	measure("a denial of AllowN(MaxLogCount/2) on a full log", func() error {
+		r, err := l.AllowN(ctx, "full", c/2, lim)
+		return want(r, err, false, 0, w+time.Duration(oldest+c/2-2-us)*time.Microsecond)
+	})
+	algorithms, err := os.ReadFile("internal/redisstore/lua/algorithms.lua")
 	if err != nil {
 		t.Fatal(err)
 	}
-	held := steps * step
-	if perUnit := float64(mem) / float64(held); perUnit > 8 {
-		t.Errorf("a log of %d units takes %d bytes: %.2f a unit, want at most 8", held, mem, perUnit)
-	}
-	measure("Refund of 1,000,000", func() error { return l.Refund(ctx, "tenant", 1_000_000, lim) })
-	r, err := l.Peek(ctx, "tenant", lim)
+	refund, err := os.ReadFile("internal/redisstore/lua/refund.lua")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := core.MaxLogCount - (held - 1_000_000); r.Remaining != want || r.BackendErr != nil {
-		t.Fatalf("after the refund: remaining %d (%v), want %d", r.Remaining, r.BackendErr, want)
+	measure("a CountIf refund of the oldest unit of a full log", func() error {
+		// refund.lua: n, now, at, then the limit: algorithm, count, window, precision
+		got, err := rdb.Eval(ctx, string(algorithms)+string(refund), []string{"rw:{full}:v2:r1h"},
+			1, us, oldest, 0, c, int64(w/time.Microsecond), int64(w/time.Microsecond)/60).Int64Slice()
+		if err != nil || len(got) != 1 || got[0] != 1 {
+			return fmt.Errorf("refunded %v, %v, want 1", got, err)
+		}
+		return nil
+	})
+	measure("a refund of every unit of a full log", func() error { return l.Refund(ctx, "full", c, lim) })
+	if n, err := rdb.Exists(ctx, "rw:{full}:v2:r1h").Result(); n != 0 || err != nil {
+		t.Fatalf("the refunded log is still there (%d, %v)", n, err)
 	}
-	measure("Reset", func() error { return l.Reset(ctx, "tenant", lim) })
-	if r, err := l.Peek(ctx, "tenant", lim); err != nil || r.Remaining != core.MaxLogCount || r.BackendErr != nil {
-		t.Fatalf("after the reset: remaining %d, %v, want %d", r.Remaining, err, int64(core.MaxLogCount))
+	longLog(t, rdb, "rw:{full}:v2:r1h", c, oldest, 1)
+	measure("a refund of every unit of a full log but one", func() error { return l.Refund(ctx, "full", c-1, lim) })
+	if r, err := l.Peek(ctx, "full", lim); want(r, err, true, c-1, 0) != nil {
+		t.Fatal(want(r, err, true, c-1, 0))
+	}
+	longLog(t, rdb, "rw:{full}:v2:r1h", c-1, oldest+1, 1)
+	measure("Reset of a full log", func() error { return l.Reset(ctx, "full", lim) })
+	if r, err := l.Peek(ctx, "full", lim); want(r, err, true, c, 0) != nil {
+		t.Fatal(want(r, err, true, c, 0))
 	}
 	slow := slowCalls(t, rdb)
 	if cpu == nil {
@@ -237,10 +312,9 @@ func (w *twins) same(t *testing.T, step, op int, key string, n int64, lims []cor
 
 // TestFreshKeysMatchMemory makes the same decisions with the scripts and
 // the memory backend at the same times, and wants the same answers, on
-// many keys used once and a few used again (so that the scripts take
-// both their path for keys expected missing, which writes without
-// reading, and their path for keys that hold units), under each
-// algorithm, one or two limits, Peeks, refunds, and AllowN of up to 600
+// many keys used once and a few used again (so that the scripts write
+// both keys read as missing, with SET NX, and keys that hold units), under
+// each algorithm, one or two limits, Peeks, refunds, and AllowN of up to 600
 // units (more than a fresh log's compact value holds).
 func TestFreshKeysMatchMemory(t *testing.T) {
 	w := newTwins(t)
@@ -286,7 +360,7 @@ func TestFreshLogOfManyUnits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lim := core.Per(1<<20, time.Hour)
+	lim := core.Per(core.MaxLogCount, time.Hour)
 	for i, n := range []int64{505, 1000, 600} {
 		key := fmt.Sprintf("k%d", i)
 		if r, err := l.AllowN(ctx, key, n, lim); err != nil || !r.Allowed || r.Remaining != lim.Count-n || r.BackendErr != nil {
@@ -302,19 +376,20 @@ func TestFreshLogOfManyUnits(t *testing.T) {
 	}
 }
 
-// TestPagedLogMatchesMemory drives sliding logs long enough to be paged
-// (more than 4,096 units) through the scripts and the memory backend at
-// the same times and wants the same answers: AllowN of up to 400 units,
-// Peeks, refunds of up to 3,000 units (one step in twenty), one or two limits, units leaving
-// the window as the clock moves, pauses longer than a window, and a clock
-// that steps back a little (so that units go before later ones).
-func TestPagedLogMatchesMemory(t *testing.T) {
+// TestSortedLogMatchesMemory drives sliding logs long enough to be sorted
+// sets through the scripts and the memory backend at the same times and
+// wants the same answers: AllowN of up to 400 units, Peeks, refunds of up
+// to 3,000 units (one step in twenty), one or two limits, units leaving
+// the window as the clock moves, pauses longer than a window (after which
+// the log is compact again), and a clock that steps back a little (so that
+// units go before later ones).
+func TestSortedLogMatchesMemory(t *testing.T) {
 	w := newTwins(t)
 	rng := rand.New(rand.NewPCG(28, 2))
-	// about 22,000 units a window asked: paged, and its oldest units
-	// leaving all the time (the first page numbers deleted)
-	long, longer := core.Per(20000, 20*time.Second), core.Per(60000, time.Minute)
-	paged := 0 // the steps after which the long log was paged (a hash)
+	// about 22,000 units a window asked: sorted, and its oldest units
+	// leaving all the time
+	long, longer := core.Per(12000, 20*time.Second), core.Per(core.MaxLogCount, time.Minute)
+	sorted := 0 // the steps after which the long log was a sorted set
 	for step := range 1500 {
 		lims := []core.Limit{long}
 		if rng.IntN(3) == 0 {
@@ -329,8 +404,8 @@ func TestPagedLogMatchesMemory(t *testing.T) {
 		default:
 			w.same(t, step, opRefund, "tenant", int64(1+rng.IntN(3000)), lims)
 		}
-		if w.rdb.Type(context.Background(), "rw:{tenant}:r20s").Val() == "hash" {
-			paged++
+		if w.rdb.Type(context.Background(), "rw:{tenant}:v2:r20s").Val() == "zset" {
+			sorted++
 		}
 		switch r := rng.IntN(1000); {
 		case r < 990:
@@ -341,7 +416,7 @@ func TestPagedLogMatchesMemory(t *testing.T) {
 			w.advance(-time.Duration(rng.IntN(5000)) * time.Microsecond)
 		}
 	}
-	if paged < 500 {
-		t.Fatalf("the long log was paged after %d steps of 1500: the test misses its point", paged)
+	if sorted < 500 {
+		t.Fatalf("the long log was sorted after %d steps of 1500: the test misses its point", sorted)
 	}
 }
