@@ -61,16 +61,18 @@ var ErrNilErrorWriter = errors.New("ratewindow: connectmw: nil ErrorWriter")
 //     rule and Retry-After go out as response headers, which a connect-go
 //     client finds in the error's Meta;
 //   - a call that the Limiter answers with the 503 of its failure mode
-//     (FailClosed, or a decision shed for overload, core.ErrShed) gets
-//     CodeUnavailable with a RetryInfo of the Retry-After (1 s);
+//     (FailClosed, or a decision shed for overload, core.ErrShed, which
+//     is never admitted) gets CodeUnavailable with a RetryInfo of the
+//     Retry-After (1 s);
 //   - any other request (a plain HTTP caller of the same mux) gets what
 //     nethttp gives it: 429 with Retry-After, or the 503.
 //
 // Both kinds of request count under the same keys: the rule's Key and
 // every other function of it apply unchanged, Rule.OnDenied answers the
 // plain callers only, and an OnError that writes a response answers every
-// caller with it. Rule.CountIf sees the HTTP status, which is 200 for every
-// gRPC and gRPC-Web call (their status travels in trailers).
+// caller with it. A stream is decided once, when it starts. Rule.CountIf
+// sees the HTTP status, which is 200 for every gRPC and gRPC-Web call
+// (their status travels in trailers).
 func New(l *core.Limiter, rule core.Rule, opts ...Option) (func(http.Handler) http.Handler, error) {
 	o := options{ew: connect.NewErrorWriter(connect.WithRequireConnectProtocolHeader()), strict: true}
 	for _, opt := range opts {
