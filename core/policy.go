@@ -198,10 +198,10 @@ type units struct {
 func (dec Decision) Banned() bool { return dec.Result.blocked }
 
 // Policies returns the policy names a Denied decision concerns: those of
-// the limits that denied (never the key); of an Unavailable one, every
-// limit of the request's.
+// the limits that denied (never the key), none for a ban; of an
+// Unavailable one, every limit of the request's.
 func (dec Decision) Policies() []string {
-	if dec.hdr == nil {
+	if dec.hdr == nil || dec.Verdict == Denied && dec.Result.blocked {
 		return nil
 	}
 	var names []string
@@ -210,7 +210,7 @@ func (dec Decision) Policies() []string {
 			names = append(names, dec.hdr.limits[i].limit.PolicyName())
 		}
 	}
-	if len(names) == 0 && dec.Verdict == Denied && !dec.Result.blocked {
+	if len(names) == 0 && dec.Verdict == Denied {
 		names = append(names, dec.Result.Limit.PolicyName())
 	}
 	return names

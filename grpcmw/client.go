@@ -1,0 +1,268 @@
+package grpcmw
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/ratewindow/ratewindow/core"
+)
+
+// OutboundCall is an outgoing call as a client rule's functions read it.
+type OutboundCall struct {
+	// Context is the call's context.
+	Context context.Context
+	// Method is the full method, "/package.Service/Method".
+	Method string
+	// Target is the target of the connection (grpc.ClientConn.Target).
+	Target string
+}
+
+// ClientRule describes the quota that outbound calls share across every
+// replica, and how to obey an upstream's refusals.
+type ClientRule struct {
+	// Name is the rule's namespace (see Rule.Name). Required.
+	Name string
+	// Limits must all admit a call before it is sent (at least one).
+	Limits []core.Limit
+	// Key returns the quota a call takes from. Default: the connection's
+	// target, "target:" + Target, so every upstream has its own quota.
+	Key func(OutboundCall) (string, error)
+	// Cost returns the units a call takes. Default 1.
+	Cost func(OutboundCall) int64
+	// Skip reports calls sent without waiting or counting.
+	Skip func(OutboundCall) bool
+	// OnWait, when set, is called with each counted call and the time it
+	// waited for the Limiter, just before it is sent.
+	OnWait func(OutboundCall, time.Duration)
+	// MaxRetries is how many times a unary call refused with
+	// RESOURCE_EXHAUSTED is sent again. Zero means DefaultMaxRetries; a
+	// negative value turns retrying off.
+	MaxRetries int
+	// MaxBlock caps the time an upstream's refusal blocks the key. Zero
+	// means DefaultMaxBlock.
+	MaxBlock time.Duration
+	// DefaultBlock is how long a refusal without RetryInfo or pushback
+	// blocks the key. Zero means DefaultRefusalBlock.
+	DefaultBlock time.Duration
+	// Margin widens each limit's Window, so that calls sent a window
+	// apart still arrive a window apart (see nethttp.Transport). Zero
+	// means 1% of each window, at least 1ms; a negative value, none.
+	Margin time.Duration
+}
+
+// Defaults of ClientRule's fields, as nethttp.Transport's.
+const (
+	DefaultMaxRetries   = 3
+	DefaultMaxBlock     = time.Minute
+	DefaultRefusalBlock = time.Second
+)
+
+// ClientInterceptors throttles outbound calls: each waits for its slot
+// under the rule's limits (core.Limiter.Wait: one round trip reserves the
+// earliest slot across all replicas, then the call sleeps until then) and
+// is never dropped: it fails without being sent only when its context
+// ends first, or when the slot lies past its deadline
+// (core.ErrWaitExceedsDeadline, at once, nothing counted). When the
+// upstream refuses a call (RESOURCE_EXHAUSTED), the key is blocked on every
+// replica for the delay the upstream asked for (RetryInfo, else the
+// grpc-retry-pushback-ms trailer, else DefaultBlock; at most MaxBlock), and
+// a unary call goes again, up to MaxRetries times, waiting for its slot
+// like any other; when the next slot lies past the caller's deadline, the
+// caller gets the upstream's refusal. When Redis fails, the Limiter's
+// failure mode decides (see nethttp.Transport).
+type ClientInterceptors struct {
+	rule ClientRule
+	d    *core.Decider[OutboundCall]
+}
+
+// NewClient returns the client interceptors of rule, or the error of an
+// invalid rule or a nil Limiter.
+func NewClient(l *core.Limiter, rule ClientRule) (*ClientInterceptors, error) {
+	if rule.Key == nil {
+		rule.Key = func(c OutboundCall) (string, error) { return "target:" + c.Target, nil }
+	}
+	p := core.Policy[OutboundCall]{Name: rule.Name, Limits: widened(rule.Limits, rule.Margin), Key: rule.Key, Cost: rule.Cost}
+	d, err := core.NewDecider(l, p)
+	if err != nil {
+		return nil, fmt.Errorf("%w (grpcmw client)", err)
+	}
+	return &ClientInterceptors{rule: rule, d: d}, nil
+}
+
+// widened returns limits with each Window widened by margin (see
+// ClientRule.Margin).
+func widened(limits []core.Limit, margin time.Duration) []core.Limit {
+	if margin < 0 {
+		return limits
+	}
+	out := make([]core.Limit, len(limits))
+	for i, l := range limits {
+		m := margin
+		if m == 0 {
+			m = max(l.Window/100, time.Millisecond)
+		}
+		l.Window += m
+		out[i] = l
+	}
+	return out
+}
+
+// prepare returns c's key and cost, or the error that stops the call.
+func (ci *ClientInterceptors) prepare(c OutboundCall) (key string, n int64, err error) {
+	if key, err = ci.d.Key(c); err != nil {
+		return "", 0, fmt.Errorf("ratewindow: grpcmw client rule %q: key: %w", ci.rule.Name, err)
+	}
+	if n, err = ci.d.Cost(c); err != nil {
+		return "", 0, fmt.Errorf("ratewindow: grpcmw client rule %q: %w", ci.rule.Name, err)
+	}
+	return key, n, nil
+}
+
+// wait waits for c's slot (see ClientInterceptors).
+func (ci *ClientInterceptors) wait(c OutboundCall, key string, n int64) error {
+	start := time.Now()
+	if err := ci.d.Wait(c.Context, key, n); err != nil {
+		return err
+	}
+	if ci.rule.OnWait != nil {
+		ci.rule.OnWait(c, time.Since(start))
+	}
+	return nil
+}
+
+// Unary returns the unary client interceptor.
+func (ci *ClientInterceptors) Unary() grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		c := OutboundCall{Context: ctx, Method: method, Target: cc.Target()}
+		if ci.rule.Skip != nil && ci.rule.Skip(c) {
+			return invoker(ctx, method, req, reply, cc, opts...)
+		}
+		key, n, err := ci.prepare(c)
+		if err != nil {
+			return err
+		}
+		retries := ci.rule.MaxRetries
+		if retries == 0 {
+			retries = DefaultMaxRetries
+		}
+		var trailer metadata.MD
+		opts = append(opts[:len(opts):len(opts)], grpc.Trailer(&trailer))
+		var last error // the refusal the next attempt would replace
+		for attempt := 0; ; attempt++ {
+			if err := ci.wait(c, key, n); err != nil {
+				if last != nil && errors.Is(err, core.ErrWaitExceedsDeadline) {
+					return last // the upstream's answer
+				}
+				return fmt.Errorf("ratewindow: grpcmw client rule %q: %w", ci.rule.Name, err)
+			}
+			trailer = nil
+			err := invoker(ctx, method, req, reply, cc, opts...)
+			d, refused := ci.refusal(err, trailer)
+			if !refused {
+				return err
+			}
+			retry := attempt < retries && retries > 0
+			_ = ci.d.Refused(ctx, key, d, retry) // best effort: the call goes on
+			if !retry {
+				return err
+			}
+			last = err
+		}
+	}
+}
+
+// Stream returns the stream client interceptor: a stream waits for its
+// slot before it starts; a stream the upstream refuses (RESOURCE_EXHAUSTED
+// when it starts or on a message) blocks the key, and is not sent again.
+func (ci *ClientInterceptors) Stream() grpc.StreamClientInterceptor {
+	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		c := OutboundCall{Context: ctx, Method: method, Target: cc.Target()}
+		if ci.rule.Skip != nil && ci.rule.Skip(c) {
+			return streamer(ctx, desc, cc, method, opts...)
+		}
+		key, n, err := ci.prepare(c)
+		if err != nil {
+			return nil, err
+		}
+		if err := ci.wait(c, key, n); err != nil {
+			return nil, fmt.Errorf("ratewindow: grpcmw client rule %q: %w", ci.rule.Name, err)
+		}
+		cs, err := streamer(ctx, desc, cc, method, opts...)
+		if err != nil {
+			if d, refused := ci.refusal(err, nil); refused {
+				_ = ci.d.Refused(ctx, key, d, false)
+			}
+			return nil, err
+		}
+		return &obeyingStream{ClientStream: cs, ci: ci, key: key}, nil
+	}
+}
+
+// obeyingStream blocks its key when the upstream ends it with
+// RESOURCE_EXHAUSTED.
+type obeyingStream struct {
+	grpc.ClientStream
+	ci  *ClientInterceptors
+	key string
+}
+
+// RecvMsg receives m; a refusal blocks the stream's key.
+func (s *obeyingStream) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	if err != nil {
+		if d, refused := s.ci.refusal(err, s.Trailer()); refused {
+			_ = s.ci.d.Refused(context.WithoutCancel(s.Context()), s.key, d, false)
+		}
+	}
+	return err
+}
+
+// refusal reads a call's error: refused for RESOURCE_EXHAUSTED, with the
+// delay of its RetryInfo, else of the pushback trailer, else DefaultBlock,
+// at most MaxBlock.
+func (ci *ClientInterceptors) refusal(err error, trailer metadata.MD) (time.Duration, bool) {
+	st, ok := status.FromError(err)
+	if err == nil || !ok || st.Code() != codes.ResourceExhausted {
+		return 0, false
+	}
+	d, found := RetryDelay(st, trailer)
+	if !found || d <= 0 {
+		d = DefaultRefusalBlock
+		if ci.rule.DefaultBlock > 0 {
+			d = ci.rule.DefaultBlock
+		}
+	}
+	limit := DefaultMaxBlock
+	if ci.rule.MaxBlock > 0 {
+		limit = ci.rule.MaxBlock
+	}
+	return min(d, limit, core.MaxBlock), true
+}
+
+// RetryDelay returns the delay a status asks a client to wait: its
+// google.rpc.RetryInfo, else the grpc-retry-pushback-ms trailer (a negative
+// pushback means "do not retry": no delay found).
+func RetryDelay(st *status.Status, trailer metadata.MD) (time.Duration, bool) {
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok && ri.GetRetryDelay() != nil {
+			if err := ri.GetRetryDelay().CheckValid(); err == nil {
+				return max(ri.GetRetryDelay().AsDuration(), 0), true
+			}
+		}
+	}
+	if vs := trailer.Get(PushbackTrailer); len(vs) > 0 {
+		if ms, err := strconv.ParseInt(vs[0], 10, 64); err == nil && ms >= 0 {
+			return time.Duration(min(ms, int64(core.MaxBlock/time.Millisecond))) * time.Millisecond, true
+		}
+	}
+	return 0, false
+}

@@ -1,0 +1,320 @@
+package grpcmw
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/ratewindow/ratewindow/core"
+)
+
+// Call is an incoming call as a rule's functions read it.
+type Call struct {
+	// Context is the call's context: peer.FromContext,
+	// metadata.FromIncomingContext and what authentication stored.
+	Context context.Context
+	// Method is the full method, "/package.Service/Method".
+	Method string
+	// Stream reports a streaming call.
+	Stream bool
+	// Message is the unary call's request; for a stream charged per
+	// message (Rule.PerMessage), the message just received; else nil.
+	Message any
+}
+
+// KeyFunc returns the key a call is counted under: a non-empty key, or an
+// error. It must be safe for concurrent use.
+type KeyFunc func(Call) (string, error)
+
+// Rule describes which calls to limit and how to answer them. Its fields
+// mean what core.Rule's fields of the same names mean for HTTP requests:
+// the decision is the same code (core.Decider).
+type Rule struct {
+	// Name is the rule's namespace: printable ASCII without spaces, ':',
+	// '{' or '}', at most 64 bytes. Required.
+	Name string
+	// Limits must all admit a call for it to pass (at least one).
+	Limits []core.Limit
+	// Key returns the key a call is counted under. When it fails, the
+	// error goes to OnError and the call is counted under FallbackKey.
+	// Default Peer(): the peer address, trusting no proxy.
+	Key KeyFunc
+	// FallbackKey keys a call whose Key failed (see core.Rule.FallbackKey).
+	// Default Peer().
+	FallbackKey KeyFunc
+	// Cost returns the units a call (or, with PerMessage, a message)
+	// takes. A cost below 1 goes to OnError and the call costs 1.
+	// Default 1.
+	Cost func(Call) int64
+	// Skip reports calls that pass uncounted, such as health checks.
+	Skip func(Call) bool
+	// LimitsFor chooses the limits of each call (see core.Rule.LimitsFor).
+	LimitsFor func(Call) ([]core.Limit, error)
+	// Headers selects the rate-limit fields sent as response header
+	// metadata, in lower case: x-ratelimit-limit, x-ratelimit-remaining
+	// and x-ratelimit-reset (the default), or IETF's ratelimit and
+	// ratelimit-policy, both or none. A denial carries retry-after, in
+	// whole seconds, whatever the style.
+	Headers core.HeaderStyle
+	// PartitionKey adds pk to the IETF fields (see core.Rule.PartitionKey).
+	PartitionKey bool
+	// DryRun decides and counts every call but never denies.
+	DryRun bool
+	// Penalty, when set, bans a key that keeps being denied.
+	Penalty *core.Penalty
+	// CountIf, when set, counts only the calls whose status code it
+	// accepts: a call is charged before the handler, and its units are
+	// given back after it when CountIf rejects the code. A handler that
+	// panics counts as codes.Internal. Such a rule shows its rate-limit
+	// fields only on its denials.
+	CountIf func(codes.Code) bool
+	// OnError is called with every error of the rule's functions and of
+	// the backend; its text never reaches the client. The call is still
+	// limited (fallback key, cost 1, the rule's limits, the failure
+	// mode). Default: log/slog's default logger, at most one line a
+	// second.
+	OnError func(Call, error)
+	// PerMessage, for streams: besides the decision when the stream
+	// starts, every message received is decided as a call of its own
+	// (Call.Message set, Cost sees it); a denied message ends RecvMsg
+	// with the denial's status, which the handler returns.
+	PerMessage bool
+	// Pushback adds the grpc-retry-pushback-ms trailer to a denial (the
+	// retry delay in milliseconds, gRPC A6), so that a grpc-go client's
+	// retry policy waits exactly as long.
+	Pushback bool
+	// Domain is the domain of the google.rpc.ErrorInfo of a denial.
+	// Default "ratewindow".
+	Domain string
+}
+
+// Reasons of the google.rpc.ErrorInfo of a denial.
+const (
+	// ReasonRateLimited: a limit of the rule denied the call.
+	ReasonRateLimited = "RATE_LIMIT_EXCEEDED"
+	// ReasonBanned: the key is banned (Rule.Penalty) or blocked
+	// (core.Limiter.Block).
+	ReasonBanned = "KEY_BANNED"
+	// ReasonUnavailable: the Limiter could not decide and fails closed,
+	// or the decision was shed for overload.
+	ReasonUnavailable = "RATE_LIMITER_UNAVAILABLE"
+)
+
+// PushbackTrailer is the trailer of gRPC A6 that tells a client's retry
+// policy when to retry, in milliseconds.
+const PushbackTrailer = "grpc-retry-pushback-ms"
+
+// Interceptors holds a rule's server interceptors.
+type Interceptors struct {
+	rule Rule
+	d    *core.Decider[Call]
+}
+
+// New returns the interceptors of rule, or the error of an invalid rule
+// (wrapping core.ErrInvalidRule) or a nil Limiter.
+func New(l *core.Limiter, rule Rule) (*Interceptors, error) {
+	if rule.Key == nil {
+		rule.Key = Peer()
+	}
+	if rule.FallbackKey == nil {
+		rule.FallbackKey = Peer()
+	}
+	if rule.Domain == "" {
+		rule.Domain = "ratewindow"
+	}
+	rule.Limits = slices.Clone(rule.Limits)
+	p := core.Policy[Call]{
+		Name: rule.Name, Limits: rule.Limits, Key: rule.Key, FallbackKey: rule.FallbackKey,
+		Cost: rule.Cost, Skip: rule.Skip, LimitsFor: rule.LimitsFor, Penalty: rule.Penalty,
+		DryRun: rule.DryRun, Headers: rule.Headers, PartitionKey: rule.PartitionKey,
+	}
+	if onError := rule.OnError; onError != nil {
+		p.OnError = func(c Call, err error) bool { onError(c, err); return false }
+	}
+	d, err := core.NewDecider(l, p)
+	if err != nil {
+		return nil, fmt.Errorf("%w (grpcmw)", err)
+	}
+	return &Interceptors{rule: rule, d: d}, nil
+}
+
+// Unary returns the unary server interceptor: it decides each call before
+// the handler (see Rule).
+func (i *Interceptors) Unary() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+		call := Call{Context: ctx, Method: info.FullMethod, Message: req}
+		dec := i.d.Decide(ctx, call)
+		if err := i.answer(ctx, dec, nil); err != nil {
+			return nil, err
+		}
+		if i.rule.CountIf == nil {
+			return handler(ctx, req)
+		}
+		defer i.settle(call, dec, &err)
+		return handler(ctx, req)
+	}
+}
+
+// Stream returns the stream server interceptor: it decides a stream when
+// it starts, and with Rule.PerMessage each message it receives.
+func (i *Interceptors) Stream() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
+		ctx := ss.Context()
+		call := Call{Context: ctx, Method: info.FullMethod, Stream: true}
+		dec := i.d.Decide(ctx, call)
+		if err := i.answer(ctx, dec, ss); err != nil {
+			return err
+		}
+		if i.rule.PerMessage {
+			ss = &chargedStream{ServerStream: ss, i: i, method: info.FullMethod}
+		}
+		if i.rule.CountIf == nil {
+			return handler(srv, ss)
+		}
+		defer i.settle(call, dec, &err)
+		return handler(srv, ss)
+	}
+}
+
+// settle gives back a call's units when CountIf rejects its code; a
+// handler that panics counts as codes.Internal, and the panic goes on.
+func (i *Interceptors) settle(call Call, dec core.Decision, err *error) {
+	code := codes.Internal
+	if r := recover(); r != nil {
+		defer panic(r)
+	} else {
+		code = status.Code(*err)
+	}
+	if !i.rule.CountIf(code) {
+		i.d.GiveBack(call.Context, call, dec, "status "+code.String())
+	}
+}
+
+// chargedStream decides every message it receives (Rule.PerMessage).
+type chargedStream struct {
+	grpc.ServerStream
+	i      *Interceptors
+	method string
+}
+
+// RecvMsg receives m, then decides it; a denial is returned as an error.
+func (s *chargedStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	ctx := s.Context()
+	dec := s.i.d.Decide(ctx, Call{Context: ctx, Method: s.method, Stream: true, Message: m})
+	return s.i.answer(ctx, dec, s.ServerStream)
+}
+
+// answer sends a decision's rate-limit fields as header metadata (on ss
+// for a stream, else with grpc.SetHeader), and returns the status error of
+// a denial or of Unavailable, else nil.
+func (i *Interceptors) answer(ctx context.Context, dec core.Decision, ss grpc.ServerStream) error {
+	show := dec.Shown && i.rule.Headers != core.None && (i.rule.CountIf == nil || dec.Verdict != core.Pass)
+	if show || dec.Verdict == core.Denied || dec.Verdict == core.Unavailable {
+		h := make(http.Header, 5)
+		style := i.rule.Headers
+		if !show {
+			style = core.None
+		}
+		i.d.SetFields(h, style, dec)
+		if len(h) > 0 {
+			md := make(metadata.MD, len(h))
+			for k, v := range h {
+				md[strings.ToLower(k)] = v
+			}
+			if ss != nil {
+				_ = ss.SetHeader(md)
+			} else {
+				_ = grpc.SetHeader(ctx, md) // fails only when headers went out
+			}
+		}
+	}
+	switch dec.Verdict {
+	case core.Denied:
+		if i.rule.Pushback && !dec.Result.Never() {
+			md := metadata.Pairs(PushbackTrailer, strconv.FormatInt(dec.Result.RetryAfter.Milliseconds(), 10))
+			if ss != nil {
+				ss.SetTrailer(md)
+			} else {
+				_ = grpc.SetTrailer(ctx, md)
+			}
+		}
+		return i.denial(dec)
+	case core.Unavailable:
+		return unavailable(i.rule.Domain, i.rule.Name)
+	}
+	return nil
+}
+
+// denial returns the RESOURCE_EXHAUSTED status of a denial, with its
+// details: RetryInfo (none when the call can never pass), QuotaFailure
+// (the rule and the policies that denied, never the key) and ErrorInfo.
+func (i *Interceptors) denial(dec core.Decision) error {
+	res := dec.Result
+	reason, msg := ReasonRateLimited, "rate limit exceeded"
+	if dec.Banned() {
+		reason, msg = ReasonBanned, "too many requests denied: banned"
+	}
+	st := status.New(codes.ResourceExhausted, msg)
+	var details []protoadapt.MessageV1
+	if !res.Never() {
+		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(res.RetryAfter)})
+	}
+	var q errdetails.QuotaFailure
+	for _, p := range dec.Policies() {
+		v := &errdetails.QuotaFailure_Violation{Subject: "rule:" + i.rule.Name, QuotaId: p, Description: "policy " + p + " of rule " + i.rule.Name}
+		if p == res.Limit.PolicyName() {
+			v.QuotaValue = res.Limit.Count
+		}
+		q.Violations = append(q.Violations, v)
+	}
+	if len(q.Violations) > 0 {
+		details = append(details, &q)
+	}
+	meta := map[string]string{"rule": i.rule.Name}
+	if !dec.Banned() {
+		meta["policy"] = res.Limit.PolicyName()
+	}
+	if !res.Never() {
+		meta["retry_after_ms"] = strconv.FormatInt(res.RetryAfter.Milliseconds(), 10)
+	}
+	details = append(details, &errdetails.ErrorInfo{Reason: reason, Domain: i.rule.Domain, Metadata: meta})
+	return withDetails(st, details)
+}
+
+// unavailable returns the UNAVAILABLE status of a Limiter that could not
+// decide, with a RetryInfo of a second.
+func unavailable(domain, rule string) error {
+	st := status.New(codes.Unavailable, "rate limiter unavailable")
+	return withDetails(st, []protoadapt.MessageV1{
+		&errdetails.RetryInfo{RetryDelay: durationpb.New(unavailableRetry)},
+		&errdetails.ErrorInfo{Reason: ReasonUnavailable, Domain: domain, Metadata: map[string]string{"rule": rule}},
+	})
+}
+
+// unavailableRetry is the retry delay of UNAVAILABLE, as HTTP's
+// Retry-After: 1.
+const unavailableRetry = time.Second
+
+// withDetails returns st with details as an error. The details are
+// well-formed messages: WithDetails cannot fail on them.
+func withDetails(st *status.Status, details []protoadapt.MessageV1) error {
+	if s, err := st.WithDetails(details...); err == nil {
+		st = s
+	}
+	return st.Err()
+}

@@ -1,0 +1,363 @@
+package grpcmw_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/prototext"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/ratewindow/ratewindow/core"
+	"github.com/ratewindow/ratewindow/grpcmw"
+	"github.com/ratewindow/ratewindow/internal/redistest"
+)
+
+type grpcmwRule = grpcmw.Rule
+
+func mustNew(t testing.TB, l *core.Limiter, rule grpcmw.Rule) *grpcmw.Interceptors {
+	t.Helper()
+	i, err := grpcmw.New(l, rule)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return i
+}
+
+// keyRecorder observes the keys of a Limiter's decisions.
+type keyRecorder struct {
+	mu   sync.Mutex
+	keys []string
+}
+
+func (r *keyRecorder) Observe(ev core.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.keys = append(r.keys, ev.Key)
+}
+
+func (r *keyRecorder) take() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k := r.keys
+	r.keys = nil
+	return k
+}
+
+// details returns a status's details as text, in order.
+func details(st *status.Status) []string {
+	var out []string
+	for _, d := range st.Details() {
+		switch d := d.(type) {
+		case *errdetails.RetryInfo:
+			out = append(out, "RetryInfo "+d.GetRetryDelay().AsDuration().String())
+		case *errdetails.QuotaFailure:
+			for _, v := range d.GetViolations() {
+				out = append(out, fmt.Sprintf("QuotaFailure subject=%s quota_id=%s quota_value=%d", v.GetSubject(), v.GetQuotaId(), v.GetQuotaValue()))
+			}
+		case *errdetails.ErrorInfo:
+			keys := make([]string, 0, len(d.GetMetadata()))
+			for k, v := range d.GetMetadata() {
+				keys = append(keys, k+"="+v)
+			}
+			slices.Sort(keys)
+			out = append(out, fmt.Sprintf("ErrorInfo reason=%s domain=%s %s", d.GetReason(), d.GetDomain(), strings.Join(keys, " ")))
+		default:
+			out = append(out, fmt.Sprintf("%T", d))
+		}
+	}
+	return out
+}
+
+// rateMD returns the rate-limit metadata of md, joined, in key order.
+func rateMD(md metadata.MD) []string {
+	var out []string
+	for k, vs := range md {
+		if strings.Contains(k, "ratelimit") || k == "retry-after" || k == grpcmw.PushbackTrailer {
+			out = append(out, k+": "+strings.Join(vs, ","))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestDenial: real grpc-go clients and server over TCP on real Redis: the
+// rate-limit fields as header metadata, then a denial with code 8 and the
+// details a client parses, the pushback trailer; the key never shows.
+func TestDenial(t *testing.T) {
+	clock := &fixedClock{now: time.Now()}
+	rec := &keyRecorder{}
+	l := redisLimiter(t, redistest.New(t), core.WithClock(clock.Now), core.WithObserver(rec.Observe))
+	cc, _ := serveRule(t, l, grpcmw.Rule{
+		Name: "api", Limits: []core.Limit{core.PerMinute(2), core.PerHour(100)},
+		Key: grpcmw.Metadata("x-api-key"), Headers: core.Both, Pushback: true,
+	})
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", "secret-key-1")
+	for i, want := range [][]string{
+		{`ratelimit-policy: "2-per-1m";q=2;w=60, "100-per-1h";q=100;w=3600`, `ratelimit: "2-per-1m";r=1;t=60`, "x-ratelimit-limit: 2", "x-ratelimit-remaining: 1", "x-ratelimit-reset: 60"},
+		{`ratelimit-policy: "2-per-1m";q=2;w=60, "100-per-1h";q=100;w=3600`, `ratelimit: "2-per-1m";r=0;t=60`, "x-ratelimit-limit: 2", "x-ratelimit-remaining: 0", "x-ratelimit-reset: 60"},
+	} {
+		var hdr metadata.MD
+		if got, err := say(ctx, cc, "hi", grpc.Header(&hdr)); err != nil || got != "hi" {
+			t.Fatalf("call %d: %q, %v", i+1, got, err)
+		}
+		if got := rateMD(hdr); !slices.Equal(got, want) {
+			t.Errorf("call %d: header metadata\n%q\nwant\n%q", i+1, got, want)
+		}
+	}
+	clock.Advance(20 * time.Second)
+	var hdr, trl metadata.MD
+	_, err := say(ctx, cc, "hi", grpc.Header(&hdr), grpc.Trailer(&trl))
+	st := status.Convert(err)
+	if st.Code() != codes.ResourceExhausted || st.Message() != "rate limit exceeded" {
+		t.Fatalf("third call: %v, want ResourceExhausted", err)
+	}
+	wantDetails := []string{
+		"RetryInfo 40s",
+		"QuotaFailure subject=rule:api quota_id=2-per-1m quota_value=2",
+		"ErrorInfo reason=RATE_LIMIT_EXCEEDED domain=ratewindow policy=2-per-1m retry_after_ms=40000 rule=api",
+	}
+	if got := details(st); !slices.Equal(got, wantDetails) {
+		t.Errorf("details\n%q\nwant\n%q", got, wantDetails)
+	}
+	wantHdr := []string{`ratelimit-policy: "2-per-1m";q=2;w=60, "100-per-1h";q=100;w=3600`, `ratelimit: "2-per-1m";r=0;t=40`, "retry-after: 40", "x-ratelimit-limit: 2", "x-ratelimit-remaining: 0", "x-ratelimit-reset: 40"}
+	if got := rateMD(hdr); !slices.Equal(got, wantHdr) {
+		t.Errorf("denial's header metadata\n%q\nwant\n%q", got, wantHdr)
+	}
+	if got := rateMD(trl); !slices.Equal(got, []string{"grpc-retry-pushback-ms: 40000"}) {
+		t.Errorf("denial's trailer %q, want the pushback", got)
+	}
+	if d, ok := grpcmw.RetryDelay(st, trl); !ok || d != 40*time.Second {
+		t.Errorf("RetryDelay = %s, %t; want 40s", d, ok)
+	}
+	// what a grpc-go client prints, for the record
+	t.Logf("status: %v", err)
+	t.Logf("details: %s", prototext.Format(st.Proto()))
+	t.Logf("header: %q", rateMD(hdr))
+	t.Logf("trailer: %q", rateMD(trl))
+	if strings.Contains(fmt.Sprint(st.Proto(), hdr, trl), "secret-key-1") {
+		t.Error("the denial shows the client's key")
+	}
+	if got, want := rec.take(), []string{"api:md:x-api-key:secret-key-1", "api:md:x-api-key:secret-key-1", "api:md:x-api-key:secret-key-1"}; !slices.Equal(got, want) {
+		t.Errorf("keys %q, want %q", got, want)
+	}
+}
+
+// TestFallbackKeys: a call whose key cannot be computed (no metadata, an
+// oversized value, a junk forwarded address from a trusted proxy) is
+// limited under the fallback key, never passed uncounted, never a panic.
+func TestFallbackKeys(t *testing.T) {
+	rec := &keyRecorder{}
+	var errs []error
+	var mu sync.Mutex
+	l := core.NewMemory(core.WithObserver(rec.Observe))
+	loopback := grpcmw.PeerWith(keyfuncsTrustLoopback())
+	cc, _ := serveRule(t, l, grpcmw.Rule{
+		Name: "fb", Limits: []core.Limit{core.PerMinute(2)},
+		Key:         grpcmw.Join(grpcmw.Metadata("x-api-key"), loopback),
+		FallbackKey: loopback,
+		OnError:     func(_ grpcmw.Call, err error) { mu.Lock(); errs = append(errs, err); mu.Unlock() },
+	})
+	long := strings.Repeat("k", grpcmw.MaxMetadataValue+1)
+	for i, tc := range []struct {
+		md       []string
+		wantKey  string
+		wantCode codes.Code
+	}{
+		{nil, "fb:nokey:ip:127.0.0.1", codes.OK},
+		{[]string{"x-api-key", long}, "fb:nokey:ip:127.0.0.1", codes.OK},
+		{[]string{"x-api-key", "k", "x-forwarded-for", "unknown"}, "fb:nokey", codes.OK},
+		{[]string{"x-api-key", "k", "x-forwarded-for", "not-an-ip"}, "fb:nokey", codes.OK},
+		{[]string{"x-api-key", "k", "x-forwarded-for", "198.51.100.4"}, `fb:md:x-api-key:k|ip:198.51.100.4`, codes.OK},
+		{[]string{"x-api-key", "k", "x-forwarded-for", "203.0.113.9, 198.51.100.4"}, `fb:md:x-api-key:k|ip:198.51.100.4`, codes.OK},
+		{[]string{"x-api-key", "k", "x-forwarded-for", "198.51.100.4"}, `fb:md:x-api-key:k|ip:198.51.100.4`, codes.ResourceExhausted},
+		{[]string{"x-api-key", long}, "fb:nokey:ip:127.0.0.1", codes.ResourceExhausted},
+		{[]string{"x-api-key", "k", "x-forwarded-for", ""}, `fb:md:x-api-key:k|ip:127.0.0.1`, codes.OK},
+	} {
+		ctx := context.Background()
+		if tc.md != nil {
+			ctx = metadata.AppendToOutgoingContext(ctx, tc.md...)
+		}
+		_, err := say(ctx, cc, "hi")
+		if got := status.Code(err); got != tc.wantCode {
+			t.Errorf("call %d: %v, want %s", i+1, err, tc.wantCode)
+		}
+		if got := rec.take(); !slices.Equal(got, []string{tc.wantKey}) {
+			t.Errorf("call %d: keys %q, want %q", i+1, got, tc.wantKey)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(errs) != 5 {
+		t.Errorf("OnError saw %d errors, want 5: %v", len(errs), errs)
+	}
+	if !errors.Is(errs[1], grpcmw.ErrMetadataTooLong) {
+		t.Errorf("the oversized value's error %v, want ErrMetadataTooLong", errs[1])
+	}
+}
+
+// TestFailClosed: a Limiter that fails closed answers UNAVAILABLE with a
+// RetryInfo of a second and retry-after: 1, never RESOURCE_EXHAUSTED.
+func TestFailClosed(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: redistest.Silent(t), MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rdb.Close() })
+	l, err := core.New(rdb, core.WithFailureMode(core.FailClosed), core.WithTimeout(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, _ := serveRule(t, l, grpcmw.Rule{Name: "closed", Limits: []core.Limit{core.PerMinute(5)}, OnError: func(grpcmw.Call, error) {}})
+	var hdr metadata.MD
+	_, err = say(context.Background(), cc, "hi", grpc.Header(&hdr))
+	st := status.Convert(err)
+	if st.Code() != codes.Unavailable {
+		t.Fatalf("%v, want Unavailable", err)
+	}
+	want := []string{"RetryInfo 1s", "ErrorInfo reason=RATE_LIMITER_UNAVAILABLE domain=ratewindow rule=closed"}
+	if got := details(st); !slices.Equal(got, want) {
+		t.Errorf("details %q, want %q", got, want)
+	}
+	if got := rateMD(hdr); !slices.Equal(got, []string{"retry-after: 1"}) {
+		t.Errorf("header metadata %q, want retry-after: 1", got)
+	}
+}
+
+// TestRuleFeatures: Skip, DryRun, Cost, LimitsFor, CountIf and Penalty
+// through a real server, each rule on its own memory Limiter.
+func TestRuleFeatures(t *testing.T) {
+	minute := func(n int64) []core.Limit { return []core.Limit{core.PerMinute(n)} }
+	for _, tc := range []struct {
+		name  string
+		rule  grpcmw.Rule
+		msgs  []string
+		codes []codes.Code
+	}{
+		{"skip", grpcmw.Rule{Limits: minute(1), Skip: func(c grpcmw.Call) bool {
+			return c.Message.(*wrapperspb.StringValue).GetValue() == "health"
+		}}, []string{"health", "health", "a", "health", "a"}, []codes.Code{0, 0, 0, 0, 8}},
+		{"dry run", grpcmw.Rule{Limits: minute(1), DryRun: true}, []string{"a", "a", "a"}, []codes.Code{0, 0, 0}},
+		{"cost", grpcmw.Rule{Limits: minute(5), Cost: func(c grpcmw.Call) int64 {
+			return int64(len(c.Message.(*wrapperspb.StringValue).GetValue()))
+		}}, []string{"abc", "ab", "a", "abcdef"}, []codes.Code{0, 0, 8, 8}},
+		{"limits for", grpcmw.Rule{Limits: minute(1), LimitsFor: func(c grpcmw.Call) ([]core.Limit, error) {
+			if c.Message.(*wrapperspb.StringValue).GetValue() == "pro" {
+				return []core.Limit{{Name: "pro", Count: 3, Window: time.Minute}}, nil
+			}
+			return nil, nil
+		}}, []string{"pro", "pro", "pro", "pro"}, []codes.Code{0, 0, 0, 8}},
+		{"count if", grpcmw.Rule{Limits: minute(2), CountIf: func(c codes.Code) bool { return c == codes.Unauthenticated }},
+			[]string{"ok", "ok", "ok", "code:16", "code:16", "code:16", "ok"}, []codes.Code{0, 0, 0, 16, 16, 8, 8}},
+		{"penalty", grpcmw.Rule{Limits: minute(1), Penalty: &core.Penalty{Denials: 1, Within: time.Minute, Ban: time.Hour}},
+			[]string{"a", "a", "a"}, []codes.Code{0, 8, 8}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.rule.Name = "features"
+			cc, _ := serveRule(t, core.NewMemory(), tc.rule)
+			var got []codes.Code
+			for _, m := range tc.msgs {
+				_, err := say(context.Background(), cc, m)
+				got = append(got, status.Code(err))
+			}
+			if !slices.Equal(got, tc.codes) {
+				t.Errorf("codes %v, want %v", got, tc.codes)
+			}
+		})
+	}
+}
+
+// TestBanDetails: the denial of a banned key says so and lists no policy.
+func TestBanDetails(t *testing.T) {
+	clock := &fixedClock{now: time.Now()}
+	cc, _ := serveRule(t, core.NewMemory(core.WithClock(clock.Now)), grpcmw.Rule{Name: "ban", Limits: []core.Limit{core.PerMinute(1)},
+		Penalty: &core.Penalty{Denials: 1, Within: time.Minute, Ban: time.Hour}})
+	for range 2 {
+		_, _ = say(context.Background(), cc, "a")
+	}
+	_, err := say(context.Background(), cc, "a")
+	want := []string{"RetryInfo 1h0m0s", "ErrorInfo reason=KEY_BANNED domain=ratewindow retry_after_ms=3600000 rule=ban"}
+	if got := details(status.Convert(err)); !slices.Equal(got, want) {
+		t.Errorf("details %q, want %q", got, want)
+	}
+}
+
+// TestStream: a stream is decided when it starts and, with PerMessage, on
+// every message it receives: the denied message ends the stream with
+// RESOURCE_EXHAUSTED and its RetryInfo.
+func TestStream(t *testing.T) {
+	clock := &fixedClock{now: time.Now()}
+	l := redisLimiter(t, redistest.New(t), core.WithClock(clock.Now))
+	cc, _ := serveRule(t, l, grpcmw.Rule{Name: "chat", Limits: []core.Limit{core.PerMinute(3)}, PerMessage: true})
+	desc := &grpc.StreamDesc{StreamName: "Chat", ServerStreams: true, ClientStreams: true}
+	cs, err := cc.NewStream(context.Background(), desc, chatMethod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for i := range 3 {
+		if err := cs.SendMsg(wrapperspb.String(fmt.Sprint(i))); err != nil {
+			break
+		}
+		out := new(wrapperspb.StringValue)
+		if err := cs.RecvMsg(out); err != nil {
+			st := status.Convert(err)
+			got = append(got, st.Code().String()+" "+strings.Join(details(st)[:1], ""))
+			break
+		}
+		got = append(got, out.GetValue())
+	}
+	// the start took one unit, messages 0 and 1 the others
+	want := []string{"0", "1", "ResourceExhausted RetryInfo 1m0s"}
+	if !slices.Equal(got, want) {
+		t.Errorf("stream %q, want %q", got, want)
+	}
+	// the next stream is denied when it starts
+	cs, err = cc.NewStream(context.Background(), desc, chatMethod)
+	if err == nil {
+		err = cs.RecvMsg(new(wrapperspb.StringValue))
+	}
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("second stream: %v, want ResourceExhausted", err)
+	}
+}
+
+// TestNewRefusesInvalidRules: an invalid rule is refused when the
+// interceptors are built.
+func TestNewRefusesInvalidRules(t *testing.T) {
+	l := core.NewMemory()
+	for _, tc := range []struct {
+		name string
+		l    *core.Limiter
+		rule grpcmw.Rule
+	}{
+		{"nil limiter", nil, grpcmw.Rule{Name: "a", Limits: []core.Limit{core.PerMinute(1)}}},
+		{"no limits", l, grpcmw.Rule{Name: "a"}},
+		{"bad name", l, grpcmw.Rule{Name: "a:b", Limits: []core.Limit{core.PerMinute(1)}}},
+		{"bad limit", l, grpcmw.Rule{Name: "a", Limits: []core.Limit{{Count: 0, Window: time.Second}}}},
+	} {
+		if _, err := grpcmw.New(tc.l, tc.rule); !errors.Is(err, core.ErrInvalidRule) {
+			t.Errorf("%s: New() = %v, want ErrInvalidRule", tc.name, err)
+		}
+		if _, err := grpcmw.NewClient(tc.l, grpcmw.ClientRule{Name: tc.rule.Name, Limits: tc.rule.Limits}); !errors.Is(err, core.ErrInvalidRule) {
+			t.Errorf("%s: NewClient() = %v, want ErrInvalidRule", tc.name, err)
+		}
+	}
+}
+
+// peerAddr is a net.Addr of any string, such as a Unix socket's.
+type peerAddr string
+
+func (a peerAddr) Network() string { return "unix" }
+func (a peerAddr) String() string  { return string(a) }
+
+var _ net.Addr = peerAddr("")
