@@ -228,11 +228,11 @@ func findStopWriter(w http.ResponseWriter) *stopWriter {
 	}
 }
 
-// The messages of the Connect errors: no key, no limit, nothing of the
-// client's.
+// The messages of the Connect errors, grpcmw's: no key, no limit,
+// nothing of the client's.
 var (
-	errDenied      = errors.New("ratewindow: rate limit exceeded")
-	errUnavailable = errors.New("ratewindow: rate limiter unavailable")
+	errDenied      = errors.New("rate limit exceeded")
+	errUnavailable = errors.New("rate limiter unavailable")
 )
 
 // writeDenied answers a denial res of a Connect request: CodeResourceExhausted

@@ -265,7 +265,7 @@ func TestDenialEachProtocol(t *testing.T) {
 					}
 					var cerr *connect.Error
 					errors.As(err, &cerr)
-					if cerr.Message() != "ratewindow: rate limit exceeded" {
+					if cerr.Message() != "rate limit exceeded" {
 						t.Fatalf("message %q", cerr.Message())
 					}
 					secs := fmt.Sprint(int64((retry + time.Second - 1) / time.Second))
@@ -403,7 +403,7 @@ func TestRedisDown(t *testing.T) {
 					}
 					var cerr *connect.Error
 					errors.As(err, &cerr)
-					if cerr.Message() != "ratewindow: rate limiter unavailable" || cerr.Meta().Get("Retry-After") != "1" {
+					if cerr.Message() != "rate limiter unavailable" || cerr.Meta().Get("Retry-After") != "1" {
 						t.Fatalf("%s", describe(err))
 					}
 					t.Logf("%s client sees: %s", p.name, describe(err))
@@ -587,7 +587,7 @@ func TestDeniedBeforeBody(t *testing.T) {
 			if res.StatusCode != tc.status || grpcStatus != tc.grpcStatus || res.Header.Get("Retry-After") != "60" {
 				t.Fatalf("%d %v %q", res.StatusCode, res.Header, rec.Body.String())
 			}
-			if tc.grpcStatus == "" && !strings.HasPrefix(rec.Body.String(), `{"code":"resource_exhausted","message":"ratewindow: rate limit exceeded","details":[{"type":"google.rpc.RetryInfo"`) {
+			if tc.grpcStatus == "" && !strings.HasPrefix(rec.Body.String(), `{"code":"resource_exhausted","message":"rate limit exceeded","details":[{"type":"google.rpc.RetryInfo"`) {
 				t.Fatalf("body %q", rec.Body.String())
 			}
 		})
