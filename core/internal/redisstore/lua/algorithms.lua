@@ -1,21 +1,14 @@
 -- algorithms.lua: the three sliding-window algorithms, the one decision over
--- several limits built on them, and the functions the scripts call (each
--- script is one call of one of them: allow, allow_batch, reserve, release,
--- refund, block; functions.go lists them, the function library exports
--- them). It reads no KEYS or ARGV itself.
+-- several limits built on them, and the functions the scripts call, each
+-- script one call of one of them (functions.go lists them). Times are µs
+-- since the epoch, exact in Lua's doubles up to 2^53; numbers go to
+-- redis.call as numbers or formatted with '%d', never with tostring or '..'
+-- (1.76e+15).
 --
--- Times are microseconds since the epoch. Lua numbers are doubles, exact for
--- integers up to 2^53, far beyond any time or count used here. Numbers are
--- passed to redis.call as numbers (Redis formats them with full precision)
--- or formatted with '%d'; never with tostring or '..', which would print
--- 1.76e+15.
---
--- A check returns the state of one limit as values (no table):
---   free   units that fit now (Count minus what is counted), >= 0
---   retry  µs until n more units fit: 0 now, -1 never (n > Count)
---   reset  µs until the limit is back to its full Count
--- then what its add needs. An add records n units, sets the key's TTL and
--- returns the new reset.
+-- A check returns the state of one limit as values (no table): free (units
+-- that fit now, >= 0), retry (µs until n more fit: 0 now, -1 never), reset
+-- (µs until the limit is back to its full Count), then what its add needs.
+-- An add records n units, sets the key's TTL and returns the new reset.
 --
 -- Nothing here keeps state from one call to the next that changes what a
 -- call does: the only tables that outlive a call are pure memos, functions
@@ -32,28 +25,18 @@ local function now_us(arg)
   return tonumber(tm[1]) * 1000000 + tonumber(tm[2])
 end
 
--- px returns the PX (or PEXPIRE) argument of a TTL of us microseconds:
--- rounded up to a millisecond, at least 1.
-local function px(us)
-  return math.max(math.ceil(us / 1000), 1)
-end
+-- px returns the PX argument of a TTL of us µs: whole ms, rounded up, >= 1.
+local function px(us) return math.max(math.ceil(us / 1000), 1) end
 
--- Redis formats every number passed to redis.call with printf (about
--- 0.3 µs), as much as a short command, while a string goes as it is: the
--- arguments that recur go as strings made once (see the memos above).
-local ints = {}
-local ttl_us, ttl_arg = -1, ''
+-- Redis formats a number argument with printf (about 0.3 µs, a short
+-- command's cost); a string goes as it is: recurring ones are made once.
+local ints, ttl_us, ttl_arg = {}, -1, ''
 
 -- int_arg returns x for a redis.call argument: a string for a small integer.
 local function int_arg(x)
-  local s = ints[x]
-  if s then return s end
-  if x >= 0 and x < 4096 and x % 1 == 0 then
-    s = string.format('%d', x)
-    ints[x] = s
-    return s
-  end
-  return x
+  if ints[x] or x < 0 or x >= 4096 or x % 1 ~= 0 then return ints[x] or x end
+  ints[x] = string.format('%d', x)
+  return ints[x]
 end
 
 -- px_arg returns px(us) for a redis.call argument (see int_arg).
@@ -68,83 +51,51 @@ local function wrongtype(key)
   error({err = 'WRONGTYPE ratewindow: ' .. key .. ' holds a value of an unknown format'})
 end
 
--- Sliding log: the times of the units counted; a unit at time s counts while
--- now - window < s (reservations are units in the future). A key never
--- holds more than Count units that count (see log_check). Two layouts:
---
---   compact  a string: w (1 to 7), base (7 bytes, big-endian), then each
---            unit's time as an offset from base, w bytes big-endian, oldest
---            first; at most LOG_WHOLE bytes. Written anew, its base is its
---            oldest time and w as narrow as its newest needs: ten units
---            within 65 ms take 8 + 10 * 2 bytes. Most keys hold a few units
---            and are read whole, by the decision's MGET.
---   sorted   a sorted set for longer logs, so that no call rewrites the log
---            or does work in proportion to the units it holds: one member
---            per time at which units were recorded, "<units>:<time>",
---            scored by the time; and member '#', scored minus the units of
---            all the others (kept beside them, so that a check reads one
---            score, not the members). AllowN(n) adds one member; the
---            members that left are dropped (ZREMRANGEBYSCORE) after their
---            units are counted from the nearer end (those that left, or
---            those that stay); a denial's retry walks from the nearer end.
---
--- A compact log that outgrows LOG_WHOLE becomes sorted; a sorted log that
--- falls to LOG_BACK units becomes compact again as it is added to (well
--- below LOG_WHOLE / 7, so that a log is not turned back and forth).
+-- Sliding log: the times of the units counted; a unit at s counts while now
+-- - window < s (reservations are in the future). A key never holds more
+-- than Count units that count (see log_check). Two layouts:
+--   compact  a string: w (1 to 7), base (7 bytes), then each unit's offset
+--            from base, w bytes, oldest first, all big-endian; at most
+--            LOG_WHOLE bytes, read whole by the decision's MGET. Written
+--            anew, its base is its oldest time and w as narrow as it can.
+--   sorted   a sorted set for longer logs: one member per time at which
+--            units were recorded, "<units>:<time>", scored by the time, and
+--            '#' scored minus the units of the others (a check reads one
+--            score, not the members). AllowN(n) adds one member; what left
+--            is counted from the nearer end (what leaves, or what stays),
+--            as a denial's retry is found; no call rewrites the log.
+-- A compact log that outgrows LOG_WHOLE becomes sorted; a sorted log added
+-- to at LOG_BACK units or fewer becomes compact again (well below
+-- LOG_WHOLE / 7: no log is turned back and forth).
 local LOG_WHOLE, LOG_BACK = 512, 32
 
 -- uint reads the w-byte big-endian integer at position i of s.
 local function uint(s, i, w)
-  local a, b, c, d, e, f, g = byte(s, i, i + w - 1)
-  if w == 1 then return a end
-  a = a * 256 + b
-  if w == 2 then return a end
-  a = a * 256 + c
-  if w == 3 then return a end
-  a = a * 256 + d
-  if w == 4 then return a end
-  a = a * 256 + e
-  if w == 5 then return a end
-  a = a * 256 + f
-  if w == 6 then return a end
-  return a * 256 + g
+  local x = 0
+  for j = i, i + w - 1 do x = x * 256 + byte(s, j) end
+  return x
 end
 
--- uint_bytes returns x as a w-byte big-endian integer (one string.char).
+-- uint_bytes returns x as a w-byte big-endian integer.
 local function uint_bytes(x, w)
-  local g = x % 256
-  x = (x - g) / 256
-  local f = x % 256
-  x = (x - f) / 256
-  local e = x % 256
-  x = (x - e) / 256
-  local d = x % 256
-  x = (x - d) / 256
-  local c = x % 256
-  x = (x - c) / 256
-  local b = x % 256
-  local s = string.char((x - b) / 256 % 256, b, c, d, e, f, g)
-  if w == 7 then return s end
-  return string.sub(s, 8 - w)
-end
-
--- width returns the bytes an offset of up to x takes: 1 to 7.
-local function width(x)
-  local w, m = 1, 256
-  while x >= m and w < 7 do w, m = w + 1, m * 256 end
-  return w
+  local b = {}
+  for i = w, 1, -1 do
+    b[i] = x % 256
+    x = (x - b[i]) / 256
+  end
+  return string.char(unpack(b))
 end
 
 -- compact_w returns the offset width of the compact log v, or fails for a
--- value of no known layout (a string of another format under our key).
+-- string of another format.
 local function compact_w(key, v)
   local f = byte(v, 1) or 0
   if #v < 9 or f < 1 or f > 7 or (#v - 8) % f ~= 0 then wrongtype(key) end
   return f
 end
 
--- compact_after returns the first unit of the compact log v (of width w,
--- used units, base) whose time is after t, from lo: used + 1 for none.
+-- compact_after returns the first unit of the compact log v from lo whose
+-- time is after t: used + 1 for none.
 local function compact_after(v, w, base, lo, used, t)
   local hi = used + 1
   while lo < hi do
@@ -154,15 +105,8 @@ local function compact_after(v, w, base, lo, used, t)
   return lo
 end
 
--- compact_times appends the times of units from to to of v to out.
-local function compact_times(v, w, base, from, to, out)
-  for i = 9 + (from - 1) * w, 8 + to * w, w do out[#out + 1] = base + uint(v, i, w) end
-  return out
-end
-
--- member returns the sorted log's member of u units at time t; units and
--- time_of read them back (a member is read without its score: a reply of
--- half the strings).
+-- member returns the sorted log's member of u units at t; units and time_of
+-- read them back (members are read without scores: half the strings).
 local function member(t, u) return string.format('%d:%d', u, t) end
 local function units(m)
   if byte(m, 2) == 58 then return byte(m, 1) - 48 end -- one digit, then ':'
@@ -170,14 +114,14 @@ local function units(m)
 end
 local function time_of(m) return tonumber(string.sub(m, string.find(m, ':', 1, true) + 1)) end
 
--- log_store writes as the log of key the units at times (in order) and n
--- more at t, after those at or before t: compact if it fits, else sorted
--- (one member per time). Its TTL lasts until its newest unit has left.
+-- log_store writes the log of key anew: the units at times (in order) and n
+-- more at t, compact if it fits, else sorted, until its newest unit leaves.
 local function log_store(key, times, t, n, window, now)
   local p, all = #times + 1, #times
   while p > 1 and times[p - 1] > t do p = p - 1 end
   local base, newest = math.min(times[1] or t, t), math.max(times[all] or t, t)
-  local w = width(newest - base)
+  local w, m = 1, 256 -- the narrowest offsets
+  while newest - base >= m and w < 7 do w, m = w + 1, m * 256 end
   local ttl = px_arg(newest + window - now)
   if 8 + (all + n) * w <= LOG_WHOLE then
     local parts = {string.char(w) .. uint_bytes(base, 7)}
@@ -204,12 +148,10 @@ local function log_store(key, times, t, n, window, now)
   call('PEXPIRE', key, ttl)
 end
 
--- sorted_walk returns the time of the j-th unit (from 1) from the oldest
--- (newest_first false) or the newest end of the units of the sorted log
--- key, all after oldest (see sorted_open), total units in card members: by
--- rank when each member holds one unit, else 256 members read at a time;
--- then, when its member holds more units than the j-th, minus how many,
--- and the member.
+-- sorted_walk returns the time of the j-th unit from the oldest (or the
+-- newest) end of the sorted log key, total units in card members after
+-- oldest: by rank when each member holds one unit, else 256 members read at
+-- a time; then minus the units its member holds beyond the j-th, and it.
 local function sorted_walk(key, oldest, j, newest_first, total, card)
   card = card or call('ZCARD', key) - 1
   if total == card then
@@ -218,12 +160,8 @@ local function sorted_walk(key, oldest, j, newest_first, total, card)
   end
   local lo, hi = string.format('(%d', oldest), '+inf'
   while true do
-    local r
-    if newest_first then
-      r = call('ZREVRANGEBYSCORE', key, hi, lo, 'LIMIT', 0, 256)
-    else
-      r = call('ZRANGEBYSCORE', key, lo, hi, 'LIMIT', 0, 256)
-    end
+    local r = newest_first and call('ZREVRANGEBYSCORE', key, hi, lo, 'LIMIT', 0, 256) or
+      call('ZRANGEBYSCORE', key, lo, hi, 'LIMIT', 0, 256)
     if #r == 0 then wrongtype(key) end -- fewer units than '#' says
     for i = 1, #r do
       j = j - units(r[i])
@@ -234,10 +172,9 @@ local function sorted_walk(key, oldest, j, newest_first, total, card)
   end
 end
 
--- sorted_open drops the members of the sorted log key, whose member '#' has
--- the score score, that left the window (at or before oldest) and returns
--- the units that stay, the newest time (false: none; the key is deleted)
--- and the members that stay (false: not counted).
+-- sorted_open drops the members of the sorted log key (its '#' scored
+-- score) at or before oldest and returns the units that stay, the newest
+-- time (false: none, the key deleted) and the members (false: not counted).
 local function sorted_open(key, score, oldest)
   local total, card = -score, false
   local first = call('ZRANGE', key, 1, 1, 'WITHSCORES')
@@ -245,19 +182,14 @@ local function sorted_open(key, score, oldest)
   if tonumber(first[2]) <= oldest then
     local all, gone = call('ZCARD', key) - 1, call('ZCOUNT', key, 0, oldest)
     card = all - gone
-    if card == 0 then
-      call('DEL', key)
-      return 0, false, 0
-    end
+    if card == 0 then call('DEL', key) return 0, false, 0 end
     if total == all then -- one unit a member
       total = card
     elseif gone <= card then -- count what leaves, or what stays
       for _, m in ipairs(call('ZRANGEBYSCORE', key, 0, oldest)) do total = total - units(m) end
     else
       total = 0
-      for _, m in ipairs(call('ZRANGEBYSCORE', key, string.format('(%d', oldest), '+inf')) do
-        total = total + units(m)
-      end
+      for _, m in ipairs(call('ZRANGEBYSCORE', key, string.format('(%d', oldest), '+inf')) do total = total + units(m) end
     end
     call('ZREMRANGEBYSCORE', key, 0, oldest)
     call('ZADD', key, -total, '#')
@@ -265,12 +197,10 @@ local function sorted_open(key, score, oldest)
   return total, tonumber(call('ZREVRANGE', key, 0, 0, 'WITHSCORES')[2]), card
 end
 
--- log_check checks n units of a log limit at now. v is the key's value:
--- the compact string, a number for a sorted log (its member '#''s score),
--- false for none (see log_value). It returns
--- free, retry, reset, then what log_add takes: the units that count, the
--- first unit that counts (compact: units before it have left) and the
--- newest unit's time (false: none).
+-- log_check checks n units of a log limit, v the compact string, a sorted
+-- log's '#' score or false (see log_value), and returns free, retry, reset,
+-- then for log_add the units that count, the first of them (compact) and
+-- the newest unit's time (false: none).
 local function log_check(key, v, count, window, n, now)
   local oldest, used, lo, newest = now - window, 0, 1, false
   local k = count - n + 1 -- n fit once the k-th newest unit has left
@@ -290,25 +220,20 @@ local function log_check(key, v, count, window, n, now)
     if used > 0 then newest = base + uint(v, 9 + (all - 1) * w, w) end
     if k <= used and k >= 1 then retry = base + uint(v, 9 + (all - k) * w, w) + window - now end
   end
-  -- n units fit at time t once the k-th newest unit has left the window at
-  -- t: then every window holding t holds at most count - n other units
-  if k <= 0 then retry = -1 end
-  local reset = 0
-  if newest then reset = newest + window - now end
-  return math.max(count - used, 0), retry, reset, used, lo, newest
+  if k <= 0 then retry = -1 end -- then any window holds at most count - n others
+  return math.max(count - used, 0), retry, newest and newest + window - now or 0, used, lo, newest
 end
 
--- log_add records n units at time t (at or after now) in the log of key,
--- whose value v, units used, first unit lo and newest time are
--- log_check's, and returns the new reset. Units go after every unit at or
--- before t: at the end, but for reservations made for later than t.
+-- log_add records n units at t (>= now) after every unit at or before t
+-- (the end, but for reservations), v, used, lo and newest log_check's, and
+-- returns the new reset.
 local function log_add(key, v, used, lo, newest, window, n, t, now)
   local last = math.max(newest or t, t)
   if type(v) == 'number' then -- sorted: one member more, or one grown
     if used + n <= LOG_BACK then -- compact again (its units all count: see sorted_open)
-      local r, times = call('ZRANGE', key, 1, -1, 'WITHSCORES'), {}
-      for i = 1, #r, 2 do
-        for _ = 1, units(r[i]) do times[#times + 1] = tonumber(r[i + 1]) end
+      local times = {}
+      for _, m in ipairs(call('ZRANGE', key, 1, -1)) do
+        for _ = 1, units(m) do times[#times + 1] = time_of(m) end
       end
       log_store(key, times, t, n, window, now)
       return last + window - now
@@ -332,23 +257,22 @@ local function log_add(key, v, used, lo, newest, window, n, t, now)
   if newest and newest > t then p = compact_after(v, w, base, lo, all, t) end
   local off = t - base
   if off >= 0 and off < 256 ^ w and 8 + (used + n) * w <= LOG_WHOLE then -- cut and joined
-    local nv
-    if lo == 1 and p > all then
-      nv = v .. string.rep(uint_bytes(off, w), n)
-    else
-      nv = string.sub(v, 1, 8) .. string.sub(v, 9 + (lo - 1) * w, 8 + (p - 1) * w) ..
-           string.rep(uint_bytes(off, w), n) .. string.sub(v, 9 + (p - 1) * w)
+    local add = string.rep(uint_bytes(off, w), n)
+    if lo > 1 or p <= all then -- else appended
+      add = string.sub(v, 9 + (lo - 1) * w, 8 + (p - 1) * w) .. add .. string.sub(v, 9 + (p - 1) * w)
+      v = string.sub(v, 1, 8)
     end
-    call('SET', key, nv, 'PX', px_arg(last + window - now))
+    call('SET', key, v .. add, 'PX', px_arg(last + window - now))
   else -- written anew: narrower offsets, or sorted
-    log_store(key, compact_times(v, w, base, lo, all, {}), t, n, window, now)
+    local times = {}
+    for i = 9 + (lo - 1) * w, #v, w do times[#times + 1] = base + uint(v, i, w) end
+    log_store(key, times, t, n, window, now)
   end
   return last + window - now
 end
 
--- log_value returns the value of the log of key for log_check: the
--- compact string v (read already), the score of a sorted log's member '#'
--- (a sorted set without it is not ours), or false for none.
+-- log_value returns the value of the log of key for log_check: the string v
+-- read already, a sorted log's '#' score, or false for none.
 local function log_value(key, v)
   if v then return v end
   local score = redis.pcall('ZSCORE', key, '#')
@@ -357,9 +281,8 @@ local function log_value(key, v)
   return false
 end
 
--- log_remove removes up to n units with times in (after, upto] from the log
--- of key, the newest first, and returns how many; no unit before now -
--- window is touched.
+-- log_remove removes up to n units in (after, upto], the newest first, from
+-- the log of key and returns how many.
 local function log_remove(key, window, n, after, upto, now)
   local oldest = now - window
   after = math.max(after, oldest)
@@ -367,16 +290,10 @@ local function log_remove(key, window, n, after, upto, now)
   if type(v) == 'number' then -- the newest first, 256 members at a time
     local total, newest, card = sorted_open(key, v, oldest)
     if after <= oldest and upto >= (newest or 0) and n > total / 2 then -- the oldest kept
-      if n >= total then
-        if total > 0 then call('DEL', key) end
-        return total
-      end
+      if n >= total then call('DEL', key) return total end
       local t, j, m = sorted_walk(key, oldest, total - n, false, total, card)
       call('ZREMRANGEBYSCORE', key, string.format('(%d', t), upto)
-      if j < 0 then
-        call('ZREM', key, m)
-        call('ZADD', key, t, member(t, units(m) + j))
-      end
+      if j < 0 then call('ZREM', key, m) call('ZADD', key, t, member(t, units(m) + j)) end
       call('ZADD', key, n - total, '#')
       return n
     end
@@ -411,10 +328,7 @@ local function log_remove(key, window, n, after, upto, now)
   local p = math.max(compact_after(v, w, base, lo, all, after), hi - n + 1)
   local del = hi - p + 1
   if del <= 0 then return 0 end
-  if all - lo + 1 == del then
-    call('DEL', key)
-    return del
-  end
+  if all - lo + 1 == del then call('DEL', key) return del end
   local newest = base + uint(v, 9 + (all - 1) * w, w)
   if hi == all then newest = base + uint(v, 9 + (p - 2) * w, w) end
   call('SET', key, string.sub(v, 1, 8) .. string.sub(v, 9 + (lo - 1) * w, 8 + (p - 1) * w) ..
@@ -423,26 +337,19 @@ local function log_remove(key, window, n, after, upto, now)
 end
 
 -- Sliding buckets: a hash with one field per sub-window of prec µs, holding
--- its count. A bucket counts until its end plus window, so a unit is never
--- forgotten before it has left the window.
---
--- A field is named by the bucket's index (time / prec) modulo ring, a power
--- of two above four times the buckets of one window: small integers, so the
--- hash stays in the compact listpack encoding with 2- or 3-byte field names
--- (the default precision, window/60, gives ring 256). A field's index is the
--- latest one at or before now with that remainder. Every field is younger
--- than a window plus two buckets when read (older ones are dropped on every
--- check, and the key expires a window after its newest bucket ends), so no
--- two live buckets share a name.
+-- its count; a bucket counts until its end plus window. A field is named by
+-- the bucket's index (time / prec) modulo ring, a power of two above four
+-- times the buckets of a window (small integers: the hash stays a listpack);
+-- its index is the latest one at or before now with that remainder. Fields
+-- older than a window are dropped on every check and the key expires a
+-- window after its newest bucket ends, so no two live buckets share a name.
 --
 -- A hash of more than BUCKETS_SUMMED live buckets also holds their sum:
--- field 't' the units counted, field 'o' the newest bucket's index and the
--- oldest one still counted (both modulo ring: newest * ring + oldest). A
--- check then reads two fields, and the buckets that left since the last
--- one (usually none), instead of every field; an add increments its bucket
--- and 't'. Smaller hashes are read whole and keep no sum, so a key of a few
--- buckets takes no more memory. A refund that empties a bucket drops the
--- sum, which the next check with many buckets writes again.
+-- field 't' the units counted, 'o' the newest bucket's index and the oldest
+-- one counted (modulo ring: newest * ring + oldest). A check then reads two
+-- fields and the buckets that left since the last one, not every field; an
+-- add increments its bucket and 't'. A refund that empties a bucket drops
+-- the sum, which the next check with many buckets writes again.
 local BUCKETS_SUMMED = 8
 local function bucket_ring(window, prec)
   local ring, need = 8, 4 * math.ceil(window / prec) + 4
@@ -450,17 +357,16 @@ local function bucket_ring(window, prec)
   return ring
 end
 
--- bucket_of returns the index of the bucket whose field is named f: the
--- latest index at or before current with that remainder (see above); nil
--- for a field that names no bucket (the sum's).
+-- bucket_of returns the index of the bucket whose field is named f (see
+-- above); nil for a field of the sum.
 local function bucket_of(f, current, ring)
   f = tonumber(f)
   return f and current - (current - f) % ring
 end
 
--- buckets_retry returns the µs until n more units fit under count, the
--- hash h (HGETALL's reply) holding used units: the end of the bucket whose
--- leaving frees enough, plus the window.
+-- buckets_retry returns the µs until n more units fit under count, the hash
+-- h (HGETALL's reply) holding used: when the bucket whose leaving frees
+-- enough ends, plus the window.
 local function buckets_retry(h, count, window, prec, n, now, used, oldest, current, ring)
   local counts = {} -- by index, from oldest
   for i = 1, #h, 2 do
@@ -483,9 +389,8 @@ local function buckets_check(key, count, window, prec, n, now)
   local current, ring = math.floor(now / prec), bucket_ring(window, prec)
   local used, newest, lo, h, summed = 0, nil, oldest, nil, false
   local sum = call('HMGET', key, 't', 'o')
-  if sum[1] and sum[2] then
+  if sum[1] and sum[2] then -- the sum: drop the buckets that left since the last check
     summed = true
-    -- the sum: drop the buckets that left since the last check
     local o = tonumber(sum[2])
     local lo_f = o % ring
     used = tonumber(sum[1])
@@ -535,9 +440,8 @@ local function buckets_check(key, count, window, prec, n, now)
 end
 
 -- buckets_add records n units in the current bucket. The key expires a
--- window after the newest bucket ends: a time that changes only when a
--- bucket starts, so the TTL is set only then (when the bucket's count is
--- n: its field is new, since a refund that empties a bucket deletes it).
+-- window after the newest bucket ends, so its TTL is set when a bucket
+-- starts: when its count is n (a refund that empties a bucket deletes it).
 local function buckets_add(key, window, prec, n, now, summed, newest, lo)
   local b = math.floor(now / prec)
   local reset = (b + 1) * prec + window - now
@@ -553,27 +457,19 @@ local function buckets_add(key, window, prec, n, now, summed, newest, lo)
 end
 
 -- Sliding counter: the counts of the previous and the current fixed window
--- (index now / window). The estimate weighs the previous window by the part
--- of it still inside the sliding window:
---   p * (window - elapsed) / window + c
---
--- The state is one string key holding one integer, which Redis stores in
--- the key's object itself (and, below 10000, as a shared integer: no value
--- allocation at all):
+-- (index now / window), the previous one weighed by the part of it still in
+-- the sliding window: p * (window - elapsed) / window + c. The state is one
+-- integer, stored in the key's object itself (below 10000, shared):
 --   ((p * COUNTER_RADIX) + c) * 16 + (index of the current window % 16)
--- The key expires at the end of the window after the current one, so a
--- live key's window is the current one, the previous one, or (within the
--- expiry's rounding to a millisecond) the one before: 4 bits tell them
--- apart. Counts that do not fit (either at COUNTER_RADIX or more: limits of
--- one algorithm and window share the key, whatever their Count) are stored
--- as "<index> <p> <c>" instead. Every number stays below 2^53, exact in Lua.
+-- The key expires at the end of the window after the current one, so 4
+-- bits tell its window apart. Counts that do not fit (either at
+-- COUNTER_RADIX or more, whatever the Count: limits of one algorithm and
+-- window share the key) are stored as "<index> <p> <c>".
 local COUNTER_RADIX = 4194304 -- 2^22
 
--- counter_state reads the counter value v (false: none) of a window of
--- window µs at now and returns the current window's index, the previous
--- and the current window's counts, the µs elapsed in the current window,
--- and whether v is the integer form of the current window (so that an add
--- can be an INCRBY).
+-- counter_state reads the counter value v (false: none) at now: the current
+-- window's index, the previous and current counts, the µs elapsed in the
+-- current window, and whether v is its integer form (an add may INCRBY).
 local function counter_state(key, v, window, now)
   local c = math.floor(now / window)
   if not v then return c, 0, 0, now - c * window, false end
@@ -597,64 +493,42 @@ local function counter_state(key, v, window, now)
   return c, prev, cur, now - c * window, n ~= nil
 end
 
--- counter_check checks n units of a counter limit at now, the key's value
--- v (false: none), and returns free, retry, reset, then what counter_add
--- takes: the current window's index and counts, and whether an INCRBY
--- records units (see counter_state).
+-- counter_check checks n units of a counter limit, the key's value v, and
+-- returns free, retry, reset, then counter_state's values for counter_add.
 local function counter_check(key, v, count, window, n, now)
   local c, prev, cur, elapsed, incr = counter_state(key, v, window, now)
   -- all in integers: prev*(window-elapsed) + used*window <= count*window
   local weighted = prev * (window - elapsed)
   local free, retry, reset = math.max(math.floor((count * window - weighted - cur * window) / window), 0), 0, 0
-  if cur > 0 then
-    reset = (c + 2) * window - now
-  elseif prev > 0 then
-    reset = (c + 1) * window - now
-  end
+  if cur + prev > 0 then reset = (c + (cur > 0 and 2 or 1)) * window - now end
   if n > count then
     retry = -1
   elseif weighted + (cur + n) * window > count * window then
-    if cur + n <= count then
-      -- later in this window: prev*(window-e) <= (count-n-cur)*window
-      local e = window - math.floor((count - n - cur) * window / prev)
-      retry = e - elapsed
-    else
-      -- in the next window, where this one's count is the previous one
-      local e = window - math.floor((count - n) * window / cur)
-      retry = (c + 1) * window - now + e
+    if cur + n <= count then -- later in this window: prev*(window-e) <= (count-n-cur)*window
+      retry = window - math.floor((count - n - cur) * window / prev) - elapsed
+    else -- in the next window, where this one's count is the previous one
+      retry = (c + 1) * window - now + window - math.floor((count - n) * window / cur)
     end
   end
   return free, retry, reset, c, prev, cur, incr
 end
 
--- counter_write stores the counts of window c (prev, cur), with the TTL
--- the state needs: until the end of the window after the newest unit's. A
--- state with no unit left is deleted. It returns the reset.
+-- counter_write stores the counts of window c, until the end of the window
+-- after the newest unit's (none left: deleted), and returns the reset.
 local function counter_write(key, window, c, prev, cur, now)
-  local reset
-  if cur > 0 then
-    reset = (c + 2) * window - now
-  elseif prev > 0 then
-    reset = (c + 1) * window - now
-  else
-    call('DEL', key)
-    return 0
-  end
-  local v
+  if cur == 0 and prev == 0 then call('DEL', key) return 0 end
+  local reset = (c + (cur > 0 and 2 or 1)) * window - now
+  local v = string.format('%d %d %d', c, prev, cur)
   if prev < COUNTER_RADIX and cur < COUNTER_RADIX then -- by the counts, not a Count
-    v = ((prev * COUNTER_RADIX) + cur) * 16 + c % 16
-    v = int_arg(v)
-  else
-    v = string.format('%d %d %d', c, prev, cur)
+    v = int_arg(((prev * COUNTER_RADIX) + cur) * 16 + c % 16)
   end
   call('SET', key, v, 'PX', px_arg(reset))
   return reset
 end
 
--- counter_add records n units in the current window; c, prev, cur and incr
--- are counter_check's. A key that holds the current window's integer form
--- keeps its TTL (the end of the next window): the units are added where
--- they stand, n * 16 adding n to the current count.
+-- counter_add records n units in the current window (c, prev, cur, incr:
+-- counter_check's); to the current window's integer form, by INCRBY, which
+-- keeps its TTL (n * 16 adds n to the current count).
 local function counter_add(key, window, n, now, c, prev, cur, incr)
   if incr and cur > 0 and cur + n < COUNTER_RADIX then
     call('INCRBY', key, int_arg(n * 16))
@@ -664,19 +538,9 @@ local function counter_add(key, window, n, now, c, prev, cur, incr)
 end
 
 -- Refunds (Limiter.Refund, Rule.CountIf) give back up to n units recorded
--- within the last window, never going below empty, and return how many
--- they gave back. at > 0 names the time the units were recorded (the time
--- of the decision that took them), so that exactly those units go; at = 0
--- gives back the newest units recorded at or before now. Reservations
--- (units in the future) are never refunded.
-
-local function log_refund(key, window, n, now, at)
-  if at > 0 then
-    if at <= now - window or at > now then return 0 end
-    return log_remove(key, window, n, at - 1, at, now)
-  end
-  return log_remove(key, window, n, now - window, now, now)
-end
+-- within the last window and return how many. at > 0 is the time of the
+-- decision that recorded them, so that exactly those go; at = 0 gives back
+-- the newest units at or before now (never reservations).
 
 local function buckets_refund(key, window, prec, n, now, at)
   local oldest = math.floor((now - window) / prec)
@@ -685,8 +549,7 @@ local function buckets_refund(key, window, prec, n, now, at)
   if at > 0 then
     local b = math.floor(at / prec)
     if b < oldest or b > current then return 0 end
-    local c = tonumber(call('HGET', key, b % ring) or 0) or 0
-    live[1] = {b, b % ring, c}
+    live[1] = {b, b % ring, tonumber(call('HGET', key, b % ring) or 0) or 0}
   else
     local h = call('HGETALL', key)
     for i = 1, #h, 2 do
@@ -697,24 +560,17 @@ local function buckets_refund(key, window, prec, n, now, at)
   end
   local given, emptied = 0, false
   for _, e in ipairs(live) do
-    if given == n then break end
     local take = math.min(n - given, e[3])
-    if take > 0 then
-      if take == e[3] then
-        call('HDEL', key, e[2])
-        emptied = true
-      else
-        call('HINCRBY', key, e[2], -take)
-      end
-      given = given + take
+    if take > 0 and take == e[3] then
+      call('HDEL', key, e[2])
+      emptied = true
+    elseif take > 0 then
+      call('HINCRBY', key, e[2], -take)
     end
+    given = given + take
   end
-  if given > 0 and call('HEXISTS', key, 't') == 1 then
-    if emptied then -- the newest or oldest bucket may have gone: counted anew
-      call('HDEL', key, 't', 'o')
-    else
-      call('HINCRBY', key, 't', -given)
-    end
+  if given > 0 and call('HEXISTS', key, 't') == 1 then -- emptied: the sum counted anew
+    if emptied then call('HDEL', key, 't', 'o') else call('HINCRBY', key, 't', -given) end
   end
   return given
 end
@@ -740,33 +596,28 @@ local function counter_refund(key, window, n, now, at)
 end
 
 -- A block (Limiter.Block) makes a key exhausted under any limits until a
--- time: its block key holds that time in µs, and expires with it. A later
--- block never shortens an earlier one. The block and penalty keys keep the
--- names and the format of every version of the library, so that a ban
--- holds for all of them.
+-- time: its block key holds that time in µs, and expires with it; a later
+-- block never shortens an earlier one. The block and penalty keys keep
+-- their names and format in every version, so that a ban holds for all.
 
--- blocked_for returns the µs a key whose block key holds v stays blocked
--- at now, 0 when it is not.
+-- blocked_for returns the µs a key whose block key holds v stays blocked.
 local function blocked_for(v, now)
   local untl = v and tonumber(v) or 0
   if untl > now then return untl - now end
   return 0
 end
 
--- block_key blocks the key for d µs from now, unless it is blocked longer
--- already, and returns the µs it stays blocked.
+-- block_key blocks the key for d µs and returns the µs it stays blocked.
 local function block_key(key, d, now)
   local untl = math.max(now + d, tonumber(call('GET', key) or 0) or 0)
   call('SET', key, untl, 'PX', px(untl - now))
   return untl - now
 end
 
--- penalize counts a denial under a Rule's Penalty and, at the Penalty's
--- number of denials within its time, bans the key: the same block as
--- Limiter.Block. The penalty key holds "<end µs> <denials>": the denials
--- counted since the first one, until end (the first one's time plus
--- within); it expires then. v is its value. Returns the µs of the ban, 0
--- when none started.
+-- penalize counts a denial under a Rule's Penalty and, at its number of
+-- denials within its time, bans the key (block_key). The penalty key holds
+-- "<end µs> <denials>" until end, the first denial's time plus within; v is
+-- its value. Returns the µs of the ban, 0 when none started.
 local function penalize(block, penalty, v, denials, within, ban, now)
   local ends, count = 0, 0
   if v then
@@ -783,15 +634,11 @@ local function penalize(block, penalty, v, denials, within, ban, now)
   return block_key(block, ban, now)
 end
 
--- spec_of returns the spec of a decision (what it asks but its units and
--- time) from the string raw that holds it, its values separated by spaces:
--- commit ('1' records the units when they fit, '0' only looks), the
--- penalty (denials, 0: none; within µs; ban µs), then 4 values per limit:
--- algorithm ('0' log, '1' buckets, '2' counter), count, window µs,
--- precision µs. Specs are kept by their string (up to SPECS_KEPT, then
--- forgotten all at once), so that a spec is parsed once, and a call takes
--- one argument for all of it (each argument costs about 0.2 µs). A string
--- that is no spec is an error.
+-- spec_of returns the spec of a decision from the string raw (allow.lua's
+-- ARGV[1]): commit, the penalty (denials, within µs, ban µs), then per limit
+-- algorithm ('0' log, '1' buckets, '2' counter), count, window µs, precision
+-- µs. Specs are kept by their string (up to SPECS_KEPT), parsed once; one
+-- argument for all of it (each argument costs a call about 0.2 µs).
 local specs, nspecs, SPECS_KEPT = {}, 0, 256
 local function spec_of(raw)
   local spec = specs[raw]
@@ -810,13 +657,9 @@ local function spec_of(raw)
   return spec
 end
 
--- fresh_fits reports whether a key of limit l read as missing takes u
--- units by fresh_value.
+-- fresh_value returns the value that u units at now make in a missing key
+-- of a log or counter limit l, and its TTL; for a log only if fresh_fits.
 local function fresh_fits(l, u) return l.alg == '2' or 8 + u <= LOG_WHOLE end
-
--- fresh_value returns the value a key of a log ('0') or counter ('2')
--- limit l read as missing takes with u units at now, and its TTL in µs;
--- for a log, only when fresh_fits.
 local function fresh_value(l, u, now)
   if l.alg == '0' then
     return string.char(1) .. uint_bytes(now, 7) .. string.rep('\0', u), l.window
@@ -826,57 +669,47 @@ local function fresh_value(l, u, now)
   return string.format('%d 0 %d', c, u), (c + 2) * l.window - now
 end
 
--- verdict ends the checks of a decision (see decide): whether it is
--- allowed (every limit fits, fit >= 1, and the key is not blocked), its
--- status and block, and how many decisions of the run it answers. Keys
--- that the MGET read as missing were read so only if they hold no string:
--- unless careful, an admission writes their units with SET NX first, and
--- any other decision asks whether they exist; a key found there after all
--- (a sorted log, a value of another type) makes the decision go again,
--- careful (nothing written: the keys it wrote with NX are deleted).
+-- verdict ends the checks of a decision (see decide): ok, whether it is
+-- allowed, its status and block, and how many decisions of the run it
+-- answers. A key the MGET read as missing may hold no string: unless
+-- careful, an admission writes it with SET NX, any other decision asks
+-- whether it exists, and one found (a sorted log) makes the decision go
+-- again, careful, after the keys this one wrote are deleted (not ok).
 local function verdict(keys, lk, vals, vo, spec, n, now, runs, blocked, fit, careful)
   local limits, allowed = spec.limits, fit >= 1 and blocked == 0
-  local commit = spec.commit
-  local k = 1
-  if allowed and commit then k = math.max(math.min(runs, fit), 1) end
-  if not careful then
-    local write = allowed and commit
-    for i = 1, #limits do
-      local l, key = limits[i], keys[lk + i]
-      if l.alg ~= '1' and not vals[vo + i] then
-        local found
-        if write and fresh_fits(l, k * n) then
-          local v, ttl = fresh_value(l, k * n, now)
-          found = not call('SET', key, v, 'PX', px_arg(ttl), 'NX')
-        else
-          found = call('EXISTS', key) == 1
+  local write, k = allowed and spec.commit, runs -- a denial changes nothing a check reads
+  if write then k = math.max(math.min(runs, fit), 1) end
+  for i = 1, careful and 0 or #limits do
+    local l, key = limits[i], keys[lk + i]
+    if l.alg ~= '1' and not vals[vo + i] then
+      local found
+      if write and fresh_fits(l, k * n) then
+        local v, ttl = fresh_value(l, k * n, now)
+        found = not call('SET', key, v, 'PX', px_arg(ttl), 'NX')
+      else
+        found = call('EXISTS', key) == 1
+      end
+      if found then -- undo this decision's writes, and go again
+        for j = 1, i - 1 do
+          local lj = limits[j]
+          if write and lj.alg ~= '1' and not vals[vo + j] and fresh_fits(lj, k * n) then call('DEL', keys[lk + j]) end
         end
-        if found then -- undo this decision's writes, and go again
-          for j = 1, i - 1 do
-            local lj = limits[j]
-            if write and lj.alg ~= '1' and not vals[vo + j] and fresh_fits(lj, k * n) then call('DEL', keys[lk + j]) end
-          end
-          return false
-        end
+        return false
       end
     end
   end
-  local status = 0
-  if blocked > 0 then
-    status = 1
-  elseif not allowed and commit and spec.denials > 0 then
+  local status = blocked > 0 and 1 or 0
+  if not allowed and blocked == 0 and spec.commit and spec.denials > 0 then
     blocked = penalize(keys[lk - 1], keys[lk], vals[2], spec.denials, spec.within, spec.ban, now)
     if blocked > 0 then status = 2 end
   end
-  if not allowed then k = runs end -- a denial changes nothing a check reads
   return true, allowed, status, blocked, k
 end
 
--- decide_at checks limit i of a decision, then (recursively) the limits
--- after it, and on the way back records its units when the decision is
--- allowed and commits, and writes its answer: the values of each limit's
--- check stay in this call's locals. fit is min(free / n) over the limits
--- before i. Returns verdict's values.
+-- decide_at checks limit i, then (recursively) the limits after it, and on
+-- the way back records its units if the decision is allowed and commits and
+-- writes its answer: each check's values stay in its call's locals. fit is
+-- min(free / n) over the limits before i. Returns verdict's values.
 local function decide_at(i, keys, lk, vals, vo, spec, n, now, out, at, runs, blocked, fit, careful)
   local l = spec.limits[i]
   if not l then return verdict(keys, lk, vals, vo, spec, n, now, runs, blocked, fit, careful) end
@@ -923,36 +756,26 @@ local function decide_at(i, keys, lk, vals, vo, spec, n, now, out, at, runs, blo
 end
 
 -- decide decides whether n units fit under every limit of spec for one key
--- at now and, when they do and the spec commits, records them under every
--- limit: all or none. Its keys start at keys[first]: the key's block key,
--- its penalty key when the spec has a penalty, then the storage keys of
--- the limits, all read by one MGET (a hash, or a sorted log, reads as
--- missing: see verdict). A blocked key is denied under every limit, with a
--- retry and reset of at least the block's time left, and nothing recorded.
--- A committed denial of a key that is not blocked counts towards its
--- penalty; the denial that reaches it bans the key (see penalize), and its
--- retry and reset are the ban's.
+-- at now and, if they do and the spec commits, records them under every
+-- limit: all or none. Its keys start at keys[first]: the block key, the
+-- penalty key if the spec has a penalty, then the limits' keys, all read
+-- by one MGET (a hash or sorted set reads as missing: see verdict). A
+-- blocked key is denied, retry and reset at least the block's time left. A
+-- committed denial counts towards the penalty; the one that reaches it
+-- bans the key, and its retry and reset are the ban's. The answer goes in
+-- out after out[at]: allowed (1, 0), blocked (0, 1, 2: banned now), now,
+-- then per limit remaining (after the units), retry (-1: never), reset.
 --
--- It writes its answer into out after out[at]: allowed (1 or 0), blocked
--- (0: no, 1: the key is blocked, 2: this denial banned it), now, then per
--- limit: remaining, retry µs, reset µs (remaining after the units were
--- recorded; retry 0 for a limit that admits, -1 for one that never can).
---
--- runs is how many such decisions come one after another (a hot key's in
--- one merged call: the same keys, spec, n and now; no penalty). decide
--- answers as many of them as one check can, each as if made alone in turn,
--- and returns the index of its last value and how many it answered:
---   admitted  at one now, a decision fits iff n <= free under every limit,
---             and its units lower each free by n; so the first k = min(runs,
---             min free / n) fit, and their k * n units are recorded at
---             once, in one add per limit. The answers differ only in
---             remaining.
---   denied    a denial without penalty writes nothing that a check reads,
---             so every decision of the run is denied alike.
+-- runs is how many such decisions come one after another (a hot key's in a
+-- merged call: the same keys, spec, n and now; no penalty): decide answers
+-- as many as one check can, as if made one by one, and returns the index of
+-- its last value and how many it answered. At one now a decision fits iff
+-- n <= free under every limit, and lowers each free by n: the first k =
+-- min(runs, min free / n) fit, recorded by one add a limit, their answers
+-- differing in remaining. A denial without penalty writes nothing a check
+-- reads: every decision of the run is denied alike.
 local function decide(keys, first, n, now, spec, out, at, runs)
-  local lk = first -- the key of limit i is keys[lk + i]
-  if spec.denials > 0 then lk = first + 1 end
-  local nlim = #spec.limits
+  local lk, nlim = spec.denials > 0 and first + 1 or first, #spec.limits -- limit i's key: keys[lk + i]
   local vals = call('MGET', unpack(keys, first, lk + nlim))
   local blocked, vo = blocked_for(vals[1], now), lk - first + 1
   local ok, allowed, status, _, k = decide_at(1, keys, lk, vals, vo, spec, n, now, out, at, runs, blocked, runs, false)
@@ -964,16 +787,14 @@ local function decide(keys, first, n, now, spec, out, at, runs)
   local last = at + size
   for _ = 2, k do -- the others of the run: the same answer, less remaining
     for i = 1, size do out[last + i] = out[last + i - size] end
-    if allowed and spec.commit then
-      for i = 1, nlim do out[last + 3 * i + 1] = out[last + 3 * i + 1] - n end
-    end
+    for i = 1, (allowed and spec.commit) and nlim or 0 do out[last + 3 * i + 1] = out[last + 3 * i + 1] - n end
     last = last + size
   end
   return last, k
 end
 
--- The functions the scripts call (see functions.go), each of its script's
--- KEYS and ARGV as the script's file describes them.
+-- The functions the scripts call (see functions.go), of KEYS and ARGV as
+-- each script's file describes them.
 
 local function allow(keys, args)
   local out = {0, 0, 0, 0, 0, 0}
@@ -996,20 +817,15 @@ local function allow_batch(keys, args)
     end
     local nkeys = 1 + #spec.limits -- the block key, the limits' keys
     if spec.denials > 0 then nkeys = nkeys + 1 end -- and the penalty key
-    -- the run: this decision and those right after it that ask the same of
-    -- the same keys (a hot key's), which decide answers together
+    -- the run: the decisions right after this one that ask the same of the
+    -- same keys (a hot key's), which decide answers together
     local runs = 1
-    if spec.commit and spec.denials == 0 then
-      while d + runs <= decisions do
-        local a, k = at + 3 * runs, key + nkeys * runs
-        if args[a] ~= si or args[a + 1] ~= sn or args[a + 2] ~= snow then break end
-        local same = true
-        for i = 0, nkeys - 1 do
-          if keys[k + i] ~= keys[key + i] then same = false break end
-        end
-        if not same then break end
-        runs = runs + 1
-      end
+    while spec.commit and spec.denials == 0 and d + runs <= decisions do
+      local a, k = at + 3 * runs, key + nkeys * runs
+      local same = args[a] == si and args[a + 1] == sn and args[a + 2] == snow
+      for i = 0, nkeys - 1 do same = same and keys[k + i] == keys[key + i] end
+      if not same then break end
+      runs = runs + 1
     end
     local size, left = 3 + 3 * #spec.limits, runs
     while left > 0 do
@@ -1063,8 +879,10 @@ local function refund(keys, args)
   local out = {}
   for i, key in ipairs(keys) do
     local alg, window, prec = args[4 * i], tonumber(args[4 * i + 2]), tonumber(args[4 * i + 3])
-    if alg == '0' then
-      out[i] = log_refund(key, window, n, now, at)
+    if alg == '0' then -- at > now: a reservation's time, not refunded
+      local after, upto = now - window, now
+      if at > 0 then after, upto = at - 1, at end
+      out[i] = upto <= now and log_remove(key, window, n, after, upto, now) or 0
     elseif alg == '1' then
       out[i] = buckets_refund(key, window, prec, n, now, at)
     else

@@ -1,17 +1,13 @@
 -- allow.lua: decides whether n units fit under every limit of one key and,
--- when they do and commit is set, records them under every limit: all or
--- none. A denied request changes nothing but dropping expired state and,
--- under a penalty, counting the denial (and banning the key at the
--- penalty's count). See decide in algorithms.lua.
+-- when they do and the spec commits, records them: all or none (see decide
+-- in algorithms.lua).
 --
--- KEYS[1]  the key's block key (see Limiter.Block)
--- KEYS[2]  the key's penalty key, when the spec has a penalty
--- then     the storage key of each limit; all keys share one hash tag
--- ARGV[1]  the spec: commit (1 records the units when they fit, 0 only
---          looks: Peek), the penalty's denials (0: none), within µs and
---          ban µs (see Rule.Penalty), then per limit its algorithm (0
---          log, 1 buckets, 2 counter), count, window µs and precision µs;
---          one string, its values separated by spaces (see spec_of)
+-- KEYS[1]  the key's block key; KEYS[2] its penalty key, when the spec has
+--          a penalty; then the storage key of each limit (one hash tag)
+-- ARGV[1]  the spec, one string of values separated by spaces: commit (1
+--          records the units, 0 only looks: Peek), the penalty's denials
+--          (0: none), within µs and ban µs, then per limit its algorithm
+--          (0 log, 1 buckets, 2 counter), count, window µs, precision µs
 -- ARGV[2]  n: units asked, > 0
 -- ARGV[3]  now in µs; absent or 0: the server's TIME
 --

@@ -1,27 +1,15 @@
--- allow_batch.lua: many allow.lua decisions, of any keys, in one script
--- call: the batcher sends the queued decisions of one process this way to a
--- single Redis server (never to a Cluster, where the keys of different
--- decisions live on different nodes). Each decision is atomic on its own,
--- exactly as allow.lua; the server's TIME is read once for all of them.
--- Decisions that ask alike (commit, penalty and limits) share one spec,
--- sent and read once. Decisions one after another that ask the same of
--- the same keys (a hot key's) are answered together, by one check and one
--- add (see decide), with the answers they would have had one by one. Runs
--- after algorithms.lua (see allow_batch and decide there).
+-- allow_batch.lua: many allow.lua decisions in one call to a single server
+-- (never a Cluster), each atomic on its own; TIME read once. Decisions that
+-- ask alike share one spec; a run of decisions asking the same of the same
+-- keys (a hot key's) is answered by one check and one add (see decide).
 --
--- KEYS     the keys of every decision, decision after decision, as
---          allow.lua's KEYS
--- ARGV[1]  the number of decisions
--- ARGV[2]  the number of specs
--- then     each spec: allow.lua's ARGV[1]
--- then     per decision: its spec (from 1), n, now (0: the server's TIME)
+-- KEYS     the keys of every decision, in turn, as allow.lua's KEYS
+-- ARGV[1]  the number of decisions; ARGV[2] the number of specs
+-- then     each spec (allow.lua's ARGV[1]), then per decision its spec
+--          (from 1), n, now (0: the server's TIME)
 --
--- Returns the values of allow.lua's replies, decision after decision, in
--- one flat array (no array per decision: fewer tables, a shorter reply).
--- A decision that failed (such as WRONGTYPE on a key that is not ours)
--- answers -1 as allowed and zeros for the rest, so that every value is an
--- integer (the batcher reads the reply as such, nothing boxed) and sends
--- the decision again alone, for Redis's error; the other decisions are
--- unaffected (but those of its run, which fail alike).
+-- Returns allow.lua's replies in one flat array. A decision that failed
+-- (WRONGTYPE on a key not ours) answers -1, then zeros, so that every value
+-- is an integer; the batcher sends it again alone, for Redis's error.
 
 return allow_batch(KEYS, ARGV)

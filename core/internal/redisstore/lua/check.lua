@@ -1,13 +1,10 @@
 -- check.lua: Limiter.Check's script. It proves that this client may run
--- scripts (EVAL and EVALSHA) on keys under the Limiter's prefix, that the
--- server's TIME is readable from a script, and that the server takes a
--- write, as the decisions need: a server that refuses writes (used memory
--- above maxmemory under noeviction, a read-only replica, a failed save
--- with stop-writes-on-bgsave-error) fails every decision. The write is one
--- small value on KEYS[1], which expires after 1s.
+-- scripts on keys under the Limiter's prefix, that TIME is readable from a
+-- script, and that the server takes a write (one refusing writes: used
+-- memory above maxmemory under noeviction, a read-only replica, a failed
+-- save with stop-writes-on-bgsave-error, fails every decision).
 --
--- KEYS[1]  a key under the Limiter's prefix
--- ARGV     none
+-- KEYS[1]  a key under the Limiter's prefix, set to '1' for 1s
 --
 -- Returns the key's PTTL after the write.
 

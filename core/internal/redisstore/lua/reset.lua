@@ -1,9 +1,7 @@
--- reset.lua: forgets every unit counted for one key under the given limits,
--- lifts the key's block and forgets the denials counted for its penalty.
+-- reset.lua: forgets the units of one key under the given limits, lifts its
+-- block and forgets its penalty's denials.
 --
--- KEYS  the key's block key, its penalty key and the storage keys of the
---       limits; all keys share one hash tag
--- ARGV  none
+-- KEYS  the key's block and penalty keys and its limits' keys (one hash tag)
 --
 -- Returns the number of keys deleted.
 
