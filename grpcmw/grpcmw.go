@@ -7,14 +7,19 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/protoadapt"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/ratewindow/ratewindow/core"
@@ -62,11 +67,13 @@ type Rule struct {
 	Skip func(Call) bool
 	// LimitsFor chooses the limits of each call (see core.Rule.LimitsFor).
 	LimitsFor func(Call) ([]core.Limit, error)
-	// Headers selects the rate-limit fields sent as response header
-	// metadata, in lower case: x-ratelimit-limit, x-ratelimit-remaining
-	// and x-ratelimit-reset (the default), or IETF's ratelimit and
-	// ratelimit-policy, both or none. A denial carries retry-after, in
-	// whole seconds, whatever the style.
+	// Headers selects the rate-limit fields, in lower case:
+	// x-ratelimit-limit, x-ratelimit-remaining and x-ratelimit-reset (the
+	// default), or IETF's ratelimit and ratelimit-policy, both or none. A
+	// passed call carries them as header metadata; a refused one as
+	// trailer metadata, with retry-after (whole seconds) whatever the
+	// style, and nothing in its header: a trailers-only response, which a
+	// client's retry policy may retry.
 	Headers core.HeaderStyle
 	// PartitionKey adds pk to the IETF fields (see core.Rule.PartitionKey).
 	PartitionKey bool
@@ -93,7 +100,7 @@ type Rule struct {
 	PerMessage bool
 	// Pushback adds the grpc-retry-pushback-ms trailer to a denial (the
 	// retry delay in milliseconds, gRPC A6), so that a grpc-go client's
-	// retry policy waits exactly as long.
+	// retry policy waits exactly as long instead of its own backoff.
 	Pushback bool
 	// Domain is the domain of the google.rpc.ErrorInfo of a denial.
 	// Default "ratewindow".
@@ -118,8 +125,11 @@ const PushbackTrailer = "grpc-retry-pushback-ms"
 
 // Interceptors holds a rule's server interceptors.
 type Interceptors struct {
-	rule Rule
-	d    *core.Decider[Call]
+	rule   Rule
+	d      *core.Decider[Call]
+	parts  sync.Map // policies → the QuotaFailure and ErrorInfo of their denial
+	nparts atomic.Int64
+	banned *anypb.Any // the ErrorInfo of a ban
 }
 
 // New returns the interceptors of rule, or the error of an invalid rule
@@ -147,7 +157,9 @@ func New(l *core.Limiter, rule Rule) (*Interceptors, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w (grpcmw)", err)
 	}
-	return &Interceptors{rule: rule, d: d}, nil
+	i := &Interceptors{rule: rule, d: d}
+	i.banned = mustAny(&errdetails.ErrorInfo{Reason: ReasonBanned, Domain: rule.Domain, Metadata: map[string]string{"rule": rule.Name}})[0]
+	return i, nil
 }
 
 // Unary returns the unary server interceptor: it decides each call before
@@ -219,40 +231,45 @@ func (s *chargedStream) RecvMsg(m any) error {
 	return s.i.answer(ctx, dec, s.ServerStream)
 }
 
-// answer sends a decision's rate-limit fields as header metadata (on ss
-// for a stream, else with grpc.SetHeader), and returns the status error of
-// a denial or of Unavailable, else nil.
+// answer sends a decision's rate-limit fields (on ss for a stream, else
+// with grpc.SetHeader and grpc.SetTrailer) and returns the status error of
+// a denial or of Unavailable, else nil. A passed call's fields go out as
+// header metadata; a refused call's as trailer metadata, with nothing in
+// its header: a trailers-only response, the only kind a client's retry
+// policy retries (gRPC A6).
 func (i *Interceptors) answer(ctx context.Context, dec core.Decision, ss grpc.ServerStream) error {
-	show := dec.Shown && i.rule.Headers != core.None && (i.rule.CountIf == nil || dec.Verdict != core.Pass)
-	if show || dec.Verdict == core.Denied || dec.Verdict == core.Unavailable {
-		h := make(http.Header, 5)
-		style := i.rule.Headers
-		if !show {
-			style = core.None
+	refused := dec.Verdict == core.Denied || dec.Verdict == core.Unavailable
+	show := dec.Shown && i.rule.Headers != core.None && (i.rule.CountIf == nil || refused)
+	if !show && !refused {
+		return nil
+	}
+	style := i.rule.Headers
+	if !show {
+		style = core.None
+	}
+	md := make(metadata.MD, 7)
+	i.d.SetFields(http.Header(md), style, dec)
+	for k, v := range md {
+		if lk := lowerField(k); lk != k {
+			delete(md, k)
+			md[lk] = v
 		}
-		i.d.SetFields(h, style, dec)
-		if len(h) > 0 {
-			md := make(metadata.MD, len(h))
-			for k, v := range h {
-				md[strings.ToLower(k)] = v
-			}
-			if ss != nil {
-				_ = ss.SetHeader(md)
-			} else {
-				_ = grpc.SetHeader(ctx, md) // fails only when headers went out
-			}
-		}
+	}
+	if dec.Verdict == core.Denied && i.rule.Pushback && !dec.Result.Never() {
+		md[PushbackTrailer] = []string{strconv.FormatInt(dec.Result.RetryAfter.Milliseconds(), 10)}
+	}
+	switch {
+	case !refused && ss != nil:
+		_ = ss.SetHeader(md)
+	case !refused:
+		_ = grpc.SetHeader(ctx, md) // fails only when headers went out
+	case ss != nil:
+		ss.SetTrailer(md)
+	default:
+		_ = grpc.SetTrailer(ctx, md)
 	}
 	switch dec.Verdict {
 	case core.Denied:
-		if i.rule.Pushback && !dec.Result.Never() {
-			md := metadata.Pairs(PushbackTrailer, strconv.FormatInt(dec.Result.RetryAfter.Milliseconds(), 10))
-			if ss != nil {
-				ss.SetTrailer(md)
-			} else {
-				_ = grpc.SetTrailer(ctx, md)
-			}
-		}
 		return i.denial(dec)
 	case core.Unavailable:
 		return unavailable(i.rule.Domain, i.rule.Name)
@@ -263,37 +280,65 @@ func (i *Interceptors) answer(ctx context.Context, dec core.Decision, ss grpc.Se
 // denial returns the RESOURCE_EXHAUSTED status of a denial, with its
 // details: RetryInfo (none when the call can never pass), QuotaFailure
 // (the rule and the policies that denied, never the key) and ErrorInfo.
+// The details but RetryInfo are kept ready per policy.
 func (i *Interceptors) denial(dec core.Decision) error {
 	res := dec.Result
-	reason, msg := ReasonRateLimited, "rate limit exceeded"
-	if dec.Banned() {
-		reason, msg = ReasonBanned, "too many requests denied: banned"
-	}
-	st := status.New(codes.ResourceExhausted, msg)
-	var details []protoadapt.MessageV1
+	sp := &spb.Status{Code: int32(codes.ResourceExhausted), Message: "rate limit exceeded", Details: make([]*anypb.Any, 0, 3)}
 	if !res.Never() {
-		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(res.RetryAfter)})
+		if a, err := anypb.New(&errdetails.RetryInfo{RetryDelay: durationpb.New(res.RetryAfter)}); err == nil {
+			sp.Details = append(sp.Details, a)
+		}
 	}
+	if dec.Banned() {
+		sp.Message = "too many requests denied: banned"
+		sp.Details = append(sp.Details, i.banned)
+		return status.FromProto(sp).Err()
+	}
+	policies := dec.Policies()
+	key := res.Limit.PolicyName()
+	if len(policies) > 1 {
+		key = strings.Join(policies, "\n")
+	}
+	parts, ok := i.parts.Load(key)
+	if !ok {
+		parts = i.denialParts(res.Limit, policies)
+		if i.nparts.Add(1) <= maxDenialParts {
+			parts, _ = i.parts.LoadOrStore(key, parts)
+		}
+	}
+	sp.Details = append(sp.Details, parts.([]*anypb.Any)...)
+	return status.FromProto(sp).Err()
+}
+
+// maxDenialParts bounds the details kept ready (one per set of policies
+// denying together, LimitsFor's included); beyond, they are built anew.
+const maxDenialParts = 1024
+
+// denialParts returns the QuotaFailure and ErrorInfo of a denial by
+// policies, binding the binding one.
+func (i *Interceptors) denialParts(binding core.Limit, policies []string) []*anypb.Any {
 	var q errdetails.QuotaFailure
-	for _, p := range dec.Policies() {
+	for _, p := range policies {
 		v := &errdetails.QuotaFailure_Violation{Subject: "rule:" + i.rule.Name, QuotaId: p, Description: "policy " + p + " of rule " + i.rule.Name}
-		if p == res.Limit.PolicyName() {
-			v.QuotaValue = res.Limit.Count
+		if p == binding.PolicyName() {
+			v.QuotaValue = binding.Count
 		}
 		q.Violations = append(q.Violations, v)
 	}
-	if len(q.Violations) > 0 {
-		details = append(details, &q)
+	info := &errdetails.ErrorInfo{Reason: ReasonRateLimited, Domain: i.rule.Domain,
+		Metadata: map[string]string{"rule": i.rule.Name, "policy": binding.PolicyName()}}
+	return mustAny(&q, info)
+}
+
+// mustAny packs well-formed messages, which cannot fail.
+func mustAny(ms ...proto.Message) []*anypb.Any {
+	out := make([]*anypb.Any, 0, len(ms))
+	for _, m := range ms {
+		if a, err := anypb.New(m); err == nil {
+			out = append(out, a)
+		}
 	}
-	meta := map[string]string{"rule": i.rule.Name}
-	if !dec.Banned() {
-		meta["policy"] = res.Limit.PolicyName()
-	}
-	if !res.Never() {
-		meta["retry_after_ms"] = strconv.FormatInt(res.RetryAfter.Milliseconds(), 10)
-	}
-	details = append(details, &errdetails.ErrorInfo{Reason: reason, Domain: i.rule.Domain, Metadata: meta})
-	return withDetails(st, details)
+	return out
 }
 
 // unavailable returns the UNAVAILABLE status of a Limiter that could not
@@ -317,4 +362,24 @@ func withDetails(st *status.Status, details []protoadapt.MessageV1) error {
 		st = s
 	}
 	return st.Err()
+}
+
+// lowerField returns the metadata key of a field SetFields writes: its
+// name in lower case, without allocating for the known names.
+func lowerField(k string) string {
+	switch k {
+	case "X-Ratelimit-Limit":
+		return "x-ratelimit-limit"
+	case "X-Ratelimit-Remaining":
+		return "x-ratelimit-remaining"
+	case "X-Ratelimit-Reset":
+		return "x-ratelimit-reset"
+	case "Ratelimit":
+		return "ratelimit"
+	case "Ratelimit-Policy":
+		return "ratelimit-policy"
+	case "Retry-After":
+		return "retry-after"
+	}
+	return strings.ToLower(k)
 }

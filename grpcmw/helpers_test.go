@@ -86,6 +86,13 @@ func chatHandler(_ any, stream grpc.ServerStream) error {
 // client connection to it (with copts) and the service.
 func serve(t testing.TB, opts []grpc.ServerOption, copts ...grpc.DialOption) (*grpc.ClientConn, *echo) {
 	t.Helper()
+	addr, e := start(t, opts...)
+	return dial(t, addr, copts...), e
+}
+
+// start starts a server of test.Echo on a free port of 127.0.0.1.
+func start(t testing.TB, opts ...grpc.ServerOption) (string, *echo) {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -95,12 +102,18 @@ func serve(t testing.TB, opts []grpc.ServerOption, copts ...grpc.DialOption) (*g
 	s.RegisterService(&echoDesc, e)
 	go func() { _ = s.Serve(lis) }()
 	t.Cleanup(s.Stop)
-	cc, err := grpc.NewClient(lis.Addr().String(), append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, copts...)...)
+	return lis.Addr().String(), e
+}
+
+// dial returns a client connection to addr.
+func dial(t testing.TB, addr string, copts ...grpc.DialOption) *grpc.ClientConn {
+	t.Helper()
+	cc, err := grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, copts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cc.Close() })
-	return cc, e
+	return cc
 }
 
 // serveRule serves test.Echo behind the interceptors of rule.

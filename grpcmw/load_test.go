@@ -1,0 +1,238 @@
+package grpcmw_test
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/ratewindow/ratewindow/core"
+	"github.com/ratewindow/ratewindow/grpcmw"
+	"github.com/ratewindow/ratewindow/internal/redistest"
+)
+
+// sharedLimiters returns n Limiters (n replicas) on one Redis and one
+// prefix.
+func sharedLimiters(t *testing.T, srv *redistest.Server, n int, opts ...core.Option) []*core.Limiter {
+	t.Helper()
+	prefix := "grpcmw-" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
+	out := make([]*core.Limiter, n)
+	for i := range out {
+		l, err := core.New(srv.Client(t), append([]core.Option{core.WithPrefix(prefix)}, opts...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[i] = l
+	}
+	return out
+}
+
+// worstWindow returns the largest number of admitted calls certainly in
+// one window of length w: the calls whose whole [start, end] lies inside
+// some (t-w, t]. The admitting instant lies inside each call, so this is a
+// lower bound on the true worst window: a figure above the limit proves
+// over-admission, and latency can never inflate it.
+func worstWindow(starts, ends []time.Time, w time.Duration) int {
+	idx := make([]int, len(ends))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int { return ends[a].Compare(ends[b]) })
+	worst := 0
+	for j, e := range idx {
+		t := ends[e]
+		n := 0
+		for _, i := range idx[:j+1] {
+			if ends[i].After(t.Add(-w)) && starts[i].After(t.Add(-w)) {
+				n++
+			}
+		}
+		worst = max(worst, n)
+	}
+	return worst
+}
+
+// TestExactness: 3 server instances, each with its own Limiter, on one
+// Redis, under concurrent load on one key: no strict 1 s window admits
+// more than the limit.
+func TestExactness(t *testing.T) {
+	const limit, run = 20, 3 * time.Second
+	srv := redistest.New(t)
+	var conns []*grpc.ClientConn
+	for _, l := range sharedLimiters(t, srv, 3) {
+		cc, _ := serveRule(t, l, grpcmw.Rule{Name: "exact", Limits: []core.Limit{core.PerSecond(limit)}, Key: grpcmw.Method()})
+		conns = append(conns, cc)
+	}
+	var (
+		mu           sync.Mutex
+		starts, ends []time.Time
+		denied       atomic.Int64
+		failed       atomic.Int64
+		wg           sync.WaitGroup
+	)
+	stop := time.Now().Add(run)
+	for g := range 9 {
+		wg.Add(1)
+		go func(cc *grpc.ClientConn) {
+			defer wg.Done()
+			for time.Now().Before(stop) {
+				start := time.Now()
+				_, err := say(context.Background(), cc, "x")
+				end := time.Now()
+				switch status.Code(err) {
+				case codes.OK:
+					mu.Lock()
+					starts, ends = append(starts, start), append(ends, end)
+					mu.Unlock()
+				case codes.ResourceExhausted:
+					denied.Add(1)
+				default:
+					failed.Add(1)
+				}
+			}
+		}(conns[g%3])
+	}
+	wg.Wait()
+	worst := worstWindow(starts, ends, time.Second)
+	t.Logf("3 servers, 9 clients, %s: %d admitted, %d denied; worst strict 1 s window %d (limit %d)", run, len(ends), denied.Load(), worst, limit)
+	if worst > limit {
+		t.Errorf("worst strict 1 s window admitted %d, limit %d", worst, limit)
+	}
+	if failed.Load() > 0 || denied.Load() == 0 || len(ends) < limit {
+		t.Errorf("%d calls failed, %d denied, %d admitted: want no failure, some denials, at least %d admitted", failed.Load(), denied.Load(), len(ends), limit)
+	}
+}
+
+// TestClientThrottle: two client replicas share one quota through the
+// client interceptor against an upstream as strict as the quota: every
+// call is delivered, none dropped; the time is reported against the ideal.
+func TestClientThrottle(t *testing.T) {
+	const rate, calls = 10, 40
+	srv := redistest.New(t)
+	var upstreamDenied atomic.Int64
+	upstream := sharedLimiters(t, srv, 1, core.WithObserver(func(ev core.Event) {
+		if !ev.Result.Allowed && ev.Err == nil {
+			upstreamDenied.Add(1)
+		}
+	}))[0]
+	strict := grpcmw.Rule{Name: "upstream", Limits: []core.Limit{core.PerSecond(rate)}, Key: grpcmw.Method(), Pushback: true}
+	i := mustNew(t, upstream, strict)
+	addr, _ := start(t, grpc.ChainUnaryInterceptor(i.Unary()))
+	var conns []*grpc.ClientConn
+	for _, l := range sharedLimiters(t, srv, 2) {
+		ci, err := grpcmw.NewClient(l, grpcmw.ClientRule{Name: "out", Limits: []core.Limit{core.PerSecond(rate)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, dial(t, addr, grpc.WithChainUnaryInterceptor(ci.Unary())))
+	}
+	began := time.Now()
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for g := range calls {
+		wg.Add(1)
+		go func(cc *grpc.ClientConn) {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if _, err := say(ctx, cc, "x"); err != nil {
+				failed.Add(1)
+				t.Errorf("call failed: %v", err)
+			}
+		}(conns[g%2])
+	}
+	wg.Wait()
+	elapsed := time.Since(began)
+	ideal := time.Duration(calls-rate) * time.Second / rate
+	t.Logf("%d calls from 2 replicas at %d/s: delivered %d, %d refused by the upstream (then retried), %s against the ideal %s (%.1f%% over)",
+		calls, rate, calls-int(failed.Load()), upstreamDenied.Load(), elapsed.Round(time.Millisecond), ideal, 100*(elapsed.Seconds()/ideal.Seconds()-1))
+}
+
+// TestRetryPolicyHonoursPushback: a grpc-go client whose retry policy
+// retries RESOURCE_EXHAUSTED after a 10 ms backoff retries a denial after
+// the server's pushback instead, and the retry passes.
+func TestRetryPolicyHonoursPushback(t *testing.T) {
+	l := redisLimiter(t, redistest.New(t))
+	i := mustNew(t, l, grpcmw.Rule{Name: "pushback", Limits: []core.Limit{core.PerSecond(1)}, Key: grpcmw.Method(), Pushback: true})
+	var (
+		mu       sync.Mutex
+		attempts []time.Time
+	)
+	record := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		mu.Lock()
+		attempts = append(attempts, time.Now())
+		mu.Unlock()
+		return h(ctx, req)
+	}
+	const config = `{"methodConfig": [{"name": [{"service": "test.Echo"}], "retryPolicy": {
+		"maxAttempts": 3, "initialBackoff": "0.01s", "maxBackoff": "0.01s", "backoffMultiplier": 1,
+		"retryableStatusCodes": ["RESOURCE_EXHAUSTED"]}}]}`
+	cc, _ := serve(t, []grpc.ServerOption{grpc.ChainUnaryInterceptor(record, i.Unary())}, grpc.WithDefaultServiceConfig(config))
+	if _, err := say(context.Background(), cc, "first"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := say(context.Background(), cc, "second"); err != nil {
+		t.Fatalf("the retried call: %v, want it to pass after the pushback", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(attempts) != 3 {
+		t.Fatalf("%d attempts reached the server, want 3 (one, then a denial and its retry)", len(attempts))
+	}
+	gap := attempts[2].Sub(attempts[1])
+	floor := time.Second - attempts[1].Sub(attempts[0]) // the pushback, about
+	t.Logf("the retry came %s after the denial (pushback about %s; the policy's backoff 10ms)", gap.Round(time.Millisecond), floor.Round(time.Millisecond))
+	if gap < floor-100*time.Millisecond {
+		t.Errorf("the retry came %s after the denial, sooner than the pushback (about %s)", gap, floor)
+	}
+}
+
+// TestClientObeysRefusals: a client quota looser than the upstream's: the
+// upstream refuses with RetryInfo, the key is blocked on both replicas and
+// the refused calls go again after the delay: every call is delivered.
+func TestClientObeysRefusals(t *testing.T) {
+	const rate, calls = 5, 15
+	srv := redistest.New(t)
+	var refused atomic.Int64
+	upstream := sharedLimiters(t, srv, 1)[0]
+	i := mustNew(t, upstream, grpcmw.Rule{Name: "upstream", Limits: []core.Limit{core.PerSecond(rate)}, Key: grpcmw.Method()})
+	addr, _ := start(t, grpc.ChainUnaryInterceptor(i.Unary()))
+	var conns []*grpc.ClientConn
+	for _, l := range sharedLimiters(t, srv, 2, core.WithObserver(func(ev core.Event) {
+		if ev.Op == core.OpRefused {
+			refused.Add(1)
+		}
+	})) {
+		ci, err := grpcmw.NewClient(l, grpcmw.ClientRule{Name: "loose", Limits: []core.Limit{core.PerSecond(100)}, MaxRetries: 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, dial(t, addr, grpc.WithChainUnaryInterceptor(ci.Unary())))
+	}
+	began := time.Now()
+	var wg sync.WaitGroup
+	for g := range calls {
+		wg.Add(1)
+		go func(cc *grpc.ClientConn) {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if _, err := say(ctx, cc, "x"); err != nil {
+				t.Errorf("call failed: %v", err)
+			}
+		}(conns[g%2])
+	}
+	wg.Wait()
+	t.Logf("%d calls, upstream %d/s, client quota 100/s: all delivered in %s (ideal %s), %d refusals obeyed",
+		calls, rate, time.Since(began).Round(time.Millisecond), time.Duration(calls-rate)*time.Second/rate, refused.Load())
+	if refused.Load() == 0 {
+		t.Error("the upstream refused nothing: the test tested nothing")
+	}
+}
