@@ -11,7 +11,11 @@ require (
 	github.com/ratewindow/ratewindow/chimw v0.0.0
 	github.com/ratewindow/ratewindow/echomw v0.0.0
 	github.com/ratewindow/ratewindow/ginmw v0.0.0
+	github.com/ratewindow/ratewindow/grpcmw v0.0.0
 	github.com/redis/go-redis/v9 v9.23.0
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20261110000943-09e21b237f2c
+	google.golang.org/grpc v1.85.0
+	google.golang.org/protobuf v1.36.12
 )
 
 require (
@@ -47,10 +51,9 @@ require (
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/arch v0.22.0 // indirect
 	golang.org/x/crypto v0.57.0 // indirect
-	golang.org/x/net v0.59.0 // indirect
+	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
-	google.golang.org/protobuf v1.36.12 // indirect
 )
 
 replace (
@@ -58,4 +61,5 @@ replace (
 	github.com/ratewindow/ratewindow/chimw => ../chimw
 	github.com/ratewindow/ratewindow/echomw => ../echomw
 	github.com/ratewindow/ratewindow/ginmw => ../ginmw
+	github.com/ratewindow/ratewindow/grpcmw => ../grpcmw
 )
