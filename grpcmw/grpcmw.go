@@ -169,12 +169,14 @@ func (i *Interceptors) Unary() grpc.UnaryServerInterceptor {
 		call := Call{Context: ctx, Method: info.FullMethod, Message: req}
 		dec := i.d.Decide(ctx, call)
 		if err := i.answer(ctx, dec, nil); err != nil {
+			refundEarlier(ctx)
 			return nil, err
 		}
+		ctx, n := i.record(ctx, call, dec)
 		if i.rule.CountIf == nil {
 			return handler(ctx, req)
 		}
-		defer i.settle(call, dec, &err)
+		defer i.settle(ctx, n, &err)
 		return handler(ctx, req)
 	}
 }
@@ -187,44 +189,120 @@ func (i *Interceptors) Stream() grpc.StreamServerInterceptor {
 		call := Call{Context: ctx, Method: info.FullMethod, Stream: true}
 		dec := i.d.Decide(ctx, call)
 		if err := i.answer(ctx, dec, ss); err != nil {
+			refundEarlier(ctx)
 			return err
 		}
-		if i.rule.PerMessage {
-			ss = &chargedStream{ServerStream: ss, i: i, method: info.FullMethod}
+		ctx, n := i.record(ctx, call, dec)
+		if i.rule.PerMessage || ctx != ss.Context() {
+			ss = &chargedStream{ServerStream: ss, ctx: ctx, i: i, method: info.FullMethod}
 		}
 		if i.rule.CountIf == nil {
 			return handler(srv, ss)
 		}
-		defer i.settle(call, dec, &err)
+		defer i.settle(ctx, n, &err)
 		return handler(srv, ss)
 	}
 }
 
-// settle gives back a call's units when CountIf rejects its code; a
-// handler that panics counts as codes.Internal, and the panic goes on.
-func (i *Interceptors) settle(call Call, dec core.Decision, err *error) {
+// trail is the charges of the interceptors on a call's way, in its
+// context: when one refuses the call, the earlier ones give their units
+// back, so that a refused call consumes nothing (as core.Rule's).
+type trail struct {
+	context.Context
+	charges []charge
+	inline  [1]charge
+}
+
+// charge is what one rule took from a call.
+type charge struct {
+	i       *Interceptors
+	call    Call
+	dec     core.Decision
+	settled bool
+}
+
+type trailKey struct{}
+
+// Value answers trailKey, else asks the parent.
+func (t *trail) Value(key any) any {
+	if key == (trailKey{}) {
+		return t
+	}
+	return t.Context.Value(key)
+}
+
+// record adds a passed call's charge to its trail (made on the first), and
+// returns the context and the charge's index, or -1 when nothing was
+// charged.
+func (i *Interceptors) record(ctx context.Context, call Call, dec core.Decision) (context.Context, int) {
+	if !dec.Charged() {
+		return ctx, -1
+	}
+	t, _ := ctx.Value(trailKey{}).(*trail)
+	if t == nil {
+		t = &trail{Context: ctx}
+		t.charges = t.inline[:0]
+		ctx = t
+	}
+	t.charges = append(t.charges, charge{i: i, call: call, dec: dec})
+	return ctx, len(t.charges) - 1
+}
+
+// refundEarlier gives back the units the interceptors before this one
+// charged the call, which one of them refused.
+func refundEarlier(ctx context.Context) {
+	t, _ := ctx.Value(trailKey{}).(*trail)
+	if t == nil {
+		return
+	}
+	for k := range t.charges {
+		if c := &t.charges[k]; !c.settled {
+			c.settled = true
+			c.i.d.GiveBack(c.call.Context, c.call, c.dec, "a later rule refused the call")
+		}
+	}
+}
+
+// settle gives back the units of charge n of the call when CountIf rejects
+// its code; a handler that panics counts as codes.Internal, and the panic
+// goes on.
+func (i *Interceptors) settle(ctx context.Context, n int, err *error) {
 	code := codes.Internal
 	if r := recover(); r != nil {
 		defer panic(r)
 	} else {
 		code = status.Code(*err)
 	}
+	t, _ := ctx.Value(trailKey{}).(*trail)
+	if n < 0 || t == nil || t.charges[n].settled {
+		return
+	}
+	c := &t.charges[n]
+	c.settled = true
 	if !i.rule.CountIf(code) {
-		i.d.GiveBack(call.Context, call, dec, "status "+code.String())
+		i.d.GiveBack(c.call.Context, c.call, c.dec, "status "+code.String())
 	}
 }
 
-// chargedStream decides every message it receives (Rule.PerMessage).
+// chargedStream carries the call's trail in its context, and with
+// Rule.PerMessage decides every message it receives.
 type chargedStream struct {
 	grpc.ServerStream
+	ctx    context.Context // with the call's trail
 	i      *Interceptors
 	method string
 }
+
+// Context returns the stream's context, with the call's trail.
+func (s *chargedStream) Context() context.Context { return s.ctx }
 
 // RecvMsg receives m, then decides it; a denial is returned as an error.
 func (s *chargedStream) RecvMsg(m any) error {
 	if err := s.ServerStream.RecvMsg(m); err != nil {
 		return err
+	}
+	if !s.i.rule.PerMessage {
+		return nil
 	}
 	ctx := s.Context()
 	dec := s.i.d.Decide(ctx, Call{Context: ctx, Method: s.method, Stream: true, Message: m})

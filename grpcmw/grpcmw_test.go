@@ -361,3 +361,24 @@ func (a peerAddr) Network() string { return "unix" }
 func (a peerAddr) String() string  { return string(a) }
 
 var _ net.Addr = peerAddr("")
+
+// TestStackedRules: when an inner interceptor refuses a call, the outer
+// ones that charged it give their units back: a refused call consumes
+// nothing, as with the HTTP rules.
+func TestStackedRules(t *testing.T) {
+	l := redisLimiter(t, redistest.New(t))
+	outer := mustNew(t, l, grpcmw.Rule{Name: "outer", Limits: []core.Limit{core.PerMinute(3)}})
+	inner := mustNew(t, l, grpcmw.Rule{Name: "inner", Limits: []core.Limit{core.PerMinute(1)},
+		Skip: func(c grpcmw.Call) bool { return c.Message.(*wrapperspb.StringValue).GetValue() == "free" }})
+	cc, _ := serve(t, []grpc.ServerOption{grpc.ChainUnaryInterceptor(outer.Unary(), inner.Unary())})
+	var got []codes.Code
+	for _, m := range []string{"x", "x", "x", "x", "free", "free", "free"} {
+		_, err := say(context.Background(), cc, m)
+		got = append(got, status.Code(err))
+	}
+	// outer: x, then free twice; the fourth of its units is refused
+	want := []codes.Code{0, 8, 8, 8, 0, 0, 8}
+	if !slices.Equal(got, want) {
+		t.Errorf("codes %v, want %v", got, want)
+	}
+}
