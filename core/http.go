@@ -71,6 +71,7 @@ const abnormalUsage = `{"type":"` + ProblemAbnormalUsage + `","title":"` + abnor
 // limitHeaders holds the precomputed values of one limit.
 type limitHeaders struct {
 	limit      Limit
+	name       string // its PolicyName
 	count      string // X-RateLimit-Limit
 	item       string // the RateLimit item up to r's value: `"name";r=`
 	problem    []byte // the application/problem+json body of a denial
@@ -115,6 +116,7 @@ func newLimitHeaders(l Limit) limitHeaders {
 	body := appendProblem(nil, ProblemQuotaExceeded, problemTitle, http.StatusTooManyRequests, name)
 	return limitHeaders{
 		limit:      l,
+		name:       name,
 		count:      strconv.FormatInt(max(l.Count, 0), 10),
 		item:       string(item),
 		problem:    body,

@@ -207,11 +207,11 @@ func (dec Decision) Policies() []string {
 	var names []string
 	for i := range dec.hdr.limits {
 		if dec.Verdict != Denied || dec.Result.violated&(1<<i) != 0 {
-			names = append(names, dec.hdr.limits[i].limit.PolicyName())
+			names = append(names, dec.hdr.limits[i].name)
 		}
 	}
 	if len(names) == 0 && dec.Verdict == Denied {
-		names = append(names, dec.Result.Limit.PolicyName())
+		names = append(names, dec.hdr.lookup(dec.Result.Limit).name)
 	}
 	return names
 }

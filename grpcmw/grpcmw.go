@@ -129,6 +129,7 @@ type Interceptors struct {
 	d      *core.Decider[Call]
 	parts  sync.Map // policies → the QuotaFailure and ErrorInfo of their denial
 	nparts atomic.Int64
+	last   atomic.Pointer[lastDenial]
 	banned *anypb.Any // the ErrorInfo of a ban
 }
 
@@ -333,8 +334,8 @@ func (i *Interceptors) answer(ctx context.Context, dec core.Decision, ss grpc.Se
 			md[lk] = v
 		}
 	}
-	if dec.Verdict == core.Denied && i.rule.Pushback && !dec.Result.Never() {
-		md[PushbackTrailer] = []string{strconv.FormatInt(dec.Result.RetryAfter.Milliseconds(), 10)}
+	if d := retryDelay(dec.Result); dec.Verdict == core.Denied && i.rule.Pushback && d >= 0 {
+		md[PushbackTrailer] = []string{strconv.FormatInt(d.Milliseconds(), 10)}
 	}
 	switch {
 	case !refused && ss != nil:
@@ -358,34 +359,64 @@ func (i *Interceptors) answer(ctx context.Context, dec core.Decision, ss grpc.Se
 // denial returns the RESOURCE_EXHAUSTED status of a denial, with its
 // details: RetryInfo (none when the call can never pass), QuotaFailure
 // (the rule and the policies that denied, never the key) and ErrorInfo.
-// The details but RetryInfo are kept ready per policy.
+// The details but RetryInfo are kept ready per policy, RetryInfo is in
+// whole milliseconds, rounded up, as the pushback.
 func (i *Interceptors) denial(dec core.Decision) error {
 	res := dec.Result
+	retry := retryDelay(res)
+	key := ""
+	if !dec.Banned() {
+		policies := dec.Policies()
+		key = strings.Join(policies, "\n")
+		if len(policies) == 1 {
+			key = policies[0]
+		}
+	}
+	// a flood of one key is refused many times a millisecond: with the
+	// same delay, the same error
+	if last := i.last.Load(); last != nil && last.key == key && last.retry == retry && last.banned == dec.Banned() {
+		return last.err
+	}
 	sp := &spb.Status{Code: int32(codes.ResourceExhausted), Message: "rate limit exceeded", Details: make([]*anypb.Any, 0, 3)}
-	if !res.Never() {
-		if a, err := anypb.New(&errdetails.RetryInfo{RetryDelay: durationpb.New(res.RetryAfter)}); err == nil {
+	if retry >= 0 {
+		if a, err := anypb.New(&errdetails.RetryInfo{RetryDelay: durationpb.New(retry)}); err == nil {
 			sp.Details = append(sp.Details, a)
 		}
 	}
 	if dec.Banned() {
 		sp.Message = "too many requests denied: banned"
 		sp.Details = append(sp.Details, i.banned)
-		return status.FromProto(sp).Err()
-	}
-	policies := dec.Policies()
-	key := res.Limit.PolicyName()
-	if len(policies) > 1 {
-		key = strings.Join(policies, "\n")
-	}
-	parts, ok := i.parts.Load(key)
-	if !ok {
-		parts = i.denialParts(res.Limit, policies)
-		if i.nparts.Add(1) <= maxDenialParts {
-			parts, _ = i.parts.LoadOrStore(key, parts)
+	} else {
+		parts, ok := i.parts.Load(key)
+		if !ok {
+			parts = i.denialParts(res.Limit, dec.Policies())
+			if i.nparts.Add(1) <= maxDenialParts {
+				parts, _ = i.parts.LoadOrStore(key, parts)
+			}
 		}
+		sp.Details = append(sp.Details, parts.([]*anypb.Any)...)
 	}
-	sp.Details = append(sp.Details, parts.([]*anypb.Any)...)
-	return status.FromProto(sp).Err()
+	err := status.FromProto(sp).Err()
+	i.last.Store(&lastDenial{key: key, retry: retry, banned: dec.Banned(), err: err})
+	return err
+}
+
+// lastDenial is the status error of the last denial, answered again to a
+// denial with the same policies and delay.
+type lastDenial struct {
+	key    string
+	retry  time.Duration
+	banned bool
+	err    error
+}
+
+// retryDelay returns a denial's retry delay in whole milliseconds, rounded
+// up (never sooner than it passes), or -1 when it can never pass.
+func retryDelay(res core.Result) time.Duration {
+	if res.Never() {
+		return -1
+	}
+	return (res.RetryAfter + time.Millisecond - 1).Truncate(time.Millisecond)
 }
 
 // maxDenialParts bounds the details kept ready (one per set of policies

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -60,7 +61,12 @@ func PeerWith(opts keyfuncs.IPOptions) KeyFunc {
 		if !ok || p.Addr == nil {
 			return "", ErrNoPeer
 		}
-		r := &http.Request{RemoteAddr: p.Addr.String()}
+		r := &http.Request{}
+		if tcp, ok := p.Addr.(*net.TCPAddr); ok {
+			r.RemoteAddr = tcp.AddrPort().String() // one allocation, not two
+		} else {
+			r.RemoteAddr = p.Addr.String()
+		}
 		if trusting {
 			if md, ok := metadata.FromIncomingContext(c.Context); ok {
 				if xff := md["x-forwarded-for"]; len(xff) > 0 {
