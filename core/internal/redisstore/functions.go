@@ -63,10 +63,10 @@ type libraryScript struct {
 }
 
 // libraryFunctions are the functions of algorithms.lua that the scripts
-// call (each script's body is one call of one of them): the library's
-// build returns them, and every script's function takes them as locals.
-// A script that calls any other function of algorithms.lua fails under
-// FCALL (TestLibrary).
+// call, each script's body one call of the function named as the script:
+// the library's build returns them, and each script's function takes its
+// own as a local. A script that calls any other fails under FCALL
+// (TestLibrary).
 var libraryFunctions = [...]string{"allow", "allow_batch", "reserve", "release", "refund", "block"}
 
 // newLibrary builds the library of scripts (whose script.fn it sets) for
@@ -96,10 +96,7 @@ func newLibrary(rdb redis.Scripter, algorithms string, scripts []libraryScript) 
 		sc.s.fnArg = sc.s.fn
 		fmt.Fprintf(&b, "\nredis.register_function('%s', function(KEYS, ARGV)\n", sc.s.fn)
 		if sc.algorithms {
-			b.WriteString("  api = api or build()\n")
-			for _, n := range libraryFunctions {
-				fmt.Fprintf(&b, "  local %s = api.%s\n", n, n)
-			}
+			fmt.Fprintf(&b, "  api = api or build()\n  local %s = api.%s\n", sc.name, sc.name)
 		}
 		b.WriteString(sc.body)
 		b.WriteString("\nend)\n")

@@ -12,7 +12,7 @@
 --
 -- Nothing here keeps state from one call to the next that changes what a
 -- call does: the only tables that outlive a call are pure memos, functions
--- of their input (ints: small integers as strings; ttl_us/ttl_arg: the last
+-- of their input (ints: small integers as strings; ttl_ms/ttl_arg: the last
 -- TTL argument formatted; specs: parsed spec strings).
 
 local byte, call = string.byte, redis.call
@@ -30,7 +30,7 @@ local function px(us) return math.max(math.ceil(us / 1000), 1) end
 
 -- Redis formats a number argument with printf (about 0.3 µs, a short
 -- command's cost); a string goes as it is: recurring ones are made once.
-local ints, ttl_us, ttl_arg = {}, -1, ''
+local ints, ttl_ms, ttl_arg = {}, -1, ''
 
 -- int_arg returns x for a redis.call argument: a string for a small integer.
 local function int_arg(x)
@@ -41,7 +41,8 @@ end
 
 -- px_arg returns px(us) for a redis.call argument (see int_arg).
 local function px_arg(us)
-  if us ~= ttl_us then ttl_us, ttl_arg = us, string.format('%d', px(us)) end
+  local ms = px(us) -- by the ms: the same for the calls of a ms
+  if ms ~= ttl_ms then ttl_ms, ttl_arg = ms, string.format('%d', ms) end
   return ttl_arg
 end
 
@@ -76,14 +77,12 @@ local function uint(s, i, w)
   return x
 end
 
--- uint_bytes returns x as a w-byte big-endian integer.
+-- uint_bytes returns x as a w-byte big-endian integer (one string.char).
 local function uint_bytes(x, w)
-  local b = {}
-  for i = w, 1, -1 do
-    b[i] = x % 256
-    x = (x - b[i]) / 256
-  end
-  return string.char(unpack(b))
+  local f = math.floor
+  local s = string.char(f(x / 2^48) % 256, f(x / 2^40) % 256, f(x / 2^32) % 256, f(x / 2^24) % 256,
+    f(x / 65536) % 256, f(x / 256) % 256, x % 256)
+  return w == 7 and s or string.sub(s, 8 - w)
 end
 
 -- compact_w returns the offset width of the compact log v, or fails for a
@@ -719,15 +718,16 @@ local function decide_at(i, keys, lk, vals, vo, spec, n, now, out, at, runs, blo
     if v and alg == '2' then wrongtype(key) end
   end
   local free, retry, reset, a, b, c, d
-  if alg == '0' then
+  if not v and not careful and alg ~= '1' then -- read as missing (see verdict): empty
+    free, retry, reset = l.count, n > l.count and -1 or 0, 0
+  elseif alg == '0' then
     free, retry, reset, a, b, c = log_check(key, v, l.count, l.window, n, now)
   elseif alg == '1' then
     free, retry, reset, a, b, c = buckets_check(key, l.count, l.window, l.prec, n, now)
   else
     free, retry, reset, a, b, c, d = counter_check(key, v, l.count, l.window, n, now)
   end
-  local f = math.floor(free / n)
-  if retry ~= 0 then f = 0 end
+  local f = retry == 0 and math.floor(free / n) or 0
   local ok, allowed, status, ban, k = decide_at(i + 1, keys, lk, vals, vo, spec, n, now, out, at, runs, blocked,
     math.min(fit, f), careful)
   if not ok then return false end
