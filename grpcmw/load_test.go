@@ -2,6 +2,7 @@ package grpcmw_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strconv"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ratewindow/ratewindow/core"
 	"github.com/ratewindow/ratewindow/grpcmw"
@@ -234,5 +236,53 @@ func TestClientObeysRefusals(t *testing.T) {
 		calls, rate, time.Since(began).Round(time.Millisecond), time.Duration(calls-rate)*time.Second/rate, refused.Load())
 	if refused.Load() == 0 {
 		t.Error("the upstream refused nothing: the test tested nothing")
+	}
+}
+
+// TestClientStream: the stream client interceptor counts each stream, and
+// a stream the upstream refuses when it starts blocks the quota on every
+// replica: the next stream whose deadline ends before the block does fails
+// at once, unsent, with core.ErrWaitExceedsDeadline.
+func TestClientStream(t *testing.T) {
+	srv := redistest.New(t)
+	upstream := mustNew(t, sharedLimiters(t, srv, 1)[0], grpcmw.Rule{Name: "streams", Limits: []core.Limit{core.PerMinute(1)}, Key: grpcmw.Method()})
+	addr, _ := start(t, grpc.ChainStreamInterceptor(upstream.Stream()))
+	var conns []*grpc.ClientConn
+	for _, l := range sharedLimiters(t, srv, 2) {
+		ci, err := grpcmw.NewClient(l, grpcmw.ClientRule{Name: "out", Limits: []core.Limit{core.PerSecond(100)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, dial(t, addr, grpc.WithChainStreamInterceptor(ci.Stream())))
+	}
+	desc := &grpc.StreamDesc{StreamName: "Chat", ServerStreams: true, ClientStreams: true}
+	open := func(cc *grpc.ClientConn, timeout time.Duration) error {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		cs, err := cc.NewStream(ctx, desc, chatMethod)
+		if err != nil {
+			return err
+		}
+		if err := cs.SendMsg(wrapperspb.String("x")); err != nil {
+			return cs.RecvMsg(new(wrapperspb.StringValue))
+		}
+		if err := cs.RecvMsg(new(wrapperspb.StringValue)); err != nil {
+			return err
+		}
+		return cs.CloseSend()
+	}
+	if err := open(conns[0], 10*time.Second); err != nil {
+		t.Fatalf("first stream: %v", err)
+	}
+	if err := open(conns[0], 10*time.Second); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("second stream: %v, want the upstream's ResourceExhausted", err)
+	}
+	began := time.Now()
+	err := open(conns[1], 2*time.Second) // the other replica
+	if !errors.Is(err, core.ErrWaitExceedsDeadline) {
+		t.Fatalf("third stream, from the other replica: %v, want ErrWaitExceedsDeadline (the quota is blocked)", err)
+	}
+	if d := time.Since(began); d > 1500*time.Millisecond {
+		t.Errorf("the third stream failed after %s, want at once", d)
 	}
 }
