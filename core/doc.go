@@ -30,8 +30,8 @@
 // every time stays in range: anything beyond is rejected with
 // ErrInvalidLimit before Redis is called.
 //
-// Each limit of a key is stored at "<prefix>{<key>}:<algorithm><window>",
-// such as "rw:{ip:203.0.113.9}:r1m": all limits of one key share the
+// Each limit of a key is stored at "<prefix>{<key>}:v2:<algorithm><window>",
+// such as "rw:{ip:203.0.113.9}:v2:r1m": all limits of one key share the
 // Redis Cluster hash tag, so one script can touch them all. Keys longer than
 // 128 bytes, and keys with braces, are replaced by a fixed-length hash.
 // Every stored key carries a TTL of about one window (up to two for the
