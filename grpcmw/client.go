@@ -74,8 +74,9 @@ const (
 // (core.ErrWaitExceedsDeadline, at once, nothing counted). When the
 // upstream refuses a call (RESOURCE_EXHAUSTED), the key is blocked on every
 // replica for the delay the upstream asked for (RetryInfo, else the
-// grpc-retry-pushback-ms trailer, else DefaultBlock; at most MaxBlock), and
-// a unary call goes again, up to MaxRetries times, waiting for its slot
+// grpc-retry-pushback-ms trailer, else DefaultBlock; at most MaxBlock; an
+// UNAVAILABLE with RetryInfo or pushback too, as a 503 with Retry-After is
+// for nethttp.Transport), and a unary call goes again, up to MaxRetries times, waiting for its slot
 // like any other; when the next slot lies past the caller's deadline, the
 // caller gets the upstream's refusal. When Redis fails, the Limiter's
 // failure mode decides (see nethttp.Transport).
@@ -226,15 +227,26 @@ func (s *obeyingStream) RecvMsg(m any) error {
 	return err
 }
 
-// refusal reads a call's error: refused for RESOURCE_EXHAUSTED, with the
+// refusal reads a call's error: refused for RESOURCE_EXHAUSTED, or
+// UNAVAILABLE with a delay (as nethttp.Transport reads a 503 with
+// Retry-After: an upstream's limiter that could not decide), with the
 // delay of its RetryInfo, else of the pushback trailer, else DefaultBlock,
 // at most MaxBlock.
 func (ci *ClientInterceptors) refusal(err error, trailer metadata.MD) (time.Duration, bool) {
 	st, ok := status.FromError(err)
-	if err == nil || !ok || st.Code() != codes.ResourceExhausted {
+	if err == nil || !ok {
 		return 0, false
 	}
 	d, found := RetryDelay(st, trailer)
+	switch st.Code() {
+	case codes.ResourceExhausted:
+	case codes.Unavailable:
+		if !found {
+			return 0, false
+		}
+	default:
+		return 0, false
+	}
 	if !found || d <= 0 {
 		d = DefaultRefusalBlock
 		if ci.rule.DefaultBlock > 0 {

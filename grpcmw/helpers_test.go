@@ -150,7 +150,10 @@ func (c *fixedClock) Advance(d time.Duration) {
 // redisLimiter returns a Limiter on a fresh prefix of the test's Redis.
 func redisLimiter(t testing.TB, srv *redistest.Server, opts ...core.Option) *core.Limiter {
 	t.Helper()
-	opts = append([]core.Option{core.WithPrefix("grpcmw-" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":")}, opts...)
+	opts = append([]core.Option{core.WithPrefix("grpcmw-" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"),
+		// a generous timeout: calls that expect Redis to decide must not
+		// be shed on a loaded machine
+		core.WithTimeout(5 * time.Second)}, opts...)
 	l, err := core.New(srv.Client(t), opts...)
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -27,7 +28,7 @@ func sharedLimiters(t *testing.T, srv *redistest.Server, n int, opts ...core.Opt
 	prefix := "grpcmw-" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
 	out := make([]*core.Limiter, n)
 	for i := range out {
-		l, err := core.New(srv.Client(t), append([]core.Option{core.WithPrefix(prefix)}, opts...)...)
+		l, err := core.New(srv.Client(t), append([]core.Option{core.WithPrefix(prefix), core.WithTimeout(5 * time.Second)}, opts...)...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -284,5 +285,51 @@ func TestClientStream(t *testing.T) {
 	}
 	if d := time.Since(began); d > 1500*time.Millisecond {
 		t.Errorf("the third stream failed after %s, want at once", d)
+	}
+}
+
+// TestClientObeysUnavailable: an upstream whose limiter fails closed
+// answers UNAVAILABLE with a RetryInfo of a second; the client takes it as
+// a refusal (as nethttp.Transport takes a 503 with Retry-After): it blocks
+// the quota for that second and tries again, up to MaxRetries, then hands
+// the caller the upstream's answer.
+func TestClientObeysUnavailable(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: redistest.Silent(t), MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rdb.Close() })
+	closed, err := core.New(rdb, core.WithFailureMode(core.FailClosed), core.WithTimeout(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := mustNew(t, closed, grpcmw.Rule{Name: "closed", Limits: []core.Limit{core.PerMinute(5)}, OnError: func(grpcmw.Call, error) {}})
+	addr, e := start(t, grpc.ChainUnaryInterceptor(i.Unary()))
+	var refused []bool
+	var mu sync.Mutex
+	l := sharedLimiters(t, redistest.New(t), 1, core.WithObserver(func(ev core.Event) {
+		if ev.Op == core.OpRefused {
+			mu.Lock()
+			refused = append(refused, ev.Retried)
+			mu.Unlock()
+		}
+	}))[0]
+	ci, err := grpcmw.NewClient(l, grpcmw.ClientRule{Name: "out", Limits: []core.Limit{core.PerSecond(100)}, MaxRetries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc := dial(t, addr, grpc.WithChainUnaryInterceptor(ci.Unary()))
+	began := time.Now()
+	_, err = say(context.Background(), cc, "x")
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("%v, want the upstream's Unavailable", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(refused, []bool{true, false}) {
+		t.Errorf("refusals observed (retried) %v, want [true false]", refused)
+	}
+	if d := time.Since(began); d < 900*time.Millisecond {
+		t.Errorf("the retry came after %s, sooner than the upstream's second", d)
+	}
+	if len(e.arrivals) != 0 {
+		t.Errorf("%d calls reached the handler, want none", len(e.arrivals))
 	}
 }
