@@ -10,8 +10,9 @@ import (
 	"github.com/ratewindow/ratewindow/core/internal/store"
 )
 
-// denyCache remembers denials until their RetryAfter has passed (see
-// WithDenyCache), at most size of them, split over the shards.
+// denyCache remembers denials until their RetryAfter has passed, asking
+// again at least every denyRecheck (see WithDenyCache), at most size of
+// them, split over the shards.
 //
 // Its keys are in the form store.HeldKey gives (a long key as its digest)
 // and a denial's limits are copied (ownLimits), so it keeps no
@@ -45,7 +46,8 @@ type denyShard struct {
 type denial struct {
 	n      int64
 	limits []Limit
-	until  int64 // ns on the Limiter's clock
+	until  int64 // ns on the Limiter's clock: asked again from then on
+	ends   int64 // ns on the Limiter's clock: when the denial's RetryAfter ends
 	result Result
 	probe  *probe // the request asking the backend again; nil: none
 }
@@ -117,11 +119,11 @@ func (c *denyCache) locked(key string, n int64, limits []Limit) (*denyShard, *de
 }
 
 // countedDown returns d's denial at now (ns): RetryAfter is the time left
-// until d.until, at least least; ResetAfter counts down alike, never below
+// until it ends, at least least; ResetAfter counts down alike, never below
 // RetryAfter.
 func (d *denial) countedDown(now int64, least time.Duration) Result {
 	r := d.result
-	left := time.Duration(d.until - now)
+	left := time.Duration(d.ends - now)
 	elapsed := r.RetryAfter - left
 	r.RetryAfter = max(left, least)
 	r.ResetAfter = max(r.ResetAfter-elapsed, r.RetryAfter)
@@ -140,16 +142,25 @@ func (c *denyCache) settle(key string, n int64, limits []Limit, p *probe) {
 	close(p.done)
 }
 
-// put remembers a denial made at now (ns) until its RetryAfter has passed.
+// denyRecheck is how long a cached denial answers before it is asked of
+// the backend again, when its RetryAfter is longer: a change made on
+// another replica (Refund, Reset, a cancelled Wait) reaches this one's
+// cache within it. It costs a denied hot key one call a second per
+// Limiter.
+const denyRecheck = time.Second
+
+// put remembers a denial made at now (ns) until its RetryAfter has passed,
+// or denyRecheck, whichever is sooner.
 func (c *denyCache) put(key string, n int64, limits []Limit, now int64, r Result) {
 	if r.Allowed || r.RetryAfter <= 0 {
 		return
 	}
-	until := now + int64(r.RetryAfter)
+	ends := now + int64(r.RetryAfter)
+	until := now + int64(min(r.RetryAfter, denyRecheck))
 	sh, d := c.locked(key, n, limits)
 	defer sh.mu.Unlock()
 	if d != nil { // a probe, if any, settles itself
-		d.until, d.result = until, ownResult(r, d.limits)
+		d.until, d.ends, d.result = until, ends, ownResult(r, d.limits)
 		return
 	}
 	ds := sh.m[key]
@@ -164,7 +175,7 @@ func (c *denyCache) put(key string, n int64, limits []Limit, now int64, r Result
 	}
 	own := ownLimits(limits)
 	ds = sh.m[key]
-	sh.m[key] = append(ds, denial{n: n, limits: own, until: until, result: ownResult(r, own)})
+	sh.m[key] = append(ds, denial{n: n, limits: own, until: until, ends: ends, result: ownResult(r, own)})
 	sh.n++
 }
 
@@ -249,7 +260,7 @@ func findDenial(ds []denial, n int64, limits []Limit) int {
 // allExpired reports whether every denial in ds has expired at now.
 func allExpired(ds []denial, now int64) bool {
 	for _, d := range ds {
-		if now < d.until {
+		if now < d.ends {
 			return false
 		}
 	}

@@ -223,9 +223,14 @@ func TestDenyCacheEntries(t *testing.T) {
 	c := newDenyCache(4) // 4 shards of 1
 
 	c.put("a", 1, lim, 0, r)
-	got, ok, _, _ := c.get("a", 1, lim, int64(4*time.Second))
-	if want := (Result{Limit: lim[0], RetryAfter: 6 * time.Second, ResetAfter: 46 * time.Second}); !ok || got != want {
+	got, ok, _, _ := c.get("a", 1, lim, int64(400*time.Millisecond))
+	if want := (Result{Limit: lim[0], RetryAfter: 9600 * time.Millisecond, ResetAfter: 49600 * time.Millisecond}); !ok || got != want {
 		t.Fatalf("counted down: %+v %v, want %+v", got, ok, want)
+	}
+	// the last denial, asked of the backend again after denyRecheck (1s of
+	// its 10s), still counts down to its own end
+	if got, ok := c.last("a", 1, lim, int64(4*time.Second)); !ok || got.RetryAfter != 6*time.Second || got.ResetAfter != 46*time.Second {
+		t.Fatalf("last: %+v %v", got, ok)
 	}
 	for _, miss := range []struct {
 		n      int64
@@ -235,10 +240,11 @@ func TestDenyCacheEntries(t *testing.T) {
 			t.Fatalf("hit for n=%d limits %v", miss.n, miss.limits)
 		}
 	}
-	// expired: the first caller probes, the next ones wait for it
-	_, ok, p, wait := c.get("a", 1, lim, int64(10*time.Second))
+	// due again (denyRecheck, sooner than RetryAfter): the first caller
+	// probes, the next ones wait for it
+	_, ok, p, wait := c.get("a", 1, lim, int64(denyRecheck))
 	if ok || p == nil || wait {
-		t.Fatalf("at RetryAfter: hit %v, probe %v, wait %v; want the probe", ok, p, wait)
+		t.Fatalf("at denyRecheck: hit %v, probe %v, wait %v; want the probe", ok, p, wait)
 	}
 	if _, ok, p2, wait := c.get("a", 1, lim, int64(11*time.Second)); ok || p2 != p || !wait {
 		t.Fatalf("while probing: hit %v, probe %v, wait %v; want to wait for the probe", ok, p2, wait)
@@ -295,5 +301,60 @@ func TestDenyCacheEntries(t *testing.T) {
 		if _, ok, _, _ := c.get(same[i], 1, lim, 10); ok != want {
 			t.Fatalf("key %d cached %v, want %v", i, ok, want)
 		}
+	}
+}
+
+// TestDenyCacheSeesOtherReplicas: a denial cached on replica A outlives a
+// change made on replica B (Refund, Reset) by at most denyRecheck: A's
+// next decision after it asks Redis again, whatever the denial's
+// RetryAfter (a minute here). Before, A answered its cached denial for the
+// whole minute while its own Peek said allowed.
+func TestDenyCacheSeesOtherReplicas(t *testing.T) {
+	srv := redistest.New(t)
+	for _, change := range []string{"refund", "reset"} {
+		t.Run(change, func(t *testing.T) {
+			clock := newFakeClock()
+			prefix := uniquePrefix(t)
+			replica := func() *Limiter {
+				l, err := New(srv.Client(t), WithClock(clock.Now), WithPrefix(prefix), WithTimeout(5*time.Second))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return l
+			}
+			a, b := replica(), replica()
+			ctx := context.Background()
+			lim := PerMinute(3)
+			for i := range 4 {
+				r, err := a.Allow(ctx, "k", lim)
+				if err != nil || r.Allowed != (i < 3) {
+					t.Fatalf("request %d on A: %+v %v", i, r, err)
+				}
+			}
+			var err error
+			if change == "refund" {
+				err = b.Refund(ctx, "k", 1, lim)
+			} else {
+				err = b.Reset(ctx, "k", lim)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			// within the second, A's cache answers: still denied, no round trip
+			advance := func(d time.Duration) {
+				clock.mu.Lock()
+				clock.t = clock.t.Add(d)
+				clock.mu.Unlock()
+			}
+			advance(denyRecheck - time.Millisecond)
+			if r, err := a.Allow(ctx, "k", lim); err != nil || r.Allowed || r.RetryAfter != time.Minute-denyRecheck+time.Millisecond {
+				t.Fatalf("A within the second: %+v %v, want the cached denial", r, err)
+			}
+			// then A asks Redis again: B's change holds
+			advance(time.Millisecond)
+			if r, err := a.Allow(ctx, "k", lim); err != nil || !r.Allowed {
+				t.Fatalf("A after the second: %+v %v, want allowed after B's %s", r, err, change)
+			}
+		})
 	}
 }

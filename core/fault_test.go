@@ -158,51 +158,80 @@ func TestFaultSilentServer(t *testing.T) {
 				// detached calls may hold the client up to its own timeouts
 				// (5s for a failover client): close it without waiting
 				t.Cleanup(func() { go rdb.Close() })
-				l, rec := faultLimiter(t, rdb, m.mode, 0.5)
-				ctx := context.Background()
-				lim := PerMinute(4)
-				stalls := stall.Start(t)
-				var slowest time.Duration
-				// 3 timeouts open the breaker; then answers are at once,
-				// until a probe after the pause times out again.
-				for i := range 8 {
-					if i == 5 {
-						time.Sleep(time.Duration(breakerPause) + 20*time.Millisecond)
+				// A decision is shed, not answered by the failure mode, when
+				// this process was short of CPU meanwhile (see cpuMeter): on
+				// a machine running many race-enabled tests at once that says
+				// nothing of the code, and the run is made again, with a
+				// fresh Limiter, up to 3 times.
+				for attempt := 1; ; attempt++ {
+					if !silentRun(t, rdb, m, margin) {
+						break
 					}
-					r, err, d := faultAllow(ctx, l, "k", lim)
-					slowest = max(slowest, d)
-					beyond(t, stalls, d, timeout+margin, fmt.Sprintf("request %d", i))
-					if err == nil || !isBackendError(err) {
-						t.Fatalf("request %d: error %v, want a backend error", i, err)
+					if attempt == 3 {
+						t.Fatal("3 runs in a row saw a decision shed: the process was short of CPU each time")
 					}
-					if !m.expect(i, r) {
-						t.Errorf("request %d: %s answered %+v", i, m.mode, r)
-					}
+					t.Logf("run %d saw a decision shed while the process was short of CPU: again", attempt)
 				}
-				ev := rec.take()
-				if got := tallyEvents(ev); got.total != 8 || got.failed != 8 {
-					t.Fatalf("observer: %+v, want 8 failed events", got)
-				}
-				timeouts := 0
-				for _, e := range ev {
-					if e.Fallback != m.mode || e.Err == nil || e.Op != OpAllow || e.Key != "k" || e.Latency <= 0 {
-						t.Fatalf("event %+v", e)
-					}
-					if errors.Is(e.Err, context.DeadlineExceeded) || isNetTimeout(e.Err) {
-						timeouts++
-					}
-				}
-				// 3 timeouts in sequence open the breaker: requests 0-2 time
-				// out once each (a timeout spends the decision's budget: no
-				// retry); then the probe (5)
-				want := 4
-				if timeouts != want {
-					t.Errorf("%d decisions timed out, want %d (the rest: circuit open)", timeouts, want)
-				}
-				t.Logf("silent server, %s, %s: slowest decision %v", c.name, m.mode, slowest.Round(time.Millisecond))
 			})
 		}
 	}
+}
+
+// silentRun is one run of TestFaultSilentServer's scenario with rdb, a
+// client of a silent server, under failure case m. It reports whether a
+// decision was shed (the run is inconclusive); it fails t otherwise.
+func silentRun(t *testing.T, rdb redis.UniversalClient, m failureCase, margin time.Duration) (inconclusive bool) {
+	t.Helper()
+	const timeout = DefaultTimeout
+	l, rec := faultLimiter(t, rdb, m.mode, 0.5)
+	ctx := context.Background()
+	lim := PerMinute(4)
+	stalls := stall.Start(t)
+	var slowest time.Duration
+	var results []Result
+	// 3 timeouts open the breaker; then answers are at once, until a probe
+	// after the pause times out again.
+	for i := range 8 {
+		if i == 5 {
+			time.Sleep(time.Duration(breakerPause) + 20*time.Millisecond)
+		}
+		r, err, d := faultAllow(ctx, l, "k", lim)
+		if errors.Is(err, ErrShed) {
+			return true
+		}
+		slowest = max(slowest, d)
+		beyond(t, stalls, d, timeout+margin, fmt.Sprintf("request %d", i))
+		if err == nil || !isBackendError(err) {
+			t.Fatalf("request %d: error %v, want a backend error", i, err)
+		}
+		results = append(results, r)
+	}
+	for i, r := range results {
+		if !m.expect(i, r) {
+			t.Errorf("request %d: %s answered %+v", i, m.mode, r)
+		}
+	}
+	ev := rec.take()
+	if got := tallyEvents(ev); got.total != 8 || got.failed != 8 {
+		t.Fatalf("observer: %+v, want 8 failed events", got)
+	}
+	timeouts := 0
+	for _, e := range ev {
+		if e.Fallback != m.mode || e.Err == nil || e.Op != OpAllow || e.Key != "k" || e.Latency <= 0 {
+			t.Fatalf("event %+v", e)
+		}
+		if errors.Is(e.Err, context.DeadlineExceeded) || isNetTimeout(e.Err) {
+			timeouts++
+		}
+	}
+	// 3 timeouts in sequence open the breaker: requests 0-2 time out once
+	// each (a timeout spends the decision's budget: no retry); then the
+	// probe (5)
+	if timeouts != 4 {
+		t.Errorf("%d decisions timed out, want 4 (the rest: circuit open)", timeouts)
+	}
+	t.Logf("silent server, %s: slowest decision %v", m.mode, slowest.Round(time.Millisecond))
+	return false
 }
 
 // beyond fails t when d, the time something took, passed bound by more

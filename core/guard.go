@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
+	"runtime/metrics"
 	"slices"
 	"sync"
 	"time"
@@ -26,6 +28,10 @@ type guard struct {
 	// masters holds a breaker per Cluster master: address → *breaker
 	masters sync.Map
 	mode    FailureMode
+	cpu     cpuMeter // whether a call without a reply waited for this process
+	// starved: a goroutine that waited this long to run shows the process
+	// short of CPU (see cpuMeter): half a decision's budget, at least 20ms
+	starved time.Duration
 	// local is FailLocal's store; nil for the other modes
 	local *memstore.Store
 	share float64 // FailLocal's share of each Count
@@ -119,7 +125,7 @@ func (g *guard) end(ctx context.Context, a attempt, err error) (kind, error) {
 		k = abandoned
 	case store.Replied(err):
 		k = rejected
-	case g.answeredSince(a):
+	case g.answeredSince(a), store.IsTimeout(err) && g.cpu.starvedSince(a.sent, g.remote.Clock(), g.starved):
 		k = overloaded
 	case store.IsTimeout(err):
 		k = timedOut
@@ -142,12 +148,12 @@ func (g *guard) end(ctx context.Context, a attempt, err error) (kind, error) {
 	return k, err
 }
 
-// call runs f, a call about key, behind the breaker.
-func (g *guard) call(ctx context.Context, key string, f func() error) (kind, error) {
+// call runs f, a call about r.Key, behind the breaker.
+func (g *guard) call(ctx context.Context, r store.Request, f func() error) (kind, error) {
 	if g.remote == nil {
 		return plain(f())
 	}
-	a, err := g.begin(key)
+	a, err := g.begin(r.Key)
 	if err != nil {
 		return failed, err
 	}
@@ -285,7 +291,7 @@ func (g *guard) reserve(ctx context.Context, r store.Request, longest int64) (re
 		err error
 	}
 	run := func(ctx context.Context) (o outcome) {
-		o.k, o.err = g.call(ctx, r.Key, func() (err error) {
+		o.k, o.err = g.call(ctx, r, func() (err error) {
 			o.res, err = g.next.Reserve(ctx, r, longest)
 			return err
 		})
@@ -332,7 +338,7 @@ func (g *guard) release(ctx context.Context, r store.Request, res reservation) e
 	case res.failed != nil:
 		return nil
 	}
-	return failure(g.call(ctx, r.Key, func() error { return g.next.Release(ctx, r, res.Reservation) }))
+	return failure(g.call(ctx, r, func() error { return g.next.Release(ctx, r, res.Reservation) }))
 }
 
 // block blocks the key in the local store too (it decides while Redis is
@@ -341,7 +347,7 @@ func (g *guard) block(ctx context.Context, r store.Request, d time.Duration) err
 	if g.local != nil {
 		_ = g.local.Block(ctx, g.localCopy(r), d)
 	}
-	return failure(g.call(ctx, r.Key, func() error { return g.next.Block(ctx, r, d) }))
+	return failure(g.call(ctx, r, func() error { return g.next.Block(ctx, r, d) }))
 }
 
 // reset forgets the key in the local store too, then in Redis; Redis's
@@ -350,7 +356,7 @@ func (g *guard) reset(ctx context.Context, r store.Request) error {
 	if g.local != nil {
 		_ = g.local.Reset(ctx, g.localCopy(r))
 	}
-	return failure(g.call(ctx, r.Key, func() error { return g.next.Reset(ctx, r) }))
+	return failure(g.call(ctx, r, func() error { return g.next.Reset(ctx, r) }))
 }
 
 // refund gives back units recorded by the local store (local: the failure
@@ -364,7 +370,7 @@ func (g *guard) refund(ctx context.Context, r store.Request, local bool) error {
 		}
 		return g.local.Refund(ctx, g.localCopy(r))
 	}
-	k, err := g.call(ctx, r.Key, func() error { return g.next.Refund(ctx, r) })
+	k, err := g.call(ctx, r, func() error { return g.next.Refund(ctx, r) })
 	if k != succeeded && k != abandoned && g.local != nil {
 		lr := g.localCopy(r)
 		lr.At = 0
@@ -383,4 +389,64 @@ func (e backendError) Unwrap() error { return e.err }
 func isBackendError(err error) bool {
 	var be backendError
 	return errors.As(err, &be)
+}
+
+// cpuMeter tells whether this process was short of CPU since a call was
+// sent: whether a goroutine waited to run (the runtime's
+// /sched/latencies:seconds) for at least half the decision's budget (see
+// guard.starved), as seen by a look at the histogram then or since. Then a
+// call that ran out of time without a reply may have waited for this
+// process, not for Redis: the goroutine that would read its reply, woken by
+// the network poller, stands in the run queue behind the runnable ones (in
+// a flood on 2 cores: 100s of ms), while its caller, woken by its timer,
+// runs at once and sees no reply. Answered by the failure mode, such calls
+// let requests through while Redis was healthy (TestFlood; beside two busy
+// loops, every run). So such a call is overload: shed, and not counted by
+// the breaker. On an idle machine a goroutine waits microseconds to run.
+// It is looked at when the Limiter is made (the counts from which later
+// looks count) and when a call ran out of time without a reply.
+type cpuMeter struct {
+	mu     sync.Mutex
+	sample [2]metrics.Sample
+	last   []uint64 // the histogram's counts at the last look
+	seen   int64    // the store's clock at the last look that saw a wait
+}
+
+// starvedSince reports whether the process was short of CPU between sent
+// and now (the store's clock): a goroutine waited at least wait to run.
+func (m *cpuMeter) starvedSince(sent, now int64, wait time.Duration) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.look(wait) {
+		m.seen = now
+	}
+	return m.seen != 0 && m.seen >= sent
+}
+
+// look reports whether a goroutine waited at least wait to run since the
+// last look, or would now: the goroutines that wait to run fill the
+// processors' time slices (10ms each, the scheduler's) for that long. The
+// waits are counted when a goroutine gets to run, so the queue shows a
+// flood's starvation sooner.
+func (m *cpuMeter) look(wait time.Duration) bool {
+	if wait <= 0 {
+		return false // no budget: nothing to tell
+	}
+	m.sample[0].Name = "/sched/latencies:seconds"
+	m.sample[1].Name = "/sched/goroutines/runnable:goroutines"
+	metrics.Read(m.sample[:])
+	if m.sample[0].Value.Kind() != metrics.KindFloat64Histogram {
+		return false // not measured by this runtime
+	}
+	queued := m.sample[1].Value.Kind() == metrics.KindUint64 &&
+		m.sample[1].Value.Uint64() >= uint64(runtime.GOMAXPROCS(0))*uint64(wait/(10*time.Millisecond))
+	h := m.sample[0].Value.Float64Histogram()
+	first, seen := len(m.last) == 0, queued
+	for i, c := range h.Counts {
+		if !first && h.Buckets[i] >= wait.Seconds() && i < len(m.last) && c > m.last[i] {
+			seen = true
+		}
+	}
+	m.last = append(m.last[:0], h.Counts...)
+	return seen
 }

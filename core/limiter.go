@@ -69,7 +69,8 @@ func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
 	}
 	l := newLimiter(c)
 	rs := redisstore.New(rdb, c.prefix)
-	l.guard = &guard{next: rs, remote: rs, mode: c.mode, share: c.share}
+	l.guard = &guard{next: rs, remote: rs, mode: c.mode, share: c.share, starved: max(c.timeout/2, 20*time.Millisecond)}
+	l.guard.cpu.look(l.guard.starved) // the counts from which later looks count
 	if c.mode == FailLocal {
 		l.guard.local = memstore.New(l.micros)
 	}
@@ -155,8 +156,9 @@ func (l *Limiter) Peek(ctx context.Context, key string, limits ...Limit) (Result
 }
 
 // Reset forgets every unit recorded for key under limits, lifts the key's
-// Block, and forgets this Limiter's cached denials of key. A Redis failure is returned: no failure
-// mode answers for Reset.
+// Block, and forgets this Limiter's cached denials of key (another
+// replica's answer within a second, see WithDenyCache). A Redis failure is
+// returned: no failure mode answers for Reset.
 func (l *Limiter) Reset(ctx context.Context, key string, limits ...Limit) error {
 	if err := validate(key, 1, limits); err != nil {
 		return err
@@ -170,8 +172,9 @@ func (l *Limiter) Reset(ctx context.Context, key string, limits ...Limit) error 
 // Refund gives back n units of key under every limit: units recorded
 // within the last window, the newest first (reservations in the future are
 // never given back), never going below empty. Remaining and RetryAfter
-// reflect it at once, on every replica; this Limiter's cached denials of
-// key are forgotten. It undoes a charge, such as a login counter after the
+// reflect it at once in Redis, for every replica: this Limiter's cached
+// denials of key are forgotten, and another replica's answer within a
+// second (see WithDenyCache). It undoes a charge, such as a login counter after the
 // login succeeded; Rule.CountIf is built on it.
 //
 // On a sliding log the newest units go, which may be another request's

@@ -119,13 +119,17 @@ func WithFailureMode(m FailureMode) Option { return Option{func(c *config) { c.m
 func WithLocalShare(share float64) Option { return Option{func(c *config) { c.share = share }} }
 
 // WithDenyCache sets how many denials the Limiter remembers, answering
-// repeat requests without a round trip until their RetryAfter has passed.
-// A denial is final until then, so the cache never changes a decision: it
-// is kept per key, limits and cost (a smaller cost or other limits go to
-// Redis). When one expires, one request of the key asks Redis again while
-// the others wait for its answer, at most the timeout. Reset forgets the
-// key's denials in this Limiter only. When full, the cache evicts,
-// preferring expired denials. Zero turns it off. Default
+// repeat requests without a round trip until their RetryAfter has passed,
+// or for one second, whichever is sooner. A denial stands until then
+// unless something changes the key's units (Refund, Reset, a cancelled
+// Wait): this Limiter forgets its own denials of the key at once, and a
+// change made on another replica reaches this one's cache within a second,
+// when its cached denial is asked of Redis again; it costs a denied hot
+// key one round trip a second per Limiter. The cache is kept per key,
+// limits and cost (a smaller cost or other limits go to Redis). When a
+// denial is due, one request of the key asks Redis again while the others
+// wait for its answer, within their own decision's timeout. When full, the
+// cache evicts, preferring expired denials. Zero turns it off. Default
 // DefaultDenyCacheSize. NewMemory has none: it has no round trip to save.
 //
 // Its memory is bounded whatever the clients send (long keys are kept as

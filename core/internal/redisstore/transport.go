@@ -15,13 +15,16 @@ import (
 )
 
 // transport sends one Limiter's script calls to Redis, by one routing
-// rule, rueidis's: a call alone (none in flight, none queued) goes straight
-// out on its caller's goroutine; otherwise it is queued, and a flusher
-// sends everything queued at once (see send: on a single server the
+// rule, rueidis's: on a single server, a call alone (none in flight, none
+// queued) goes straight out on its caller's goroutine; otherwise it is
+// queued, and a flusher sends everything queued at once (see send: the
 // decisions as one allow_batch call, everything else in one go-redis
 // pipeline), with at most maxInFlight round trips in flight. Under load
 // the batches grow by themselves, and each round trip serves many
-// decisions.
+// decisions. On a Cluster or Ring nothing merges (the keys of different
+// decisions live on different nodes) and a pipeline would hold every
+// node's replies until the slowest node's came: every call goes to the
+// client on its own, which routes it to its node.
 //
 // Every call ends for its caller at its deadline (the decision's one
 // budget, or its caller's context). A call alone is sent through a client
@@ -29,19 +32,21 @@ import (
 // the connection of a read cut short. A queued call's caller waits for its
 // reply or its deadline, whichever comes first, while the flusher reads the
 // reply to the end: a slow moment (a flood on a machine short of CPU)
-// costs no connection, and the next calls find theirs ready. A client that
-// cannot end its waits at a deadline (a Cluster or Ring without
-// ContextTimeoutEnabled) queues every call. The transport adds no hook to
-// the client.
+// costs no connection, and the next calls find theirs ready. A Cluster or
+// Ring without ContextTimeoutEnabled cannot end a call at its deadline: its
+// calls run on goroutines of their own, which their callers leave at the
+// deadline. The transport adds no hook to the client.
 type transport struct {
-	rdb  redis.Scripter
-	pipe func() redis.Pipeliner // nil: the client cannot pipeline
+	rdb    redis.Scripter
+	pipe   func() redis.Pipeliner // nil: the client cannot pipeline
+	single bool                   // a single server (a *redis.Client): calls queue and merge
 	// direct sends a call on its caller's goroutine and ends it at its
 	// context's deadline, wherever go-redis waits (the pool, a dial, the
 	// handshake, a read, a retry's backoff): rdb itself with
 	// ContextTimeoutEnabled; for a *redis.Client without it (go-redis's
 	// default), a clone of it with ContextTimeoutEnabled, which shares its
-	// connections and runs none of its hooks; nil: calls are queued
+	// connections and runs none of its hooks; nil: none (a Cluster or Ring
+	// without it)
 	direct redis.Scripter
 	lib    *library // runs the scripts as FCALL once loaded; nil: EVALSHA
 
@@ -108,7 +113,7 @@ func newTransport(rdb redis.Scripter) *transport {
 	case *redis.Client: // a failover client too
 		opt := c.Options()
 		t.health = dialHealth(opt.Dialer, opt.DialTimeout, opt.Network, opt.Addr)
-		t.direct = c
+		t.single, t.direct = true, c
 		if !opt.ContextTimeoutEnabled {
 			clone := c.WithTimeout(opt.ReadTimeout)
 			clone.Options().ContextTimeoutEnabled = true // the clone's own options
@@ -290,19 +295,15 @@ func (t *transport) run(ctx context.Context, c *call, deadline time.Time) (any, 
 		t.recycle(c)
 		return nil, context.DeadlineExceeded
 	}
+	if !t.single {
+		return t.runAlone(ctx, c, deadline)
+	}
 	t.mu.Lock()
-	if t.inflight == 0 && t.direct != nil {
+	if t.inflight == 0 {
 		t.inflight++
 		t.mu.Unlock()
 		defer t.handOff()
-		if dl, ok := ctx.Deadline(); !deadline.IsZero() && (!ok || deadline.Before(dl)) {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithDeadline(ctx, deadline)
-			defer cancel()
-		}
-		reply, err := t.runOne(ctx, t.direct, c)
-		t.recycle(c)
-		return reply, err
+		return t.runAlone(ctx, c, deadline)
 	}
 	c.ctx, c.limit = ctx, deadline
 	t.queue = append(t.queue, c)
@@ -315,6 +316,28 @@ func (t *transport) run(ctx context.Context, c *call, deadline time.Time) (any, 
 		go t.flush()
 	}
 	return t.await(ctx, c, deadline)
+}
+
+// runAlone sends c on its own and returns its reply by deadline at the
+// latest: on the caller's goroutine through direct, else on a goroutine of
+// its own, which the caller leaves at the deadline.
+func (t *transport) runAlone(ctx context.Context, c *call, deadline time.Time) (any, error) {
+	if dl, ok := ctx.Deadline(); !deadline.IsZero() && (!ok || deadline.Before(dl)) {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
+	if t.direct != nil {
+		reply, err := t.runOne(ctx, t.direct, c)
+		t.recycle(c)
+		return reply, err
+	}
+	c.ctx = ctx
+	go func() {
+		reply, err := t.runOne(context.WithoutCancel(ctx), t.rdb, c)
+		t.finish(c, reply, err)
+	}()
+	return t.await(ctx, c, time.Time{})
 }
 
 // await waits for c's reply, filled by another goroutine, or for ctx's
