@@ -1,6 +1,9 @@
 package core
 
-import "context"
+import (
+	"context"
+	"errors"
+)
 
 // Check reports whether the Limiter can do its job: nil only when Redis is
 // reachable, accepts this client's credentials, lets it run the scripts
@@ -23,4 +26,15 @@ import "context"
 // INFO, or the server has neither, as miniredis), the error matches
 // ErrCheckIncomplete and says why. Other errors wrap Redis's own
 // (WRONGPASS, NOPERM, a refused dial).
-func (l *Limiter) Check(ctx context.Context) error { return l.guard.next.Check(ctx) }
+//
+// Check also loads the scripts that decisions run (the function library,
+// or where Redis has no functions the scripts themselves), so that a Redis
+// that cannot take them (used memory near maxmemory: about 130 KB of
+// scripts) fails Check, with an error that matches ErrNoWrites, rather
+// than the first decision. A nil ctx is an error.
+func (l *Limiter) Check(ctx context.Context) error {
+	if ctx == nil {
+		return errors.New("ratewindow: check: nil context")
+	}
+	return l.guard.next.Check(ctx)
+}

@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -195,5 +196,57 @@ func TestCheckOther(t *testing.T) {
 	}
 	if err := NewMemory().Check(ctx); err != nil {
 		t.Fatalf("memory: %v", err)
+	}
+}
+
+// TestCheckLoadsScripts: Check loads what decisions will load. With used
+// memory a little under maxmemory (noeviction), check.lua's small write
+// fits but the Limiter's scripts do not: Check fails with ErrNoWrites,
+// where it used to pass and the first decision then failed with OOM. With
+// room again, Check passes and decisions run. A nil context is an error,
+// never a panic, for Redis and memory Limiters alike.
+func TestCheckLoadsScripts(t *testing.T) {
+	p := redistest.Start(t)
+	rdb := p.Client(t)
+	ctx := context.Background()
+	l, err := New(rdb, WithPrefix(uniquePrefix(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := rdb.Info(ctx, "memory").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var usedMemory int64
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+			usedMemory, _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	if usedMemory == 0 {
+		t.Fatalf("no used_memory in INFO memory: %q", info)
+	}
+	// 40 KB of room: a small key fits, the scripts (about 130 KB) do not
+	for _, kv := range [][2]string{{"maxmemory-policy", "noeviction"}, {"maxmemory", strconv.FormatInt(usedMemory+40<<10, 10)}} {
+		if err := rdb.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Check(ctx); !errors.Is(err, ErrNoWrites) {
+		t.Fatalf("Check near maxmemory: %v, want an error matching ErrNoWrites", err)
+	}
+	if err := rdb.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Check(ctx); err != nil {
+		t.Fatalf("Check with room: %v", err)
+	}
+	if r, err := l.Allow(ctx, "k", PerMinute(1)); err != nil || r.BackendErr != nil || !r.Allowed {
+		t.Fatalf("a decision after Check: %+v %v", r, err)
+	}
+	for _, lim := range []*Limiter{l, NewMemory()} {
+		if err := lim.Check(nil); err == nil || !strings.Contains(err.Error(), "nil context") {
+			t.Fatalf("Check(nil): %v, want an error naming the nil context", err)
+		}
 	}
 }

@@ -22,8 +22,54 @@ var checkLua string
 func checkKey(prefix, tag string) string { return prefix + "{" + tag + "}:check" }
 
 // Check runs core.Limiter.Check on every node of s's client: each
-// answers, runs the scripts, takes a write and will not evict.
+// answers, runs the scripts, takes a write and will not evict; then it
+// loads what decisions run (see loadScripts), so that a Redis that cannot
+// take them (used memory near maxmemory) fails here, at start-up, and not
+// at the first decision.
 func (s *Store) Check(ctx context.Context) error {
+	if ctx == nil {
+		return errors.New("ratewindow: check: nil context")
+	}
+	err := s.checkNodes(ctx)
+	if err != nil && !errors.Is(err, store.ErrCheckIncomplete) {
+		return err
+	}
+	if lerr := s.loadScripts(ctx); lerr != nil {
+		return lerr
+	}
+	return err
+}
+
+// loadScripts loads the function library that decisions call (FUNCTION
+// LOAD, on every master), or where the server or the client cannot (Redis
+// 6, miniredis, an ACL, a Ring), the scripts they run with EVALSHA
+// (SCRIPT LOAD): the scripts' memory is taken now. A refusal is explained
+// (see explainRefusal): OOM matches store.ErrNoWrites.
+func (s *Store) loadScripts(ctx context.Context) error {
+	if lib := s.t.lib; lib != nil && lib.state.Load() != libraryUnusable {
+		err := lib.load(ctx)
+		switch {
+		case err == nil:
+			lib.state.Store(libraryLoaded)
+			return nil
+		case !cannotLoad(err):
+			return fmt.Errorf("ratewindow: check: loading the scripts (FUNCTION LOAD): %w", explainRefusal(err))
+		}
+		lib.state.Store(libraryUnusable)
+	}
+	for _, sc := range []*script{s.allowS, s.allowBatchS, s.reserveS, s.releaseS, s.resetS, s.blockS, s.refundS} {
+		if sc == nil {
+			continue // no merged calls but on a single server
+		}
+		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
+			return fmt.Errorf("ratewindow: check: loading the scripts (SCRIPT LOAD): %w", explainRefusal(err))
+		}
+	}
+	return nil
+}
+
+// checkNodes checks every node of s's client.
+func (s *Store) checkNodes(ctx context.Context) error {
 	sc := redis.NewScript(checkLua)
 	switch c := s.rdb.(type) {
 	case *redis.Client: // also NewFailoverClient
