@@ -22,6 +22,10 @@ const (
 	OutcomeAllowed = "allowed"
 	OutcomeDenied  = "denied"
 	OutcomeError   = "error"
+	// OutcomeShed: the decision was shed for overload (core.ErrShed):
+	// Redis answered other calls but not this one in time; answered as
+	// FailClosed answers, and no Redis failure.
+	OutcomeShed = "shed"
 )
 
 // Recorder turns core.Events into OpenTelemetry measurements. Pass its
@@ -36,10 +40,10 @@ type Recorder struct {
 
 // ruleAttrs are the attribute sets of one rule, built once.
 type ruleAttrs struct {
-	allowed, denied, failed metric.MeasurementOption
-	rule                    metric.MeasurementOption
-	modes                   [core.FailLocal + 1]metric.MeasurementOption
-	refused, retried        metric.MeasurementOption
+	allowed, denied, failed, shed metric.MeasurementOption
+	rule                          metric.MeasurementOption
+	modes                         [core.FailLocal + 1]metric.MeasurementOption
+	refused, retried              metric.MeasurementOption
 }
 
 // New returns a Recorder whose instruments come from mp's meter
@@ -97,6 +101,8 @@ func (r *Recorder) Observe(e core.Event) {
 		return
 	}
 	switch {
+	case e.Shed:
+		r.decisions.Add(ctx, 1, a.shed)
 	case e.Failed, e.Op != core.OpWait && e.Err != nil:
 		r.decisions.Add(ctx, 1, a.failed)
 	case e.Result.Allowed:
@@ -127,6 +133,7 @@ func (r *Recorder) forRule(rule string) *ruleAttrs {
 		allowed: set(attribute.String(AttrOutcome, OutcomeAllowed)),
 		denied:  set(attribute.String(AttrOutcome, OutcomeDenied)),
 		failed:  set(attribute.String(AttrOutcome, OutcomeError)),
+		shed:    set(attribute.String(AttrOutcome, OutcomeShed)),
 		rule:    set(),
 		refused: set(attribute.Bool(AttrRetried, false)),
 		retried: set(attribute.Bool(AttrRetried, true)),

@@ -78,7 +78,8 @@ func TestRecorder(t *testing.T) {
 	// twice on a Limiter with a deny cache (the memory one has none)
 	rec.Observe(core.Event{Op: core.OpAllow, Rule: "login", CacheHit: true})
 	rec.Observe(core.Event{Op: core.OpRefused, Rule: "api", Retried: true})
-	rec.Observe(core.Event{Op: core.OpAllow, Rule: "login", Banned: true}) // a Penalty's ban
+	rec.Observe(core.Event{Op: core.OpAllow, Rule: "login", Banned: true})                // a Penalty's ban
+	rec.Observe(core.Event{Op: core.OpAllow, Rule: "api", Shed: true, Err: core.ErrShed}) // overload: no failure
 
 	got := collect(t, reader)
 	rule := func(r string) attribute.KeyValue { return attribute.String(AttrRule, r) }
@@ -91,6 +92,7 @@ func TestRecorder(t *testing.T) {
 		{"ratewindow.decisions", set(rule(""), attribute.String(AttrOutcome, OutcomeDenied)), 1},
 		{"ratewindow.decisions", set(rule(""), attribute.String(AttrOutcome, OutcomeError)), 3},
 		{"ratewindow.decisions", set(rule("login"), attribute.String(AttrOutcome, OutcomeDenied)), 2},
+		{"ratewindow.decisions", set(rule("api"), attribute.String(AttrOutcome, OutcomeShed)), 1},
 		{"ratewindow.bans", set(rule("login")), 1},
 		{"ratewindow.failure_mode.answers", set(rule(""), attribute.String(AttrFailureMode, "fail-open")), 1},
 		{"ratewindow.failure_mode.answers", set(rule(""), attribute.String(AttrFailureMode, "fail-closed")), 1},

@@ -29,6 +29,10 @@ const (
 	OutcomeAllowed = "allowed"
 	OutcomeDenied  = "denied"
 	OutcomeError   = "error"
+	// OutcomeShed: the decision was shed for overload (core.ErrShed):
+	// Redis answered other calls but not this one in time; answered as
+	// FailClosed answers, and no Redis failure.
+	OutcomeShed = "shed"
 )
 
 // Collector turns core.Events into Prometheus metrics. Pass its Observe
@@ -48,6 +52,7 @@ type Collector struct {
 // ruleMetrics are the series of one rule, looked up once.
 type ruleMetrics struct {
 	allowed, denied, failed prom.Counter
+	shed                    prom.Counter
 	cacheHits               prom.Counter
 	bans                    prom.Counter
 	errors                  [core.FailLocal + 1]prom.Counter // by failure mode
@@ -65,7 +70,7 @@ func NewCollector(opts Opts) *Collector {
 	return &Collector{
 		decisions: prom.NewCounterVec(prom.CounterOpts{
 			Name:        "ratewindow_decisions_total",
-			Help:        "Rate-limit decisions by rule and outcome: allowed, denied, or error when the failure mode answered for Redis.",
+			Help:        "Rate-limit decisions by rule and outcome: allowed, denied, error when the failure mode answered for Redis, or shed when this process's decision ran out of time while Redis answered (overload).",
 			ConstLabels: opts.ConstLabels,
 		}, []string{"rule", "outcome"}),
 		cacheHits: prom.NewCounterVec(prom.CounterOpts{
@@ -117,6 +122,8 @@ func (c *Collector) Observe(e core.Event) {
 		return
 	}
 	switch {
+	case e.Shed:
+		m.shed.Inc()
 	case e.Failed, e.Op != core.OpWait && e.Err != nil: // no decision of Redis's
 		m.failed.Inc()
 	case e.Result.Allowed:
@@ -143,6 +150,7 @@ func (c *Collector) forRule(rule string) *ruleMetrics {
 		allowed:   c.decisions.WithLabelValues(rule, OutcomeAllowed),
 		denied:    c.decisions.WithLabelValues(rule, OutcomeDenied),
 		failed:    c.decisions.WithLabelValues(rule, OutcomeError),
+		shed:      c.decisions.WithLabelValues(rule, OutcomeShed),
 		cacheHits: c.cacheHits.WithLabelValues(rule),
 		bans:      c.bans.WithLabelValues(rule),
 		duration:  c.duration.WithLabelValues(rule),

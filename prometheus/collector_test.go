@@ -26,6 +26,7 @@ func TestCollectorEvents(t *testing.T) {
 		{Op: core.OpAllow, Rule: "login", Result: core.Result{Allowed: true}, Failed: true, Fallback: core.FailOpen, Latency: 100 * ms},
 		{Op: core.OpAllow, Rule: "api", Result: core.Result{}, Failed: true, Fallback: core.FailClosed, Latency: 250 * ms},
 		{Op: core.OpAllow, Rule: "api", Result: core.Result{Allowed: true}, Failed: true, Fallback: core.FailLocal, Latency: 62500 * time.Microsecond},
+		{Op: core.OpAllow, Rule: "api", Result: core.Result{}, Shed: true, Err: core.ErrShed, Latency: 100 * ms},  // overload: no failure
 		{Op: core.OpPeek, Rule: "api", Result: core.Result{Allowed: true}, Latency: ms},                           // not a decision
 		{Op: core.OpPeek, Rule: "api", Result: core.Result{Allowed: true}, Failed: true, Fallback: core.FailOpen}, // but an error
 		{Op: core.OpWait, Rule: "", Result: core.Result{Allowed: true}, Latency: 3 * time.Second},                 // no duration
@@ -46,7 +47,7 @@ ratewindow_backend_errors_total{mode="fail-local",rule="login"} 0
 ratewindow_backend_errors_total{mode="fail-open",rule=""} 0
 ratewindow_backend_errors_total{mode="fail-open",rule="api"} 1
 ratewindow_backend_errors_total{mode="fail-open",rule="login"} 1
-# HELP ratewindow_decisions_total Rate-limit decisions by rule and outcome: allowed, denied, or error when the failure mode answered for Redis.
+# HELP ratewindow_decisions_total Rate-limit decisions by rule and outcome: allowed, denied, error when the failure mode answered for Redis, or shed when this process's decision ran out of time while Redis answered (overload).
 # TYPE ratewindow_decisions_total counter
 ratewindow_decisions_total{outcome="allowed",rule=""} 1
 ratewindow_decisions_total{outcome="allowed",rule="api"} 0
@@ -57,6 +58,9 @@ ratewindow_decisions_total{outcome="denied",rule="login"} 2
 ratewindow_decisions_total{outcome="error",rule=""} 0
 ratewindow_decisions_total{outcome="error",rule="api"} 2
 ratewindow_decisions_total{outcome="error",rule="login"} 1
+ratewindow_decisions_total{outcome="shed",rule=""} 0
+ratewindow_decisions_total{outcome="shed",rule="api"} 1
+ratewindow_decisions_total{outcome="shed",rule="login"} 0
 # HELP ratewindow_deny_cache_hits_total Denials answered from the deny cache without a round trip to Redis.
 # TYPE ratewindow_deny_cache_hits_total counter
 ratewindow_deny_cache_hits_total{rule=""} 0
@@ -70,10 +74,10 @@ ratewindow_decision_duration_seconds_bucket{rule="",le="+Inf"} 0
 ratewindow_decision_duration_seconds_sum{rule=""} 0
 ratewindow_decision_duration_seconds_count{rule=""} 0
 ratewindow_decision_duration_seconds_bucket{rule="api",le="0.001"} 0
-ratewindow_decision_duration_seconds_bucket{rule="api",le="0.1"} 1
-ratewindow_decision_duration_seconds_bucket{rule="api",le="+Inf"} 2
-ratewindow_decision_duration_seconds_sum{rule="api"} 0.3125
-ratewindow_decision_duration_seconds_count{rule="api"} 2
+ratewindow_decision_duration_seconds_bucket{rule="api",le="0.1"} 2
+ratewindow_decision_duration_seconds_bucket{rule="api",le="+Inf"} 3
+ratewindow_decision_duration_seconds_sum{rule="api"} 0.4125
+ratewindow_decision_duration_seconds_count{rule="api"} 3
 ratewindow_decision_duration_seconds_bucket{rule="login",le="0.001"} 2
 ratewindow_decision_duration_seconds_bucket{rule="login",le="0.1"} 5
 ratewindow_decision_duration_seconds_bucket{rule="login",le="+Inf"} 5

@@ -42,4 +42,5 @@ func ExampleCollector() {
 	// outcome=allowed rule=login  2
 	// outcome=denied rule=login  1
 	// outcome=error rule=login  0
+	// outcome=shed rule=login  0
 }
