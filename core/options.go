@@ -41,26 +41,39 @@ func WithPrefix(prefix string) Option { return Option{func(c *config) { c.prefix
 // server's time.
 func WithClock(now func() time.Time) Option { return Option{func(c *config) { c.clock = now }} }
 
-// WithTimeout bounds every call to Redis, or the caller's context when it
-// ends earlier: a decision that takes longer is answered by the failure
-// mode, with a Result.BackendErr that wraps context.DeadlineExceeded. Zero
-// means no bound beyond the caller's context. Default DefaultTimeout.
+// WithTimeout sets a decision's budget: the time from when it is asked to
+// its answer, or the caller's context's deadline when it is sooner (then
+// the caller gets ctx's error and no decision). The wait for another
+// caller's probe of a cached denial, the call to Redis, and a retry all
+// spend this one budget, whatever the client's options (go-redis's pool,
+// dials and retries included): a decision takes at most the timeout, plus
+// the time this process takes to schedule its goroutine. Zero means no
+// bound beyond the caller's context. Default DefaultTimeout.
 //
-// A timeout counts towards the circuit breaker only when Redis (on a
-// Cluster, the key's master) answered nothing since the call was sent;
-// otherwise Redis or this process is overloaded. Either way, the key's
-// cached denial answers if there is one; otherwise the call goes again
-// once within the caller's context (not under FailLocal, whose local
-// decision counts units), then the failure mode answers: a decision takes
-// at most two timeouts, and none while the breaker is open (but its one
-// probe). An error that Redis answered (a script error, NOPERM, OOM,
-// TRYAGAIN) is that decision's failure, answered by the failure mode at
-// once; it never opens the breaker for other keys.
+// When the budget runs out without Redis's answer:
+//   - if the key's denial is cached, even an expired one, it answers;
+//   - if Redis answered this client's other calls meanwhile, or this
+//     process was short of CPU (a goroutine waited half the budget to run),
+//     Redis is alive and this process or the network is slow: the decision
+//     is shed, answered as FailClosed answers (denied; the HTTP middleware
+//     answers 503 with Retry-After) whatever the failure mode, with a
+//     Result.BackendErr that matches ErrShed. Redis may still have counted
+//     it, which errs on the safe side. The circuit breaker does not count
+//     it;
+//   - otherwise Redis answered nothing: the failure mode answers, and the
+//     timeout counts towards the circuit breaker (on a Cluster, the key's
+//     master's).
 //
-// The bound holds whatever the client's options, go-redis's retries
-// included. A *redis.Client without ContextTimeoutEnabled (the default)
-// sends decisions through its WithTimeout(d) clone, which runs none of the
-// client's hooks: for hooks (tracing, metrics) that see every call, set
+// A call that failed without any reply while budget is left (a broken
+// connection) goes again once, but not under FailLocal, whose local
+// decision counts units. An error that Redis answered (a script error,
+// NOPERM, OOM, TRYAGAIN, WRONGTYPE) is that decision's failure, answered
+// by the failure mode at once; it never opens the breaker for other keys.
+//
+// A *redis.Client without ContextTimeoutEnabled (the go-redis default)
+// sends a decision alone through a clone of itself with
+// ContextTimeoutEnabled, which shares its connections and runs none of
+// its hooks: for hooks (tracing, metrics) that see every call, set
 // ContextTimeoutEnabled. New adds no hook to the client.
 func WithTimeout(d time.Duration) Option { return Option{func(c *config) { c.timeout = d }} }
 
