@@ -29,9 +29,10 @@ type guard struct {
 	masters sync.Map
 	mode    FailureMode
 	cpu     cpuMeter // whether a call without a reply waited for this process
-	// starved: a goroutine that waited this long to run shows the process
-	// short of CPU (see cpuMeter): half a decision's budget, at least 20ms
-	starved time.Duration
+	// budget is a decision's (the Limiter's timeout); starved: a goroutine
+	// that waited this long to run shows the process short of CPU (see
+	// cpuMeter): half the budget, at most 20ms
+	budget, starved time.Duration
 	// local is FailLocal's store; nil for the other modes
 	local *memstore.Store
 	share float64 // FailLocal's share of each Count
@@ -107,11 +108,15 @@ func (g *guard) breakerFor(key string) *breaker {
 // since a was sent: on a Cluster, its master (the replies to this
 // Limiter's calls on its keys), so that a silent master's timeouts count
 // while the others answer; else the client.
-func (g *guard) answeredSince(a attempt) bool {
+func (g *guard) answeredSince(a attempt) bool { return g.answeredAfter(a, a.sent) }
+
+// answeredAfter reports whether the node that serves a's key answered
+// after t (the store's clock; see answeredSince).
+func (g *guard) answeredAfter(a attempt, t int64) bool {
 	if a.br != &g.br {
-		return a.br.lastReply.Load() >= a.sent
+		return a.br.lastReply.Load() >= t
 	}
-	return g.remote.AnsweredSince(a.sent)
+	return g.remote.AnsweredSince(t)
 }
 
 // end classifies the outcome err of attempt a by the caller's ctx (the
@@ -125,7 +130,7 @@ func (g *guard) end(ctx context.Context, a attempt, err error) (kind, error) {
 		k = abandoned
 	case store.Replied(err):
 		k = rejected
-	case g.answeredSince(a), store.IsTimeout(err) && g.cpu.starvedSince(a.sent, g.remote.Clock(), g.starved):
+	case g.answeredSince(a), store.IsTimeout(err) && g.starvedAlive(a):
 		k = overloaded
 	case store.IsTimeout(err):
 		k = timedOut
@@ -392,61 +397,79 @@ func isBackendError(err error) bool {
 }
 
 // cpuMeter tells whether this process was short of CPU since a call was
-// sent: whether a goroutine waited to run (the runtime's
-// /sched/latencies:seconds) for at least half the decision's budget (see
-// guard.starved), as seen by a look at the histogram then or since. Then a
-// call that ran out of time without a reply may have waited for this
+// sent (see guard.starved), by the runtime's metrics: how long goroutines
+// waited to run (/sched/latencies:seconds, counted when a goroutine gets to
+// run) and how many wait now (/sched/goroutines/runnable:goroutines). Then
+// a call that ran out of time without a reply may have waited for this
 // process, not for Redis: the goroutine that would read its reply, woken by
 // the network poller, stands in the run queue behind the runnable ones (in
 // a flood on 2 cores: 100s of ms), while its caller, woken by its timer,
 // runs at once and sees no reply. Answered by the failure mode, such calls
 // let requests through while Redis was healthy (TestFlood; beside two busy
-// loops, every run). So such a call is overload: shed, and not counted by
-// the breaker. On an idle machine a goroutine waits microseconds to run.
+// loops, 1-3 runs in 10). So such a call is overload: shed, and not counted
+// by the breaker. On an idle machine a goroutine waits microseconds to run.
 // It is looked at when the Limiter is made (the counts from which later
 // looks count) and when a call ran out of time without a reply.
 type cpuMeter struct {
 	mu     sync.Mutex
 	sample [2]metrics.Sample
 	last   []uint64 // the histogram's counts at the last look
-	seen   int64    // the store's clock at the last look that saw a wait
+	// the store's clock at the last look that saw a goroutine wait to run
+	// for guard.starved
+	long int64
+}
+
+// slice is the scheduler's time slice: a goroutine that waited that long
+// to run waited for another's whole turn on the CPU.
+const slice = 10 * time.Millisecond
+
+// starvedAlive reports whether a's call, out of time without a reply, may
+// have waited for this process and not for Redis: Redis answered within a
+// budget before it was sent (it was alive a moment ago), and this process
+// was short of CPU since. A Redis silent for longer is a failure, however
+// busy the process: FailOpen and FailLocal answer, and the breaker counts
+// it.
+func (g *guard) starvedAlive(a attempt) bool {
+	return g.budget > 0 && g.answeredAfter(a, a.sent-int64(g.budget)) &&
+		g.cpu.starvedSince(a.sent, g.remote.Clock(), g.starved)
 }
 
 // starvedSince reports whether the process was short of CPU between sent
-// and now (the store's clock): a goroutine waited at least wait to run.
+// and now (the store's clock): a goroutine waited at least wait to run, or
+// the goroutines that wait to run now would fill the processors for wait.
 func (m *cpuMeter) starvedSince(sent, now int64, wait time.Duration) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.look(wait) {
-		m.seen = now
-	}
-	return m.seen != 0 && m.seen >= sent
-}
-
-// look reports whether a goroutine waited at least wait to run since the
-// last look, or would now: the goroutines that wait to run fill the
-// processors' time slices (10ms each, the scheduler's) for that long. The
-// waits are counted when a goroutine gets to run, so the queue shows a
-// flood's starvation sooner.
-func (m *cpuMeter) look(wait time.Duration) bool {
 	if wait <= 0 {
 		return false // no budget: nothing to tell
 	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	queued := m.look(now, wait)
+	return queued || m.long != 0 && m.long >= sent
+}
+
+// look reads the metrics at now: it notes the waits counted since the last
+// look, and reports whether the goroutines waiting to run would fill the
+// processors for wait.
+func (m *cpuMeter) look(now int64, wait time.Duration) (queued bool) {
 	m.sample[0].Name = "/sched/latencies:seconds"
 	m.sample[1].Name = "/sched/goroutines/runnable:goroutines"
 	metrics.Read(m.sample[:])
 	if m.sample[0].Value.Kind() != metrics.KindFloat64Histogram {
 		return false // not measured by this runtime
 	}
-	queued := m.sample[1].Value.Kind() == metrics.KindUint64 &&
-		m.sample[1].Value.Uint64() >= uint64(runtime.GOMAXPROCS(0))*uint64(wait/(10*time.Millisecond))
+	queued = m.sample[1].Value.Kind() == metrics.KindUint64 &&
+		m.sample[1].Value.Uint64() >= uint64(runtime.GOMAXPROCS(0))*uint64(wait/slice)
 	h := m.sample[0].Value.Float64Histogram()
-	first, seen := len(m.last) == 0, queued
-	for i, c := range h.Counts {
-		if !first && h.Buckets[i] >= wait.Seconds() && i < len(m.last) && c > m.last[i] {
-			seen = true
+	if len(m.last) > 0 {
+		for i, c := range h.Counts {
+			if i >= len(m.last) || c <= m.last[i] {
+				continue
+			}
+			if h.Buckets[i] >= wait.Seconds() {
+				m.long = now
+			}
 		}
 	}
 	m.last = append(m.last[:0], h.Counts...)
-	return seen
+	return queued
 }
