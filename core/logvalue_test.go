@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -12,23 +13,31 @@ import (
 // oldest first, in either of its layouts (see algorithms.lua): a compact
 // string, or a sorted set whose members "<units>:<time>" are scored by
 // their time and whose member '#' is scored minus the units of the others;
-// none for a missing key.
+// none for a missing key. The log is read in one script call, so that a
+// log that changes layout meanwhile is read whole in one of them.
 func storedLog(ctx context.Context, rdb redis.Cmdable, key string) ([]int64, error) {
-	switch typ, err := rdb.Type(ctx, key).Result(); {
-	case err != nil:
+	const read = `local t = redis.call('TYPE', KEYS[1]).ok
+if t == 'string' then return {t, redis.call('GET', KEYS[1])} end
+if t == 'zset' then return {t, redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')} end
+return {t}`
+	reply, err := rdb.Eval(ctx, read, []string{key}).Slice()
+	if err != nil {
 		return nil, err
+	}
+	switch typ := fmt.Sprint(reply[0]); {
 	case typ == "none":
 		return nil, nil
-	case typ == "string":
-		v, err := rdb.Get(ctx, key).Bytes()
-		if err != nil {
-			return nil, err
-		}
-		return decodeLog(v)
-	case typ == "zset":
-		zs, err := rdb.ZRangeWithScores(ctx, key, 0, -1).Result()
-		if err != nil {
-			return nil, err
+	case typ == "string" && len(reply) == 2:
+		return decodeLog([]byte(fmt.Sprint(reply[1])))
+	case typ == "zset" && len(reply) == 2:
+		flat, _ := reply[1].([]any)
+		var zs []redis.Z
+		for i := 0; i+1 < len(flat); i += 2 {
+			score, err := strconv.ParseFloat(fmt.Sprint(flat[i+1]), 64)
+			if err != nil {
+				return nil, err
+			}
+			zs = append(zs, redis.Z{Member: fmt.Sprint(flat[i]), Score: score})
 		}
 		return decodeSortedLog(zs)
 	default:
