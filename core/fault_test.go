@@ -124,8 +124,7 @@ func faultLimiter(t *testing.T, rdb redis.Scripter, mode FailureMode, share floa
 }
 
 // TestFaultSilentServer: a server that accepts connections and never
-// answers costs every decision at most the timeout (the first decision two:
-// the first timeout while Redis was healthy goes again), within the margin,
+// answers costs every decision at most the timeout, within the margin,
 // with every client type and default client options; the failure mode
 // answers, with an error, and the observer hears of each.
 func TestFaultSilentServer(t *testing.T) {
@@ -411,16 +410,10 @@ func TestFaultKilledServer(t *testing.T) {
 			// the breaker probes every 250ms: back within one probe, a
 			// decision timeout and a margin, unless the process stalled
 			beyond(t, stalls, back, time.Second, "back on redis after the restart")
-			// decisions are Redis's again: exact counts from an empty server
-			for i := int64(1); i <= 3; i++ {
-				r, err := l.Allow(ctx, "after", PerMinute(3))
-				if err != nil || !r.Allowed || r.Remaining != 3-i {
-					t.Fatalf("after the restart, request %d: %+v %v", i, r, err)
-				}
-			}
-			if r, err := l.Allow(ctx, "after", PerMinute(3)); err != nil || r.Allowed {
-				t.Fatalf("after the restart, 4th request: %+v %v", r, err)
-			}
+			// decisions are Redis's again: exact counts from an empty server.
+			// A decision shed on a loaded machine (Redis answered others, not
+			// it, in time) may have been counted: the key is tried again.
+			shedAfter := exactAfter(t, l, "after")
 			ld.halt()
 			loadErrs := ld.errs.Load()
 			// a call sent just before the kill, while Redis answered others
@@ -433,8 +426,8 @@ func TestFaultKilledServer(t *testing.T) {
 				t.Errorf("fail-closed allowed %d requests on error", ld.allowed.Load())
 			}
 			// every error returned reached the observer, and only those
-			if got := tallyEvents(rec.take()); got.failed+got.shed != int(loadErrs)+errs || got.shed != int(shed) {
-				t.Errorf("observer saw %d failures and %d shed; callers got %d + %d errors, %d shed", got.failed, got.shed, loadErrs, errs, shed)
+			if got := tallyEvents(rec.take()); got.failed+got.shed != int(loadErrs)+errs+shedAfter || got.shed != int(shed)+shedAfter {
+				t.Errorf("observer saw %d failures and %d shed; callers got %d + %d errors, %d + %d shed", got.failed, got.shed, loadErrs, errs, shed, shedAfter)
 			}
 			t.Logf("killed server, %s: slowest decision %v while down (load: %v over %d calls, %d errors); back on redis %v after the restart",
 				m.mode, down.get().Round(time.Microsecond), ld.slowest.get().Round(time.Microsecond), ld.calls.Load(), loadErrs, back.Round(time.Millisecond))
@@ -635,6 +628,35 @@ func TestFaultLocalShare(t *testing.T) {
 	} {
 		if got := scaled(c.count, c.share); got != c.want {
 			t.Errorf("%d × %v = %d, want %d", c.count, c.share, got, c.want)
+		}
+	}
+}
+
+// exactAfter checks that l's decisions are Redis's again: 3 of 4 requests
+// of a new key under PerMinute(3) pass, with exact remaining counts. A
+// decision shed meanwhile (a loaded machine) may have been counted all
+// the same: the check goes again on another key, up to 5 times. It
+// returns the number of decisions shed.
+func exactAfter(t *testing.T, l *Limiter, prefix string) (shedCount int) {
+	t.Helper()
+	ctx := context.Background()
+	for attempt := 1; ; attempt++ {
+		key, shed := fmt.Sprint(prefix, "-", attempt), false
+		for i := int64(1); i <= 4 && !shed; i++ {
+			r, err := l.Allow(ctx, key, PerMinute(3))
+			switch {
+			case errors.Is(r.BackendErr, ErrShed):
+				shed = true
+				shedCount++
+			case err != nil || r.Allowed != (i <= 3) || r.Allowed && r.Remaining != 3-i:
+				t.Fatalf("%s, request %d: %+v %v", key, i, r, err)
+			}
+		}
+		if !shed {
+			return shedCount
+		}
+		if attempt == 5 {
+			t.Fatal("5 tries in a row saw a decision shed")
 		}
 	}
 }
