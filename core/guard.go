@@ -431,26 +431,27 @@ const slice = 10 * time.Millisecond
 // it.
 func (g *guard) starvedAlive(a attempt) bool {
 	return g.budget > 0 && g.answeredAfter(a, a.sent-int64(g.budget)) &&
-		g.cpu.starvedSince(a.sent, g.remote.Clock(), g.starved)
+		g.cpu.starvedSince(a.sent, g.remote.Clock(), g.starved, g.budget)
 }
 
 // starvedSince reports whether the process was short of CPU between sent
 // and now (the store's clock): a goroutine waited at least wait to run, or
-// the goroutines that wait to run now would fill the processors for wait.
-func (m *cpuMeter) starvedSince(sent, now int64, wait time.Duration) bool {
+// the goroutines that wait to run now would fill the processors for the
+// budget, if each used its time slice.
+func (m *cpuMeter) starvedSince(sent, now int64, wait, budget time.Duration) bool {
 	if wait <= 0 {
 		return false // no budget: nothing to tell
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	queued := m.look(now, wait)
+	queued := m.look(now, wait, budget)
 	return queued || m.long != 0 && m.long >= sent
 }
 
-// look reads the metrics at now: it notes the waits counted since the last
-// look, and reports whether the goroutines waiting to run would fill the
-// processors for wait.
-func (m *cpuMeter) look(now int64, wait time.Duration) (queued bool) {
+// look reads the metrics at now: it notes the waits of at least wait
+// counted since the last look, and reports whether the goroutines waiting
+// to run would fill the processors for budget.
+func (m *cpuMeter) look(now int64, wait, budget time.Duration) (queued bool) {
 	m.sample[0].Name = "/sched/latencies:seconds"
 	m.sample[1].Name = "/sched/goroutines/runnable:goroutines"
 	metrics.Read(m.sample[:])
@@ -458,7 +459,7 @@ func (m *cpuMeter) look(now int64, wait time.Duration) (queued bool) {
 		return false // not measured by this runtime
 	}
 	queued = m.sample[1].Value.Kind() == metrics.KindUint64 &&
-		m.sample[1].Value.Uint64() >= uint64(runtime.GOMAXPROCS(0))*uint64(wait/slice)
+		m.sample[1].Value.Uint64() >= uint64(runtime.GOMAXPROCS(0))*uint64(budget/slice)
 	h := m.sample[0].Value.Float64Histogram()
 	if len(m.last) > 0 {
 		for i, c := range h.Counts {

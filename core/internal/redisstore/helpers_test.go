@@ -131,6 +131,15 @@ func sendQueued(s *Store) {
 	s.t.send(batch)
 }
 
+// allowEach makes the decisions rs one after another.
+func allowEach(s *Store, rs []store.Request) []outcome {
+	outs := make([]outcome, len(rs))
+	for i, r := range rs {
+		outs[i].d, outs[i].err = s.Allow(context.Background(), r)
+	}
+	return outs
+}
+
 // allowBatch makes the decisions rs as one batch of s, in their order
 // (the calls a flusher finds queued), and returns their outcomes.
 func allowBatch(s *Store, rs []store.Request) []outcome {
