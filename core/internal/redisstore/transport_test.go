@@ -296,42 +296,21 @@ func TestTransportRepliesAfterPause(t *testing.T) {
 // before its batch is sent is not sent: the key holds none of its units.
 func TestTransportAbandonedNotCharged(t *testing.T) {
 	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	s := New(rdb, uniquePrefix(t))
+	s := New(srv.Client(t), uniquePrefix(t))
 	ctx := context.Background()
 	lim := perMinute(3)
 	if _, err := s.Allow(ctx, peek("warm", lim)); err != nil {
 		t.Fatal(err)
 	}
-	if err := rdb.Do(ctx, "CLIENT", "PAUSE", "500", "ALL").Err(); err != nil {
-		t.Fatal(err)
-	}
-	first := make(chan error, maxInFlight)
-	for range maxInFlight { // in flight for the whole pause: every slot taken
-		go func() {
-			_, err := s.Allow(ctx, decision("a", lim))
-			first <- err
-		}()
-	}
-	for { // set-up: wait until every slot is in flight
-		s.t.mu.Lock()
-		full := s.t.inflight == maxInFlight
-		s.t.mu.Unlock()
-		if full {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+	release := holdSends(s) // every slot taken: calls queue
 	dctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer cancel()
-	if _, err := s.Allow(dctx, decision("b", lim)); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("queued call: %v, want the deadline", err)
+	out := queueAllow(dctx, s, decision("b", lim))
+	if o := <-out; !errors.Is(o.err, context.DeadlineExceeded) {
+		t.Fatalf("queued call: %v, want the deadline", o.err)
 	}
-	for range maxInFlight {
-		if err := <-first; err != nil {
-			t.Fatalf("a call in flight: %v", err)
-		}
-	}
+	release()
+	sendQueued(s) // as a flusher would, after its caller left
 	if d, err := s.Allow(ctx, peek("b", lim)); err != nil || d.States[0].Remaining != 3 {
 		t.Fatalf("peek of the abandoned key: %+v %v, want 3 remaining: nothing recorded", d.States[0], err)
 	}
