@@ -24,7 +24,7 @@ func defaults() config {
 }
 
 const (
-	// DefaultPrefix starts every storage key: "rw:{<key>}:r1m".
+	// DefaultPrefix starts every storage key: "rw:{<key>}:v2:r1m".
 	DefaultPrefix = "rw:"
 	// DefaultTimeout bounds each call to Redis.
 	DefaultTimeout = 100 * time.Millisecond

@@ -591,13 +591,13 @@ func hugeLimits(k *kit) {
 	for _, a := range algorithms {
 		count := int64(1 << 40)
 		if a.alg == store.SlidingLog {
-			count = 1 << 20 // core.MaxLogCount
+			count = 1 << 14 // core.MaxLogCount
 		}
 		lim := limit(a.alg, count, time.Hour)
 		z := [...]int64{3600 * sec, 3600*sec + 60*sec, 7200 * sec}[a.alg]
 		k.allow(a.name, k.req(a.name, 1000, t0, lim), decision(true, t0, state(count-1000, 0, z)))
 		if a.alg == store.SlidingLog {
-			continue // a million units: the test's time for little more
+			continue // the largest log: the test's time for little more
 		}
 		k.allow(a.name+" all", k.req(a.name, count-1000, t0, lim), decision(true, t0, state(0, 0, z)))
 		// the counter: the next window, once this one's 2^40 weigh
