@@ -430,7 +430,8 @@ const slice = 10 * time.Millisecond
 // busy the process: FailOpen and FailLocal answer, and the breaker counts
 // it.
 func (g *guard) starvedAlive(a attempt) bool {
-	return g.budget > 0 && g.answeredAfter(a, a.sent-int64(g.budget)) &&
+	// (the clock starts at 1: never answered is 0, before any time)
+	return g.budget > 0 && g.answeredAfter(a, max(a.sent-int64(g.budget), 1)) &&
 		g.cpu.starvedSince(a.sent, g.remote.Clock(), g.starved, g.budget)
 }
 
