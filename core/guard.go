@@ -28,11 +28,8 @@ type guard struct {
 	// masters holds a breaker per Cluster master: address → *breaker
 	masters sync.Map
 	mode    FailureMode
-	cpu     cpuMeter // whether a call without a reply waited for this process
-	// budget is a decision's (the Limiter's timeout); starved: a goroutine
-	// that waited this long to run shows the process short of CPU (see
-	// cpuMeter): half the budget, at most 20ms
-	budget, starved time.Duration
+	cpu     cpuMeter      // whether a call without a reply waited for this process
+	budget  time.Duration // a decision's: the Limiter's timeout
 	// local is FailLocal's store; nil for the other modes
 	local *memstore.Store
 	share float64 // FailLocal's share of each Count
@@ -165,12 +162,6 @@ func (g *guard) call(ctx context.Context, r store.Request, f func() error) (kind
 	return g.end(ctx, a, f())
 }
 
-// plain2 is plain with the memory store's decision.
-func plain2(d store.Decision, err error) (store.Decision, kind, error) {
-	k, err := plain(err)
-	return d, k, err
-}
-
 // plain is the outcome of a call to the memory store: it fails only when
 // its caller's context ends.
 func plain(err error) (kind, error) {
@@ -185,7 +176,9 @@ func plain(err error) (kind, error) {
 // the Redis store's call, and not at all for the memory store's Decide.)
 func (g *guard) allow(ctx context.Context, r *store.Request) (d store.Decision, k kind, err error) {
 	if g.remote == nil {
-		return plain2(g.next.Allow(ctx, *r))
+		d, err = g.next.Allow(ctx, *r)
+		k, err = plain(err)
+		return d, k, err
 	}
 	a, err := g.begin(r.Key)
 	if err != nil {
@@ -415,7 +408,7 @@ type cpuMeter struct {
 	sample [2]metrics.Sample
 	last   []uint64 // the histogram's counts at the last look
 	// the store's clock at the last look that saw a goroutine wait to run
-	// for guard.starved
+	// for guard.starved()
 	long int64
 }
 
@@ -432,8 +425,12 @@ const slice = 10 * time.Millisecond
 func (g *guard) starvedAlive(a attempt) bool {
 	// (the clock starts at 1: never answered is 0, before any time)
 	return g.budget > 0 && g.answeredAfter(a, max(a.sent-int64(g.budget), 1)) &&
-		g.cpu.starvedSince(a.sent, g.remote.Clock(), g.starved, g.budget)
+		g.cpu.starvedSince(a.sent, g.remote.Clock(), g.starved(), g.budget)
 }
+
+// starved is how long a goroutine waits to run when this process is short
+// of CPU (see cpuMeter): half a decision's budget, at most 20ms.
+func (g *guard) starved() time.Duration { return min(g.budget/2, 20*time.Millisecond) }
 
 // starvedSince reports whether the process was short of CPU between sent
 // and now (the store's clock): a goroutine waited at least wait to run, or

@@ -69,8 +69,8 @@ func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
 	}
 	l := newLimiter(c)
 	rs := redisstore.New(rdb, c.prefix)
-	l.guard = &guard{next: rs, remote: rs, mode: c.mode, share: c.share, budget: c.timeout, starved: min(c.timeout/2, 20*time.Millisecond)}
-	l.guard.cpu.look(rs.Clock(), l.guard.starved, l.guard.budget) // the counts from which later looks count
+	l.guard = &guard{next: rs, remote: rs, mode: c.mode, share: c.share, budget: c.timeout}
+	l.guard.cpu.look(rs.Clock(), l.guard.starved(), l.guard.budget) // the counts from which later looks count
 	if c.mode == FailLocal {
 		l.guard.local = memstore.New(l.micros)
 	}
