@@ -58,9 +58,6 @@ func (s *Store) loadScripts(ctx context.Context) error {
 		lib.state.Store(libraryUnusable)
 	}
 	for _, sc := range []*script{s.allowS, s.allowBatchS, s.reserveS, s.releaseS, s.resetS, s.blockS, s.refundS} {
-		if sc == nil {
-			continue // no merged calls but on a single server
-		}
 		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
 			return fmt.Errorf("ratewindow: check: loading the scripts (SCRIPT LOAD): %w", explainRefusal(err))
 		}

@@ -34,12 +34,13 @@ type sent struct {
 	calls  []*call // more than one: merged
 }
 
-// send runs a batch and hands every caller its reply.
-func (t *transport) send(batch []*call) {
+// live returns the calls of batch whose callers still wait, and answers
+// the others (nothing is sent for them).
+func (t *transport) live(batch []*call) []*call {
 	live := batch[:0:0]
 	for _, c := range batch {
 		if err := c.ctx.Err(); err != nil {
-			t.finish(c, nil, err) // its caller is gone: nothing is sent
+			t.finish(c, nil, err)
 			continue
 		}
 		if !c.limit.IsZero() && !time.Now().Before(c.limit) {
@@ -48,6 +49,12 @@ func (t *transport) send(batch []*call) {
 		}
 		live = append(live, c)
 	}
+	return live
+}
+
+// send runs a batch and hands every caller its reply.
+func (t *transport) send(batch []*call) {
+	live := t.live(batch)
 	switch {
 	case len(live) == 0:
 		return
@@ -104,41 +111,48 @@ func (t *transport) send(batch []*call) {
 	var failed []*call // decisions of a merged call that failed: sent again alone
 	for _, s := range cmds {
 		reply, err := result(s.cmd)
-		if s.script != s.calls[0].merged {
-			t.finish(s.calls[0], reply, err)
-			continue
-		}
-		total := 0
-		for _, c := range s.calls {
-			total += replySize(c)
-		}
-		if err == nil && replyLen(reply) != total {
-			err = fmt.Errorf("%w: a merged call returned %T of %d values for %d calls", store.ErrUnexpectedReply, reply, replyLen(reply), len(s.calls))
-		}
-		at := 0
-		var parts [][]int64 // the calls' answers read as integers (see share)
-		if _, ints := reply.(*redis.IntSliceCmd); ints && err == nil {
-			parts = make([][]int64, len(s.calls))
-		}
-		for i, c := range s.calls {
-			if err != nil {
-				t.finish(c, nil, err)
-				continue
-			}
-			var part *[]int64
-			if parts != nil {
-				part = &parts[i]
-			}
-			v, ok := share(reply, at, replySize(c), part)
-			at += replySize(c)
-			if !ok {
-				failed = append(failed, c)
-				continue
-			}
-			t.finish(c, v, nil)
-		}
+		failed = append(failed, t.answer(s, reply, err)...)
 	}
 	t.again(failed)
+}
+
+// answer hands the callers of s their replies, and returns the decisions
+// of a merged call that failed (to be sent again alone).
+func (t *transport) answer(s *sent, reply any, err error) (failed []*call) {
+	if s.script != s.calls[0].merged {
+		t.finish(s.calls[0], reply, err)
+		return nil
+	}
+	total := 0
+	for _, c := range s.calls {
+		total += replySize(c)
+	}
+	if err == nil && replyLen(reply) != total {
+		err = fmt.Errorf("%w: a merged call returned %T of %d values for %d calls", store.ErrUnexpectedReply, reply, replyLen(reply), len(s.calls))
+	}
+	at := 0
+	var parts [][]int64 // the calls' answers read as integers (see share)
+	if _, ints := reply.(*redis.IntSliceCmd); ints && err == nil {
+		parts = make([][]int64, len(s.calls))
+	}
+	for i, c := range s.calls {
+		if err != nil {
+			t.finish(c, nil, err)
+			continue
+		}
+		var part *[]int64
+		if parts != nil {
+			part = &parts[i]
+		}
+		v, ok := share(reply, at, replySize(c), part)
+		at += replySize(c)
+		if !ok {
+			failed = append(failed, c)
+			continue
+		}
+		t.finish(c, v, nil)
+	}
+	return failed
 }
 
 // again sends the decisions that failed in a merged call (allow_batch.lua

@@ -47,8 +47,8 @@ type Store struct {
 	prefix                                              string
 	allowS, reserveS, releaseS, resetS, blockS, refundS *script
 	t                                                   *transport
-	// allowBatchS runs the allow calls of one batch in one script call; nil
-	// unless rdb is a single server (a Cluster or Ring spreads the keys).
+	// allowBatchS runs the allow calls of one batch in one script call (on
+	// a Cluster or Ring, the calls on one key: see transport)
 	allowBatchS *script
 	limitArgs   limitArgs
 	// known is a context that has ended: a lookup with it answers from
@@ -86,9 +86,7 @@ func New(rdb redis.Scripter, prefix string) *Store {
 	s.refundS = add("refund", refundLua, true)
 	allowBatch := add("allow_batch", allowBatchLua, true)
 	allowBatch.ints = true
-	if _, single := rdb.(*redis.Client); single { // also NewFailoverClient
-		s.allowBatchS = allowBatch
-	}
+	s.allowBatchS = allowBatch
 	if _, ok := rdb.(functionCaller); ok {
 		s.t.lib = newLibrary(rdb, algorithmsLua, scripts)
 	}
@@ -134,6 +132,9 @@ func (s *Store) Allow(ctx context.Context, r store.Request) (store.Decision, err
 	}
 	c := s.newCall(s.allowS, r, own)
 	c.merged, c.answers = s.allowBatchS, 3+3*len(r.Limits)
+	if !s.t.single {
+		c.lane = c.keys[0][:len(c.keys[0])-len(blockName)] // "rw:{k}:block"
+	}
 	c.args = append(c.args, s.spec(r), r.N)
 	if r.Now != 0 {
 		c.args = append(c.args, r.Now)

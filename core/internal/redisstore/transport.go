@@ -15,16 +15,18 @@ import (
 )
 
 // transport sends one Limiter's script calls to Redis, by one routing
-// rule, rueidis's: on a single server, a call alone (none in flight, none
-// queued) goes straight out on its caller's goroutine; otherwise it is
-// queued, and a flusher sends everything queued at once (see send: the
-// decisions as one allow_batch call, everything else in one go-redis
-// pipeline), with at most maxInFlight round trips in flight. Under load
-// the batches grow by themselves, and each round trip serves many
-// decisions. On a Cluster or Ring nothing merges (the keys of different
-// decisions live on different nodes) and a pipeline would hold every
-// node's replies until the slowest node's came: every call goes to the
-// client on its own, which routes it to its node.
+// rule, rueidis's: a call alone goes straight out on its caller's
+// goroutine; otherwise it is queued, and a flusher sends the queue at once,
+// its decisions merged into allow_batch calls. What "alone" means is where
+// the calls can merge: on a single server, no call in flight (the flushers
+// send everything queued, the decisions as one allow_batch call and every
+// other call in one go-redis pipeline, with at most maxInFlight round trips
+// in flight); on a Cluster or Ring, whose keys live on different nodes, no
+// decision in flight on the same key (its hash tag: see lane), behind which
+// the decisions on that key queue and go as one allow_batch call to its
+// node, one round trip in flight a key. Under load the batches grow by
+// themselves, and each round trip serves many decisions; a slow node holds
+// only its own keys' calls.
 //
 // Every call ends for its caller at its deadline (the decision's one
 // budget, or its caller's context). A call alone is sent through a client
@@ -62,11 +64,17 @@ type transport struct {
 	checking atomic.Bool
 	dialErr  atomic.Pointer[dialError] // the last check's failure; nil: none
 
-	mu       sync.Mutex
-	queue    []*call
-	spare    []*call // the last batch sent, reused as the next queue
-	inflight int     // round trips in flight, the flushers' included
-	calls    sync.Pool
+	mu    sync.Mutex
+	queue []*call
+	spare []*call // the last batch sent, reused as the next queue
+	// spareLanes are lanes' queues kept for reuse (see newLane)
+	spareLanes []*[]*call
+	inflight   int // round trips in flight, the flushers' included
+	// lanes are the decisions in flight on a Cluster or Ring, by the hash
+	// tag of their key (see call.lane): each holds the decisions queued
+	// behind the one in flight
+	lanes map[string]*[]*call
+	calls sync.Pool
 }
 
 // maxInFlight is the in-flight limit of one Limiter: the flushers at work
@@ -89,7 +97,10 @@ type call struct {
 	err     error
 	done    chan struct{} // buffered: whoever fills the call never blocks on it
 	limit   time.Time     // a queued call's deadline beside ctx's; zero: none
-	timer   *time.Timer   // the timer of limit (see await); nil until needed
+	// lane: on a Cluster or Ring, the hash tag of the decision's keys
+	// ("rw:{k}:"), by which decisions on one key queue and merge; "": none
+	lane  string
+	timer *time.Timer // the timer of limit (see await); nil until needed
 }
 
 // script is a Lua script and its source, which a pipeline sends again
@@ -108,7 +119,7 @@ func newScript(src string) *script { return &script{Script: redis.NewScript(src)
 
 // newTransport returns the transport of rdb.
 func newTransport(rdb redis.Scripter) *transport {
-	t := &transport{rdb: rdb, born: time.Now()}
+	t := &transport{rdb: rdb, born: time.Now(), lanes: map[string]*[]*call{}}
 	switch c := rdb.(type) {
 	case *redis.Client: // a failover client too
 		opt := c.Options()
@@ -296,7 +307,7 @@ func (t *transport) run(ctx context.Context, c *call, deadline time.Time) (any, 
 		return nil, context.DeadlineExceeded
 	}
 	if !t.single {
-		return t.runAlone(ctx, c, deadline)
+		return t.runLane(ctx, c, deadline)
 	}
 	t.mu.Lock()
 	if t.inflight == 0 {
@@ -316,6 +327,107 @@ func (t *transport) run(ctx context.Context, c *call, deadline time.Time) (any, 
 		go t.flush()
 	}
 	return t.await(ctx, c, deadline)
+}
+
+// runLane runs c on a Cluster or Ring: alone when no decision on its key
+// is in flight (and every call but a decision), else queued behind the
+// one in flight, whose caller hands the queue to a flusher (flushLane).
+func (t *transport) runLane(ctx context.Context, c *call, deadline time.Time) (any, error) {
+	if c.lane == "" {
+		return t.runAlone(ctx, c, deadline)
+	}
+	lane := c.lane
+	t.mu.Lock()
+	if q := t.lanes[lane]; q != nil {
+		c.ctx, c.limit = ctx, deadline
+		*q = append(*q, c)
+		t.mu.Unlock()
+		return t.await(ctx, c, deadline)
+	}
+	t.lanes[lane] = t.newLane()
+	t.mu.Unlock()
+	defer t.flushLane(lane, true)
+	return t.runAlone(ctx, c, deadline)
+}
+
+// newLane returns an empty queue of a lane; t.mu is held.
+func (t *transport) newLane() *[]*call {
+	if n := len(t.spareLanes); n > 0 {
+		q := t.spareLanes[n-1]
+		t.spareLanes = t.spareLanes[:n-1]
+		return q
+	}
+	return new([]*call)
+}
+
+// flushLane ends a round trip on lane: it sends the decisions queued
+// behind it, merged, batch after batch, and ends the lane when none is
+// left. The caller of the round trip (first) starts it on a goroutine of
+// its own when there is anything to send.
+func (t *transport) flushLane(lane string, first bool) {
+	for {
+		t.mu.Lock()
+		q := t.lanes[lane]
+		if len(*q) == 0 {
+			delete(t.lanes, lane)
+			if len(t.spareLanes) < maxSpareLanes {
+				t.spareLanes = append(t.spareLanes, q)
+			}
+			t.mu.Unlock()
+			return
+		}
+		if first {
+			t.mu.Unlock()
+			go t.flushLane(lane, false)
+			return
+		}
+		batch := *q
+		*q = nil
+		t.mu.Unlock()
+		t.sendLane(batch)
+	}
+}
+
+// maxSpareLanes bounds the lanes' queues kept for reuse.
+const maxSpareLanes = 64
+
+// sendLane sends a lane's batch: its decisions, on one key, as allow_batch
+// calls of up to maxMerged decisions each. A call goes through direct with
+// the latest deadline of its callers (each leaves at its own), else through
+// the client, whose ReadTimeout ends a wait on a silent node.
+func (t *transport) sendLane(batch []*call) {
+	live := t.live(batch)
+	for len(live) > 0 {
+		n := min(len(live), maxMerged)
+		group := live[:n]
+		live = live[n:]
+		s := merge(group)
+		ctx, rdb := context.WithoutCancel(group[0].ctx), t.rdb
+		cancel := context.CancelFunc(func() {})
+		if t.direct != nil {
+			rdb = t.direct
+			if deadline := latest(group); !deadline.IsZero() {
+				ctx, cancel = context.WithDeadline(ctx, deadline)
+			}
+		}
+		reply, err := t.runOne(ctx, rdb, &call{script: s.script, keys: s.keys, args: s.args})
+		cancel()
+		t.again(t.answer(s, reply, err))
+	}
+}
+
+// latest returns the latest deadline of calls; zero when one has none.
+func latest(calls []*call) time.Time {
+	var last time.Time
+	for _, c := range calls {
+		if c.limit.IsZero() {
+			return time.Time{}
+		}
+		if c.limit.After(last) {
+			last = c.limit
+		}
+	}
+	return last
 }
 
 // runAlone sends c on its own and returns its reply by deadline at the

@@ -33,8 +33,8 @@ func isScriptCall(cmd redis.Cmder) bool {
 
 // One batch of decisions on many keys, with three on one key: every
 // decision exact, on a single server (one merged script call) and on a
-// Cluster (where calls are not queued: each goes to its node on its own),
-// before and after the server forgets its scripts.
+// Cluster (one after another: a Cluster merges only the decisions on one
+// key, see TestClusterMergesHotKey), before and after the server forgets its scripts.
 func TestTransportSend(t *testing.T) {
 	single := redistest.Start(t)
 	clients := []struct {
@@ -62,7 +62,7 @@ func TestTransportSend(t *testing.T) {
 					rs = append(rs, decision(fmt.Sprintf("hot-%d", round), perMinute(3)))
 				}
 				send := allowBatch
-				if cl.flush == nil { // a Cluster queues nothing
+				if cl.flush == nil { // a Cluster merges only one key's
 					send = allowEach
 				}
 				for i, o := range send(s, rs) {
@@ -663,4 +663,62 @@ func TestAnsweredNeverGoesBack(t *testing.T) {
 	if got := tr.lastReply.Load(); got != later {
 		t.Fatalf("lastReply %d, want %d", got, later)
 	}
+}
+
+// On a Cluster, the decisions on one hot key queue behind the one in
+// flight and go to its master merged (allow_batch): every decision exact,
+// in fewer script calls than decisions.
+func TestClusterMergesHotKey(t *testing.T) {
+	cl := redistest.NewCluster(t)
+	s := New(cl.Client(t), uniquePrefix(t))
+	ctx := context.Background()
+	masters := make([]*redis.Client, len(cl.Addrs))
+	for i, addr := range cl.Addrs {
+		masters[i] = redis.NewClient(&redis.Options{Addr: addr})
+		defer masters[i].Close()
+		if err := masters[i].ConfigResetStat(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const goroutines, each, limit = 64, 20, 500
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range goroutines {
+		wg.Go(func() {
+			for range each {
+				d, err := s.Allow(ctx, within(decision("hot", perHour(limit)), patient))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := admitted.Load(); n != limit {
+		t.Errorf("%d admitted, want exactly %d", n, limit)
+	}
+	calls := 0
+	for _, m := range masters {
+		info, err := m.Info(ctx, "commandstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(info, "\r\n") {
+			for _, cmd := range []string{"cmdstat_fcall:", "cmdstat_evalsha:", "cmdstat_eval:"} {
+				if rest, ok := strings.CutPrefix(line, cmd+"calls="); ok {
+					var n int
+					fmt.Sscanf(rest, "%d", &n)
+					calls += n
+				}
+			}
+		}
+	}
+	if decisions := goroutines * each; calls == 0 || calls >= decisions {
+		t.Errorf("%d script calls for %d decisions on one key: want merged calls, fewer than the decisions", calls, decisions)
+	}
+	t.Logf("%d script calls for %d decisions", calls, goroutines*each)
 }
