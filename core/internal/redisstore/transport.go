@@ -434,22 +434,26 @@ func latest(calls []*call) time.Time {
 // latest: on the caller's goroutine through direct, else on a goroutine of
 // its own, which the caller leaves at the deadline.
 func (t *transport) runAlone(ctx context.Context, c *call, deadline time.Time) (any, error) {
+	if t.direct == nil {
+		c.ctx = ctx
+		go t.runBehind(c)
+		return t.await(ctx, c, deadline)
+	}
 	if dl, ok := ctx.Deadline(); !deadline.IsZero() && (!ok || deadline.Before(dl)) {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, deadline)
 		defer cancel()
 	}
-	if t.direct != nil {
-		reply, err := t.runOne(ctx, t.direct, c)
-		t.recycle(c)
-		return reply, err
-	}
-	c.ctx = ctx
-	go func() {
-		reply, err := t.runOne(context.WithoutCancel(ctx), t.rdb, c)
-		t.finish(c, reply, err)
-	}()
-	return t.await(ctx, c, time.Time{})
+	reply, err := t.runOne(ctx, t.direct, c)
+	t.recycle(c)
+	return reply, err
+}
+
+// runBehind runs c on the client, to the end whenever its caller leaves,
+// and hands it its reply.
+func (t *transport) runBehind(c *call) {
+	reply, err := t.runOne(context.WithoutCancel(c.ctx), t.rdb, c)
+	t.finish(c, reply, err)
 }
 
 // await waits for c's reply, filled by another goroutine, or for ctx's
