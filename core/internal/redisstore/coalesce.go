@@ -38,12 +38,13 @@ type sent struct {
 // the others (nothing is sent for them).
 func (t *transport) live(batch []*call) []*call {
 	live := batch[:0:0]
+	now := time.Now()
 	for _, c := range batch {
 		if err := c.ctx.Err(); err != nil {
 			t.finish(c, nil, err)
 			continue
 		}
-		if !c.limit.IsZero() && !time.Now().Before(c.limit) {
+		if !c.limit.IsZero() && !now.Before(c.limit) {
 			t.finish(c, nil, context.DeadlineExceeded)
 			continue
 		}
