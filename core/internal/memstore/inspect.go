@@ -3,7 +3,8 @@ package memstore
 import "github.com/ratewindow/ratewindow/core/internal/store"
 
 // Keys returns the keys (in their held form) whose state is live at now
-// (µs), for tests and diagnostics.
+// (µs; math.MinInt64: every key held, expired ones not yet dropped
+// included), for tests and diagnostics.
 func (s *Store) Keys(now int64) []string {
 	var keys []string
 	for i := range s.shards {
@@ -17,18 +18,6 @@ func (s *Store) Keys(now int64) []string {
 		sh.mu.Unlock()
 	}
 	return keys
-}
-
-// Len returns how many keys the store holds, expired ones not yet dropped
-// included.
-func (s *Store) Len() int {
-	n := 0
-	for i := range s.shards {
-		s.shards[i].mu.Lock()
-		n += len(s.shards[i].keys)
-		s.shards[i].mu.Unlock()
-	}
-	return n
 }
 
 // Units returns how many units key's sliding log of l holds, reservations

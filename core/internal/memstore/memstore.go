@@ -223,7 +223,6 @@ func (st *memState) add(n, t, now int64) int64 {
 		for j := range n {
 			st.log[i+int(j)] = t
 		}
-		st.expires = st.log[len(st.log)-1] + st.window
 	case store.SlidingBuckets:
 		b := floorDiv(now, st.prec)
 		if k := len(st.buckets); k > 0 && st.buckets[k-1].index == b {
@@ -238,13 +237,28 @@ func (st *memState) add(n, t, now int64) int64 {
 				st.buckets[i] = bucket{b, n}
 			}
 		}
-		st.expires = (st.buckets[len(st.buckets)-1].index+1)*st.prec + st.window
 	default:
-		c := st.roll(now)
-		st.w, st.cur = c, st.cur+n
-		st.expires = (c + 2) * st.window
+		st.w, st.cur = st.roll(now), st.cur+n
 	}
+	st.expire()
 	return st.expires - now
+}
+
+// expire sets when the state is empty again, from what it holds: 0 when
+// it holds nothing.
+func (st *memState) expire() {
+	switch {
+	case st.alg == store.SlidingLog && len(st.log) > 0:
+		st.expires = st.log[len(st.log)-1] + st.window
+	case st.alg == store.SlidingBuckets && len(st.buckets) > 0:
+		st.expires = (st.buckets[len(st.buckets)-1].index+1)*st.prec + st.window
+	case st.alg == store.SlidingCounter && st.cur > 0:
+		st.expires = (st.w + 2) * st.window
+	case st.alg == store.SlidingCounter && st.prev > 0:
+		st.expires = (st.w + 1) * st.window
+	default:
+		st.expires = 0
+	}
 }
 
 func (st *memState) logCheck(count, n, now int64) (free, retry, reset int64) {
@@ -258,11 +272,8 @@ func (st *memState) logCheck(count, n, now int64) (free, retry, reset int64) {
 		st.log = st.log[:copy(st.log, st.log[i:])]
 	}
 	used := int64(len(st.log))
-	if used > 0 {
-		reset = st.log[used-1] + st.window - now
-	} else {
-		st.expires = 0
-	}
+	st.expire()
+	reset = max(st.expires-now, 0)
 	if k := count - n + 1; k <= 0 {
 		retry = -1
 	} else if used >= k {
@@ -284,11 +295,8 @@ func (st *memState) bucketsCheck(count, n, now int64) (free, retry, reset int64)
 	for _, b := range st.buckets {
 		used += b.count
 	}
-	if k := len(st.buckets); k > 0 {
-		reset = (st.buckets[k-1].index+1)*st.prec + st.window - now
-	} else {
-		st.expires = 0
-	}
+	st.expire()
+	reset = max(st.expires-now, 0)
 	if n > count {
 		retry = -1
 	} else if over := used + n - count; over > 0 {
@@ -325,13 +333,8 @@ func (st *memState) counterCheck(count, n, now int64) (free, retry, reset int64)
 	fw, fcount := float64(w), float64(count)
 	weighted := float64(prev) * float64(w-elapsed)
 	free = int64(max(min(math.Floor((fcount*fw-weighted-float64(cur)*fw)/fw), fcount), 0))
-	if cur > 0 {
-		reset = (c+2)*w - now
-	} else if prev > 0 {
-		reset = (c+1)*w - now
-	} else {
-		st.expires = 0
-	}
+	st.expire()
+	reset = max(st.expires-now, 0)
 	switch {
 	case n > count:
 		retry = -1
@@ -363,13 +366,6 @@ func floorDiv(a, b int64) int64 {
 // committed denial of a key that is not blocked counts towards r.Penalty;
 // the one that reaches it bans the key. It returns no error.
 func (s *Store) Allow(_ context.Context, r store.Request) (store.Decision, error) {
-	return s.Decide(&r), nil
-}
-
-// Decide is Allow for a Limiter's own memory store, which calls it
-// directly: *r is read during the call, not copied (a Request is 128
-// bytes; BenchmarkAllowMemory measured each copy across the seam).
-func (s *Store) Decide(r *store.Request) store.Decision {
 	sh, key, now := s.lock(r.Key, r.Now)
 	defer sh.mu.Unlock()
 	var buf [4]*memState
@@ -402,7 +398,7 @@ func (s *Store) Decide(r *store.Request) store.Decision {
 		}
 	}
 	sh.touch(key, now)
-	return d
+	return d, nil
 }
 
 // penalize mirrors penalize in algorithms.lua: it counts a denial of key
@@ -462,9 +458,6 @@ func (st *memState) refund(count, n, now, at int64) int64 {
 		}
 		given = int64(j - i)
 		st.log = append(st.log[:i], st.log[j:]...)
-		if len(st.log) == 0 {
-			st.expires = 0
-		}
 	case store.SlidingBuckets:
 		st.bucketsCheck(count, 1, now) // drops the buckets that left
 		current := floorDiv(now, st.prec)
@@ -478,11 +471,6 @@ func (st *memState) refund(count, n, now, at int64) int64 {
 			given += take
 		}
 		st.buckets = slices.DeleteFunc(st.buckets, func(b bucket) bool { return b.count == 0 })
-		if len(st.buckets) == 0 {
-			st.expires = 0
-		} else {
-			st.expires = (st.buckets[len(st.buckets)-1].index+1)*st.prec + st.window
-		}
 	default:
 		c := st.roll(now)
 		fromCur, fromPrev := true, true
@@ -499,15 +487,8 @@ func (st *memState) refund(count, n, now, at int64) int64 {
 			st.prev -= take
 			given += take
 		}
-		switch {
-		case st.cur > 0:
-			st.expires = (c + 2) * st.window
-		case st.prev > 0:
-			st.expires = (c + 1) * st.window
-		default:
-			st.expires = 0
-		}
 	}
+	st.expire()
 	return given
 }
 
@@ -557,11 +538,7 @@ func (s *Store) Release(_ context.Context, r store.Request, res store.Reservatio
 				j++
 			}
 			st.log = append(st.log[:i], st.log[j:]...)
-			if len(st.log) == 0 {
-				st.expires = 0
-			} else {
-				st.expires = st.log[len(st.log)-1] + st.window
-			}
+			st.expire()
 		}
 	}
 	sh.touch(key, now)
