@@ -169,7 +169,8 @@ func (c *denyCache) put(key string, n int64, limits []Limit, now int64, r Result
 	switch {
 	case len(ds) >= denialsPerKey, len(ds) > 0 && sh.n >= sh.size && len(sh.m) == 1:
 		// make room in this key: drop its oldest denial
-		sh.drop(key, ds, 0)
+		sh.m[key] = slices.Delete(ds, 0, 1)
+		sh.n--
 	case sh.n >= sh.size:
 		sh.evict(key, now)
 	}
@@ -214,16 +215,6 @@ func (sh *denyShard) evict(keep string, now int64) {
 		sh.n -= len(ds)
 		delete(sh.m, victim)
 	}
-}
-
-// drop removes the i-th denial of key, whose denials are ds.
-func (sh *denyShard) drop(key string, ds []denial, i int) {
-	sh.n--
-	if len(ds) == 1 {
-		delete(sh.m, key)
-		return
-	}
-	sh.m[key] = slices.Delete(ds, i, i+1)
 }
 
 // forget drops every denial of key.

@@ -149,7 +149,7 @@ func (l Limit) PolicyName() string {
 	if l.Name != "" {
 		return l.Name
 	}
-	return strconv.FormatInt(l.Count, 10) + "-per-" + shortDuration(l.Window)
+	return strconv.FormatInt(l.Count, 10) + "-per-" + string(store.AppendDuration(nil, l.Window))
 }
 
 // ownLimits returns a copy of limits to keep, with names of its own in one
@@ -176,9 +176,6 @@ func ownLimits(limits []Limit) []Limit {
 	return own
 }
 
-// shortDuration writes d in its largest whole unit: 1h, 15m, 30s, 250ms.
-func shortDuration(d time.Duration) string { return string(store.AppendDuration(nil, d)) }
-
 // spec returns l as the store takes it.
 func (l Limit) spec() store.Limit {
 	return store.Limit{Algorithm: store.Algorithm(l.Algorithm), Count: l.Count, Window: l.Window, Precision: l.Precision}
@@ -186,9 +183,6 @@ func (l Limit) spec() store.Limit {
 
 // precision returns the sub-window length used by SlidingBuckets.
 func (l Limit) precision() time.Duration { return l.spec().Step() }
-
-// micros converts d to whole microseconds.
-func micros(d time.Duration) int64 { return int64(d / time.Microsecond) }
 
 // usec converts microseconds to a Duration.
 func usec(us int64) time.Duration { return time.Duration(us) * time.Microsecond }

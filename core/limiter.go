@@ -58,12 +58,7 @@ func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
 	if v := reflect.ValueOf(rdb); rdb == nil || v.Kind() == reflect.Pointer && v.IsNil() {
 		return nil, errors.New("ratewindow: nil redis client")
 	}
-	c := defaults()
-	for _, o := range opts {
-		if o.apply != nil {
-			o.apply(&c)
-		}
-	}
+	c := configure(opts)
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
@@ -89,12 +84,7 @@ func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
 // does not have. So the options of a Redis Limiter can be passed as they
 // are, as in tests that swap Redis for memory; only New validates them.
 func NewMemory(opts ...Option) *Limiter {
-	c := defaults()
-	for _, o := range opts {
-		if o.apply != nil {
-			o.apply(&c)
-		}
-	}
+	c := configure(opts)
 	// the deny cache saves round trips; the memory store has none to save
 	c.mode, c.cacheSize = FailOpen, 0
 	l := newLimiter(c)

@@ -19,8 +19,15 @@ type config struct {
 	observer  Observer
 }
 
-func defaults() config {
-	return config{prefix: DefaultPrefix, timeout: DefaultTimeout, waitTime: DefaultWaitTimeout, cacheSize: DefaultDenyCacheSize}
+// configure returns the defaults with opts applied.
+func configure(opts []Option) config {
+	c := config{prefix: DefaultPrefix, timeout: DefaultTimeout, waitTime: DefaultWaitTimeout, cacheSize: DefaultDenyCacheSize}
+	for _, o := range opts {
+		if o.apply != nil {
+			o.apply(&c)
+		}
+	}
+	return c
 }
 
 const (

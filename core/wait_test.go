@@ -838,3 +838,6 @@ func TestWaitDeadlineUnderLoad(t *testing.T) {
 		t.Fatalf("the log holds %d units, want the 10 admitted", n)
 	}
 }
+
+// micros converts d to whole microseconds.
+func micros(d time.Duration) int64 { return int64(d / time.Microsecond) }

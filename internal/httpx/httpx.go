@@ -6,15 +6,7 @@ import "strings"
 
 // TrimOWS removes the optional white space of RFC 9110 (spaces and tabs)
 // around s.
-func TrimOWS(s string) string {
-	for len(s) > 0 && (s[0] == ' ' || s[0] == '\t') {
-		s = s[1:]
-	}
-	for len(s) > 0 && (s[len(s)-1] == ' ' || s[len(s)-1] == '\t') {
-		s = s[:len(s)-1]
-	}
-	return s
-}
+func TrimOWS(s string) string { return strings.Trim(s, " \t") }
 
 // StripMethod removes the "METHOD " part of an [http.ServeMux] pattern:
 // "GET /users/{id}" gives "/users/{id}". A valid pattern that contains a

@@ -27,9 +27,6 @@ func checkKey(prefix, tag string) string { return prefix + "{" + tag + "}:check"
 // take them (used memory near maxmemory) fails here, at start-up, and not
 // at the first decision.
 func (s *Store) Check(ctx context.Context) error {
-	if ctx == nil {
-		return errors.New("ratewindow: check: nil context")
-	}
 	err := s.checkNodes(ctx)
 	if err != nil && !errors.Is(err, store.ErrCheckIncomplete) {
 		return err
