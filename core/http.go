@@ -221,28 +221,22 @@ func clearRateHeaders(h http.Header) {
 	delete(h, hdrRateLimit)
 }
 
-// writeDenied writes the default answer to a denial: 429 with a short text
-// body, or with problem set, the quota-exceeded problem listing the
-// policies that denied (the binding one's body is kept ready), or for a
-// banned or blocked key the abnormal-usage one.
-func (hs *headerSet) writeDenied(w http.ResponseWriter, res Result, problem bool) {
+// writeDenied writes the default answer to dec, a denial: 429 with a
+// short text body, or with problem set, the quota-exceeded problem listing
+// the policies that denied (the binding one's body is kept ready), or for
+// a banned or blocked key the abnormal-usage one.
+func writeDenied(w http.ResponseWriter, dec Decision, problem bool) {
 	const code = http.StatusTooManyRequests
 	switch {
 	case !problem:
 		writeText(w, code, textTooMany)
-	case res.blocked:
+	case dec.Result.blocked:
 		writeProblem(w, code, []byte(abnormalUsage), strconv.Itoa(len(abnormalUsage)))
-	case bits.OnesCount16(res.violated) > 1:
-		var names []string
-		for i := range hs.limits {
-			if res.violated&(1<<i) != 0 {
-				names = append(names, hs.limits[i].limit.PolicyName())
-			}
-		}
-		body := appendProblem(nil, ProblemQuotaExceeded, problemTitle, code, names...)
+	case bits.OnesCount16(dec.Result.violated) > 1:
+		body := appendProblem(nil, ProblemQuotaExceeded, problemTitle, code, dec.Policies()...)
 		writeProblem(w, code, body, strconv.Itoa(len(body)))
 	default:
-		lh := hs.lookup(res.Limit)
+		lh := dec.hdr.lookup(dec.Result.Limit)
 		writeProblem(w, code, lh.problem, lh.problemLen)
 	}
 }

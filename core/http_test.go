@@ -142,7 +142,7 @@ func TestWriteDenied(t *testing.T) {
 	l := Limit{Name: `q"\`, Count: 1, Window: time.Second}
 	hs := newHeaderSet([]Limit{l})
 	rec := httptest.NewRecorder()
-	hs.writeDenied(rec, Result{Limit: l, RetryAfter: time.Second}, true)
+	writeDenied(rec, Decision{Verdict: Denied, Result: Result{Limit: l, RetryAfter: time.Second}, hdr: &hs}, true)
 	want := `{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Request cannot be satisfied as assigned quota has been exceeded","status":429,"violated-policies":["q\"\\"]}`
 	if rec.Code != 429 || rec.Body.String() != want || rec.Header().Get("Content-Type") != "application/problem+json" ||
 		rec.Header().Get("Content-Length") != strconv.Itoa(len(want)) {
@@ -156,7 +156,7 @@ func TestWriteDenied(t *testing.T) {
 	}
 
 	rec = httptest.NewRecorder()
-	hs.writeDenied(rec, Result{Limit: l, RetryAfter: time.Second}, false)
+	writeDenied(rec, Decision{Verdict: Denied, Result: Result{Limit: l, RetryAfter: time.Second}, hdr: &hs}, false)
 	if rec.Code != 429 || rec.Body.String() != "Too Many Requests\n" || rec.Header().Get("Content-Length") != "18" {
 		t.Errorf("text: %d %v %q", rec.Code, rec.Header(), rec.Body)
 	}
@@ -173,7 +173,7 @@ func TestWriteDenied(t *testing.T) {
 	two := []Limit{PerSecond(2), PerMinute(5)}
 	hs = newHeaderSet(two)
 	rec = httptest.NewRecorder()
-	hs.writeDenied(rec, Result{Limit: two[1], RetryAfter: time.Minute, violated: 0b11}, true)
+	writeDenied(rec, Decision{Verdict: Denied, Result: Result{Limit: two[1], RetryAfter: time.Minute, violated: 0b11}, hdr: &hs}, true)
 	want = `{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Request cannot be satisfied as assigned quota has been exceeded","status":429,"violated-policies":["2-per-1s","5-per-1m"]}`
 	if rec.Body.String() != want || rec.Header().Get("Content-Length") != strconv.Itoa(len(want)) {
 		t.Errorf("two violated: %v %s", rec.Header(), rec.Body)
@@ -247,7 +247,7 @@ func FuzzHeaders(f *testing.F) {
 		}
 
 		rec := httptest.NewRecorder()
-		hs.writeDenied(rec, res, true)
+		writeDenied(rec, Decision{Verdict: Denied, Result: res, hdr: &hs}, true)
 		var p struct {
 			Type     string   `json:"type"`
 			Status   int      `json:"status"`

@@ -366,6 +366,16 @@ func (l *Limiter) cached(ctx context.Context, key string, n int64, limits []Limi
 	}
 }
 
+// started is the time a decision began, for its observer: zero without
+// one, which reads no clock.
+func (l *Limiter) started() (t time.Time) {
+	if l.observer != nil {
+		t = time.Now()
+	}
+	return t
+}
+
+// observe hands ev to the observer, if any, with its latency since start.
 func (l *Limiter) observe(ev Event, start time.Time) {
 	if l.observer != nil {
 		ev.Latency = time.Since(start)
@@ -526,10 +536,7 @@ func (l *Limiter) waitN(ctx context.Context, rule, key string, n int64, limits [
 	if err := validate(key, n, limits); err != nil {
 		return err
 	}
-	var start time.Time
-	if l.observer != nil {
-		start = time.Now()
-	}
+	start := l.started()
 	var (
 		wait   time.Duration
 		failed error // the failure the failure mode answered

@@ -88,22 +88,15 @@ func (d *Decider[R]) Name() string { return d.p.Name }
 func (d *Decider[R]) Limits() []Limit { return slices.Clone(d.p.Limits) }
 
 // Key returns the Limiter key of r: the policy's Name, ":", and Key's
-// result (escaped, see Rule.FallbackKey). An empty result is an error that
-// matches keyfuncs.ErrNoKey.
+// result. An empty result is an error that matches keyfuncs.ErrNoKey. A
+// result that starts with noKey or keyEscape gets keyEscape before it, so
+// that no key function's result can be a fallback key, and no two results
+// share a key (see Rule.FallbackKey).
 func (d *Decider[R]) Key(r R) (string, error) {
 	k, err := d.p.Key(r)
-	if err != nil {
-		return "", err
-	}
-	return d.scoped(k)
-}
-
-// scoped returns the Limiter key of k, a key function's result: Name + ":"
-// + k, with keyEscape before a k that starts with noKey or keyEscape, so
-// that no key function's result can be a fallback key, and no two results
-// share a key.
-func (d *Decider[R]) scoped(k string) (string, error) {
 	switch {
+	case err != nil:
+		return "", err
 	case k == "":
 		return "", errEmptyKey
 	case k[0] == keyEscape[0] || strings.HasPrefix(k, noKey):

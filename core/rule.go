@@ -477,7 +477,7 @@ func (e *Enforcer) deny(w http.ResponseWriter, r *http.Request, st *shown, dec D
 		e.rule.OnDenied(w, r, dec.Result)
 		return
 	}
-	dec.hdr.writeDenied(w, dec.Result, e.problem(r))
+	writeDenied(w, dec, e.problem(r))
 }
 
 // discard is a ResponseWriter that writes nowhere.

@@ -18,15 +18,9 @@ func (e *Enforcer) Refused(ctx context.Context, key string, d time.Duration, ret
 // Refused is Enforcer.Refused for any transport: an upstream refused a
 // request of key for d (gRPC: RESOURCE_EXHAUSTED with RetryInfo).
 func (d *Decider[R]) Refused(ctx context.Context, key string, dur time.Duration, retried bool) error {
-	l := d.l
-	var start time.Time
-	if l.observer != nil {
-		start = time.Now()
-	}
-	err := l.Block(ctx, key, dur)
-	if l.observer != nil {
-		l.observe(Event{Op: OpRefused, Rule: d.p.Name, Key: key, Retried: retried, Err: err,
-			Result: Result{Limit: d.p.Limits[0], RetryAfter: dur}}, start)
-	}
+	start := d.l.started()
+	err := d.l.Block(ctx, key, dur)
+	d.l.observe(Event{Op: OpRefused, Rule: d.p.Name, Key: key, Retried: retried, Err: err,
+		Result: Result{Limit: d.p.Limits[0], RetryAfter: dur}}, start)
 	return err
 }
