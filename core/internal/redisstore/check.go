@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/redis/go-redis/v9"
 
@@ -69,38 +68,26 @@ func (s *Store) checkNodes(ctx context.Context) error {
 	case *redis.Client: // also NewFailoverClient
 		return checkNode(ctx, c, sc, checkKey(s.prefix, "check"))
 	case *redis.ClusterClient:
-		// each master runs the script on a key of a slot it owns
-		var (
-			mu      sync.Mutex
-			masters = map[string]string{} // address → key
-		)
-		if err := c.ForEachMaster(ctx, func(_ context.Context, m *redis.Client) error {
-			mu.Lock()
-			masters[m.Options().Addr] = ""
-			mu.Unlock()
-			return nil
-		}); err != nil {
-			return fmt.Errorf("ratewindow: check: %w", err)
-		}
-		for i, left := 0, len(masters); i < 1<<16 && left > 0; i++ {
-			key := checkKey(s.prefix, "check-"+strconv.Itoa(i))
-			m, err := c.MasterForKey(ctx, key)
-			if err != nil {
-				return fmt.Errorf("ratewindow: check: %w", err)
+		// each master runs the script on the first check key of a slot it
+		// owns (the client knows the slots: no round trip a key)
+		err := c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			addr := m.Options().Addr
+			for i := 0; i < 1<<16; i++ {
+				key := checkKey(s.prefix, "check-"+strconv.Itoa(i))
+				owner, err := c.MasterForKey(ctx, key)
+				if err != nil {
+					return fmt.Errorf("ratewindow: check: %w", err)
+				}
+				if owner.Options().Addr == addr {
+					return checkNode(ctx, m, sc, key)
+				}
 			}
-			if k, ok := masters[m.Options().Addr]; ok && k == "" {
-				masters[m.Options().Addr] = key
-				left--
-			}
-		}
-		keys := masters
-		return c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
-			key := keys[m.Options().Addr]
-			if key == "" {
-				return fmt.Errorf("ratewindow: check: no key found for master %s", m.Options().Addr)
-			}
-			return checkNode(ctx, m, sc, key)
+			return fmt.Errorf("ratewindow: check: no key found for master %s", addr)
 		})
+		if err != nil && !strings.HasPrefix(err.Error(), "ratewindow:") {
+			err = fmt.Errorf("ratewindow: check: %w", err) // the Cluster's own
+		}
+		return err
 	case *redis.Ring:
 		if err := checkScript(ctx, c, sc, checkKey(s.prefix, "check")); err != nil {
 			return err
