@@ -226,18 +226,6 @@ func (c *denyCache) forget(key string) {
 	sh.mu.Unlock()
 }
 
-// len returns the number of denials held.
-func (c *denyCache) len() int {
-	total := 0
-	for i := range c.shards {
-		sh := &c.shards[i]
-		sh.mu.Lock()
-		total += sh.n
-		sh.mu.Unlock()
-	}
-	return total
-}
-
 // findDenial returns the index of the denial of n units under limits in ds, or -1.
 func findDenial(ds []denial, n int64, limits []Limit) int {
 	for i, d := range ds {

@@ -358,3 +358,15 @@ func TestDenyCacheSeesOtherReplicas(t *testing.T) {
 		})
 	}
 }
+
+// len returns the number of denials held.
+func (c *denyCache) len() int {
+	total := 0
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		total += sh.n
+		sh.mu.Unlock()
+	}
+	return total
+}

@@ -445,18 +445,20 @@ func (l *Limiter) answer(ctx context.Context, req store.Request, limits []Limit,
 // result turns d, a decision on limits, into a Result with its binding
 // limit: when denied, the limit with the longest retry (never is
 // longest); when allowed, or on a tie, the one with the fewest units
-// remaining, then the latest reset.
+// remaining, then the latest reset; on a full tie, the first.
 func result(d *store.Decision, limits []Limit, backendErr error) Result {
-	var b binder
-	for i, lim := range limits {
-		s := d.States[i]
-		b.add(lim, d.Allowed, s.Remaining, s.Retry, s.Reset)
+	b := 0
+	for i := 1; i < len(limits); i++ {
+		if binds(d.Allowed, d.States[i], d.States[b]) {
+			b = i
+		}
 	}
-	r := Result{Allowed: d.Allowed, Limit: b.limit, Remaining: b.remaining, ResetAfter: usec(b.reset), BackendErr: backendErr,
+	s := d.States[b]
+	r := Result{Allowed: d.Allowed, Limit: limits[b], Remaining: max(s.Remaining, 0), ResetAfter: usec(max(s.Reset, 0)), BackendErr: backendErr,
 		blocked: d.Blocked}
 	if !d.Allowed {
-		r.RetryAfter = usec(b.retry)
-		if b.retry < 0 {
+		r.RetryAfter = usec(s.Retry)
+		if s.Retry < 0 {
 			r.RetryAfter = -1
 		}
 		for i := range limits {
@@ -468,33 +470,18 @@ func result(d *store.Decision, limits []Limit, backendErr error) Result {
 	return r
 }
 
-// binder picks the binding limit of a decision, one limit at a time.
-type binder struct {
-	set                     bool
-	limit                   Limit
-	remaining, retry, reset int64 // retry and reset in µs; retry -1: never
-}
-
-// add considers limit l's outcome. allowed is the decision over all limits.
-func (b *binder) add(l Limit, allowed bool, remaining, retry, reset int64) {
-	remaining = max(remaining, 0)
-	reset = max(reset, 0)
-	if b.set && !b.beats(allowed, remaining, retry, reset) {
-		return
-	}
-	*b = binder{set: true, limit: l, remaining: remaining, retry: retry, reset: reset}
-}
-
-func (b *binder) beats(allowed bool, remaining, retry, reset int64) bool {
+// binds reports whether a limit's state s binds rather than cur's (see
+// result). allowed is the decision over all limits.
+func binds(allowed bool, s, cur store.State) bool {
 	if !allowed {
-		if r, cur := retryRank(retry), retryRank(b.retry); r != cur {
-			return r > cur
+		if r, c := retryRank(s.Retry), retryRank(cur.Retry); r != c {
+			return r > c
 		}
 	}
-	if remaining != b.remaining {
-		return remaining < b.remaining
+	if r, c := max(s.Remaining, 0), max(cur.Remaining, 0); r != c {
+		return r < c
 	}
-	return reset > b.reset
+	return max(s.Reset, 0) > max(cur.Reset, 0)
 }
 
 func retryRank(retry int64) int64 {
