@@ -21,7 +21,7 @@ type breaker struct {
 	openUntil atomic.Int64 // ns on the store's clock; 0: closed
 	probing   atomic.Bool
 	// lastReply is when (the store's clock) the node last answered a
-	// call, for a Cluster master's breaker (see guard.answeredSince)
+	// call, for a Cluster master's breaker (see guard.answeredAfter)
 	lastReply atomic.Int64
 }
 

@@ -85,3 +85,10 @@ func TestFailOpenSurvivesErrReturn(t *testing.T) {
 		})
 	}
 }
+
+// isBackendError reports whether err is a failure of Redis that the caller
+// is told of (a backendError).
+func isBackendError(err error) bool {
+	var be backendError
+	return errors.As(err, &be)
+}

@@ -2,7 +2,6 @@ package core
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"runtime"
@@ -101,14 +100,10 @@ func (g *guard) breakerFor(key string) *breaker {
 	return b.(*breaker)
 }
 
-// answeredSince reports whether the node that serves a's key answered
-// since a was sent: on a Cluster, its master (the replies to this
-// Limiter's calls on its keys), so that a silent master's timeouts count
-// while the others answer; else the client.
-func (g *guard) answeredSince(a attempt) bool { return g.answeredAfter(a, a.sent) }
-
 // answeredAfter reports whether the node that serves a's key answered
-// after t (the store's clock; see answeredSince).
+// after t (the store's clock): on a Cluster, its master (the replies to
+// this Limiter's calls on its keys), so that a silent master's timeouts
+// count while the others answer; else the client.
 func (g *guard) answeredAfter(a attempt, t int64) bool {
 	if a.br != &g.br {
 		return a.br.lastReply.Load() >= t
@@ -127,7 +122,7 @@ func (g *guard) end(ctx context.Context, a attempt, err error) (kind, error) {
 		k = abandoned
 	case store.Replied(err):
 		k = rejected
-	case g.answeredSince(a), store.IsTimeout(err) && g.starvedAlive(a):
+	case g.answeredAfter(a, a.sent), store.IsTimeout(err) && g.starvedAlive(a):
 		k = overloaded
 	case store.IsTimeout(err):
 		k = timedOut
@@ -201,9 +196,7 @@ func (g *guard) fail(ctx context.Context, r store.Request, err error) (store.Dec
 	d := store.Decision{Allowed: g.mode != FailClosed, States: r.Room()}
 	switch g.mode {
 	case FailClosed:
-		for i := range r.Limits {
-			d.States[i] = store.State{Retry: failClosedRetry, Reset: failClosedRetry}
-		}
+		d = closed(r)
 	case FailLocal:
 		var lerr error
 		if d, lerr = g.local.Allow(ctx, g.localRequest(r)); lerr != nil {
@@ -221,11 +214,17 @@ func (g *guard) fail(ctx context.Context, r store.Request, err error) (store.Dec
 // other calls (overloaded), as FailClosed answers, whatever the failure
 // mode, with its failure as the caller is told of it (see ErrShed).
 func shed(r store.Request, err error) (store.Decision, error) {
+	return closed(r), backendError{fmt.Errorf("%w (%w)", ErrShed, err)}
+}
+
+// closed is FailClosed's answer to r: denied under every limit, due again
+// in failClosedRetry.
+func closed(r store.Request) store.Decision {
 	d := store.Decision{States: r.Room()}
 	for i := range r.Limits {
 		d.States[i] = store.State{Retry: failClosedRetry, Reset: failClosedRetry}
 	}
-	return d, backendError{fmt.Errorf("%w (%w)", ErrShed, err)}
+	return d
 }
 
 // localRequest turns r into the local store's: each Count of its limits
@@ -383,11 +382,6 @@ type backendError struct{ err error }
 
 func (e backendError) Error() string { return e.err.Error() }
 func (e backendError) Unwrap() error { return e.err }
-
-func isBackendError(err error) bool {
-	var be backendError
-	return errors.As(err, &be)
-}
 
 // cpuMeter tells whether this process was short of CPU since a call was
 // sent (see guard.starved), by the runtime's metrics: how long goroutines
