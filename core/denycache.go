@@ -112,8 +112,10 @@ func (c *denyCache) locked(key string, n int64, limits []Limit) (*denyShard, *de
 	sh := c.shard(key)
 	sh.mu.Lock()
 	ds := sh.m[key]
-	if i := findDenial(ds, n, limits); i >= 0 {
-		return sh, &ds[i]
+	for i := range ds {
+		if ds[i].n == n && slices.Equal(ds[i].limits, limits) {
+			return sh, &ds[i]
+		}
 	}
 	return sh, nil
 }
@@ -224,16 +226,6 @@ func (c *denyCache) forget(key string) {
 	sh.n -= len(sh.m[key])
 	delete(sh.m, key)
 	sh.mu.Unlock()
-}
-
-// findDenial returns the index of the denial of n units under limits in ds, or -1.
-func findDenial(ds []denial, n int64, limits []Limit) int {
-	for i, d := range ds {
-		if d.n == n && slices.Equal(d.limits, limits) {
-			return i
-		}
-	}
-	return -1
 }
 
 // allExpired reports whether every denial in ds has expired at now.

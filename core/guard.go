@@ -338,22 +338,13 @@ func (g *guard) release(ctx context.Context, r store.Request, res reservation) e
 	return failure(g.call(ctx, r, func() error { return g.next.Release(ctx, r, res.Reservation) }))
 }
 
-// block blocks the key in the local store too (it decides while Redis is
-// down), then in Redis; Redis's failure is returned.
-func (g *guard) block(ctx context.Context, r store.Request, d time.Duration) error {
+// both runs f, a Block or a Reset of r, on the local store too (it
+// decides while Redis is down), then on Redis; Redis's failure is returned.
+func (g *guard) both(ctx context.Context, r store.Request, f func(store.Store, store.Request) error) error {
 	if g.local != nil {
-		_ = g.local.Block(ctx, g.localCopy(r), d)
+		_ = f(g.local, g.localCopy(r))
 	}
-	return failure(g.call(ctx, r, func() error { return g.next.Block(ctx, r, d) }))
-}
-
-// reset forgets the key in the local store too, then in Redis; Redis's
-// failure is returned.
-func (g *guard) reset(ctx context.Context, r store.Request) error {
-	if g.local != nil {
-		_ = g.local.Reset(ctx, g.localCopy(r))
-	}
-	return failure(g.call(ctx, r, func() error { return g.next.Reset(ctx, r) }))
+	return failure(g.call(ctx, r, func() error { return f(g.next, r) }))
 }
 
 // refund gives back units recorded by the local store (local: the failure

@@ -156,7 +156,8 @@ func (l *Limiter) Reset(ctx context.Context, key string, limits ...Limit) error 
 	if l.cache != nil {
 		l.cache.forget(store.HeldKey(key))
 	}
-	return l.guard.reset(ctx, l.request(key, 1, limits, nil, l.timeout))
+	reset := func(s store.Store, r store.Request) error { return s.Reset(ctx, r) }
+	return l.guard.both(ctx, l.request(key, 1, limits, nil, l.timeout), reset)
 }
 
 // Refund gives back n units of key under every limit: units recorded
@@ -210,7 +211,8 @@ func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) error 
 	case d < time.Microsecond || d > MaxBlock:
 		return fmt.Errorf("%w: block for %s; it must be in [1µs, %s]", ErrInvalidDuration, d, MaxBlock)
 	}
-	return l.guard.block(ctx, store.Request{Key: key, N: 1, Now: l.storeTime(), Deadline: after(l.timeout)}, d)
+	block := func(s store.Store, r store.Request) error { return s.Block(ctx, r, d) }
+	return l.guard.both(ctx, store.Request{Key: key, N: 1, Now: l.storeTime(), Deadline: after(l.timeout)}, block)
 }
 
 // decide validates, consults the deny cache, asks the store through the

@@ -268,9 +268,6 @@ type exchange struct {
 // NewEnforcer validates rule and prepares what every request of it shares:
 // the default key function and the header values of its limits.
 func NewEnforcer(l *Limiter, rule Rule) (*Enforcer, error) {
-	if l == nil {
-		return nil, fmt.Errorf("%w %q: nil Limiter", ErrInvalidRule, rule.Name)
-	}
 	if rule.Key == nil {
 		rule.Key = keyfuncs.IP()
 	}
