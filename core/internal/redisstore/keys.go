@@ -42,9 +42,6 @@ func appendKeys(dst []string, prefix, key string, limits []store.Limit, own int)
 	tag := len(b)
 	var endsBuf [2 + store.MaxLimits]int
 	ends := endsBuf[:0] // where each key ends in b
-	if 2+len(limits) > len(endsBuf) {
-		ends = make([]int, 0, 2+len(limits))
-	}
 	for _, k := range [...]struct {
 		flag int
 		name string
