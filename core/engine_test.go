@@ -281,26 +281,38 @@ func TestGuardKinds(t *testing.T) {
 		err      error
 		answered int // 0: never; 1: before the call; 2: since
 		want     kind
-		counted  bool // the breaker counts it
+		counted  bool          // the breaker counts it
+		spent    time.Duration // of the decision's 100ms budget before its call
 	}{
-		{"reply", context.Background(), nil, 0, succeeded, false},
-		{"error reply", context.Background(), &store.Error{Replied: true, Err: serverErr}, 0, rejected, false},
-		{"wrapped error reply", context.Background(), fmt.Errorf("script: %w", &store.Error{Replied: true, Err: serverErr}), 2, rejected, false},
-		{"unexpected reply", context.Background(), ErrUnexpectedReply, 1, rejected, false},
-		{"caller gone", gone, context.Canceled, 1, abandoned, false},
-		{"timeout, answered since", context.Background(), context.DeadlineExceeded, 2, overloaded, false},
-		{"timeout, answered before", context.Background(), context.DeadlineExceeded, 1, timedOut, true},
-		{"read timeout, never answered", context.Background(), fmt.Errorf("read: %w", os.ErrDeadlineExceeded), 0, timedOut, true},
-		{"network, answered before", context.Background(), errors.New("connection refused"), 1, failed, true},
+		{"reply", context.Background(), nil, 0, succeeded, false, 0},
+		{"error reply", context.Background(), &store.Error{Replied: true, Err: serverErr}, 0, rejected, false, 0},
+		{"wrapped error reply", context.Background(), fmt.Errorf("script: %w", &store.Error{Replied: true, Err: serverErr}), 2, rejected, false, 0},
+		{"unexpected reply", context.Background(), ErrUnexpectedReply, 1, rejected, false, 0},
+		{"caller gone", gone, context.Canceled, 1, abandoned, false, 0},
+		{"timeout, answered since", context.Background(), context.DeadlineExceeded, 2, overloaded, false, 0},
+		{"timeout, answered before", context.Background(), context.DeadlineExceeded, 1, timedOut, true, 0},
+		{"read timeout, never answered", context.Background(), fmt.Errorf("read: %w", os.ErrDeadlineExceeded), 0, timedOut, true, 0},
+		{"network, answered before", context.Background(), errors.New("connection refused"), 1, failed, true, 0},
+		// the budget went by before the call (waiting on another's probe):
+		// Redis answered since the decision began
+		{"budget spent, answered since the decision began", context.Background(), context.DeadlineExceeded, 1, overloaded, false, 100 * time.Millisecond},
+		{"budget half spent, answered since the decision began", context.Background(), context.DeadlineExceeded, 1, overloaded, false, 50 * time.Millisecond},
+		{"budget spent, never answered", context.Background(), context.DeadlineExceeded, 0, timedOut, true, 100 * time.Millisecond},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			rs := redisstore.New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), "kinds:")
 			r := &fakeRemote{Remote: rs}
+			r.now.Store(int64(time.Second)) // the decision began after the clock's start
 			g := &guard{next: r, remote: r}
 			if c.answered == 1 {
 				r.answer()
 			}
-			a, err := g.begin("k")
+			var deadline time.Time
+			if c.spent > 0 { // (no budget else: the CPU rule stays out)
+				g.budget = 100 * time.Millisecond
+				deadline = time.Now().Add(g.budget - c.spent)
+			}
+			a, err := g.begin("k", deadline)
 			if err != nil {
 				t.Fatal(err)
 			}

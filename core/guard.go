@@ -48,16 +48,16 @@ const (
 	// count it.
 	rejected
 	// overloaded: no reply, while Redis answered other calls of this
-	// client since this one was sent: Redis or this process is slow, not
+	// client since the decision began: Redis or this process is slow, not
 	// down. The breaker does not count it, and no failure mode answers: the
 	// decision is shed (see ErrShed).
 	overloaded
-	// timedOut: no reply in time, and no other reply since the call was
-	// sent (Redis failing, or a slow moment: a cold start, a process
+	// timedOut: no reply in time, and no other reply since the decision
+	// began (Redis failing, or a slow moment: a cold start, a process
 	// starved of CPU). The breaker counts it.
 	timedOut
-	// failed: a connection failure, and no other reply since the call was
-	// sent, which the breaker counts; or the breaker is open (ErrCircuitOpen,
+	// failed: a connection failure, and no other reply since the decision
+	// began, which the breaker counts; or the breaker is open (ErrCircuitOpen,
 	// not counted again).
 	failed
 )
@@ -68,15 +68,26 @@ func (k kind) retried() bool { return k == overloaded || k == timedOut }
 
 // attempt is one call to Redis under way.
 type attempt struct {
-	sent  int64    // the store's clock when it was sent
+	// sent is the store's clock when the decision began (its budget's
+	// start; when the call was sent, without a budget): what happened
+	// since is what the call's outcome is judged by. A decision whose
+	// budget went by before its call (waiting on another's probe, on a
+	// process short of CPU) timed out for this process, not for Redis.
+	sent  int64
 	br    *breaker // the breaker of the node that serves the key
 	probe bool     // the call is br's probe
 }
 
-// begin starts a call to Redis about key, or returns ErrCircuitOpen.
-func (g *guard) begin(key string) (attempt, error) {
-	a := attempt{sent: g.remote.Clock(), br: g.breakerFor(key)}
-	ok, probe := a.br.allow(a.sent)
+// begin starts a call to Redis about key for a decision whose budget ends
+// at deadline (zero: none), or returns ErrCircuitOpen.
+func (g *guard) begin(key string, deadline time.Time) (attempt, error) {
+	now := g.remote.Clock()
+	a := attempt{sent: now, br: g.breakerFor(key)}
+	if !deadline.IsZero() && g.budget > 0 {
+		spent := min(max(g.budget-time.Until(deadline), 0), g.budget)
+		a.sent = max(now-int64(spent), 1)
+	}
+	ok, probe := a.br.allow(now)
 	if !ok {
 		return a, ErrCircuitOpen
 	}
@@ -150,7 +161,7 @@ func (g *guard) call(ctx context.Context, r store.Request, f func() error) (kind
 	if g.remote == nil {
 		return plain(f())
 	}
-	a, err := g.begin(r.Key)
+	a, err := g.begin(r.Key, r.Deadline)
 	if err != nil {
 		return failed, err
 	}
@@ -175,7 +186,7 @@ func (g *guard) allow(ctx context.Context, r *store.Request) (d store.Decision, 
 		k, err = plain(err)
 		return d, k, err
 	}
-	a, err := g.begin(r.Key)
+	a, err := g.begin(r.Key, r.Deadline)
 	if err != nil {
 		return d, failed, err
 	}
