@@ -1,9 +1,7 @@
 -- algorithms.lua: the three sliding-window algorithms, the one decision over
--- several limits built on them, and the functions the scripts call, each
--- script one call of one of them (functions.go lists them). Times are µs
--- since the epoch, exact in Lua's doubles up to 2^53; numbers go to
--- redis.call as numbers or formatted with '%d', never with tostring or '..'
--- (1.76e+15).
+-- several limits built on them, and the functions the scripts call (listed in
+-- functions.go). Times are µs since the epoch, exact in doubles up to 2^53;
+-- numbers go to redis.call as numbers or '%d', never tostring or '..'.
 --
 -- A check returns the state of one limit as values (no table): free (units
 -- that fit now, >= 0), retry (µs until n more fit: 0 now, -1 never), reset
@@ -15,7 +13,8 @@
 -- of their input (ints: small integers as strings; ttl_ms/ttl_arg: the last
 -- TTL argument formatted; specs: parsed spec strings).
 
-local byte, call = string.byte, redis.call
+local byte, call, format, char, sub, rep = string.byte, redis.call, string.format, string.char, string.sub, string.rep
+local floor, ceil, min, max, tonumber, type, unpack = math.floor, math.ceil, math.min, math.max, tonumber, type, unpack
 
 -- now_us returns the time passed in (tests), or the server's TIME.
 local function now_us(arg)
@@ -26,7 +25,7 @@ local function now_us(arg)
 end
 
 -- px returns the PX argument of a TTL of us µs: whole ms, rounded up, >= 1.
-local function px(us) return math.max(math.ceil(us / 1000), 1) end
+local function px(us) return max(ceil(us / 1000), 1) end
 
 -- Redis formats a number argument with printf (about 0.3 µs, a short
 -- command's cost); a string goes as it is: recurring ones are made once.
@@ -35,14 +34,14 @@ local ints, ttl_ms, ttl_arg = {}, -1, ''
 -- int_arg returns x for a redis.call argument: a string for a small integer.
 local function int_arg(x)
   if ints[x] or x < 0 or x >= 4096 or x % 1 ~= 0 then return ints[x] or x end
-  ints[x] = string.format('%d', x)
+  ints[x] = format('%d', x)
   return ints[x]
 end
 
 -- px_arg returns px(us) for a redis.call argument (see int_arg).
 local function px_arg(us)
   local ms = px(us) -- by the ms: the same for the calls of a ms
-  if ms ~= ttl_ms then ttl_ms, ttl_arg = ms, string.format('%d', ms) end
+  if ms ~= ttl_ms then ttl_ms, ttl_arg = ms, format('%d', ms) end
   return ttl_arg
 end
 
@@ -77,12 +76,11 @@ local function uint(s, i, w)
   return x
 end
 
--- uint_bytes returns x as a w-byte big-endian integer (one string.char).
-local function uint_bytes(x, w)
-  local f = math.floor
-  local s = string.char(f(x / 2^48) % 256, f(x / 2^40) % 256, f(x / 2^32) % 256, f(x / 2^24) % 256,
-    f(x / 65536) % 256, f(x / 256) % 256, x % 256)
-  return w == 7 and s or string.sub(s, 8 - w)
+-- uint_bytes: x as a w-byte big-endian integer; with lead, lead, x in 7 bytes, 0.
+local function uint_bytes(x, w, lead)
+  local s = char(lead or 0, floor(x / 2^48) % 256, floor(x / 2^40) % 256, floor(x / 2^32) % 256,
+    floor(x / 2^24) % 256, floor(x / 65536) % 256, floor(x / 256) % 256, x % 256, 0)
+  return lead and s or sub(s, 9 - w, 8)
 end
 
 -- compact_w returns the offset width of the compact log v, or fails for a
@@ -98,7 +96,7 @@ end
 local function compact_after(v, w, base, lo, used, t)
   local hi = used + 1
   while lo < hi do
-    local m = math.floor((lo + hi) / 2)
+    local m = floor((lo + hi) / 2)
     if base + uint(v, 9 + (m - 1) * w, w) > t then hi = m else lo = m + 1 end
   end
   return lo
@@ -106,26 +104,26 @@ end
 
 -- member returns the sorted log's member of u units at t; units and time_of
 -- read them back (members are read without scores: half the strings).
-local function member(t, u) return string.format('%d:%d', u, t) end
+local function member(t, u) return format('%d:%d', u, t) end
 local function units(m)
   if byte(m, 2) == 58 then return byte(m, 1) - 48 end -- one digit, then ':'
   return tonumber(string.match(m, '^%d+'))
 end
-local function time_of(m) return tonumber(string.sub(m, string.find(m, ':', 1, true) + 1)) end
+local function time_of(m) return tonumber(sub(m, string.find(m, ':', 1, true) + 1)) end
 
 -- log_store writes the log of key anew: the units at times (in order) and n
 -- more at t, compact if it fits, else sorted, until its newest unit leaves.
 local function log_store(key, times, t, n, window, now)
   local p, all = #times + 1, #times
   while p > 1 and times[p - 1] > t do p = p - 1 end
-  local base, newest = math.min(times[1] or t, t), math.max(times[all] or t, t)
+  local base, newest = min(times[1] or t, t), max(times[all] or t, t)
   local w, m = 1, 256 -- the narrowest offsets
   while newest - base >= m and w < 7 do w, m = w + 1, m * 256 end
   local ttl = px_arg(newest + window - now)
   if 8 + (all + n) * w <= LOG_WHOLE then
-    local parts = {string.char(w) .. uint_bytes(base, 7)}
+    local parts = {char(w) .. uint_bytes(base, 7)}
     for i = 1, p - 1 do parts[#parts + 1] = uint_bytes(times[i] - base, w) end
-    parts[#parts + 1] = string.rep(uint_bytes(t - base, w), n)
+    parts[#parts + 1] = rep(uint_bytes(t - base, w), n)
     for i = p, all do parts[#parts + 1] = uint_bytes(times[i] - base, w) end
     call('SET', key, table.concat(parts), 'PX', ttl)
     return
@@ -142,7 +140,7 @@ local function log_store(key, times, t, n, window, now)
   if at_t > 0 then zs[#zs + 1], zs[#zs + 2] = t, member(t, n) end
   call('DEL', key)
   for c = 1, #zs, 1000 do -- unpack takes a few thousand values at most
-    call('ZADD', key, unpack(zs, c, math.min(c + 999, #zs)))
+    call('ZADD', key, unpack(zs, c, min(c + 999, #zs)))
   end
   call('PEXPIRE', key, ttl)
 end
@@ -157,7 +155,7 @@ local function sorted_walk(key, oldest, j, newest_first, total, card)
     if newest_first then j = -j end
     return tonumber(call('ZRANGE', key, j, j, 'WITHSCORES')[2]), 0
   end
-  local lo, hi = string.format('(%d', oldest), '+inf'
+  local lo, hi = format('(%d', oldest), '+inf'
   while true do
     local r = newest_first and call('ZREVRANGEBYSCORE', key, hi, lo, 'LIMIT', 0, 256) or
       call('ZRANGEBYSCORE', key, lo, hi, 'LIMIT', 0, 256)
@@ -166,7 +164,7 @@ local function sorted_walk(key, oldest, j, newest_first, total, card)
       j = j - units(r[i])
       if j <= 0 then return time_of(r[i]), j, r[i] end
     end
-    local edge = string.format('(%d', time_of(r[#r]))
+    local edge = format('(%d', time_of(r[#r]))
     if newest_first then hi = edge else lo = edge end
   end
 end
@@ -188,7 +186,7 @@ local function sorted_open(key, score, oldest)
       for _, m in ipairs(call('ZRANGEBYSCORE', key, 0, oldest)) do total = total - units(m) end
     else
       total = 0
-      for _, m in ipairs(call('ZRANGEBYSCORE', key, string.format('(%d', oldest), '+inf')) do total = total + units(m) end
+      for _, m in ipairs(call('ZRANGEBYSCORE', key, format('(%d', oldest), '+inf')) do total = total + units(m) end
     end
     call('ZREMRANGEBYSCORE', key, 0, oldest)
     call('ZADD', key, -total, '#')
@@ -209,7 +207,7 @@ local function log_check(key, v, count, window, n, now)
     used, newest, card = sorted_open(key, v, oldest)
     if k <= used and k >= 1 then
       local j = used - k + 1 -- the k-th newest is the j-th oldest
-      retry = sorted_walk(key, oldest, math.min(j, k), k < j, used, card) + window - now
+      retry = sorted_walk(key, oldest, min(j, k), k < j, used, card) + window - now
     end
   elseif v then
     local w = compact_w(key, v)
@@ -220,14 +218,14 @@ local function log_check(key, v, count, window, n, now)
     if k <= used and k >= 1 then retry = base + uint(v, 9 + (all - k) * w, w) + window - now end
   end
   if k <= 0 then retry = -1 end -- then any window holds at most count - n others
-  return math.max(count - used, 0), retry, newest and newest + window - now or 0, used, lo, newest
+  return max(count - used, 0), retry, newest and newest + window - now or 0, used, lo, newest
 end
 
 -- log_add records n units at t (>= now) after every unit at or before t
 -- (the end, but for reservations), v, used, lo and newest log_check's, and
 -- returns the new reset.
 local function log_add(key, v, used, lo, newest, window, n, t, now)
-  local last = math.max(newest or t, t)
+  local last = max(newest or t, t)
   if type(v) == 'number' then -- sorted: one member more, or one grown
     if used + n <= LOG_BACK then -- compact again (its units all count: see sorted_open)
       local times = {}
@@ -256,10 +254,10 @@ local function log_add(key, v, used, lo, newest, window, n, t, now)
   if newest and newest > t then p = compact_after(v, w, base, lo, all, t) end
   local off = t - base
   if off >= 0 and off < 256 ^ w and 8 + (used + n) * w <= LOG_WHOLE then -- cut and joined
-    local add = string.rep(uint_bytes(off, w), n)
+    local add = rep(uint_bytes(off, w), n)
     if lo > 1 or p <= all then -- else appended
-      add = string.sub(v, 9 + (lo - 1) * w, 8 + (p - 1) * w) .. add .. string.sub(v, 9 + (p - 1) * w)
-      v = string.sub(v, 1, 8)
+      add = sub(v, 9 + (lo - 1) * w, 8 + (p - 1) * w) .. add .. sub(v, 9 + (p - 1) * w)
+      v = sub(v, 1, 8)
     end
     call('SET', key, v .. add, 'PX', px_arg(last + window - now))
   else -- written anew: narrower offsets, or sorted
@@ -284,25 +282,25 @@ end
 -- the log of key and returns how many.
 local function log_remove(key, window, n, after, upto, now)
   local oldest = now - window
-  after = math.max(after, oldest)
+  after = max(after, oldest)
   local v = log_value(key, call('MGET', key)[1]) -- MGET: no error for a sorted set
   if type(v) == 'number' then -- the newest first, 256 members at a time
     local total, newest, card = sorted_open(key, v, oldest)
     if after <= oldest and upto >= (newest or 0) and n > total / 2 then -- the oldest kept
       if n >= total then call('DEL', key) return total end
       local t, j, m = sorted_walk(key, oldest, total - n, false, total, card)
-      call('ZREMRANGEBYSCORE', key, string.format('(%d', t), upto)
+      call('ZREMRANGEBYSCORE', key, format('(%d', t), upto)
       if j < 0 then call('ZREM', key, m) call('ZADD', key, t, member(t, units(m) + j)) end
       call('ZADD', key, n - total, '#')
       return n
     end
     local given, low, hi = 0, nil, upto
     while given < n do
-      local r = call('ZREVRANGEBYSCORE', key, hi, string.format('(%d', after), 'LIMIT', 0, 256)
+      local r = call('ZREVRANGEBYSCORE', key, hi, format('(%d', after), 'LIMIT', 0, 256)
       if #r == 0 then break end
       for i = 1, #r do
         local u = units(r[i])
-        local take = math.min(u, n - given)
+        local take = min(u, n - given)
         given = given + take
         if take < u then -- the last one, in part
           local t = time_of(r[i])
@@ -313,7 +311,7 @@ local function log_remove(key, window, n, after, upto, now)
         low = r[i]
         if given == n then break end
       end
-      hi = string.format('(%d', time_of(r[#r]))
+      hi = format('(%d', time_of(r[#r]))
     end
     if low then call('ZREMRANGEBYSCORE', key, time_of(low), upto) end
     if given == total then call('DEL', key) elseif given > 0 then call('ZADD', key, given - total, '#') end
@@ -324,14 +322,14 @@ local function log_remove(key, window, n, after, upto, now)
   local base, all = uint(v, 2, 7), (#v - 8) / w
   local lo = compact_after(v, w, base, 1, all, oldest)
   local hi = compact_after(v, w, base, lo, all, upto) - 1 -- the newest at or before upto
-  local p = math.max(compact_after(v, w, base, lo, all, after), hi - n + 1)
+  local p = max(compact_after(v, w, base, lo, all, after), hi - n + 1)
   local del = hi - p + 1
   if del <= 0 then return 0 end
   if all - lo + 1 == del then call('DEL', key) return del end
   local newest = base + uint(v, 9 + (all - 1) * w, w)
   if hi == all then newest = base + uint(v, 9 + (p - 2) * w, w) end
-  call('SET', key, string.sub(v, 1, 8) .. string.sub(v, 9 + (lo - 1) * w, 8 + (p - 1) * w) ..
-    string.sub(v, 9 + hi * w), 'PX', px_arg(newest + window - now))
+  call('SET', key, sub(v, 1, 8) .. sub(v, 9 + (lo - 1) * w, 8 + (p - 1) * w) ..
+    sub(v, 9 + hi * w), 'PX', px_arg(newest + window - now))
   return del
 end
 
@@ -349,9 +347,9 @@ end
 -- fields and the buckets that left since the last one, not every field; an
 -- add increments its bucket and 't'. A refund that empties a bucket drops
 -- the sum, which the next check with many buckets writes again.
-local BUCKETS_SUMMED = 8
+local BUCKETS_SUMMED, EMPTY = 8, {} -- EMPTY: a missing hash's fields, never written
 local function bucket_ring(window, prec)
-  local ring, need = 8, 4 * math.ceil(window / prec) + 4
+  local ring, need = 8, 4 * ceil(window / prec) + 4
   while ring < need do ring = ring * 2 end
   return ring
 end
@@ -384,11 +382,12 @@ end
 -- retry, reset, then what buckets_add takes: whether the hash keeps a sum,
 -- its newest bucket (false: none) and the oldest one it counts.
 local function buckets_check(key, count, window, prec, n, now)
-  local oldest = math.floor((now - window) / prec) -- older buckets have left
-  local current, ring = math.floor(now / prec), bucket_ring(window, prec)
+  local oldest = floor((now - window) / prec) -- older buckets have left
+  local current, ring = floor(now / prec), bucket_ring(window, prec)
   local used, newest, lo, h, summed = 0, nil, oldest, nil, false
-  local sum = call('HMGET', key, 't', 'o')
-  if sum[1] and sum[2] then -- the sum: drop the buckets that left since the last check
+  local len = call('HLEN', key) -- 0: missing, nothing more to read
+  local sum = len > BUCKETS_SUMMED and call('HMGET', key, 't', 'o')
+  if sum and sum[1] and sum[2] then -- the sum: drop the buckets that left since the last check
     summed = true
     local o = tonumber(sum[2])
     local lo_f = o % ring
@@ -397,7 +396,7 @@ local function buckets_check(key, count, window, prec, n, now)
     lo = bucket_of(lo_f, current, ring)
     if lo < oldest then
       local gone = {}
-      for b = lo, math.min(oldest - 1, lo + ring - 1) do gone[#gone + 1] = b % ring end
+      for b = lo, min(oldest - 1, lo + ring - 1) do gone[#gone + 1] = b % ring end
       local counts = call('HMGET', key, unpack(gone))
       for i = 1, #counts do used = used - (tonumber(counts[i]) or 0) end
       call('HDEL', key, unpack(gone))
@@ -410,7 +409,7 @@ local function buckets_check(key, count, window, prec, n, now)
       lo = oldest
     end
   else
-    h = call('HGETALL', key)
+    h = len > 0 and call('HGETALL', key) or EMPTY
     local live, stale = 0, nil
     for i = 1, #h, 2 do
       local b = bucket_of(h[i], current, ring)
@@ -428,7 +427,7 @@ local function buckets_check(key, count, window, prec, n, now)
       summed = true
     end
   end
-  local free, retry, reset = math.max(count - used, 0), 0, 0
+  local free, retry, reset = max(count - used, 0), 0, 0
   if newest then reset = (newest + 1) * prec + window - now end
   if n > count then
     retry = -1
@@ -442,7 +441,7 @@ end
 -- window after the newest bucket ends, so its TTL is set when a bucket
 -- starts: when its count is n (a refund that empties a bucket deletes it).
 local function buckets_add(key, window, prec, n, now, summed, newest, lo)
-  local b = math.floor(now / prec)
+  local b = floor(now / prec)
   local reset = (b + 1) * prec + window - now
   local ring = bucket_ring(window, prec)
   if call('HINCRBY', key, int_arg(b % ring), int_arg(n)) == n then
@@ -470,7 +469,7 @@ local COUNTER_RADIX = 4194304 -- 2^22
 -- window's index, the previous and current counts, the µs elapsed in the
 -- current window, and whether v is its integer form (an add may INCRBY).
 local function counter_state(key, v, window, now)
-  local c = math.floor(now / window)
+  local c = floor(now / window)
   if not v then return c, 0, 0, now - c * window, false end
   local w, prev, cur
   local n = tonumber(v)
@@ -498,15 +497,15 @@ local function counter_check(key, v, count, window, n, now)
   local c, prev, cur, elapsed, incr = counter_state(key, v, window, now)
   -- all in integers: prev*(window-elapsed) + used*window <= count*window
   local weighted = prev * (window - elapsed)
-  local free, retry, reset = math.max(math.floor((count * window - weighted - cur * window) / window), 0), 0, 0
+  local free, retry, reset = max(floor((count * window - weighted - cur * window) / window), 0), 0, 0
   if cur + prev > 0 then reset = (c + (cur > 0 and 2 or 1)) * window - now end
   if n > count then
     retry = -1
   elseif weighted + (cur + n) * window > count * window then
     if cur + n <= count then -- later in this window: prev*(window-e) <= (count-n-cur)*window
-      retry = window - math.floor((count - n - cur) * window / prev) - elapsed
+      retry = window - floor((count - n - cur) * window / prev) - elapsed
     else -- in the next window, where this one's count is the previous one
-      retry = (c + 1) * window - now + window - math.floor((count - n) * window / cur)
+      retry = (c + 1) * window - now + window - floor((count - n) * window / cur)
     end
   end
   return free, retry, reset, c, prev, cur, incr
@@ -517,7 +516,7 @@ end
 local function counter_write(key, window, c, prev, cur, now)
   if cur == 0 and prev == 0 then call('DEL', key) return 0 end
   local reset = (c + (cur > 0 and 2 or 1)) * window - now
-  local v = string.format('%d %d %d', c, prev, cur)
+  local v = format('%d %d %d', c, prev, cur)
   if prev < COUNTER_RADIX and cur < COUNTER_RADIX then -- by the counts, not a Count
     v = int_arg(((prev * COUNTER_RADIX) + cur) * 16 + c % 16)
   end
@@ -542,11 +541,11 @@ end
 -- the newest units at or before now (never reservations).
 
 local function buckets_refund(key, window, prec, n, now, at)
-  local oldest = math.floor((now - window) / prec)
-  local current, ring = math.floor(now / prec), bucket_ring(window, prec)
+  local oldest = floor((now - window) / prec)
+  local current, ring = floor(now / prec), bucket_ring(window, prec)
   local live = {} -- {index, field, count}, the newest first
   if at > 0 then
-    local b = math.floor(at / prec)
+    local b = floor(at / prec)
     if b < oldest or b > current then return 0 end
     live[1] = {b, b % ring, tonumber(call('HGET', key, b % ring) or 0) or 0}
   else
@@ -559,7 +558,7 @@ local function buckets_refund(key, window, prec, n, now, at)
   end
   local given, emptied = 0, false
   for _, e in ipairs(live) do
-    local take = math.min(n - given, e[3])
+    local take = min(n - given, e[3])
     if take > 0 and take == e[3] then
       call('HDEL', key, e[2])
       emptied = true
@@ -578,16 +577,16 @@ local function counter_refund(key, window, n, now, at)
   local c, prev, cur = counter_state(key, call('GET', key), window, now)
   local from_cur, from_prev = true, true
   if at > 0 then
-    local w = math.floor(at / window)
+    local w = floor(at / window)
     from_cur, from_prev = w == c, w == c - 1
   end
   local given = 0
   if from_cur then
-    given = math.min(n, cur)
+    given = min(n, cur)
     cur = cur - given
   end
   if from_prev then
-    local take = math.min(n - given, prev)
+    local take = min(n - given, prev)
     prev, given = prev - take, given + take
   end
   if given > 0 then counter_write(key, window, c, prev, cur, now) end
@@ -608,7 +607,7 @@ end
 
 -- block_key blocks the key for d µs and returns the µs it stays blocked.
 local function block_key(key, d, now)
-  local untl = math.max(now + d, tonumber(call('GET', key) or 0) or 0)
+  local untl = max(now + d, tonumber(call('GET', key) or 0) or 0)
   call('SET', key, untl, 'PX', px(untl - now))
   return untl - now
 end
@@ -626,7 +625,7 @@ local function penalize(block, penalty, v, denials, within, ban, now)
   if ends <= now then ends, count = now + within, 0 end
   count = count + 1
   if count < denials then
-    call('SET', penalty, string.format('%d %d', ends, count), 'PX', px(ends - now))
+    call('SET', penalty, format('%d %d', ends, count), 'PX', px(ends - now))
     return 0
   end
   call('DEL', penalty)
@@ -646,10 +645,11 @@ local function spec_of(raw)
   for x in string.gmatch(raw, '%S+') do v[#v + 1] = tonumber(x) end
   local nlim = (#v - 4) / 4
   if nlim < 1 or nlim % 1 ~= 0 then error({err = 'ERR ratewindow: not a decision spec: ' .. raw}) end
-  spec = {commit = v[1] == 1, denials = v[2], within = v[3], ban = v[4], limits = {}}
+  spec = {commit = v[1] == 1, denials = v[2], within = v[3], ban = v[4], limits = {}, reads = 0}
   for i = 1, nlim do
     local a = 4 * i
-    spec.limits[i] = {alg = string.format('%d', v[a + 1]), count = v[a + 2], window = v[a + 3], prec = v[a + 4]}
+    spec.limits[i] = {alg = format('%d', v[a + 1]), count = v[a + 2], window = v[a + 3], prec = v[a + 4]}
+    if v[a + 1] ~= 1 then spec.reads = i end -- the last limit whose key the MGET reads
   end
   if nspecs >= SPECS_KEPT then specs, nspecs = {}, 0 end
   specs[raw], nspecs = spec, nspecs + 1
@@ -661,11 +661,12 @@ end
 local function fresh_fits(l, u) return l.alg == '2' or 8 + u <= LOG_WHOLE end
 local function fresh_value(l, u, now)
   if l.alg == '0' then
-    return string.char(1) .. uint_bytes(now, 7) .. string.rep('\0', u), l.window
+    local v = uint_bytes(now, 7, 1)
+    return u == 1 and v or v .. rep('\0', u - 1), l.window
   end
-  local c = math.floor(now / l.window)
+  local c = floor(now / l.window)
   if u < COUNTER_RADIX then return int_arg(u * 16 + c % 16), (c + 2) * l.window - now end
-  return string.format('%d 0 %d', c, u), (c + 2) * l.window - now
+  return format('%d 0 %d', c, u), (c + 2) * l.window - now
 end
 
 -- verdict ends the checks of a decision (see decide): ok, whether it is
@@ -677,7 +678,7 @@ end
 local function verdict(keys, lk, vals, vo, spec, n, now, runs, blocked, fit, careful)
   local limits, allowed = spec.limits, fit >= 1 and blocked == 0
   local write, k = allowed and spec.commit, runs -- a denial changes nothing a check reads
-  if write then k = math.max(math.min(runs, fit), 1) end
+  if write then k = max(min(runs, fit), 1) end
   for i = 1, careful and 0 or #limits do
     local l, key = limits[i], keys[lk + i]
     if l.alg ~= '1' and not vals[vo + i] then
@@ -727,15 +728,15 @@ local function decide_at(i, keys, lk, vals, vo, spec, n, now, out, at, runs, blo
   else
     free, retry, reset, a, b, c, d = counter_check(key, v, l.count, l.window, n, now)
   end
-  local f = retry == 0 and math.floor(free / n) or 0
+  local f = retry == 0 and floor(free / n) or 0
   local ok, allowed, status, ban, k = decide_at(i + 1, keys, lk, vals, vo, spec, n, now, out, at, runs, blocked,
-    math.min(fit, f), careful)
+    min(fit, f), careful)
   if not ok then return false end
   if allowed and spec.commit then
     local u = k * n
     if not careful and alg ~= '1' and not v and fresh_fits(l, u) then -- written by verdict
       reset = l.window
-      if alg == '2' then reset = (math.floor(now / l.window) + 2) * l.window - now end
+      if alg == '2' then reset = (floor(now / l.window) + 2) * l.window - now end
     elseif alg == '0' then
       reset = log_add(key, v, a, b, c, l.window, u, now, now)
     elseif alg == '1' then
@@ -776,7 +777,7 @@ end
 -- reads: every decision of the run is denied alike.
 local function decide(keys, first, n, now, spec, out, at, runs)
   local lk, nlim = spec.denials > 0 and first + 1 or first, #spec.limits -- limit i's key: keys[lk + i]
-  local vals = call('MGET', unpack(keys, first, lk + nlim))
+  local vals = call('MGET', unpack(keys, first, lk + spec.reads))
   local blocked, vo = blocked_for(vals[1], now), lk - first + 1
   local ok, allowed, status, _, k = decide_at(1, keys, lk, vals, vo, spec, n, now, out, at, runs, blocked, runs, false)
   if not ok then
