@@ -34,10 +34,10 @@ type sent struct {
 	calls  []*call // more than one: merged
 }
 
-// live returns the calls of batch whose callers still wait, and answers
-// the others (nothing is sent for them).
+// live returns the calls of batch whose callers still wait, in batch's
+// own array, and answers the others (nothing is sent for them).
 func (t *transport) live(batch []*call) []*call {
-	live := batch[:0:0]
+	live := batch[:0]
 	now := time.Now()
 	for _, c := range batch {
 		if err := c.ctx.Err(); err != nil {
