@@ -64,16 +64,14 @@ type transport struct {
 	checking atomic.Bool
 	dialErr  atomic.Pointer[dialError] // the last check's failure; nil: none
 
-	mu    sync.Mutex
-	queue []*call
-	spare []*call // the last batch sent, reused as the next queue
-	// spareLanes are lanes' queues kept for reuse (see newLane)
-	spareLanes []*[]*call
-	inflight   int // round trips in flight, the flushers' included
-	// lanes are the decisions in flight on a Cluster or Ring, by the hash
-	// tag of their key (see call.lane): each holds the decisions queued
-	// behind the one in flight
-	lanes map[string]*[]*call
+	mu       sync.Mutex
+	queue    []*call
+	spare    []*call // the last batch sent, reused as the next queue
+	inflight int     // round trips in flight, the flushers' included
+	// lanes are the keys with a decision in flight on a Cluster or Ring,
+	// by their hash tag (see call.lane), each with the decisions queued
+	// behind it
+	lanes map[string][]*call
 	calls sync.Pool
 }
 
@@ -119,7 +117,7 @@ func newScript(src string) *script { return &script{Script: redis.NewScript(src)
 
 // newTransport returns the transport of rdb.
 func newTransport(rdb redis.Scripter) *transport {
-	t := &transport{rdb: rdb, born: time.Now(), lanes: map[string]*[]*call{}}
+	t := &transport{rdb: rdb, born: time.Now(), lanes: map[string][]*call{}}
 	switch c := rdb.(type) {
 	case *redis.Client: // a failover client too
 		opt := c.Options()
@@ -331,65 +329,61 @@ func (t *transport) run(ctx context.Context, c *call, deadline time.Time) (any, 
 
 // runLane runs c on a Cluster or Ring: alone when no decision on its key
 // is in flight (and every call but a decision), else queued behind the
-// one in flight, whose caller hands the queue to a flusher (flushLane).
+// one in flight, whose caller hands the queue to a flusher (handOffLane).
 func (t *transport) runLane(ctx context.Context, c *call, deadline time.Time) (any, error) {
 	if c.lane == "" {
 		return t.runAlone(ctx, c, deadline)
 	}
 	lane := c.lane
 	t.mu.Lock()
-	if q := t.lanes[lane]; q != nil {
+	if q, busy := t.lanes[lane]; busy {
 		c.ctx, c.limit = ctx, deadline
-		*q = append(*q, c)
+		t.lanes[lane] = append(q, c)
 		t.mu.Unlock()
 		return t.await(ctx, c, deadline)
 	}
-	t.lanes[lane] = t.newLane()
+	t.lanes[lane] = nil // in flight, nothing queued
 	t.mu.Unlock()
-	defer t.flushLane(lane, true)
+	defer t.handOffLane(lane)
 	return t.runAlone(ctx, c, deadline)
 }
 
-// newLane returns an empty queue of a lane; t.mu is held.
-func (t *transport) newLane() *[]*call {
-	if n := len(t.spareLanes); n > 0 {
-		q := t.spareLanes[n-1]
-		t.spareLanes = t.spareLanes[:n-1]
-		return q
+// handOffLane ends the round trip of a lane's first call: the decisions
+// queued behind it go to a flusher, else the lane ends.
+func (t *transport) handOffLane(lane string) {
+	t.mu.Lock()
+	ended := t.endLane(lane)
+	t.mu.Unlock()
+	if !ended {
+		go t.flushLane(lane)
 	}
-	return new([]*call)
 }
 
-// flushLane ends a round trip on lane: it sends the decisions queued
-// behind it, merged, batch after batch, and ends the lane when none is
-// left. The caller of the round trip (first) starts it on a goroutine of
-// its own when there is anything to send.
-func (t *transport) flushLane(lane string, first bool) {
+// flushLane sends the decisions queued on lane, merged, batch after batch,
+// and ends the lane when none is left.
+func (t *transport) flushLane(lane string) {
 	for {
 		t.mu.Lock()
-		q := t.lanes[lane]
-		if len(*q) == 0 {
-			delete(t.lanes, lane)
-			if len(t.spareLanes) < maxSpareLanes {
-				t.spareLanes = append(t.spareLanes, q)
-			}
+		if t.endLane(lane) {
 			t.mu.Unlock()
 			return
 		}
-		if first {
-			t.mu.Unlock()
-			go t.flushLane(lane, false)
-			return
-		}
-		batch := *q
-		*q = nil
+		batch := t.lanes[lane]
+		t.lanes[lane] = nil
 		t.mu.Unlock()
 		t.sendLane(batch)
 	}
 }
 
-// maxSpareLanes bounds the lanes' queues kept for reuse.
-const maxSpareLanes = 64
+// endLane ends lane when nothing is queued on it, and reports whether it
+// did; t.mu is held.
+func (t *transport) endLane(lane string) bool {
+	if len(t.lanes[lane]) > 0 {
+		return false
+	}
+	delete(t.lanes, lane)
+	return true
+}
 
 // sendLane sends a lane's batch: its decisions, on one key, as allow_batch
 // calls of up to maxMerged decisions each. A call goes through direct with
