@@ -56,14 +56,7 @@ func (t *transport) live(batch []*call) []*call {
 // send runs a batch and hands every caller its reply.
 func (t *transport) send(batch []*call) {
 	live := t.live(batch)
-	switch {
-	case len(live) == 0:
-		return
-	case len(live) == 1 || t.pipe == nil:
-		for _, c := range live {
-			reply, err := t.runOne(context.WithoutCancel(c.ctx), t.rdb, c)
-			t.finish(c, reply, err)
-		}
+	if len(live) == 0 {
 		return
 	}
 	// The batch is sent without a deadline (with the first caller's
@@ -72,7 +65,18 @@ func (t *transport) send(batch []*call) {
 	// no connection; the client's ReadTimeout ends a wait on a silent
 	// server.
 	ctx := context.WithoutCancel(live[0].ctx)
+	if len(live) == 1 {
+		reply, err := t.runOne(ctx, t.rdb, live[0])
+		t.finish(live[0], reply, err)
+		return
+	}
 	cmds := t.plan(live)
+	if len(cmds) == 1 { // one command (the decisions merged): no pipeline
+		s := cmds[0]
+		reply, err := t.runOne(ctx, t.rdb, &call{script: s.script, keys: s.keys, args: s.args})
+		t.again(t.answer(s, reply, err))
+		return
+	}
 	pipe := t.pipe()
 	fcall := t.lib != nil && t.lib.usable()
 	for _, s := range cmds {

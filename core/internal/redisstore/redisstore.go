@@ -132,7 +132,7 @@ func (s *Store) Allow(ctx context.Context, r store.Request) (store.Decision, err
 	}
 	c := s.newCall(s.allowS, r, own)
 	c.merged, c.answers = s.allowBatchS, 3+3*len(r.Limits)
-	if !s.t.single {
+	if s.t.pipe == nil { // a Cluster or Ring: by key (see transport)
 		c.lane = c.keys[0][:len(c.keys[0])-len(blockName)] // "rw:{k}:block"
 	}
 	c.args = append(c.args, s.spec(r), r.N)

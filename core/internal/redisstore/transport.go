@@ -39,9 +39,8 @@ import (
 // calls run on goroutines of their own, which their callers leave at the
 // deadline. The transport adds no hook to the client.
 type transport struct {
-	rdb    redis.Scripter
-	pipe   func() redis.Pipeliner // nil: the client cannot pipeline
-	single bool                   // a single server (a *redis.Client): calls queue and merge
+	rdb  redis.Scripter
+	pipe func() redis.Pipeliner // a single server's (a *redis.Client): calls queue and merge; nil: none
 	// direct sends a call on its caller's goroutine and ends it at its
 	// context's deadline, wherever go-redis waits (the pool, a dial, the
 	// handshake, a read, a retry's backoff): rdb itself with
@@ -122,7 +121,7 @@ func newTransport(rdb redis.Scripter) *transport {
 	case *redis.Client: // a failover client too
 		opt := c.Options()
 		t.health = dialHealth(opt.Dialer, opt.DialTimeout, opt.Network, opt.Addr)
-		t.single, t.direct = true, c
+		t.pipe, t.direct = c.Pipeline, c
 		if !opt.ContextTimeoutEnabled {
 			clone := c.WithTimeout(opt.ReadTimeout)
 			clone.Options().ContextTimeoutEnabled = true // the clone's own options
@@ -157,9 +156,6 @@ func newTransport(rdb redis.Scripter) *transport {
 		if c.Options().ContextTimeoutEnabled {
 			t.direct = c
 		}
-	}
-	if p, ok := rdb.(interface{ Pipeline() redis.Pipeliner }); ok {
-		t.pipe = p.Pipeline
 	}
 	t.calls.New = func() any { return &call{done: make(chan struct{}, 1)} }
 	return t
@@ -304,7 +300,7 @@ func (t *transport) run(ctx context.Context, c *call, deadline time.Time) (any, 
 		t.recycle(c)
 		return nil, context.DeadlineExceeded
 	}
-	if !t.single {
+	if t.pipe == nil {
 		return t.runLane(ctx, c, deadline)
 	}
 	t.mu.Lock()
