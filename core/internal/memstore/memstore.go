@@ -133,7 +133,7 @@ func (sh *memShard) states(key string, limits []store.Limit, now int64, dst []*m
 	for _, l := range limits {
 		st := mk.find(l)
 		if st == nil {
-			st = &memState{alg: l.Algorithm, window: micros(l.Window), prec: statePrecision(l)}
+			st = &memState{alg: l.Algorithm, window: l.Window.Microseconds(), prec: statePrecision(l)}
 			mk.states = append(mk.states, st)
 		}
 		if st.expires != 0 && st.expires <= now {
@@ -156,7 +156,7 @@ func (sh *memShard) key(key string) *memKey {
 
 // find returns the state of limit l, or nil.
 func (mk *memKey) find(l store.Limit) *memState {
-	window, prec := micros(l.Window), statePrecision(l)
+	window, prec := l.Window.Microseconds(), statePrecision(l)
 	for _, st := range mk.states {
 		if st.alg == l.Algorithm && st.window == window && st.prec == prec {
 			return st
@@ -169,13 +169,10 @@ func (mk *memKey) find(l store.Limit) *memState {
 // SlidingBuckets has one.
 func statePrecision(l store.Limit) int64 {
 	if l.Algorithm == store.SlidingBuckets {
-		return micros(l.Step())
+		return l.Step().Microseconds()
 	}
 	return 0
 }
-
-// micros converts d to whole microseconds.
-func micros(d time.Duration) int64 { return int64(d / time.Microsecond) }
 
 // touch updates the key's expiry after its states changed, and forgets it
 // when every state is empty.
@@ -194,6 +191,13 @@ func (sh *memShard) touch(key string, now int64) {
 	if mk.expires == 0 {
 		delete(sh.keys, key)
 	}
+}
+
+// unlock updates key's expiry (see touch) and unlocks the shard: the end
+// of every call that locked it.
+func (sh *memShard) unlock(key string, now int64) {
+	sh.touch(key, now)
+	sh.mu.Unlock()
 }
 
 func (st *memState) clear() {
@@ -367,7 +371,7 @@ func floorDiv(a, b int64) int64 {
 // the one that reaches it bans the key. It returns no error.
 func (s *Store) Allow(_ context.Context, r store.Request) (store.Decision, error) {
 	sh, key, now := s.lock(r.Key, r.Now)
-	defer sh.mu.Unlock()
+	defer sh.unlock(key, now)
 	var buf [4]*memState
 	mstates, blocked := sh.states(key, r.Limits, now, buf[:0])
 	d := store.Decision{Allowed: blocked == 0, Blocked: blocked > 0, At: now, States: r.Room()}
@@ -397,7 +401,6 @@ func (s *Store) Allow(_ context.Context, r store.Request) (store.Decision, error
 			ls.Reset = max(ls.Reset, blocked)
 		}
 	}
-	sh.touch(key, now)
 	return d, nil
 }
 
@@ -407,13 +410,13 @@ func (s *Store) Allow(_ context.Context, r store.Request) (store.Decision, error
 func (sh *memShard) penalize(key string, p store.Penalty, now int64) int64 {
 	mk := sh.keys[key]
 	if mk.denialsEnd <= now {
-		mk.denials, mk.denialsEnd = 0, now+micros(p.Within)
+		mk.denials, mk.denialsEnd = 0, now+p.Within.Microseconds()
 	}
 	if mk.denials++; mk.denials < p.Denials {
 		return 0
 	}
 	mk.denials, mk.denialsEnd = 0, 0
-	mk.blocked = max(mk.blocked, now+micros(p.Ban))
+	mk.blocked = max(mk.blocked, now+p.Ban.Microseconds())
 	return mk.blocked - now
 }
 
@@ -422,7 +425,7 @@ func (sh *memShard) penalize(key string, p store.Penalty, now int64) int64 {
 // before now, never below empty. It returns no error.
 func (s *Store) Refund(_ context.Context, r store.Request) error {
 	sh, key, now := s.lock(r.Key, r.Now)
-	defer sh.mu.Unlock()
+	defer sh.unlock(key, now)
 	mk := sh.keys[key]
 	if mk == nil {
 		return nil
@@ -432,13 +435,12 @@ func (s *Store) Refund(_ context.Context, r store.Request) error {
 			st.refund(l.Count, r.N, now, r.At)
 		}
 	}
-	sh.touch(key, now)
 	return nil
 }
 
 // refund gives back up to n units recorded within the window: those at
-// time at, or with at 0 the newest at or before now. It returns how many.
-func (st *memState) refund(count, n, now, at int64) int64 {
+// time at, or with at 0 the newest at or before now.
+func (st *memState) refund(count, n, now, at int64) {
 	var given int64
 	switch st.alg {
 	case store.SlidingLog:
@@ -446,7 +448,7 @@ func (st *memState) refund(count, n, now, at int64) int64 {
 		lo, hi := now-st.window, now
 		if at > 0 {
 			if at <= lo || at > now {
-				return 0
+				return
 			}
 			lo, hi = at-1, at
 		}
@@ -489,7 +491,6 @@ func (st *memState) refund(count, n, now, at int64) int64 {
 		}
 	}
 	st.expire()
-	return given
 }
 
 // Reserve mirrors reserve.lua: it records r.N units at the earliest time
@@ -498,26 +499,23 @@ func (st *memState) refund(count, n, now, at int64) int64 {
 // than longest µs from now (longest < 0: no bound). It returns no error.
 func (s *Store) Reserve(_ context.Context, r store.Request, longest int64) (store.Reservation, error) {
 	sh, key, now := s.lock(r.Key, r.Now)
-	defer sh.mu.Unlock()
+	defer sh.unlock(key, now)
 	var buf [4]*memState
 	states, blocked := sh.states(key, r.Limits, now, buf[:0])
 	at := now + blocked
 	for i, st := range states {
 		_, retry, _ := st.check(r.Limits[i].Count, r.N, now)
 		if retry < 0 {
-			sh.touch(key, now)
 			return store.Reservation{Wait: -1}, nil
 		}
 		at = max(at, now+retry)
 	}
 	if longest >= 0 && at-now > longest {
-		sh.touch(key, now)
 		return store.Reservation{Wait: at - now}, nil
 	}
 	for _, st := range states {
 		st.add(r.N, at, now)
 	}
-	sh.touch(key, now)
 	return store.Reservation{OK: true, Wait: at - now, At: at}, nil
 }
 
@@ -525,7 +523,7 @@ func (s *Store) Reserve(_ context.Context, r store.Request, longest int64) (stor
 // every limit of r. It returns no error.
 func (s *Store) Release(_ context.Context, r store.Request, res store.Reservation) error {
 	sh, key, now := s.lock(r.Key, r.Now)
-	defer sh.mu.Unlock()
+	defer sh.unlock(key, now)
 	mk := sh.keys[key]
 	if mk == nil {
 		return nil
@@ -541,7 +539,6 @@ func (s *Store) Release(_ context.Context, r store.Request, res store.Reservatio
 			st.expire()
 		}
 	}
-	sh.touch(key, now)
 	return nil
 }
 
@@ -549,10 +546,9 @@ func (s *Store) Release(_ context.Context, r store.Request, res store.Reservatio
 // now, unless it is blocked longer already. It returns no error.
 func (s *Store) Block(_ context.Context, r store.Request, d time.Duration) error {
 	sh, key, now := s.lock(r.Key, r.Now)
-	defer sh.mu.Unlock()
+	defer sh.unlock(key, now)
 	mk := sh.key(key)
-	mk.blocked = max(mk.blocked, now+micros(d))
-	sh.touch(key, now)
+	mk.blocked = max(mk.blocked, now+d.Microseconds())
 	return nil
 }
 
@@ -560,7 +556,7 @@ func (s *Store) Block(_ context.Context, r store.Request, d time.Duration) error
 // its block and its penalty's denials. It returns no error.
 func (s *Store) Reset(_ context.Context, r store.Request) error {
 	sh, key, now := s.lock(r.Key, r.Now)
-	defer sh.mu.Unlock()
+	defer sh.unlock(key, now)
 	mk := sh.keys[key]
 	if mk == nil {
 		return nil
@@ -571,7 +567,6 @@ func (s *Store) Reset(_ context.Context, r store.Request) error {
 			st.clear()
 		}
 	}
-	sh.touch(key, now)
 	return nil
 }
 
