@@ -443,7 +443,8 @@ func (e *Enforcer) ServeNext(w http.ResponseWriter, r *http.Request, next http.H
 	sw := &statusWriter{ResponseWriter: w}
 	e.SettleAfter(r, func() int {
 		next.ServeHTTP(sw, r)
-		return sw.code()
+		sw.ok()
+		return sw.status
 	})
 }
 
@@ -547,10 +548,10 @@ func (s *shown) Value(key any) any {
 func FrameworkContext(r *http.Request) any { return r.Context().Value(frameworkKey{}) }
 
 // style returns the style a rule of style own writes in: None for None,
-// else that of the first rule that shows fields. A nil s returns own.
+// else that of the first rule that shows fields.
 func (s *shown) style(own HeaderStyle) HeaderStyle {
 	switch {
-	case own == None || s == nil:
+	case own == None:
 		return own
 	case !s.styled:
 		s.fields, s.styled = own, true
@@ -559,11 +560,8 @@ func (s *shown) style(own HeaderStyle) HeaderStyle {
 }
 
 // replace reports whether res of rule e is more restrictive than the shown
-// decision, and if so records it. A nil s always replaces.
+// decision, and if so records it.
 func (s *shown) replace(e *Enforcer, res Result) bool {
-	if s == nil {
-		return true
-	}
 	if s.e != nil && !moreRestrictive(e, res, s.e, s.res) {
 		return false
 	}

@@ -16,14 +16,8 @@ type statusWriter struct {
 	status int
 }
 
-// code returns the response's status: the first final status written,
-// else 200, as net/http sends.
-func (w *statusWriter) code() int {
-	w.ok()
-	return w.status
-}
-
-// ok records 200 unless a status was written.
+// ok records 200 unless a status was written: the response's status is
+// the first final status written, else 200, as net/http sends.
 func (w *statusWriter) ok() {
 	if w.status == 0 {
 		w.status = http.StatusOK
