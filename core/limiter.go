@@ -127,8 +127,7 @@ func (l *Limiter) storeTime() int64 {
 // or ctx ending first. When Redis fails, the Limiter's failure mode
 // decides and the error is nil: Result.BackendErr then holds the failure.
 func (l *Limiter) Allow(ctx context.Context, key string, limits ...Limit) (Result, error) {
-	r, _, err := l.decide(ctx, OpAllow, "", key, 1, limits, nil)
-	return r, err
+	return l.AllowN(ctx, key, 1, limits...)
 }
 
 // AllowN is Allow for n units at once, such as the cost of an expensive
@@ -220,17 +219,11 @@ func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) error 
 // observers; pen its Penalty, or nil. It also returns the time in µs the
 // store decided at (the time of the units it recorded), 0 when unknown.
 //
-// A decision has one budget, the Limiter's timeout, from when it is asked
-// (or the caller's context, when it ends sooner): waiting for another
-// caller's probe of a cached denial, the call and a retry all spend it,
-// and nothing stretches it. A call that failed without a reply while
-// budget is left goes again once, so that one broken connection is not
-// taken for an outage; but when a denial of the key is cached, even an
-// expired one, it answers at once: a key denied a moment ago stays denied
-// rather than fall to the failure mode, so that a limit holds under a
-// flood. When the budget is spent while Redis answered other calls of this
-// client, the decision is shed (ErrShed: FailClosed's answer, whatever the
-// mode); when Redis answered nothing, the failure mode answers.
+// A decision has one budget from when it is asked, and what answers when
+// it runs out is WithTimeout's rule. A call that failed without a reply
+// goes again once while budget is left, so that one broken connection is
+// not taken for an outage; but a cached denial of the key, even an expired
+// one, answers at once, so that a limit holds under a flood.
 func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, limits []Limit, pen *Penalty) (Result, int64, error) {
 	if err := validate(key, n, limits); err != nil {
 		return Result{}, 0, err
@@ -296,12 +289,9 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 			break
 		}
 	}
-	switch {
-	case cacheHit: // the key's last denial answers (see above)
+	if cacheHit { // the key's last denial answers (see above)
 		err = nil
-	case k == succeeded:
-		r = result(&d, limits, nil)
-	default:
+	} else {
 		r, err = l.answer(ctx, req, limits, &d, k, err)
 	}
 	l.scratch.Put(buf)
@@ -624,11 +614,11 @@ func (l *Limiter) poll(ctx context.Context, key string, n int64, limits []Limit)
 		if r.RetryAfter < 0 {
 			return waited, failed, fmt.Errorf("%w: %d units", ErrNeverFits, n)
 		}
-		if dl, ok := ctx.Deadline(); ok && time.Now().Add(r.RetryAfter).After(dl) {
-			return waited, failed, fmt.Errorf("%w: the units fit in %s", ErrWaitExceedsDeadline, r.RetryAfter)
-		}
 		d := r.RetryAfter + rand.N(r.RetryAfter/10+time.Millisecond)
 		if dl, ok := ctx.Deadline(); ok {
+			if time.Now().Add(r.RetryAfter).After(dl) {
+				return waited, failed, fmt.Errorf("%w: the units fit in %s", ErrWaitExceedsDeadline, r.RetryAfter)
+			}
 			// the jitter must not push the next try past the deadline
 			d = max(min(d, time.Until(dl)-time.Millisecond), r.RetryAfter)
 		}
