@@ -10,18 +10,28 @@
 --
 -- Nothing here keeps state from one call to the next that changes what a
 -- call does: the only tables that outlive a call are pure memos, functions
--- of their input (ints: small integers as strings; ttl_ms/ttl_arg: the last
--- TTL argument formatted; specs: parsed spec strings).
+-- of their input (ints: small integers as strings; nums: numbers of strings;
+-- ttl_ms/ttl_arg: the last TTL argument formatted; specs: parsed specs).
 
 local byte, call, format, char, sub, rep = string.byte, redis.call, string.format, string.char, string.sub, string.rep
-local floor, ceil, min, max, tonumber, type, unpack = math.floor, math.ceil, math.min, math.max, tonumber, type, unpack
+local floor, ceil, min, max, type, unpack, str2d = math.floor, math.ceil, math.min, math.max, type, unpack, tonumber
+
+-- tonumber: Lua's, kept (up to 4096 strings): Lua's costs a strtod, four
+-- times this, and replies and arguments repeat.
+local nums, nnums = {}, 0
+local function tonumber(s)
+  if nums[s] or s == nil then return nums[s] end
+  if nnums >= 4096 then nums, nnums = {}, 0 end
+  nums[s], nnums = str2d(s), nnums + 1
+  return nums[s]
+end
 
 -- now_us returns the time passed in (tests), or the server's TIME.
 local function now_us(arg)
   local t = arg and tonumber(arg)
   if t and t > 0 then return t end
   local tm = call('TIME')
-  return tonumber(tm[1]) * 1000000 + tonumber(tm[2])
+  return tonumber(tm[1]) * 1000000 + str2d(tm[2]) -- µs: seldom twice
 end
 
 -- px returns the PX argument of a TTL of us µs: whole ms, rounded up, >= 1.
@@ -69,17 +79,18 @@ end
 -- LOG_WHOLE / 7: no log is turned back and forth).
 local LOG_WHOLE, LOG_BACK = 512, 32
 
--- uint reads the w-byte big-endian integer at position i of s.
+-- uint reads the w-byte big-endian integer at position i of s; uint_bytes
+-- writes x as one, or with lead: lead, x in 7 bytes, 0. One byte or char
+-- call each (a C call costs as much as the arithmetic of seven bytes).
 local function uint(s, i, w)
-  local x = 0
-  for j = i, i + w - 1 do x = x * 256 + byte(s, j) end
-  return x
+  local x, b, c, d, e, f, g = byte(s, i, i + w - 1)
+  if w < 4 then return w == 1 and x or w == 2 and x * 256 + b or (x * 256 + b) * 256 + c end
+  x = ((x * 256 + b) * 256 + c) * 256 + d
+  return w == 4 and x or w == 5 and x * 256 + e or w == 6 and (x * 256 + e) * 256 + f or ((x * 256 + e) * 256 + f) * 256 + g
 end
-
--- uint_bytes: x as a w-byte big-endian integer; with lead, lead, x in 7 bytes, 0.
 local function uint_bytes(x, w, lead)
-  local s = char(lead or 0, floor(x / 2^48) % 256, floor(x / 2^40) % 256, floor(x / 2^32) % 256,
-    floor(x / 2^24) % 256, floor(x / 65536) % 256, floor(x / 256) % 256, x % 256, 0)
+  local s = char(lead or 0, (x - x % 2^48) / 2^48 % 256, (x - x % 2^40) / 2^40 % 256, (x - x % 2^32) / 2^32 % 256,
+    (x - x % 2^24) / 2^24 % 256, (x - x % 65536) / 65536 % 256, (x - x % 256) / 256 % 256, x % 256, 0)
   return lead and s or sub(s, 9 - w, 8)
 end
 
@@ -199,9 +210,8 @@ end
 -- then for log_add the units that count, the first of them (compact) and
 -- the newest unit's time (false: none).
 local function log_check(key, v, count, window, n, now)
-  local oldest, used, lo, newest = now - window, 0, 1, false
+  local oldest, used, lo, newest, retry = now - window, 0, 1, false, 0
   local k = count - n + 1 -- n fit once the k-th newest unit has left
-  local retry = 0
   if type(v) == 'number' then
     local card
     used, newest, card = sorted_open(key, v, oldest)
@@ -441,9 +451,8 @@ end
 -- window after the newest bucket ends, so its TTL is set when a bucket
 -- starts: when its count is n (a refund that empties a bucket deletes it).
 local function buckets_add(key, window, prec, n, now, summed, newest, lo)
-  local b = floor(now / prec)
+  local b, ring = floor(now / prec), bucket_ring(window, prec)
   local reset = (b + 1) * prec + window - now
-  local ring = bucket_ring(window, prec)
   if call('HINCRBY', key, int_arg(b % ring), int_arg(n)) == n then
     call('PEXPIRE', key, px_arg(reset))
   end
@@ -516,10 +525,8 @@ end
 local function counter_write(key, window, c, prev, cur, now)
   if cur == 0 and prev == 0 then call('DEL', key) return 0 end
   local reset = (c + (cur > 0 and 2 or 1)) * window - now
-  local v = format('%d %d %d', c, prev, cur)
-  if prev < COUNTER_RADIX and cur < COUNTER_RADIX then -- by the counts, not a Count
-    v = int_arg(((prev * COUNTER_RADIX) + cur) * 16 + c % 16)
-  end
+  local v = prev < COUNTER_RADIX and cur < COUNTER_RADIX and -- by the counts, not a Count
+    int_arg(((prev * COUNTER_RADIX) + cur) * 16 + c % 16) or format('%d %d %d', c, prev, cur)
   call('SET', key, v, 'PX', px_arg(reset))
   return reset
 end
@@ -600,9 +607,7 @@ end
 
 -- blocked_for returns the µs a key whose block key holds v stays blocked.
 local function blocked_for(v, now)
-  local untl = v and tonumber(v) or 0
-  if untl > now then return untl - now end
-  return 0
+  return max((v and tonumber(v) or 0) - now, 0)
 end
 
 -- block_key blocks the key for d µs and returns the µs it stays blocked.
@@ -617,11 +622,8 @@ end
 -- "<end µs> <denials>" until end, the first denial's time plus within; v is
 -- its value. Returns the µs of the ban, 0 when none started.
 local function penalize(block, penalty, v, denials, within, ban, now)
-  local ends, count = 0, 0
-  if v then
-    local se, sc = string.match(v, '^(%d+) (%d+)$')
-    ends, count = tonumber(se) or 0, tonumber(sc) or 0
-  end
+  local se, sc = string.match(v or '', '^(%d+) (%d+)$')
+  local ends, count = tonumber(se) or 0, tonumber(sc) or 0
   if ends <= now then ends, count = now + within, 0 end
   count = count + 1
   if count < denials then
@@ -660,22 +662,19 @@ end
 -- of a log or counter limit l, and its TTL; for a log only if fresh_fits.
 local function fresh_fits(l, u) return l.alg == '2' or 8 + u <= LOG_WHOLE end
 local function fresh_value(l, u, now)
-  if l.alg == '0' then
-    local v = uint_bytes(now, 7, 1)
-    return u == 1 and v or v .. rep('\0', u - 1), l.window
-  end
+  if l.alg == '0' then return uint_bytes(now, 7, 1) .. rep('\0', u - 1), l.window end
   local c = floor(now / l.window)
   if u < COUNTER_RADIX then return int_arg(u * 16 + c % 16), (c + 2) * l.window - now end
   return format('%d 0 %d', c, u), (c + 2) * l.window - now
 end
 
--- verdict ends the checks of a decision (see decide): ok, whether it is
--- allowed, its status and block, and how many decisions of the run it
--- answers. A key the MGET read as missing may hold no string: unless
+-- verdict ends the checks of a decision (decide_at's arguments, see decide):
+-- ok, whether it is allowed, its status and block, and how many decisions
+-- of the run it answers. A key the MGET read as missing may hold no string: unless
 -- careful, an admission writes it with SET NX, any other decision asks
 -- whether it exists, and one found (a sorted log) makes the decision go
 -- again, careful, after the keys this one wrote are deleted (not ok).
-local function verdict(keys, lk, vals, vo, spec, n, now, runs, blocked, fit, careful)
+local function verdict(_, keys, lk, vals, vo, spec, n, now, _, _, runs, blocked, fit, careful)
   local limits, allowed = spec.limits, fit >= 1 and blocked == 0
   local write, k = allowed and spec.commit, runs -- a denial changes nothing a check reads
   if write then k = max(min(runs, fit), 1) end
@@ -711,9 +710,8 @@ end
 -- writes its answer: each check's values stay in its call's locals. fit is
 -- min(free / n) over the limits before i. Returns verdict's values.
 local function decide_at(i, keys, lk, vals, vo, spec, n, now, out, at, runs, blocked, fit, careful)
-  local l = spec.limits[i]
-  if not l then return verdict(keys, lk, vals, vo, spec, n, now, runs, blocked, fit, careful) end
-  local key, alg, v = keys[lk + i], l.alg, vals[vo + i]
+  local l, key, v = spec.limits[i], keys[lk + i], vals[vo + i]
+  local alg = l.alg
   if careful and alg ~= '1' and not v then
     v = log_value(key, false)
     if v and alg == '2' then wrongtype(key) end
@@ -729,8 +727,8 @@ local function decide_at(i, keys, lk, vals, vo, spec, n, now, out, at, runs, blo
     free, retry, reset, a, b, c, d = counter_check(key, v, l.count, l.window, n, now)
   end
   local f = retry == 0 and floor(free / n) or 0
-  local ok, allowed, status, ban, k = decide_at(i + 1, keys, lk, vals, vo, spec, n, now, out, at, runs, blocked,
-    min(fit, f), careful)
+  local ok, allowed, status, ban, k = (spec.limits[i + 1] and decide_at or verdict)(i + 1, keys, lk, vals, vo, spec,
+    n, now, out, at, runs, blocked, min(fit, f), careful)
   if not ok then return false end
   if allowed and spec.commit then
     local u = k * n
@@ -774,18 +772,28 @@ end
 -- n <= free under every limit, and lowers each free by n: the first k =
 -- min(runs, min free / n) fit, recorded by one add a limit, their answers
 -- differing in remaining. A denial without penalty writes nothing a check
--- reads: every decision of the run is denied alike.
+-- reads: every decision of the run is denied alike. The common case, one
+-- limit (log or counter) read as missing, unblocked, n fitting, committed,
+-- goes in short: the same SET NX as verdict's, decide_at's answer.
 local function decide(keys, first, n, now, spec, out, at, runs)
   local lk, nlim = spec.denials > 0 and first + 1 or first, #spec.limits -- limit i's key: keys[lk + i]
   local vals = call('MGET', unpack(keys, first, lk + spec.reads))
   local blocked, vo = blocked_for(vals[1], now), lk - first + 1
-  local ok, allowed, status, _, k = decide_at(1, keys, lk, vals, vo, spec, n, now, out, at, runs, blocked, runs, false)
+  local l, ok, allowed, status, _, k = spec.limits[1], false, true, 0
+  if nlim == 1 and blocked == 0 and spec.commit and l.alg ~= '1' and not vals[vo + 1] and n <= l.count and
+    fresh_fits(l, min(runs, floor(l.count / n)) * n) then -- the common case (found: careful, below)
+    k = min(runs, floor(l.count / n))
+    local v, ttl = fresh_value(l, k * n, now)
+    ok = call('SET', keys[lk + 1], v, 'PX', px_arg(ttl), 'NX')
+    out[at + 4], out[at + 5], out[at + 6] = l.count - n, 0, ttl -- decide_at's answer
+  else
+    ok, allowed, status, _, k = decide_at(1, keys, lk, vals, vo, spec, n, now, out, at, runs, blocked, runs, false)
+  end
   if not ok then
     ok, allowed, status, _, k = decide_at(1, keys, lk, vals, vo, spec, n, now, out, at, runs, blocked, runs, true)
   end
   out[at + 1], out[at + 2], out[at + 3] = allowed and 1 or 0, status, now
-  local size = 3 + 3 * nlim
-  local last = at + size
+  local size, last = 3 + 3 * nlim, at + 3 + 3 * nlim
   for _ = 2, k do -- the others of the run: the same answer, less remaining
     for i = 1, size do out[last + i] = out[last + i - size] end
     for i = 1, (allowed and spec.commit) and nlim or 0 do out[last + 3 * i + 1] = out[last + 3 * i + 1] - n end
@@ -812,12 +820,8 @@ local function allow_batch(keys, args)
   while d <= decisions do
     local si, sn, snow = args[at], args[at + 1], args[at + 2]
     local spec, n, now = specs_[tonumber(si)], tonumber(sn), tonumber(snow)
-    if not now or now <= 0 then
-      server_now = server_now or now_us(0)
-      now = server_now
-    end
-    local nkeys = 1 + #spec.limits -- the block key, the limits' keys
-    if spec.denials > 0 then nkeys = nkeys + 1 end -- and the penalty key
+    if not now or now <= 0 then server_now = server_now or now_us(0); now = server_now end
+    local nkeys = spec.denials > 0 and #spec.limits + 2 or #spec.limits + 1 -- block, penalty, limits
     -- the run: the decisions right after this one that ask the same of the
     -- same keys (a hot key's), which decide answers together
     local runs = 1
@@ -834,12 +838,8 @@ local function allow_batch(keys, args)
       if ok then
         o, left = last, left - answered
       else -- failed: -1, zeros (a key of another type fails as it is read, before any write)
-        for _ = 1, left do
-          out[o + 1] = -1
-          for i = o + 2, o + size do out[i] = 0 end
-          o = o + size
-        end
-        left = 0
+        for i = o + 1, o + left * size do out[i] = (i - o) % size == 1 and -1 or 0 end
+        o, left = o + left * size, 0
       end
     end
     key, at, d = key + nkeys * runs, at + 3 * runs, d + runs
