@@ -5,6 +5,7 @@
 package memstore
 
 import (
+	"cmp"
 	"context"
 	"hash/maphash"
 	"math"
@@ -229,17 +230,10 @@ func (st *memState) add(n, t, now int64) int64 {
 		}
 	case store.SlidingBuckets:
 		b := floorDiv(now, st.prec)
-		if k := len(st.buckets); k > 0 && st.buckets[k-1].index == b {
-			st.buckets[k-1].count += n
+		if i, found := slices.BinarySearchFunc(st.buckets, b, func(x bucket, b int64) int { return cmp.Compare(x.index, b) }); found {
+			st.buckets[i].count += n
 		} else {
-			i := sort.Search(k, func(i int) bool { return st.buckets[i].index >= b })
-			if i < k && st.buckets[i].index == b {
-				st.buckets[i].count += n
-			} else {
-				st.buckets = append(st.buckets, bucket{})
-				copy(st.buckets[i+1:], st.buckets[i:])
-				st.buckets[i] = bucket{b, n}
-			}
+			st.buckets = slices.Insert(st.buckets, i, bucket{b, n})
 		}
 	default:
 		st.w, st.cur = st.roll(now), st.cur+n
