@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"runtime"
@@ -129,8 +130,11 @@ func (g *guard) end(ctx context.Context, a attempt, err error) (kind, error) {
 	switch {
 	case err == nil:
 		k = succeeded
-	case ctx.Err() != nil:
+	case callerGone(ctx):
 		k = abandoned
+		if ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("%w (%w)", context.DeadlineExceeded, err) // the caller's deadline
+		}
 	case store.Replied(err):
 		k = rejected
 	case g.answeredAfter(a, a.sent), store.IsTimeout(err) && g.starvedAlive(a):
@@ -154,6 +158,17 @@ func (g *guard) end(ctx context.Context, a attempt, err error) (kind, error) {
 		}
 	}
 	return k, err
+}
+
+// callerGone reports whether the caller's context ended, or its deadline
+// passed: a read cut at that deadline may fail a moment before the
+// context's own timer ends it.
+func callerGone(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	d, ok := ctx.Deadline()
+	return ok && !time.Now().Before(d)
 }
 
 // call runs f, a call about r.Key, behind the breaker.
@@ -420,13 +435,14 @@ const slice = 10 * time.Millisecond
 // when it runs at last), and Redis answered within a budget before (it
 // was alive a moment ago), or within as long again as a goroutine waited to
 // run (the goroutine that notes a reply waits like the others: in a flood
-// of 256 spinning goroutines on 2 cores, 1-2 s), or has not answered yet (a
-// cold start: the first calls of a Limiter made in the middle of a flood
-// waited for their connections and the library to load). Counted, such
-// calls opened the breaker, whose instant answers starved the probe's reply
-// in turn: every decision let through while Redis was healthy. A Redis
-// silent for longer is a failure, however busy the process: FailOpen and
-// FailLocal answer, and the breaker counts it.
+// of 256 spinning goroutines on 2 cores, 1-2 s); or a goroutine waited a
+// whole budget to run, when no call of this process could be answered in
+// time, whatever Redis does (the first calls of a Limiter made in such a
+// flood: no reply yet to go by). Counted, such calls opened the breaker,
+// whose instant answers starved the probe's reply in turn: every decision
+// let through while Redis was healthy. Otherwise a Redis silent for longer,
+// or that never answered yet, is a failure, however busy the process:
+// FailOpen and FailLocal answer, and the breaker counts it.
 func (g *guard) starvedAlive(a attempt) bool {
 	if g.budget <= 0 {
 		return false
@@ -435,13 +451,14 @@ func (g *guard) starvedAlive(a attempt) bool {
 	return starved && g.aliveBefore(a, stall)
 }
 
-// aliveBefore reports whether Redis may have been alive when a's call was
-// sent, this process having been short of CPU with goroutines waiting
-// stall to run: it answered within a budget and stall before, or has not
-// answered yet.
+// aliveBefore reports whether a's call may have waited for this process,
+// short of CPU with goroutines waiting stall to run, and not for Redis:
+// Redis answered within a budget and stall before it was sent, or stall
+// is a budget or more. (Else a Redis that never answered is no evidence: a
+// server silent from the start is a failure on a busy machine too.)
 func (g *guard) aliveBefore(a attempt, stall time.Duration) bool {
 	// (the clock starts at 1: never answered is 0, before any time)
-	return !g.answeredAfter(a, 1) || g.answeredAfter(a, max(a.sent-int64(g.budget+stall), 1))
+	return stall >= g.budget || g.answeredAfter(a, max(a.sent-int64(g.budget+stall), 1))
 }
 
 // starved is how long a goroutine waits to run when this process is short
