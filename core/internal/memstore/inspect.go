@@ -27,10 +27,8 @@ func (s *Store) Units(key string, l store.Limit) int64 {
 	sh := s.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if mk := sh.keys[key]; mk != nil {
-		if st := mk.find(l); st != nil {
-			return int64(len(st.log))
-		}
+	if st := sh.keys[key].find(l); st != nil {
+		return int64(len(st.log))
 	}
 	return 0
 }

@@ -155,8 +155,12 @@ func (sh *memShard) key(key string) *memKey {
 	return mk
 }
 
-// find returns the state of limit l, or nil.
+// find returns the state of limit l, or nil; a nil mk (a key without
+// state) has none.
 func (mk *memKey) find(l store.Limit) *memState {
+	if mk == nil {
+		return nil
+	}
 	window, prec := l.Window.Microseconds(), statePrecision(l)
 	for _, st := range mk.states {
 		if st.alg == l.Algorithm && st.window == window && st.prec == prec {
@@ -421,9 +425,6 @@ func (s *Store) Refund(_ context.Context, r store.Request) error {
 	sh, key, now := s.lock(r.Key, r.Now)
 	defer sh.unlock(key, now)
 	mk := sh.keys[key]
-	if mk == nil {
-		return nil
-	}
 	for _, l := range r.Limits {
 		if st := mk.find(l); st != nil && (st.expires == 0 || st.expires > now) {
 			st.refund(l.Count, r.N, now, r.At)
@@ -519,9 +520,6 @@ func (s *Store) Release(_ context.Context, r store.Request, res store.Reservatio
 	sh, key, now := s.lock(r.Key, r.Now)
 	defer sh.unlock(key, now)
 	mk := sh.keys[key]
-	if mk == nil {
-		return nil
-	}
 	for _, l := range r.Limits {
 		if st := mk.find(l); st != nil {
 			i := sort.Search(len(st.log), func(i int) bool { return st.log[i] >= res.At })
