@@ -49,8 +49,7 @@ func (l *errorLog) log(err error, msg string, mode FailureMode) {
 		l.skipped.Add(1)
 		return
 	}
-	attrs := make([]slog.Attr, 0, 3)
-	attrs = append(attrs, slog.String("error", err.Error()))
+	attrs := []slog.Attr{slog.String("error", err.Error())}
 	if msg == failureMessage {
 		attrs = append(attrs, slog.String("failure_mode", mode.String()))
 	}
