@@ -50,7 +50,7 @@ end
 
 -- px_arg returns px(us) for a redis.call argument (see int_arg).
 local function px_arg(us)
-  local ms = px(us) -- by the ms: the same for the calls of a ms
+  local ms = max(ceil(us / 1000), 1) -- px(us), by the ms: the same for the calls of a ms
   if ms ~= ttl_ms then ttl_ms, ttl_arg = ms, format('%d', ms) end
   return ttl_arg
 end
@@ -391,9 +391,9 @@ end
 -- buckets_check checks n units of a buckets limit at now and returns free,
 -- retry, reset, then what buckets_add takes: whether the hash keeps a sum,
 -- its newest bucket (false: none) and the oldest one it counts.
-local function buckets_check(key, count, window, prec, n, now)
+local function buckets_check(key, count, window, prec, ring, n, now)
   local oldest = floor((now - window) / prec) -- older buckets have left
-  local current, ring = floor(now / prec), bucket_ring(window, prec)
+  local current = floor(now / prec)
   local used, newest, lo, h, summed = 0, nil, oldest, nil, false
   local len = call('HLEN', key) -- 0: missing, nothing more to read
   local sum = len > BUCKETS_SUMMED and call('HMGET', key, 't', 'o')
@@ -450,8 +450,8 @@ end
 -- buckets_add records n units in the current bucket. The key expires a
 -- window after the newest bucket ends, so its TTL is set when a bucket
 -- starts: when its count is n (a refund that empties a bucket deletes it).
-local function buckets_add(key, window, prec, n, now, summed, newest, lo)
-  local b, ring = floor(now / prec), bucket_ring(window, prec)
+local function buckets_add(key, window, prec, ring, n, now, summed, newest, lo)
+  local b = floor(now / prec)
   local reset = (b + 1) * prec + window - now
   if call('HINCRBY', key, int_arg(b % ring), int_arg(n)) == n then
     call('PEXPIRE', key, px_arg(reset))
@@ -650,7 +650,8 @@ local function spec_of(raw)
   spec = {commit = v[1] == 1, denials = v[2], within = v[3], ban = v[4], limits = {}, reads = 0}
   for i = 1, nlim do
     local a = 4 * i
-    spec.limits[i] = {alg = format('%d', v[a + 1]), count = v[a + 2], window = v[a + 3], prec = v[a + 4]}
+    spec.limits[i] = {alg = format('%d', v[a + 1]), count = v[a + 2], window = v[a + 3], prec = v[a + 4],
+      ring = v[a + 1] == 1 and bucket_ring(v[a + 3], v[a + 4])} -- buckets: their ring
     if v[a + 1] ~= 1 then spec.reads = i end -- the last limit whose key the MGET reads
   end
   if nspecs >= SPECS_KEPT then specs, nspecs = {}, 0 end
@@ -722,7 +723,7 @@ local function decide_at(i, keys, lk, vals, vo, spec, n, now, out, at, runs, blo
   elseif alg == '0' then
     free, retry, reset, a, b, c = log_check(key, v, l.count, l.window, n, now)
   elseif alg == '1' then
-    free, retry, reset, a, b, c = buckets_check(key, l.count, l.window, l.prec, n, now)
+    free, retry, reset, a, b, c = buckets_check(key, l.count, l.window, l.prec, l.ring, n, now)
   else
     free, retry, reset, a, b, c, d = counter_check(key, v, l.count, l.window, n, now)
   end
@@ -738,7 +739,7 @@ local function decide_at(i, keys, lk, vals, vo, spec, n, now, out, at, runs, blo
     elseif alg == '0' then
       reset = log_add(key, v, a, b, c, l.window, u, now, now)
     elseif alg == '1' then
-      reset = buckets_add(key, l.window, l.prec, u, now, a, b, c)
+      reset = buckets_add(key, l.window, l.prec, l.ring, u, now, a, b, c)
     else
       reset = counter_add(key, l.window, u, now, a, b, c, d)
     end
@@ -773,16 +774,15 @@ end
 -- min(runs, min free / n) fit, recorded by one add a limit, their answers
 -- differing in remaining. A denial without penalty writes nothing a check
 -- reads: every decision of the run is denied alike. The common case, one
--- limit (log or counter) read as missing, unblocked, n fitting, committed,
--- goes in short: the same SET NX as verdict's, decide_at's answer.
+-- limit (log or counter) read as missing, unblocked, runs * n fitting and
+-- committed, goes in short: the same SET NX as verdict's, decide_at's answer.
 local function decide(keys, first, n, now, spec, out, at, runs)
   local lk, nlim = spec.denials > 0 and first + 1 or first, #spec.limits -- limit i's key: keys[lk + i]
   local vals = call('MGET', unpack(keys, first, lk + spec.reads))
-  local blocked, vo = blocked_for(vals[1], now), lk - first + 1
-  local l, ok, allowed, status, _, k = spec.limits[1], false, true, 0
-  if nlim == 1 and blocked == 0 and spec.commit and l.alg ~= '1' and not vals[vo + 1] and n <= l.count and
-    fresh_fits(l, min(runs, floor(l.count / n)) * n) then -- the common case (found: careful, below)
-    k = min(runs, floor(l.count / n))
+  local blocked, vo = vals[1] and blocked_for(vals[1], now) or 0, lk - first + 1
+  local l, ok, allowed, status, _, k = spec.limits[1], false, true, 0, nil, runs
+  if nlim == 1 and blocked == 0 and spec.commit and l.alg ~= '1' and not vals[vo + 1] and runs * n <= l.count and
+    (l.alg == '2' or 8 + runs * n <= LOG_WHOLE) then -- the common case (found: careful, below)
     local v, ttl = fresh_value(l, k * n, now)
     ok = call('SET', keys[lk + 1], v, 'PX', px_arg(ttl), 'NX')
     out[at + 4], out[at + 5], out[at + 6] = l.count - n, 0, ttl -- decide_at's answer
@@ -819,7 +819,7 @@ local function allow_batch(keys, args)
   local d, decisions = 1, tonumber(args[1])
   while d <= decisions do
     local si, sn, snow = args[at], args[at + 1], args[at + 2]
-    local spec, n, now = specs_[tonumber(si)], tonumber(sn), tonumber(snow)
+    local spec, n, now = specs_[nums[si] or tonumber(si)], nums[sn] or tonumber(sn), nums[snow] or tonumber(snow)
     if not now or now <= 0 then server_now = server_now or now_us(0); now = server_now end
     local nkeys = spec.denials > 0 and #spec.limits + 2 or #spec.limits + 1 -- block, penalty, limits
     -- the run: the decisions right after this one that ask the same of the
