@@ -264,7 +264,7 @@ local function log_add(key, v, used, lo, newest, window, n, t, now)
   if newest and newest > t then p = compact_after(v, w, base, lo, all, t) end
   local off = t - base
   if off >= 0 and off < 256 ^ w and 8 + (used + n) * w <= LOG_WHOLE then -- cut and joined
-    local add = rep(uint_bytes(off, w), n)
+    local add = n == 1 and uint_bytes(off, w) or rep(uint_bytes(off, w), n)
     if lo > 1 or p <= all then -- else appended
       add = sub(v, 9 + (lo - 1) * w, 8 + (p - 1) * w) .. add .. sub(v, 9 + (p - 1) * w)
       v = sub(v, 1, 8)
@@ -669,56 +669,26 @@ local function fresh_value(l, u, now)
   return format('%d 0 %d', c, u), (c + 2) * l.window - now
 end
 
--- verdict ends the checks of a decision (decide_at's arguments, see decide):
--- ok, whether it is allowed, its status and block, and how many decisions
--- of the run it answers. A key the MGET read as missing may hold no string: unless
--- careful, an admission writes it with SET NX, any other decision asks
--- whether it exists, and one found (a sorted log) makes the decision go
--- again, careful, after the keys this one wrote are deleted (not ok).
-local function verdict(_, keys, lk, vals, vo, spec, n, now, _, _, runs, blocked, fit, careful)
-  local limits, allowed = spec.limits, fit >= 1 and blocked == 0
-  local write, k = allowed and spec.commit, runs -- a denial changes nothing a check reads
-  if write then k = max(min(runs, fit), 1) end
-  for i = 1, careful and 0 or #limits do
-    local l, key = limits[i], keys[lk + i]
-    if l.alg ~= '1' and not vals[vo + i] then
-      local found
-      if write and fresh_fits(l, k * n) then
-        local v, ttl = fresh_value(l, k * n, now)
-        found = not call('SET', key, v, 'PX', px_arg(ttl), 'NX')
-      else
-        found = call('EXISTS', key) == 1
-      end
-      if found then -- undo this decision's writes, and go again
-        for j = 1, i - 1 do
-          local lj = limits[j]
-          if write and lj.alg ~= '1' and not vals[vo + j] and fresh_fits(lj, k * n) then call('DEL', keys[lk + j]) end
-        end
-        return false
-      end
-    end
-  end
-  local status = blocked > 0 and 1 or 0
-  if not allowed and blocked == 0 and spec.commit and spec.denials > 0 then
-    blocked = penalize(keys[lk - 1], keys[lk], vals[2], spec.denials, spec.within, spec.ban, now)
-    if blocked > 0 then status = 2 end
-  end
-  return true, allowed, status, blocked, k
-end
-
 -- decide_at checks limit i, then (recursively) the limits after it, and on
 -- the way back records its units if the decision is allowed and commits and
 -- writes its answer: each check's values stay in its call's locals. fit is
--- min(free / n) over the limits before i. Returns verdict's values.
+-- min(free / n) over the limits before i. After the last check, the verdict:
+-- whether the decision is allowed, its status and block (ban), and how many
+-- decisions of the run it answers (k). A key the MGET read as missing may
+-- hold no string: unless careful, an admission writes it with SET NX, any
+-- other decision asks whether it exists, and one found (a sorted log) makes
+-- the decision go again, careful, after the keys this one wrote are deleted
+-- (false). Returns true, allowed, status, ban, k.
 local function decide_at(i, keys, lk, vals, vo, spec, n, now, out, at, runs, blocked, fit, careful)
-  local l, key, v = spec.limits[i], keys[lk + i], vals[vo + i]
+  local limits = spec.limits
+  local l, key, v = limits[i], keys[lk + i], vals[vo + i]
   local alg = l.alg
   if careful and alg ~= '1' and not v then
     v = log_value(key, false)
     if v and alg == '2' then wrongtype(key) end
   end
   local free, retry, reset, a, b, c, d
-  if not v and not careful and alg ~= '1' then -- read as missing (see verdict): empty
+  if not v and not careful and alg ~= '1' then -- read as missing (see above): empty
     free, retry, reset = l.count, n > l.count and -1 or 0, 0
   elseif alg == '0' then
     free, retry, reset, a, b, c = log_check(key, v, l.count, l.window, n, now)
@@ -727,13 +697,41 @@ local function decide_at(i, keys, lk, vals, vo, spec, n, now, out, at, runs, blo
   else
     free, retry, reset, a, b, c, d = counter_check(key, v, l.count, l.window, n, now)
   end
-  local f = retry == 0 and floor(free / n) or 0
-  local ok, allowed, status, ban, k = (spec.limits[i + 1] and decide_at or verdict)(i + 1, keys, lk, vals, vo, spec,
-    n, now, out, at, runs, blocked, min(fit, f), careful)
-  if not ok then return false end
+  fit = retry == 0 and min(fit, floor(free / n)) or 0
+  local ok, allowed, status, ban, k = true, fit >= 1 and blocked == 0, blocked > 0 and 1 or 0, blocked, runs
+  if limits[i + 1] then
+    ok, allowed, status, ban, k = decide_at(i + 1, keys, lk, vals, vo, spec, n, now, out, at, runs, blocked, fit, careful)
+    if not ok then return false end
+  else -- the verdict
+    local write = allowed and spec.commit -- a denial changes nothing a check reads
+    if write then k = max(min(runs, fit), 1) end
+    for j = 1, careful and 0 or i do
+      local lj = limits[j]
+      if lj.alg ~= '1' and not vals[vo + j] then
+        local found
+        if write and fresh_fits(lj, k * n) then
+          local vj, ttl = fresh_value(lj, k * n, now)
+          found = not call('SET', keys[lk + j], vj, 'PX', px_arg(ttl), 'NX')
+        else
+          found = call('EXISTS', keys[lk + j]) == 1
+        end
+        if found then -- undo this decision's writes, and go again
+          for h = 1, j - 1 do
+            local lh = limits[h]
+            if write and lh.alg ~= '1' and not vals[vo + h] and fresh_fits(lh, k * n) then call('DEL', keys[lk + h]) end
+          end
+          return false
+        end
+      end
+    end
+    if not allowed and blocked == 0 and spec.commit and spec.denials > 0 then
+      ban = penalize(keys[lk - 1], keys[lk], vals[2], spec.denials, spec.within, spec.ban, now)
+      if ban > 0 then status = 2 end
+    end
+  end
   if allowed and spec.commit then
     local u = k * n
-    if not careful and alg ~= '1' and not v and fresh_fits(l, u) then -- written by verdict
+    if not careful and alg ~= '1' and not v and fresh_fits(l, u) then -- written by the verdict
       reset = l.window
       if alg == '2' then reset = (floor(now / l.window) + 2) * l.window - now end
     elseif alg == '0' then
@@ -759,7 +757,7 @@ end
 -- at now and, if they do and the spec commits, records them under every
 -- limit: all or none. Its keys start at keys[first]: the block key, the
 -- penalty key if the spec has a penalty, then the limits' keys, all read
--- by one MGET (a hash or sorted set reads as missing: see verdict). A
+-- by one MGET (a hash or sorted set reads as missing: see decide_at). A
 -- blocked key is denied, retry and reset at least the block's time left. A
 -- committed denial counts towards the penalty; the one that reaches it
 -- bans the key, and its retry and reset are the ban's. The answer goes in
@@ -775,7 +773,7 @@ end
 -- differing in remaining. A denial without penalty writes nothing a check
 -- reads: every decision of the run is denied alike. The common case, one
 -- limit (log or counter) read as missing, unblocked, runs * n fitting and
--- committed, goes in short: the same SET NX as verdict's, decide_at's answer.
+-- committed, goes in short: decide_at's SET NX (in its verdict) and answer.
 local function decide(keys, first, n, now, spec, out, at, runs)
   local lk, nlim = spec.denials > 0 and first + 1 or first, #spec.limits -- limit i's key: keys[lk + i]
   local vals = call('MGET', unpack(keys, first, lk + spec.reads))
@@ -807,7 +805,7 @@ end
 
 local function allow(keys, args)
   local out = {0, 0, 0, 0, 0, 0}
-  decide(keys, 1, tonumber(args[2]), now_us(args[3]), spec_of(args[1]), out, 0, 1)
+  decide(keys, 1, nums[args[2]] or tonumber(args[2]), now_us(args[3]), spec_of(args[1]), out, 0, 1)
   return out
 end
 
