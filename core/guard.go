@@ -172,7 +172,7 @@ func callerGone(ctx context.Context) bool {
 }
 
 // call runs f, a call about r.Key, behind the breaker.
-func (g *guard) call(ctx context.Context, r store.Request, f func() error) (kind, error) {
+func (g *guard) call(ctx context.Context, r *store.Request, f func() error) (kind, error) {
 	if g.remote == nil {
 		return plain(f())
 	}
@@ -194,19 +194,12 @@ func plain(err error) (kind, error) {
 
 // allow decides *r (see store.Store.Allow); the failure mode does not
 // answer here (see fail). (r is a pointer: a Request is copied once, into
-// the Redis store's call, and not at all for the memory store's Decide.)
+// the store's call.)
 func (g *guard) allow(ctx context.Context, r *store.Request) (d store.Decision, k kind, err error) {
-	if g.remote == nil {
+	k, err = g.call(ctx, r, func() (err error) {
 		d, err = g.next.Allow(ctx, *r)
-		k, err = plain(err)
-		return d, k, err
-	}
-	a, err := g.begin(r.Key, r.Deadline)
-	if err != nil {
-		return d, failed, err
-	}
-	d, err = g.next.Allow(ctx, *r)
-	k, err = g.end(ctx, a, err)
+		return err
+	})
 	return d, k, err
 }
 
@@ -314,7 +307,7 @@ func (g *guard) reserve(ctx context.Context, r store.Request, longest int64) (re
 		err error
 	}
 	run := func(ctx context.Context) (o outcome) {
-		o.k, o.err = g.call(ctx, r, func() (err error) {
+		o.k, o.err = g.call(ctx, &r, func() (err error) {
 			o.res, err = g.next.Reserve(ctx, r, longest)
 			return err
 		})
@@ -361,7 +354,7 @@ func (g *guard) release(ctx context.Context, r store.Request, res reservation) e
 	case res.failed != nil:
 		return nil
 	}
-	return failure(g.call(ctx, r, func() error { return g.next.Release(ctx, r, res.Reservation) }))
+	return failure(g.call(ctx, &r, func() error { return g.next.Release(ctx, r, res.Reservation) }))
 }
 
 // both runs f, a Block or a Reset of r, on the local store too (it
@@ -370,7 +363,7 @@ func (g *guard) both(ctx context.Context, r store.Request, f func(store.Store, s
 	if g.local != nil {
 		_ = f(g.local, g.localCopy(r))
 	}
-	return failure(g.call(ctx, r, func() error { return f(g.next, r) }))
+	return failure(g.call(ctx, &r, func() error { return f(g.next, r) }))
 }
 
 // refund gives back units recorded by the local store (local: the failure
@@ -384,7 +377,7 @@ func (g *guard) refund(ctx context.Context, r store.Request, local bool) error {
 		}
 		return g.local.Refund(ctx, g.localCopy(r))
 	}
-	k, err := g.call(ctx, r, func() error { return g.next.Refund(ctx, r) })
+	k, err := g.call(ctx, &r, func() error { return g.next.Refund(ctx, r) })
 	if k != succeeded && k != abandoned && g.local != nil {
 		lr := g.localCopy(r)
 		lr.At = 0
