@@ -207,10 +207,10 @@ end
 
 -- log_check checks n units of a log limit, v the compact string, a sorted
 -- log's '#' score or false (see log_value), and returns free, retry, reset,
--- then for log_add the units that count, the first of them (compact) and
--- the newest unit's time (false: none).
+-- then for log_add the units that count, the first of them (compact), the
+-- newest unit's time (false: none) and the base (compact).
 local function log_check(key, v, count, window, n, now)
-  local oldest, used, lo, newest, retry = now - window, 0, 1, false, 0
+  local oldest, used, lo, newest, retry, base, all = now - window, 0, 1, false, 0
   local k = count - n + 1 -- n fit once the k-th newest unit has left
   if type(v) == 'number' then
     local card
@@ -221,20 +221,20 @@ local function log_check(key, v, count, window, n, now)
     end
   elseif v then
     local w = compact_w(key, v)
-    local base, all = uint(v, 2, 7), (#v - 8) / w
+    base, all = uint(v, 2, 7), (#v - 8) / w
     if base + uint(v, 9, w) <= oldest then lo = compact_after(v, w, base, 1, all, oldest) end
     used = all - lo + 1
     if used > 0 then newest = base + uint(v, 9 + (all - 1) * w, w) end
     if k <= used and k >= 1 then retry = base + uint(v, 9 + (all - k) * w, w) + window - now end
   end
   if k <= 0 then retry = -1 end -- then any window holds at most count - n others
-  return max(count - used, 0), retry, newest and newest + window - now or 0, used, lo, newest
+  return max(count - used, 0), retry, newest and newest + window - now or 0, used, lo, newest, base
 end
 
 -- log_add records n units at t (>= now) after every unit at or before t
--- (the end, but for reservations), v, used, lo and newest log_check's, and
--- returns the new reset.
-local function log_add(key, v, used, lo, newest, window, n, t, now)
+-- (the end, but for reservations), v, used, lo, newest and base (nil: read
+-- again) log_check's, and returns the new reset.
+local function log_add(key, v, used, lo, newest, window, n, t, now, base)
   local last = max(newest or t, t)
   if type(v) == 'number' then -- sorted: one member more, or one grown
     if used + n <= LOG_BACK then -- compact again (its units all count: see sorted_open)
@@ -259,7 +259,7 @@ local function log_add(key, v, used, lo, newest, window, n, t, now)
     return t + window - now
   end
   local w = byte(v, 1)
-  local base, all = uint(v, 2, 7), (#v - 8) / w
+  local all, base = (#v - 8) / w, base or uint(v, 2, 7)
   local p = all + 1
   if newest and newest > t then p = compact_after(v, w, base, lo, all, t) end
   local off = t - base
@@ -691,7 +691,7 @@ local function decide_at(i, keys, lk, vals, vo, spec, n, now, out, at, runs, blo
   if not v and not careful and alg ~= '1' then -- read as missing (see above): empty
     free, retry, reset = l.count, n > l.count and -1 or 0, 0
   elseif alg == '0' then
-    free, retry, reset, a, b, c = log_check(key, v, l.count, l.window, n, now)
+    free, retry, reset, a, b, c, d = log_check(key, v, l.count, l.window, n, now)
   elseif alg == '1' then
     free, retry, reset, a, b, c = buckets_check(key, l.count, l.window, l.prec, l.ring, n, now)
   else
@@ -735,7 +735,7 @@ local function decide_at(i, keys, lk, vals, vo, spec, n, now, out, at, runs, blo
       reset = l.window
       if alg == '2' then reset = (floor(now / l.window) + 2) * l.window - now end
     elseif alg == '0' then
-      reset = log_add(key, v, a, b, c, l.window, u, now, now)
+      reset = log_add(key, v, a, b, c, l.window, u, now, now, d)
     elseif alg == '1' then
       reset = buckets_add(key, l.window, l.prec, l.ring, u, now, a, b, c)
     else
@@ -823,10 +823,10 @@ local function allow_batch(keys, args)
     -- the run: the decisions right after this one that ask the same of the
     -- same keys (a hot key's), which decide answers together
     local runs = 1
-    while spec.commit and spec.denials == 0 and d + runs <= decisions do
-      local a, k = at + 3 * runs, key + nkeys * runs
+    while spec.commit and spec.denials == 0 and d + runs <= decisions and keys[key + nkeys * runs] == keys[key] do
+      local a, k = at + 3 * runs, key + nkeys * runs -- the same block key (so key): the rest alike?
       local same = args[a] == si and args[a + 1] == sn and args[a + 2] == snow
-      for i = 0, nkeys - 1 do same = same and keys[k + i] == keys[key + i] end
+      for i = 1, nkeys - 1 do same = same and keys[k + i] == keys[key + i] end
       if not same then break end
       runs = runs + 1
     end
