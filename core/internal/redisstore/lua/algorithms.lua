@@ -17,7 +17,7 @@ local byte, call, format, char, sub, rep = string.byte, redis.call, string.forma
 local floor, ceil, min, max, type, unpack, str2d = math.floor, math.ceil, math.min, math.max, type, unpack, tonumber
 
 -- tonumber: Lua's, kept (up to 4096 strings): Lua's costs a strtod, four
--- times this, and replies and arguments repeat.
+-- times this, and replies and arguments repeat; times seldom do (str2d).
 local nums, nnums = {}, 0
 local function tonumber(s)
   if nums[s] or s == nil then return nums[s] end
@@ -120,7 +120,7 @@ local function units(m)
   if byte(m, 2) == 58 then return byte(m, 1) - 48 end -- one digit, then ':'
   return tonumber(string.match(m, '^%d+'))
 end
-local function time_of(m) return tonumber(sub(m, string.find(m, ':', 1, true) + 1)) end
+local function time_of(m) return str2d(sub(m, string.find(m, ':', 1, true) + 1)) end
 
 -- log_store writes the log of key anew: the units at times (in order) and n
 -- more at t, compact if it fits, else sorted, until its newest unit leaves.
@@ -164,7 +164,7 @@ local function sorted_walk(key, oldest, j, newest_first, total, card)
   card = card or call('ZCARD', key) - 1
   if total == card then
     if newest_first then j = -j end
-    return tonumber(call('ZRANGE', key, j, j, 'WITHSCORES')[2]), 0
+    return str2d(call('ZRANGE', key, j, j, 'WITHSCORES')[2]), 0
   end
   local lo, hi = format('(%d', oldest), '+inf'
   while true do
@@ -187,7 +187,7 @@ local function sorted_open(key, score, oldest)
   local total, card = -score, false
   local first = call('ZRANGE', key, 1, 1, 'WITHSCORES')
   if total < 1 or not first[2] then wrongtype(key) end -- a sorted set, not ours
-  if tonumber(first[2]) <= oldest then
+  if str2d(first[2]) <= oldest then
     local all, gone = call('ZCARD', key) - 1, call('ZCOUNT', key, 0, oldest)
     card = all - gone
     if card == 0 then call('DEL', key) return 0, false, 0 end
@@ -202,7 +202,7 @@ local function sorted_open(key, score, oldest)
     call('ZREMRANGEBYSCORE', key, 0, oldest)
     call('ZADD', key, -total, '#')
   end
-  return total, tonumber(call('ZREVRANGE', key, 0, 0, 'WITHSCORES')[2]), card
+  return total, str2d(call('ZREVRANGE', key, 0, 0, 'WITHSCORES')[2]), card
 end
 
 -- log_check checks n units of a log limit, v the compact string, a sorted
@@ -453,7 +453,7 @@ end
 local function buckets_add(key, window, prec, ring, n, now, summed, newest, lo)
   local b = floor(now / prec)
   local reset = (b + 1) * prec + window - now
-  if call('HINCRBY', key, int_arg(b % ring), int_arg(n)) == n then
+  if call('HINCRBY', key, ints[b % ring] or int_arg(b % ring), ints[n] or int_arg(n)) == n then
     call('PEXPIRE', key, px_arg(reset))
   end
   if summed then
@@ -536,7 +536,7 @@ end
 -- keeps its TTL (n * 16 adds n to the current count).
 local function counter_add(key, window, n, now, c, prev, cur, incr)
   if incr and cur > 0 and cur + n < COUNTER_RADIX then
-    call('INCRBY', key, int_arg(n * 16))
+    call('INCRBY', key, ints[n * 16] or int_arg(n * 16))
     return (c + 2) * window - now
   end
   return counter_write(key, window, c, prev, cur + n, now)
