@@ -205,7 +205,7 @@ func (sh *denyShard) evict(keep string, now int64) {
 		if victim == "" {
 			victim = k
 		}
-		if allExpired(ds, now) {
+		if !slices.ContainsFunc(ds, func(d denial) bool { return now < d.ends }) { // all expired
 			victim = k
 			break
 		}
@@ -226,14 +226,4 @@ func (c *denyCache) forget(key string) {
 	sh.n -= len(sh.m[key])
 	delete(sh.m, key)
 	sh.mu.Unlock()
-}
-
-// allExpired reports whether every denial in ds has expired at now.
-func allExpired(ds []denial, now int64) bool {
-	for _, d := range ds {
-		if now < d.ends {
-			return false
-		}
-	}
-	return true
 }

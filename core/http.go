@@ -353,14 +353,4 @@ func problemRange(rng string) bool {
 }
 
 // zeroWeight reports whether a qvalue is zero: "0", "0.", "0.000".
-func zeroWeight(q string) bool {
-	if q == "" || q[0] != '0' {
-		return false
-	}
-	for i := 1; i < len(q); i++ {
-		if q[i] != '.' && q[i] != '0' {
-			return false
-		}
-	}
-	return true
-}
+func zeroWeight(q string) bool { return q != "" && q[0] == '0' && strings.Trim(q[1:], ".0") == "" }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"sync"
 	"time"
 
@@ -521,7 +522,7 @@ func (l *Limiter) waitN(ctx context.Context, rule, key string, n int64, limits [
 		failed error // the failure the failure mode answered
 		err    error
 	)
-	if allLog(limits) {
+	if !slices.ContainsFunc(limits, func(l Limit) bool { return l.Algorithm != SlidingLog }) { // all sliding logs
 		wait, failed, err = l.reserveAndSleep(ctx, l.request(key, n, limits, nil, l.waitTime))
 	} else {
 		wait, failed, err = l.poll(ctx, key, n, limits)
@@ -534,15 +535,6 @@ func (l *Limiter) waitN(ctx context.Context, rule, key string, n int64, limits [
 		l.observe(ev, start)
 	}
 	return err
-}
-
-func allLog(limits []Limit) bool {
-	for _, lim := range limits {
-		if lim.Algorithm != SlidingLog {
-			return false
-		}
-	}
-	return true
 }
 
 // longest is the wait ctx allows in µs, or -1 without a deadline.

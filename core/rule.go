@@ -237,15 +237,7 @@ func ruleLimits(limits []Limit) error {
 // printable reports whether s is non-empty printable ASCII (%x20-7E), the
 // characters of a structured-field string.
 func printable(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < ' ' || s[i] > '~' {
-			return false
-		}
-	}
-	return true
+	return s != "" && !strings.ContainsFunc(s, func(r rune) bool { return r < ' ' || r > '~' })
 }
 
 // Enforcer applies one Rule with one Limiter to HTTP requests: the one
