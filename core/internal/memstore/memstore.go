@@ -10,7 +10,6 @@ import (
 	"hash/maphash"
 	"math"
 	"slices"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -226,7 +225,7 @@ func (st *memState) check(count, n, now int64) (free, retry, reset int64) {
 func (st *memState) add(n, t, now int64) int64 {
 	switch st.alg {
 	case store.SlidingLog:
-		i := sort.Search(len(st.log), func(i int) bool { return st.log[i] > t })
+		i, _ := slices.BinarySearch(st.log, t+1) // after the units at t
 		st.log = append(st.log, make([]int64, n)...)
 		copy(st.log[i+int(n):], st.log[i:])
 		for j := range n {
@@ -448,7 +447,7 @@ func (st *memState) refund(count, n, now, at int64) {
 			lo, hi = at-1, at
 		}
 		// the units in (lo, hi], the newest first
-		j := sort.Search(len(st.log), func(i int) bool { return st.log[i] > hi })
+		j, _ := slices.BinarySearch(st.log, hi+1)
 		i := j
 		for i > 0 && st.log[i-1] > lo && int64(j-i) < n {
 			i--
@@ -522,7 +521,7 @@ func (s *Store) Release(_ context.Context, r store.Request, res store.Reservatio
 	mk := sh.keys[key]
 	for _, l := range r.Limits {
 		if st := mk.find(l); st != nil {
-			i := sort.Search(len(st.log), func(i int) bool { return st.log[i] >= res.At })
+			i, _ := slices.BinarySearch(st.log, res.At)
 			j := i
 			for j < len(st.log) && j-i < int(r.N) && st.log[j] == res.At {
 				j++
