@@ -660,11 +660,10 @@ local function spec_of(raw)
 end
 
 -- fresh_value returns the value that u units at now make in a missing key
--- of a log or counter limit l, and its TTL; for a log only if fresh_fits: its
--- offsets 4 bytes wide (71 minutes), so that the next units append to it.
-local function fresh_fits(l, u) return l.alg == '2' or 8 + 4 * u <= LOG_WHOLE end
+-- of a log or counter limit l, and its TTL; for a log only if fresh_fits.
+local function fresh_fits(l, u) return l.alg == '2' or 8 + u <= LOG_WHOLE end
 local function fresh_value(l, u, now)
-  if l.alg == '0' then return uint_bytes(now, 7, 4) .. rep('\0', 4 * u - 1), l.window end
+  if l.alg == '0' then return uint_bytes(now, 7, 1) .. rep('\0', u - 1), l.window end
   local c = floor(now / l.window)
   if u < COUNTER_RADIX then return int_arg(u * 16 + c % 16), (c + 2) * l.window - now end
   return format('%d 0 %d', c, u), (c + 2) * l.window - now
@@ -781,7 +780,7 @@ local function decide(keys, first, n, now, spec, out, at, runs)
   local blocked, vo = vals[1] and blocked_for(vals[1], now) or 0, lk - first + 1
   local l, ok, allowed, status, _, k = spec.limits[1], false, true, 0, nil, runs
   if nlim == 1 and blocked == 0 and spec.commit and l.alg ~= '1' and not vals[vo + 1] and runs * n <= l.count and
-    (l.alg == '2' or 8 + 4 * runs * n <= LOG_WHOLE) then -- the common case (found: careful, below)
+    (l.alg == '2' or 8 + runs * n <= LOG_WHOLE) then -- the common case (found: careful, below)
     local v, ttl = fresh_value(l, k * n, now)
     ok = call('SET', keys[lk + 1], v, 'PX', px_arg(ttl), 'NX')
     out[at + 4], out[at + 5], out[at + 6] = l.count - n, 0, ttl -- decide_at's answer
