@@ -412,10 +412,8 @@ type cpuMeter struct {
 	sample [2]metrics.Sample
 	last   []uint64 // the histogram's counts at the last look
 	// the store's clock at the last look that saw a goroutine wait to run
-	// for guard.starved(), and the longest wait it saw (the lower bound of
-	// its histogram bucket)
-	long  int64
-	stall time.Duration
+	// for guard.starved()
+	long int64
 }
 
 // slice is the scheduler's time slice: a goroutine that waited that long
@@ -423,58 +421,33 @@ type cpuMeter struct {
 const slice = 10 * time.Millisecond
 
 // starvedAlive reports whether a's call, out of time without a reply, may
-// have waited for this process and not for Redis: this process was short
-// of CPU (seen since a budget before the call: a goroutine's wait is seen
-// when it runs at last), and Redis answered within a budget before (it
-// was alive a moment ago), or within as long again as a goroutine waited to
-// run (the goroutine that notes a reply waits like the others: in a flood
-// of 256 spinning goroutines on 2 cores, 1-2 s); or a goroutine waited a
-// whole budget to run, when no call of this process could be answered in
-// time, whatever Redis does (the first calls of a Limiter made in such a
-// flood: no reply yet to go by). Counted, such calls opened the breaker,
-// whose instant answers starved the probe's reply in turn: every decision
-// let through while Redis was healthy. Otherwise a Redis silent for longer,
-// or that never answered yet, is a failure, however busy the process:
-// FailOpen and FailLocal answer, and the breaker counts it.
+// have waited for this process and not for Redis: Redis answered within a
+// budget before it was sent (it was alive a moment ago), and this process
+// was short of CPU since. A Redis silent for longer is a failure, however
+// busy the process: FailOpen and FailLocal answer, and the breaker counts
+// it.
 func (g *guard) starvedAlive(a attempt) bool {
-	if g.budget <= 0 {
-		return false
-	}
-	starved, stall := g.cpu.starvedSince(a.sent-int64(g.budget), g.remote.Clock(), g.starved(), g.budget)
-	return starved && g.aliveBefore(a, stall)
-}
-
-// aliveBefore reports whether a's call may have waited for this process,
-// short of CPU with goroutines waiting stall to run, and not for Redis:
-// Redis answered within a budget and stall before it was sent, or stall
-// is a budget or more. (Else a Redis that never answered is no evidence: a
-// server silent from the start is a failure on a busy machine too.)
-func (g *guard) aliveBefore(a attempt, stall time.Duration) bool {
 	// (the clock starts at 1: never answered is 0, before any time)
-	return stall >= g.budget || g.answeredAfter(a, max(a.sent-int64(g.budget+stall), 1))
+	return g.budget > 0 && g.answeredAfter(a, max(a.sent-int64(g.budget), 1)) &&
+		g.cpu.starvedSince(a.sent, g.remote.Clock(), g.starved(), g.budget)
 }
 
 // starved is how long a goroutine waits to run when this process is short
 // of CPU (see cpuMeter): half a decision's budget, at most 20ms.
 func (g *guard) starved() time.Duration { return min(g.budget/2, 20*time.Millisecond) }
 
-// starvedSince reports whether the process was short of CPU between since
-// and now (the store's clock): a goroutine waited at least wait to run (and
-// the longest such wait), or the goroutines that wait to run now would fill
-// the processors for the budget, if each used its time slice. (A wait is
-// counted when the goroutine runs at last: one that still waits, like the
-// reader of a late reply, is not seen yet.)
-func (m *cpuMeter) starvedSince(since, now int64, wait, budget time.Duration) (bool, time.Duration) {
+// starvedSince reports whether the process was short of CPU between sent
+// and now (the store's clock): a goroutine waited at least wait to run, or
+// the goroutines that wait to run now would fill the processors for the
+// budget, if each used its time slice.
+func (m *cpuMeter) starvedSince(sent, now int64, wait, budget time.Duration) bool {
 	if wait <= 0 {
-		return false, 0 // no budget: nothing to tell
+		return false // no budget: nothing to tell
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	queued := m.look(now, wait, budget)
-	if m.long != 0 && m.long >= since {
-		return true, m.stall
-	}
-	return queued, 0
+	return queued || m.long != 0 && m.long >= sent
 }
 
 // look reads the metrics at now: it notes the waits of at least wait
@@ -491,14 +464,13 @@ func (m *cpuMeter) look(now int64, wait, budget time.Duration) (queued bool) {
 		m.sample[1].Value.Uint64() >= uint64(runtime.GOMAXPROCS(0))*uint64(budget/slice)
 	h := m.sample[0].Value.Float64Histogram()
 	if len(m.last) > 0 {
-		stall := time.Duration(0)
 		for i, c := range h.Counts {
-			if i < len(m.last) && c > m.last[i] && h.Buckets[i] >= wait.Seconds() {
-				stall = time.Duration(h.Buckets[i] * float64(time.Second))
+			if i >= len(m.last) || c <= m.last[i] {
+				continue
 			}
-		}
-		if stall > 0 {
-			m.long, m.stall = now, stall
+			if h.Buckets[i] >= wait.Seconds() {
+				m.long = now
+			}
 		}
 	}
 	m.last = append(m.last[:0], h.Counts...)
