@@ -72,9 +72,7 @@ func (t *transport) send(batch []*call) {
 	}
 	cmds := t.plan(live)
 	if len(cmds) == 1 { // one command (the decisions merged): no pipeline
-		s := cmds[0]
-		reply, err := t.runOne(ctx, t.rdb, &call{script: s.script, keys: s.keys, args: s.args})
-		t.again(t.answer(s, reply, err))
+		t.runSent(ctx, t.rdb, cmds[0])
 		return
 	}
 	pipe := t.pipe()
@@ -119,6 +117,13 @@ func (t *transport) send(batch []*call) {
 		failed = append(failed, t.answer(s, reply, err)...)
 	}
 	t.again(failed)
+}
+
+// runSent runs s, one command of a batch, alone on rdb with ctx, and hands
+// its callers their replies.
+func (t *transport) runSent(ctx context.Context, rdb redis.Scripter, s *sent) {
+	reply, err := t.runOne(ctx, rdb, &call{script: s.script, keys: s.keys, args: s.args})
+	t.again(t.answer(s, reply, err))
 }
 
 // answer hands the callers of s their replies, and returns the decisions

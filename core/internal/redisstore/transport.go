@@ -400,9 +400,8 @@ func (t *transport) sendLane(batch []*call) {
 				ctx, cancel = context.WithDeadline(ctx, deadline)
 			}
 		}
-		reply, err := t.runOne(ctx, rdb, &call{script: s.script, keys: s.keys, args: s.args})
+		t.runSent(ctx, rdb, s)
 		cancel()
-		t.again(t.answer(s, reply, err))
 	}
 }
 
