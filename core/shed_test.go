@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -65,6 +66,57 @@ func TestOverloadIsShed(t *testing.T) {
 				t.Fatalf("the breaker counted %d failures", n)
 			}
 			beyond(t, stalls, took, timeout+50*time.Millisecond, "the shed decision")
+		})
+	}
+}
+
+// silentStore is a Redis store whose calls all get no reply: Allow waits
+// until the decision's deadline and fails as a call that got no reply in
+// time does; no other call is answered meanwhile.
+type silentStore struct{ *fakeRemote }
+
+func (s silentStore) Allow(ctx context.Context, r store.Request) (store.Decision, error) {
+	select {
+	case <-time.After(time.Until(r.Deadline)):
+	case <-ctx.Done():
+		return store.Decision{}, ctx.Err()
+	}
+	return store.Decision{}, &store.Error{Err: context.DeadlineExceeded}
+}
+
+// TestStarvedTimeoutNotCounted: a call out of time without a reply while
+// the process was short of CPU (its reply may have waited to be read) is
+// not counted by the breaker: timeouts in a row then never open it. The
+// decisions are answered by the failure mode (Redis has not answered for
+// longer than a budget: nothing says it is alive), each after its budget.
+func TestStarvedTimeoutNotCounted(t *testing.T) {
+	const timeout = 20 * time.Millisecond
+	for _, mode := range []FailureMode{FailOpen, FailClosed} {
+		t.Run(mode.String(), func(t *testing.T) {
+			rs := redisstore.New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), "starved:")
+			fake := silentStore{&fakeRemote{Remote: rs}}
+			var events []Event
+			l, err := New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), WithTimeout(timeout), WithFailureMode(mode),
+				WithObserver(func(e Event) { events = append(events, e) }))
+			if err != nil {
+				t.Fatal(err)
+			}
+			l.guard.next, l.guard.remote = fake, fake
+			l.guard.cpu.long = math.MaxInt64 // a goroutine waited to run since every call was sent
+			for i := range 3 * breakerFailures {
+				r, err := l.Allow(context.Background(), fmt.Sprint("k", i), PerMinute(10))
+				if err != nil || r.Allowed != (mode == FailOpen) || !errors.Is(r.BackendErr, context.DeadlineExceeded) || errors.Is(r.BackendErr, ErrCircuitOpen) {
+					t.Fatalf("decision %d: %+v %v, want the failure mode's answer to a timeout", i, r, err)
+				}
+			}
+			if n := l.guard.br.failures.Load(); n != 0 {
+				t.Fatalf("the breaker counted %d failures", n)
+			}
+			for i, e := range events {
+				if !e.Failed || e.Shed || e.Fallback != mode {
+					t.Fatalf("event %d: %+v, want a failure mode's answer", i, e)
+				}
+			}
 		})
 	}
 }
