@@ -55,7 +55,8 @@ const (
 	overloaded
 	// timedOut: no reply in time, and no other reply since the decision
 	// began (Redis failing, or a slow moment: a cold start, a process
-	// starved of CPU). The breaker counts it.
+	// starved of CPU). The breaker counts it, unless this process was short
+	// of CPU meanwhile (see end).
 	timedOut
 	// failed: a connection failure, and no other reply since the decision
 	// began, which the breaker counts; or the breaker is open (ErrCircuitOpen,
