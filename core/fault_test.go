@@ -227,12 +227,10 @@ func silentRun(t *testing.T, rdb redis.UniversalClient, m failureCase, margin ti
 	// 3 timeouts in sequence open the breaker: requests 0-2 time out once
 	// each (a timeout spends the decision's budget: no retry); then the
 	// probe (5). A timeout while the process was short of CPU is not
-	// counted: the run is inconclusive then
+	// counted: more decisions may time out then
 	if timeouts > 4 && starvedAfter(l, start) {
-		t.Logf("%d decisions timed out while the process was short of CPU: again", timeouts)
-		return true
-	}
-	if timeouts != 4 {
+		t.Logf("%d decisions timed out: the process was short of CPU meanwhile", timeouts)
+	} else if timeouts != 4 {
 		t.Errorf("%d decisions timed out, want 4 (the rest: circuit open)", timeouts)
 	}
 	t.Logf("silent server, %s: slowest decision %v", m.mode, slowest.Round(time.Millisecond))

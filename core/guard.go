@@ -420,8 +420,9 @@ type cpuMeter struct {
 	mu     sync.Mutex
 	sample [2]metrics.Sample
 	last   []uint64 // the histogram's counts at the last look
-	// the store's clock at the last look that saw a goroutine wait to run
-	// for guard.starved()
+	// the store's clock at the last look that saw the process short of
+	// CPU: a goroutine that waited guard.starved() to run, or a full run
+	// queue
 	long int64
 }
 
@@ -445,42 +446,39 @@ func (g *guard) starvedSince(a attempt) bool {
 func (g *guard) starved() time.Duration { return min(g.budget/2, 20*time.Millisecond) }
 
 // starvedSince reports whether the process was short of CPU between sent
-// and now (the store's clock): a goroutine waited at least wait to run, or
-// the goroutines that wait to run now would fill the processors for the
-// budget, if each used its time slice.
+// and now (the store's clock), looking at now (see look).
 func (m *cpuMeter) starvedSince(sent, now int64, wait, budget time.Duration) bool {
 	if wait <= 0 {
 		return false // no budget: nothing to tell
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	queued := m.look(now, wait, budget)
-	return queued || m.long != 0 && m.long >= sent
+	m.look(now, wait, budget)
+	return m.long != 0 && m.long >= sent
 }
 
-// look reads the metrics at now: it notes the waits of at least wait
-// counted since the last look, and reports whether the goroutines waiting
-// to run would fill the processors for budget.
-func (m *cpuMeter) look(now int64, wait, budget time.Duration) (queued bool) {
+// look reads the metrics at now, and notes now as a moment short of CPU
+// when a goroutine waited at least wait to run since the last look, or the
+// goroutines waiting to run now would fill the processors for budget, if
+// each used its time slice.
+func (m *cpuMeter) look(now int64, wait, budget time.Duration) {
 	m.sample[0].Name = "/sched/latencies:seconds"
 	m.sample[1].Name = "/sched/goroutines/runnable:goroutines"
 	metrics.Read(m.sample[:])
 	if m.sample[0].Value.Kind() != metrics.KindFloat64Histogram {
-		return false // not measured by this runtime
+		return // not measured by this runtime
 	}
-	queued = m.sample[1].Value.Kind() == metrics.KindUint64 &&
-		m.sample[1].Value.Uint64() >= uint64(runtime.GOMAXPROCS(0))*uint64(budget/slice)
+	if m.sample[1].Value.Kind() == metrics.KindUint64 &&
+		m.sample[1].Value.Uint64() >= uint64(runtime.GOMAXPROCS(0))*uint64(budget/slice) {
+		m.long = now
+	}
 	h := m.sample[0].Value.Float64Histogram()
 	if len(m.last) > 0 {
 		for i, c := range h.Counts {
-			if i >= len(m.last) || c <= m.last[i] {
-				continue
-			}
-			if h.Buckets[i] >= wait.Seconds() {
+			if i < len(m.last) && c > m.last[i] && h.Buckets[i] >= wait.Seconds() {
 				m.long = now
 			}
 		}
 	}
 	m.last = append(m.last[:0], h.Counts...)
-	return queued
 }
