@@ -31,6 +31,7 @@ func TestFailOpenSurvivesErrReturn(t *testing.T) {
 				t.Fatal(err)
 			}
 			var backendErrs int
+			shed := false // the last decision was shed (see below)
 			handler := func(w http.ResponseWriter, r *http.Request) error {
 				res, err := l.Allow(r.Context(), "user:42", PerMinute(100))
 				if err != nil {
@@ -39,6 +40,7 @@ func TestFailOpenSurvivesErrReturn(t *testing.T) {
 				if res.BackendErr != nil {
 					backendErrs++ // a service logs it
 				}
+				shed = errors.Is(res.BackendErr, ErrShed)
 				if !res.Allowed {
 					w.WriteHeader(http.StatusTooManyRequests)
 					return nil
@@ -59,7 +61,10 @@ func TestFailOpenSurvivesErrReturn(t *testing.T) {
 			p.Kill(t)
 			for i := range 20 { // timeouts, then the open circuit
 				code, err := serve()
-				if err != nil || code != c.status {
+				// a first call that ran out of time (go-redis's dial retries)
+				// while this process was short of CPU, a moment after Redis
+				// answered, is shed: denied whatever the mode (a loaded machine)
+				if err != nil || code != c.status && !(shed && i < breakerFailures && code == http.StatusTooManyRequests) {
 					t.Fatalf("redis down, request %d: %d %v; want %d and no error", i, code, err, c.status)
 				}
 			}
