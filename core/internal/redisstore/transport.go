@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -101,18 +103,7 @@ func newTransport(rdb redis.Scripter) *transport {
 		}
 	case *redis.Ring: // its shards' addresses: a down shard takes no command
 		opt := c.Options()
-		checks := make([]func(context.Context) error, 0, len(opt.Addrs))
-		for _, addr := range opt.Addrs {
-			checks = append(checks, dialHealth(opt.Dialer, opt.DialTimeout, "tcp", addr))
-		}
-		t.health = func(ctx context.Context) error {
-			for _, check := range checks {
-				if err := check(ctx); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
+		t.health = dialHealth(opt.Dialer, opt.DialTimeout, "tcp", slices.Collect(maps.Values(opt.Addrs))...)
 		if opt.ContextTimeoutEnabled {
 			t.direct = c
 		}
@@ -149,17 +140,21 @@ func (t *transport) answered(err error) {
 	}
 }
 
-// dialHealth returns a health check that dials addr as the client does.
-func dialHealth(dialer func(context.Context, string, string) (net.Conn, error), timeout time.Duration, network, addr string) func(context.Context) error {
+// dialHealth returns a health check that dials each of addrs as the
+// client does, and fails with the first failure.
+func dialHealth(dialer func(context.Context, string, string) (net.Conn, error), timeout time.Duration, network string, addrs ...string) func(context.Context) error {
 	if dialer == nil {
 		dialer = (&net.Dialer{Timeout: timeout}).DialContext
 	}
 	return func(ctx context.Context) error {
-		conn, err := dialer(ctx, network, addr)
-		if err == nil {
+		for _, addr := range addrs {
+			conn, err := dialer(ctx, network, addr)
+			if err != nil {
+				return err
+			}
 			conn.Close()
 		}
-		return err
+		return nil
 	}
 }
 
@@ -190,8 +185,7 @@ func (t *transport) checkDial() {
 	}()
 }
 
-// errUnhealthy is a health check's failure that tells nothing new: the
-// last explanation stays.
+// errUnhealthy: the health check tells nothing new; the last explanation stays.
 var errUnhealthy = errors.New("unhealthy")
 
 // noteDial keeps err, and reports true, when it is a call's own failed
@@ -214,8 +208,7 @@ func (t *transport) explain(err error) error {
 	return fmt.Errorf("%w (the health check failed %s ago: %w)", err, time.Since(last.at).Round(time.Millisecond), last.err)
 }
 
-// replied reports whether err is an answer of the server: an error reply
-// or a reply the scripts never send.
+// replied reports whether err is an error reply or an unexpected reply.
 func replied(err error) bool {
 	var re redis.Error
 	return errors.As(err, &re) || errors.Is(err, store.ErrUnexpectedReply)
@@ -245,13 +238,13 @@ func (t *transport) recycle(c *call) {
 // on a timer kept in its pooled call, not a context.WithTimeout, which
 // costs 4 allocations and a runtime timer a call.
 func (t *transport) run(ctx context.Context, c *call, deadline time.Time) (any, error) {
-	if err := ctx.Err(); err != nil {
+	err := ctx.Err()
+	if err == nil && !deadline.IsZero() && !time.Now().Before(deadline) {
+		err = context.DeadlineExceeded
+	}
+	if err != nil {
 		t.recycle(c)
 		return nil, err
-	}
-	if !deadline.IsZero() && !time.Now().Before(deadline) {
-		t.recycle(c)
-		return nil, context.DeadlineExceeded
 	}
 	if t.pipe == nil {
 		return t.runLane(ctx, c, deadline)
@@ -276,8 +269,7 @@ func (t *transport) run(ctx context.Context, c *call, deadline time.Time) (any, 
 	return t.await(ctx, c, deadline)
 }
 
-// runLane runs c on a Cluster or Ring: alone when no decision on its tag
-// is in flight (and every call but a decision), else queued behind it.
+// runLane runs c alone unless a decision on its lane is in flight, else queues it.
 func (t *transport) runLane(ctx context.Context, c *call, deadline time.Time) (any, error) {
 	if c.lane == "" {
 		return t.runAlone(ctx, c, deadline)
@@ -299,9 +291,8 @@ func (t *transport) runLane(ctx context.Context, c *call, deadline time.Time) (a
 // handOffLane hands the decisions queued on lane to a flusher, else ends it.
 func (t *transport) handOffLane(lane string) {
 	t.mu.Lock()
-	ended := t.endLane(lane)
-	t.mu.Unlock()
-	if !ended {
+	defer t.mu.Unlock()
+	if !t.endLane(lane) {
 		go t.flushLane(lane)
 	}
 }
@@ -330,21 +321,15 @@ func (t *transport) endLane(lane string) bool {
 	return true
 }
 
-// sendLane sends a lane's decisions as allow_batch calls of up to
-// maxMerged each: through direct with its callers' latest deadline, else
-// through the client, whose ReadTimeout ends a wait on a silent node.
+// sendLane sends a lane's decisions merged: through direct with their
+// latest deadline, else through the client, whose ReadTimeout ends a wait.
 func (t *transport) sendLane(batch []*call) {
-	live := t.live(batch)
-	for len(live) > 0 {
-		n := min(len(live), maxMerged)
-		group := live[:n]
-		live = live[n:]
-		s := merge(group)
-		ctx, rdb := context.WithoutCancel(group[0].ctx), t.rdb
+	for _, s := range t.plan(t.live(batch)) {
+		ctx, rdb := context.WithoutCancel(s.calls[0].ctx), t.rdb
 		cancel := context.CancelFunc(func() {})
 		if t.direct != nil {
 			rdb = t.direct
-			if deadline := latest(group); !deadline.IsZero() {
+			if deadline := latest(s.calls); !deadline.IsZero() {
 				ctx, cancel = context.WithDeadline(ctx, deadline)
 			}
 		}
@@ -423,21 +408,18 @@ func (t *transport) await(ctx context.Context, c *call, limit time.Time) (any, e
 	return reply, err
 }
 
-// handOff ends a caller's round trip: its slot goes to a flusher when
-// calls queued meanwhile.
+// handOff ends a caller's round trip, its slot going to a flusher if calls queued.
 func (t *transport) handOff() {
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	if len(t.queue) == 0 {
 		t.inflight--
-		t.mu.Unlock()
-		return
+	} else {
+		go t.flush() // the slot stays taken: a flusher sends next
 	}
-	t.mu.Unlock()
-	go t.flush() // the slot stays taken: a flusher sends next
 }
 
-// flush, started holding a slot, sends the queue batch after batch and
-// gives the slot back when it is empty.
+// flush, holding a slot, sends the queue until it is empty, then frees the slot.
 func (t *transport) flush() {
 	for {
 		t.mu.Lock()
