@@ -241,7 +241,6 @@ func (s *Store) exec(ctx context.Context, op string, c *call, deadline time.Time
 	return nil
 }
 
-// micros converts d to whole microseconds.
 func micros(d time.Duration) int64 { return int64(d / time.Microsecond) }
 
 // scriptError is the error of script op failing with err: the caller's
@@ -325,28 +324,23 @@ func (s *Store) spec(r store.Request) any {
 }
 
 func appendSpecHead(b []byte, commit bool, p store.Penalty) []byte {
+	c := byte('0')
 	if commit {
-		b = append(b, '1')
-	} else {
-		b = append(b, '0')
+		c = '1'
 	}
-	b = append(b, ' ')
-	b = strconv.AppendInt(b, p.Denials, 10)
-	b = append(b, ' ')
-	b = strconv.AppendInt(b, micros(p.Within), 10)
-	b = append(b, ' ')
-	return strconv.AppendInt(b, micros(p.Ban), 10)
+	return appendSpaced(append(b, c), p.Denials, micros(p.Within), micros(p.Ban))
 }
 
 func appendLimitSpec(b []byte, l store.Limit) []byte {
-	b = append(b, ' ')
-	b = strconv.AppendInt(b, int64(l.Algorithm), 10)
-	b = append(b, ' ')
-	b = strconv.AppendInt(b, l.Count, 10)
-	b = append(b, ' ')
-	b = strconv.AppendInt(b, micros(l.Window), 10)
-	b = append(b, ' ')
-	return strconv.AppendInt(b, micros(l.Step()), 10)
+	return appendSpaced(b, int64(l.Algorithm), l.Count, micros(l.Window), micros(l.Step()))
+}
+
+// appendSpaced appends " <v>" for each of vs.
+func appendSpaced(b []byte, vs ...int64) []byte {
+	for _, v := range vs {
+		b = strconv.AppendInt(append(b, ' '), v, 10)
+	}
+	return b
 }
 
 // limitArgs caches the boxed script arguments (boxing allocates) and
