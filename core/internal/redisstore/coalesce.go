@@ -15,8 +15,7 @@ import (
 // together: the decisions as allow_batch.lua calls (which answer a run on
 // one hot key by one check), every other call beside them in one pipeline.
 
-// maxMerged bounds the decisions merged into one script call, so that
-// one call never holds the server for long.
+// maxMerged bounds a merged call, so that it never holds the server long.
 const maxMerged = 256
 
 // sent is one command of a batch: one call's script, or many calls merged.
@@ -28,8 +27,7 @@ type sent struct {
 	calls  []*call // more than one: merged
 }
 
-// live returns, in batch's array, the calls whose callers still wait, and
-// answers the others.
+// live returns, in batch's array, the calls still awaited; it answers the rest.
 func (t *transport) live(batch []*call) []*call {
 	live := batch[:0]
 	now := time.Now()
@@ -113,8 +111,7 @@ func (t *transport) runSent(ctx context.Context, rdb redis.Scripter, s *sent) {
 	t.again(t.answer(s, reply, err))
 }
 
-// answer hands s's callers their replies, and returns the decisions of a
-// merged call that failed, to be sent again alone.
+// answer hands s's callers their replies; it returns the merged ones that failed.
 func (t *transport) answer(s *sent, reply any, err error) (failed []*call) {
 	if s.script != s.calls[0].merged {
 		t.finish(s.calls[0], reply, err)
@@ -212,8 +209,7 @@ func share(reply any, at, size int, part *[]int64) (any, bool) {
 	return nil, false
 }
 
-// plan turns a batch into commands: calls with a merged script go
-// together, up to maxMerged a command; every other call goes alone.
+// plan turns a batch into commands: mergeable calls by maxMerged, others alone.
 func (t *transport) plan(live []*call) []*sent {
 	var cmds []*sent
 	var group []*call
@@ -233,8 +229,7 @@ func (t *transport) plan(live []*call) []*sent {
 	return cmds
 }
 
-// merge makes one allow_batch.lua command of calls, each distinct spec
-// once; a single call goes as it is.
+// merge makes one allow_batch.lua command of calls; a single call goes as is.
 func merge(calls []*call) *sent {
 	c := calls[0]
 	if len(calls) == 1 {
