@@ -82,16 +82,14 @@ func (s *Store) checkNodes(ctx context.Context) error {
 			err = fmt.Errorf("ratewindow: check: %w", err) // the Cluster's own
 		}
 		return err
-	case *redis.Ring:
-		if err := checkScript(ctx, c, sc, checkKey(s.prefix, "check")); err != nil {
-			return err
-		}
-		return c.ForEachShard(ctx, func(ctx context.Context, shard *redis.Client) error {
-			return checkEviction(ctx, shard, shard.Options().Addr)
-		})
 	}
 	if err := checkScript(ctx, s.rdb, sc, checkKey(s.prefix, "check")); err != nil {
 		return err
+	}
+	if r, ok := s.rdb.(*redis.Ring); ok {
+		return r.ForEachShard(ctx, func(ctx context.Context, shard *redis.Client) error {
+			return checkEviction(ctx, shard, shard.Options().Addr)
+		})
 	}
 	return fmt.Errorf("%w: a %T cannot be asked for its eviction policy", store.ErrCheckIncomplete, s.rdb)
 }

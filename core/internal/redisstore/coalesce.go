@@ -168,18 +168,16 @@ func (t *transport) again(failed []*call) {
 	}
 }
 
-// result returns cmd's reply: an IntSliceCmd itself (see parseAllow).
+// result returns cmd's reply: a Cmd's value, an IntSliceCmd itself (see
+// parseAllow).
 func result(cmd redis.Cmder) (any, error) {
-	switch cmd := cmd.(type) {
-	case *redis.IntSliceCmd:
-		if err := cmd.Err(); err != nil {
-			return nil, err
-		}
-		return cmd, nil
-	case *redis.Cmd:
-		return cmd.Result()
+	if c, ok := cmd.(*redis.Cmd); ok {
+		return c.Result()
 	}
-	return nil, fmt.Errorf("%w: %T", store.ErrUnexpectedReply, cmd)
+	if err := cmd.Err(); err != nil {
+		return nil, err
+	}
+	return cmd, nil
 }
 
 // replyLen is the length of a merged call's reply; -1: not an array.
