@@ -16,18 +16,14 @@ import (
 	"github.com/ratewindow/ratewindow/core/internal/store"
 )
 
-// transport sends one Limiter's script calls to Redis. A call alone goes
-// out on its caller's goroutine; otherwise it is queued and a flusher sends
-// the queue at once, its decisions merged into allow_batch calls. "Alone"
-// means: on a single server, no call in flight (at most maxInFlight round
-// trips, each a pipeline); on a Cluster or Ring, no decision in flight on
-// the same hash tag (see call.lane), so a slow node holds only its keys.
-//
-// A call alone goes through direct, which ends every wait at the context's
-// deadline and closes a connection whose read was cut short. A queued
-// call's caller leaves at its deadline while the flusher reads the reply to
-// the end, so a slow moment costs no connection. The transport adds no
-// hook to the client.
+// transport sends one Limiter's script calls to Redis. A call alone (on a
+// single server: none in flight; on a Cluster or Ring: no decision in
+// flight on its hash tag) goes out on its caller's goroutine through
+// direct, which closes a connection whose read its deadline cut short.
+// Otherwise it is queued, and a flusher sends the queue at once, decisions
+// merged into allow_batch calls; its caller leaves at its deadline while
+// the flusher reads the reply to the end, so a slow moment costs no
+// connection. The transport adds no hook to the client.
 type transport struct {
 	rdb  redis.Scripter
 	pipe func() redis.Pipeliner // a *redis.Client's: calls queue and merge; nil: lanes
@@ -88,7 +84,6 @@ type script struct {
 
 func newScript(src string) *script { return &script{Script: redis.NewScript(src), src: src} }
 
-// newTransport returns the transport of rdb.
 func newTransport(rdb redis.Scripter) *transport {
 	t := &transport{rdb: rdb, born: time.Now(), lanes: map[string][]*call{}}
 	switch c := rdb.(type) {
@@ -338,18 +333,13 @@ func (t *transport) sendLane(batch []*call) {
 	}
 }
 
-// latest returns the latest deadline of calls; zero when one has none.
+// latest returns the latest deadline of calls (not empty); zero when one
+// has none.
 func latest(calls []*call) time.Time {
-	var last time.Time
-	for _, c := range calls {
-		if c.limit.IsZero() {
-			return time.Time{}
-		}
-		if c.limit.After(last) {
-			last = c.limit
-		}
+	if slices.ContainsFunc(calls, func(c *call) bool { return c.limit.IsZero() }) {
+		return time.Time{}
 	}
-	return last
+	return slices.MaxFunc(calls, func(a, b *call) int { return a.limit.Compare(b.limit) }).limit
 }
 
 // runAlone sends c on its own: through direct on the caller's goroutine,

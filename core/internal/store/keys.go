@@ -8,10 +8,11 @@ import (
 	"time"
 )
 
-const (
-	MaxRawKey = 128    // the longest key kept as is; longer keys are hashed
-	DigestLen = 1 + 22 // the length of a digest written by AppendDigest
-)
+// MaxRawKey is the longest key kept as is; longer keys are hashed.
+const MaxRawKey = 128
+
+// DigestLen is the length of a digest written by AppendDigest.
+const DigestLen = 1 + 22
 
 // Hashed reports whether key is replaced by its digest, in storage keys
 // and per-key structures: longer than MaxRawKey, or starting with '#' (so
