@@ -16,15 +16,13 @@ import (
 //go:embed lua/check.lua
 var checkLua string
 
-// checkKey is the key under prefix that check.lua reads, with tag as its
-// hash tag.
+// checkKey is check.lua's key, with tag as its hash tag.
 func checkKey(prefix, tag string) string { return prefix + "{" + tag + "}:check" }
 
 // Check runs core.Limiter.Check on every node of s's client: each
 // answers, runs the scripts, takes a write and will not evict; then it
-// loads what decisions run (see loadScripts), so that a Redis that cannot
-// take them (used memory near maxmemory) fails here, at start-up, and not
-// at the first decision.
+// loads the scripts, so that a Redis near maxmemory fails here and not at
+// the first decision.
 func (s *Store) Check(ctx context.Context) error {
 	err := s.checkNodes(ctx)
 	if err != nil && !errors.Is(err, store.ErrCheckIncomplete) {
@@ -36,11 +34,8 @@ func (s *Store) Check(ctx context.Context) error {
 	return err
 }
 
-// loadScripts loads the function library that decisions call (FUNCTION
-// LOAD, on every master), or where the server or the client cannot (Redis
-// 6, miniredis, an ACL, a Ring), the scripts they run with EVALSHA
-// (SCRIPT LOAD): the scripts' memory is taken now. A refusal is explained
-// (see explainRefusal): OOM matches store.ErrNoWrites.
+// loadScripts loads the function library (FUNCTION LOAD on every master),
+// or where it cannot, the scripts for EVALSHA (SCRIPT LOAD).
 func (s *Store) loadScripts(ctx context.Context) error {
 	if lib := s.t.lib; lib != nil && lib.state.Load() != libraryUnusable {
 		err := lib.load(ctx)
@@ -61,15 +56,14 @@ func (s *Store) loadScripts(ctx context.Context) error {
 	return nil
 }
 
-// checkNodes checks every node of s's client.
 func (s *Store) checkNodes(ctx context.Context) error {
 	sc := redis.NewScript(checkLua)
 	switch c := s.rdb.(type) {
 	case *redis.Client: // also NewFailoverClient
 		return checkNode(ctx, c, sc, checkKey(s.prefix, "check"))
 	case *redis.ClusterClient:
-		// each master runs the script on the first check key of a slot it
-		// owns (the client knows the slots: no round trip a key)
+		// each master checks the first check key of a slot it owns (the
+		// client knows the slots: no round trip a key)
 		err := c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
 			addr := m.Options().Addr
 			for i := 0; i < 1<<16; i++ {
@@ -88,22 +82,18 @@ func (s *Store) checkNodes(ctx context.Context) error {
 			err = fmt.Errorf("ratewindow: check: %w", err) // the Cluster's own
 		}
 		return err
-	case *redis.Ring:
-		if err := checkScript(ctx, c, sc, checkKey(s.prefix, "check")); err != nil {
-			return err
-		}
-		return c.ForEachShard(ctx, func(ctx context.Context, shard *redis.Client) error {
-			return checkEviction(ctx, shard, shard.Options().Addr)
-		})
 	}
 	if err := checkScript(ctx, s.rdb, sc, checkKey(s.prefix, "check")); err != nil {
 		return err
 	}
+	if r, ok := s.rdb.(*redis.Ring); ok {
+		return r.ForEachShard(ctx, func(ctx context.Context, shard *redis.Client) error {
+			return checkEviction(ctx, shard, shard.Options().Addr)
+		})
+	}
 	return fmt.Errorf("%w: a %T cannot be asked for its eviction policy", store.ErrCheckIncomplete, s.rdb)
 }
 
-// checkNode checks one server: it answers, runs the scripts, and will not
-// evict.
 func checkNode(ctx context.Context, c *redis.Client, sc *redis.Script, key string) error {
 	addr := c.Options().Addr
 	if err := c.Ping(ctx).Err(); err != nil {
@@ -115,9 +105,7 @@ func checkNode(ctx context.Context, c *redis.Client, sc *redis.Script, key strin
 	return checkEviction(ctx, c, addr)
 }
 
-// checkScript runs check.lua with EVAL, then with EVALSHA: a Limiter uses
-// both (EVALSHA, and EVAL when the server lacks the script). A refused
-// write or a missing password is explained (see explainRefusal).
+// checkScript runs check.lua with EVAL, then EVALSHA: a Limiter uses both.
 func checkScript(ctx context.Context, c redis.Scripter, sc *redis.Script, key string) error {
 	if err := sc.Eval(ctx, c, []string{key}).Err(); err != nil {
 		return fmt.Errorf("ratewindow: check: EVAL on %s: %w", key, explainRefusal(err))
@@ -128,9 +116,8 @@ func checkScript(ctx context.Context, c redis.Scripter, sc *redis.Script, key st
 	return nil
 }
 
-// checkEviction reads maxmemory and maxmemory-policy with CONFIG GET, or
-// from INFO memory where CONFIG is forbidden or renamed (managed Redis),
-// and fails when the server would evict keys.
+// checkEviction fails when the server would evict keys, as CONFIG GET
+// says, or INFO memory where CONFIG is forbidden or renamed (managed Redis).
 func checkEviction(ctx context.Context, c *redis.Client, addr string) error {
 	maxmemory, policy, cfgErr := configEviction(ctx, c)
 	if cfgErr != nil {
@@ -155,9 +142,8 @@ func configEviction(ctx context.Context, c *redis.Client) (maxmemory, policy str
 	if err != nil {
 		return "", "", err
 	}
-	var ok1, ok2 bool
-	maxmemory, ok1 = v["maxmemory"]
-	policy, ok2 = p["maxmemory-policy"]
+	maxmemory, ok1 := v["maxmemory"]
+	policy, ok2 := p["maxmemory-policy"]
 	if !ok1 || !ok2 {
 		return "", "", errors.New("no maxmemory or maxmemory-policy in the reply")
 	}

@@ -11,21 +11,14 @@ import (
 	"github.com/ratewindow/ratewindow/core/internal/store"
 )
 
-// Coalescing: the calls queued while every slot of the in-flight limit was
-// taken go to Redis together. On a single server the decisions (allow.lua)
-// go as one call of allow_batch.lua, which decides them one after another
-// and answers a run of decisions on one hot key by one check: measured
-// with rwbench, 25-35% less Redis CPU per decision at 64 and 256
-// goroutines, and 3-6.5x less on a hot key. Every other call goes beside
-// it in one go-redis pipeline (on a Cluster or Ring, go-redis splits the
-// pipeline per node).
+// Coalescing: the calls queued while every in-flight slot was taken go
+// together: the decisions as allow_batch.lua calls (which answer a run on
+// one hot key by one check), every other call beside them in one pipeline.
 
-// maxMerged bounds the decisions merged into one script call, so that
-// one call never holds the server for long.
+// maxMerged bounds a merged call, so that it never holds the server long.
 const maxMerged = 256
 
-// sent is one command of a batch's pipeline: one call's script, or the
-// merged script of many calls.
+// sent is one command of a batch: one call's script, or many calls merged.
 type sent struct {
 	cmd    redis.Cmder // a Cmd, or an IntSliceCmd (see script.ints)
 	script *script
@@ -34,8 +27,7 @@ type sent struct {
 	calls  []*call // more than one: merged
 }
 
-// live returns the calls of batch whose callers still wait, in batch's
-// own array, and answers the others (nothing is sent for them).
+// live returns, in batch's array, the calls still awaited; it answers the rest.
 func (t *transport) live(batch []*call) []*call {
 	live := batch[:0]
 	now := time.Now()
@@ -59,11 +51,9 @@ func (t *transport) send(batch []*call) {
 	if len(live) == 0 {
 		return
 	}
-	// The batch is sent without a deadline (with the first caller's
-	// values): each caller leaves at its own deadline, and the replies are
-	// read to the end however late they come, so that a slow moment costs
-	// no connection; the client's ReadTimeout ends a wait on a silent
-	// server.
+	// No deadline: each caller leaves at its own, and the replies are read
+	// to the end so that a slow moment costs no connection; the client's
+	// ReadTimeout ends a wait on a silent server.
 	ctx := context.WithoutCancel(live[0].ctx)
 	if len(live) == 1 {
 		reply, err := t.runOne(ctx, t.rdb, live[0])
@@ -89,9 +79,8 @@ func (t *transport) send(batch []*call) {
 		}
 	}
 	_, _ = pipe.Exec(ctx) // every command carries its own error
-	// NOSCRIPT, or an FCALL refused: the server lost the scripts (restart,
-	// SCRIPT or FUNCTION FLUSH) or an ACL forbids FCALL; those commands did
-	// not run, so they go again with the script's source.
+	// NOSCRIPT, or an FCALL refused: those commands did not run, so they
+	// go again with the script's source.
 	var again redis.Pipeliner
 	for _, s := range cmds {
 		// (nil first: HasErrorPrefix allocates even for a nil error)
@@ -105,11 +94,8 @@ func (t *transport) send(batch []*call) {
 	if again != nil {
 		_, _ = again.Exec(ctx)
 	}
-	for _, s := range cmds {
-		if err := s.cmd.Err(); err == nil || replied(err) {
-			t.answered(nil)
-			break
-		}
+	if slices.ContainsFunc(cmds, func(s *sent) bool { err := s.cmd.Err(); return err == nil || replied(err) }) {
+		t.answered(nil)
 	}
 	var failed []*call // decisions of a merged call that failed: sent again alone
 	for _, s := range cmds {
@@ -119,15 +105,13 @@ func (t *transport) send(batch []*call) {
 	t.again(failed)
 }
 
-// runSent runs s, one command of a batch, alone on rdb with ctx, and hands
-// its callers their replies.
+// runSent runs s alone on rdb and hands its callers their replies.
 func (t *transport) runSent(ctx context.Context, rdb redis.Scripter, s *sent) {
 	reply, err := t.runOne(ctx, rdb, &call{script: s.script, keys: s.keys, args: s.args})
 	t.again(t.answer(s, reply, err))
 }
 
-// answer hands the callers of s their replies, and returns the decisions
-// of a merged call that failed (to be sent again alone).
+// answer hands s's callers their replies; it returns the merged ones that failed.
 func (t *transport) answer(s *sent, reply any, err error) (failed []*call) {
 	if s.script != s.calls[0].merged {
 		t.finish(s.calls[0], reply, err)
@@ -135,13 +119,13 @@ func (t *transport) answer(s *sent, reply any, err error) (failed []*call) {
 	}
 	total := 0
 	for _, c := range s.calls {
-		total += replySize(c)
+		total += c.answers
 	}
 	if err == nil && replyLen(reply) != total {
 		err = fmt.Errorf("%w: a merged call returned %T of %d values for %d calls", store.ErrUnexpectedReply, reply, replyLen(reply), len(s.calls))
 	}
 	at := 0
-	var parts [][]int64 // the calls' answers read as integers (see share)
+	var parts [][]int64 // the calls' integer answers (see share)
 	if _, ints := reply.(*redis.IntSliceCmd); ints && err == nil {
 		parts = make([][]int64, len(s.calls))
 	}
@@ -154,8 +138,8 @@ func (t *transport) answer(s *sent, reply any, err error) (failed []*call) {
 		if parts != nil {
 			part = &parts[i]
 		}
-		v, ok := share(reply, at, replySize(c), part)
-		at += replySize(c)
+		v, ok := share(reply, at, c.answers, part)
+		at += c.answers
 		if !ok {
 			failed = append(failed, c)
 			continue
@@ -165,12 +149,10 @@ func (t *transport) answer(s *sent, reply any, err error) (failed []*call) {
 	return failed
 }
 
-// again sends the decisions that failed in a merged call (allow_batch.lua
-// answers -1 for them: every value of its reply an integer) alone, one
-// after another, so that each caller gets Redis's own error, such as
-// WRONGTYPE. Decisions fail as they read, before they record anything;
-// the decisions of one run (the same keys, one after another) fail alike,
-// so the first one's error answers the rest, one round trip for them all.
+// again sends the decisions that failed in a merged call (-1) alone, so
+// that each caller gets Redis's own error (WRONGTYPE...). A decision fails
+// before it records anything, and a run on the same keys fails alike: the
+// run's first error answers the rest.
 func (t *transport) again(failed []*call) {
 	var keys []string
 	var err error
@@ -186,23 +168,19 @@ func (t *transport) again(failed []*call) {
 	}
 }
 
-// result returns cmd's reply: an IntSliceCmd itself (see parseAllow), else
-// Cmd's.
+// result returns cmd's reply: a Cmd's value, an IntSliceCmd itself (see
+// parseAllow).
 func result(cmd redis.Cmder) (any, error) {
-	switch cmd := cmd.(type) {
-	case *redis.IntSliceCmd:
-		if err := cmd.Err(); err != nil {
-			return nil, err
-		}
-		return cmd, nil
-	case *redis.Cmd:
-		return cmd.Result()
+	if c, ok := cmd.(*redis.Cmd); ok {
+		return c.Result()
 	}
-	return nil, fmt.Errorf("%w: %T", store.ErrUnexpectedReply, cmd)
+	if err := cmd.Err(); err != nil {
+		return nil, err
+	}
+	return cmd, nil
 }
 
-// replyLen is the number of values of a merged call's reply; -1 for one
-// that is not an array.
+// replyLen is the length of a merged call's reply; -1: not an array.
 func replyLen(reply any) int {
 	switch v := reply.(type) {
 	case *redis.IntSliceCmd:
@@ -213,10 +191,9 @@ func replyLen(reply any) int {
 	return -1
 }
 
-// share returns the size values of a merged call's reply from at: one
-// decision's answer, and false when the decision failed (-1). An answer
-// read as integers is kept in *part and handed out as part (a pointer,
-// boxed without an allocation; see parseAllow).
+// share returns one decision's size values of a merged reply from at,
+// and false when it failed (-1). Integers go out as part, kept in *part (a
+// pointer boxes without allocating).
 func share(reply any, at, size int, part *[]int64) (any, bool) {
 	switch v := reply.(type) {
 	case *redis.IntSliceCmd:
@@ -230,9 +207,7 @@ func share(reply any, at, size int, part *[]int64) (any, bool) {
 	return nil, false
 }
 
-// plan turns a batch into pipeline commands: calls that name a merged
-// script (allow.lua on a single server) go together, up to maxMerged per
-// command (see merge); every other call is a command of its own.
+// plan turns a batch into commands: mergeable calls by maxMerged, others alone.
 func (t *transport) plan(live []*call) []*sent {
 	var cmds []*sent
 	var group []*call
@@ -252,13 +227,7 @@ func (t *transport) plan(live []*call) []*sent {
 	return cmds
 }
 
-// replySize is how many values a merged call's decision answers (see
-// allow_batch.lua): allowed, blocked and now, then 3 per limit.
-func replySize(c *call) int { return c.answers }
-
-// merge makes one command of calls of the same merged script: the
-// arguments allow_batch.lua takes, each distinct spec once. A single call
-// goes as it is, with its own script.
+// merge makes one allow_batch.lua command of calls; a single call goes as is.
 func merge(calls []*call) *sent {
 	c := calls[0]
 	if len(calls) == 1 {

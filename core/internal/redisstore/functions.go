@@ -13,30 +13,21 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// library holds the scripts of a redisStore as one Redis function library
-// (Redis 7: FUNCTION LOAD, FCALL). A library's body runs once, when it
-// loads, while EVAL runs a script's whole source on every call: for the
-// scripts here, algorithms.lua's function definitions cost about 4.6 µs a
-// call, as much as a decision itself. Calls use FCALL once the library is
-// loaded, and EVALSHA before that, or for good where Redis has no functions
-// (Redis 6, miniredis) or the client may not load them (an ACL without
-// FUNCTION, a client other than Client and ClusterClient).
-//
-// The library is loaded in the background, by the first call that finds it
-// unloaded, never in a call's way. Its name, and its functions' names,
-// carry a hash of its source ("ratewindow_<hash>"), so that replicas of
-// different versions each load and call their own during a rolling upgrade
-// (FUNCTION DELETE removes an old version's library; it takes a few tens of
-// kilobytes). A call that finds its function missing (FUNCTION FLUSH, a
-// restart without persistence, a new Cluster node) runs as EVALSHA instead,
-// and the library is loaded again, at most once every libraryRetry.
+// library holds the scripts as one Redis 7 function library, so that
+// algorithms.lua's definitions run once at load rather than on every EVAL.
+// Calls use EVALSHA until it is loaded (in the background, never in a
+// call's way), and for good where Redis has no functions (Redis 6,
+// miniredis) or the client may not load them (an ACL, a Ring). Its name
+// carries a hash of its source, so that versions side by side in a rolling
+// upgrade each call their own. A call that finds its function missing
+// (FUNCTION FLUSH, a restart, a new Cluster node) runs as EVALSHA, and the
+// library loads again, at most once every libraryRetry.
 type library struct {
 	name  string // ratewindow_<hash>
 	src   string // FUNCTION LOAD's argument
 	state atomic.Int32
-	retry atomic.Int64 // unix ns before which no load starts after a failure
-	// load loads src on every server of the client; nil: the client cannot
-	load func(ctx context.Context) error
+	retry atomic.Int64                    // unix ns before which no load starts after a failure
+	load  func(ctx context.Context) error // on every master; nil: the client cannot
 }
 
 // The states of a library.
@@ -47,12 +38,10 @@ const (
 	libraryUnusable              // the server or the client cannot: EVALSHA for good
 )
 
-// libraryRetry is how long after a failed load (a network error, a
-// function found missing) the next load may start.
-const libraryRetry = 10 * time.Second
-
-// libraryTimeout bounds one load.
-const libraryTimeout = 5 * time.Second
+const (
+	libraryRetry   = 10 * time.Second // after a failed load or a function found missing
+	libraryTimeout = 5 * time.Second  // bounds one load
+)
 
 // libraryScript is one script of a library: its function's name suffix,
 // its own source, and whether it runs after algorithms.lua.
@@ -62,17 +51,13 @@ type libraryScript struct {
 	algorithms bool
 }
 
-// libraryFunctions are the functions of algorithms.lua that the scripts
-// call, each script's body one call of the function named as the script:
-// the library's build returns them, and each script's function takes its
-// own as a local. A script that calls any other fails under FCALL
-// (TestLibrary).
+// libraryFunctions are algorithms.lua's functions that the scripts call,
+// each named as its script; a script that calls any other fails under
+// FCALL (TestLibrary).
 var libraryFunctions = [...]string{"allow", "allow_batch", "reserve", "release", "refund", "block"}
 
-// newLibrary builds the library of scripts (whose script.fn it sets) for
-// rdb.
+// newLibrary builds the library of scripts (setting their fn) for rdb.
 func newLibrary(rdb redis.Scripter, algorithms string, scripts []libraryScript) *library {
-	// the name: a hash of what the source is built from
 	h := sha1.New()
 	h.Write([]byte(algorithms))
 	for _, sc := range scripts {
@@ -115,8 +100,8 @@ func newLibrary(rdb redis.Scripter, algorithms string, scripts []libraryScript) 
 	return l
 }
 
-// loadLibrary loads src on one server; a library of the same name (so of
-// the same source) loaded already is no error.
+// loadLibrary loads src on one server; the same library loaded already
+// is no error.
 func loadLibrary(ctx context.Context, c *redis.Client, src string) error {
 	err := c.FunctionLoad(ctx, src).Err()
 	if err != nil && strings.Contains(err.Error(), "already exists") {
@@ -125,8 +110,8 @@ func loadLibrary(ctx context.Context, c *redis.Client, src string) error {
 	return err
 }
 
-// usable reports whether calls go as FCALL; when the library is not loaded
-// and no load is under way or failed lately, it starts one.
+// usable reports whether calls go as FCALL, and starts a load when one
+// is due.
 func (l *library) usable() bool {
 	switch l.state.Load() {
 	case libraryLoaded:
@@ -139,7 +124,6 @@ func (l *library) usable() bool {
 	return false
 }
 
-// loadNow loads the library and sets its state by the outcome.
 func (l *library) loadNow() {
 	ctx, cancel := context.WithTimeout(context.Background(), libraryTimeout)
 	defer cancel()
@@ -155,17 +139,8 @@ func (l *library) loadNow() {
 	}
 }
 
-// missing notes that a call found its function missing: the library is
-// loaded again (see usable).
-func (l *library) missing() {
-	if l.state.CompareAndSwap(libraryLoaded, libraryUnloaded) {
-		l.retry.Store(time.Now().Add(libraryRetry).UnixNano())
-	}
-}
-
-// cannotLoad reports whether a failed FUNCTION LOAD means that this server
-// or client never will: the command is unknown (Redis 6, miniredis), or an
-// ACL forbids it.
+// cannotLoad reports whether a failed FUNCTION LOAD means the server or
+// client never will: an unknown command, or an ACL.
 func cannotLoad(err error) bool {
 	var re redis.Error
 	if !errors.As(err, &re) {
@@ -176,22 +151,17 @@ func cannotLoad(err error) bool {
 		strings.HasPrefix(msg, "noperm") || strings.Contains(msg, "no permissions")
 }
 
-// functionMissing reports whether err is FCALL's answer for a function the
-// server does not have.
-func functionMissing(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "Function not found")
-}
-
-// refused reports whether err is FCALL's answer for a call that did not
-// run, so that it goes again as EVALSHA: its function is missing (the
-// library is loaded again), or an ACL forbids FCALL (the library is not
-// used again).
+// refused reports whether FCALL did not run, so that the call goes again
+// as EVALSHA: its function is missing (the library loads again), or an ACL
+// forbids FCALL (the library is not used again).
 func (l *library) refused(err error) bool {
 	switch {
 	case err == nil:
 		return false
-	case functionMissing(err):
-		l.missing()
+	case strings.Contains(err.Error(), "Function not found"):
+		if l.state.CompareAndSwap(libraryLoaded, libraryUnloaded) {
+			l.retry.Store(time.Now().Add(libraryRetry).UnixNano())
+		}
 		return true
 	case redis.HasErrorPrefix(err, "NOPERM") && strings.Contains(err.Error(), "'fcall'"):
 		// the command is forbidden; a key the ACL forbids is that

@@ -6,23 +6,17 @@ import (
 	"github.com/ratewindow/ratewindow/core/internal/store"
 )
 
-// blockName ends the name of a key's block key (see Limiter.Block):
-// "rw:{ip:203.0.113.9}:block". No limit's name is a word.
-const blockName = "block"
+// The names of a key's block key ("rw:{ip:203.0.113.9}:block", see
+// Limiter.Block) and penalty key; no limit's name is a word.
+const (
+	blockName   = "block"
+	penaltyName = "penalty"
+)
 
-// penaltyName ends the name of a key's penalty key, which counts its
-// denials under a Rule's Penalty: "rw:{ip:203.0.113.9}:penalty".
-const penaltyName = "penalty"
-
-// keyFormat starts the name of every limit's storage key, after the tag:
-// the version of the formats of the values stored there (algorithms.lua's
-// layouts), "rw:{ip:203.0.113.9}:v2:r1m". A library whose layouts differ
-// takes another, so that two versions deciding on one Redis (a rolling
-// deploy) never read each other's limit keys: each counts its own (see
-// docs/redis.md). v1 (unmarked, "rw:{k}:r1m") held the sliding log as a
-// compact string, a ring string or a paged hash; v2 holds it as a compact
-// string or a sorted set. The block and penalty keys keep their names and
-// their format in every version, so that a ban holds for all of them.
+// keyFormat versions the layouts of the values in limit keys
+// ("rw:{ip:203.0.113.9}:v2:r1m"), so that two versions on one Redis (a
+// rolling deploy) never read each other's (see docs/redis.md). The block
+// and penalty keys keep their names and format, so that a ban holds for all.
 const keyFormat = "v2:"
 
 // Which of a key's own keys appendKeys puts before its limits' keys.
@@ -31,11 +25,9 @@ const (
 	withPenalty             // the penalty key, after the block key
 )
 
-// appendKeys appends to dst the block key of key and its penalty key, as
-// own (withBlock, withPenalty) says, then the storage key of every limit of
-// key: "<prefix>{<key>}:" (see appendTag) and the limit's name (see
-// appendLimit), such as "rw:{ip:203.0.113.9}:v2:r1m". The keys are built
-// into one buffer and share one string: one allocation in all.
+// appendKeys appends to dst key's block and penalty keys as own says, then
+// the storage key of every limit, such as "rw:{ip:203.0.113.9}:v2:r1m".
+// The keys share one string: one allocation in all.
 func appendKeys(dst []string, prefix, key string, limits []store.Limit, own int) []string {
 	var buf [256]byte
 	b := appendTag(buf[:0], prefix, key)
@@ -71,11 +63,9 @@ func appendKeys(dst []string, prefix, key string, limits []store.Limit, own int)
 	return dst
 }
 
-// appendTag appends "<prefix>{<key>}:", the part of the storage key shared
-// by every limit of key, to b. The braces make it a Redis Cluster hash tag,
-// so all limits of one key live in one slot. Keys that the process keeps
-// as a digest (see store.Hashed) and keys with a brace (which would end the
-// tag early) are replaced by their digest (see store.AppendDigest).
+// appendTag appends "<prefix>{<key>}:" to b: a Cluster hash tag, so all of
+// key's keys live in one slot. A hashed key (see store.Hashed) or one with
+// a brace (which would end the tag early) goes as its digest.
 func appendTag(b []byte, prefix, key string) []byte {
 	b = append(b, prefix...)
 	b = append(b, '{')
@@ -87,11 +77,9 @@ func appendTag(b []byte, prefix, key string) []byte {
 	return append(b, '}', ':')
 }
 
-// appendLimit appends the part of a storage key that names limit l: the
-// key format (see keyFormat), the algorithm's letter and the window in its
-// largest whole unit ("v2:r1m" for a sliding log of one minute, "v2:c250ms",
-// "v2:b1500us"), and for SlidingBuckets with a precision other than the
-// default, "/" + precision ("v2:b1h/1m").
+// appendLimit appends the name of l: keyFormat, the algorithm's letter,
+// the window ("v2:r1m", "v2:c250ms"), and a SlidingBuckets precision other
+// than the default ("v2:b1h/1m").
 func appendLimit(b []byte, l store.Limit) []byte {
 	b = append(b, keyFormat...)
 	b = append(b, "rbc"[l.Algorithm])

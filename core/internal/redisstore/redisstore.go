@@ -1,8 +1,6 @@
 // Package redisstore is the Redis backend of a Limiter: the algorithms as
-// Lua scripts of one function library (FCALL, or EVALSHA where functions
-// are unavailable), their storage keys and hash tags, Check, and the
-// transport that sends the calls: a lone call on its caller's goroutine,
-// contended decisions merged into one call.
+// Lua scripts of one function library (FCALL, else EVALSHA), their storage
+// keys, Check, and the transport that merges contended decisions.
 package redisstore
 
 import (
@@ -38,23 +36,17 @@ var (
 	refundLua string
 )
 
-// Store runs the algorithms as Lua scripts: one FCALL per call once their
-// function library is loaded (see library), else one EVALSHA, with an EVAL
-// when the server has not cached the script (NOSCRIPT). Calls from
-// concurrent goroutines share round trips through the transport.
+// Store runs the algorithms as Lua scripts (FCALL once the library is
+// loaded, else EVALSHA, EVAL after NOSCRIPT) through a transport.
 type Store struct {
-	rdb                                                 redis.Scripter
-	prefix                                              string
-	allowS, reserveS, releaseS, resetS, blockS, refundS *script
-	t                                                   *transport
-	// allowBatchS runs the allow calls of one batch in one script call (on
-	// a Cluster or Ring, the calls on one key: see transport)
-	allowBatchS *script
-	limitArgs   limitArgs
-	// known is a context that has ended: a lookup with it answers from
-	// the client's state, sending nothing (see Node)
-	known   context.Context
-	cluster *redis.ClusterClient // nil: not a Cluster
+	rdb       redis.Scripter
+	prefix    string
+	t         *transport
+	limitArgs limitArgs
+	known     context.Context      // ended: a lookup with it sends nothing (see Node)
+	cluster   *redis.ClusterClient // nil: not a Cluster
+
+	allowS, allowBatchS, reserveS, releaseS, resetS, blockS, refundS *script
 }
 
 var _ store.Remote = (*Store)(nil)
@@ -84,9 +76,8 @@ func New(rdb redis.Scripter, prefix string) *Store {
 	s.resetS = add("reset", resetLua, false)
 	s.blockS = add("block", blockLua, true)
 	s.refundS = add("refund", refundLua, true)
-	allowBatch := add("allow_batch", allowBatchLua, true)
-	allowBatch.ints = true
-	s.allowBatchS = allowBatch
+	s.allowBatchS = add("allow_batch", allowBatchLua, true)
+	s.allowBatchS.ints = true
 	if _, ok := rdb.(functionCaller); ok {
 		s.t.lib = newLibrary(rdb, algorithmsLua, scripts)
 	}
@@ -99,10 +90,9 @@ func (s *Store) Clock() int64 { return s.t.clock() }
 // AnsweredSince reports whether Redis answered this client since sent.
 func (s *Store) AnsweredSince(sent int64) bool { return s.t.answeredSince(sent) }
 
-// Node returns the address of the master that serves key's hash slot on a
-// Cluster, as far as the client knows it without a round trip (see known):
-// "" when not a Cluster, before Redis first answered (the client knows no
-// master yet), or when unknown.
+// Node returns the address of the Cluster master serving key's slot, as
+// the client knows it without a round trip; "" when not a Cluster, before
+// Redis first answered, or when unknown.
 func (s *Store) Node(key string) string {
 	if s.cluster == nil || !s.t.answeredSince(1) {
 		return ""
@@ -115,8 +105,7 @@ func (s *Store) Node(key string) string {
 	return m.Options().Addr
 }
 
-// newCall returns a transport call of script sc with the storage keys of
-// r's limits, after r's own keys named by own (see appendKeys).
+// newCall returns a call of sc with r's storage keys (see appendKeys).
 func (s *Store) newCall(sc *script, r store.Request, own int) *call {
 	c := s.t.newCall(len(r.Limits))
 	c.script = sc
@@ -146,12 +135,9 @@ func (s *Store) Allow(ctx context.Context, r store.Request) (store.Decision, err
 	return parseAllow(reply, r.Room())
 }
 
-// parseAllow reads allow.lua's reply into a Decision whose states go in
-// states, one per limit: {allowed, blocked, now,
-// then per limit remaining, retry, reset}. FCALL reads it as integers (see
-// script.ints): a single call's comes as its IntSliceCmd, a merged call's
-// share as *[]int64 (pointers: boxed without an allocation); EVALSHA's
-// comes as []any.
+// parseAllow reads allow.lua's reply {allowed, blocked, now, then per
+// limit remaining, retry, reset} into a Decision with states: an
+// IntSliceCmd (FCALL), *[]int64 (a merged call's share) or []any (EVALSHA).
 func parseAllow(reply any, states []store.State) (store.Decision, error) {
 	n := len(states)
 	var buf [3 + 3*4]int64
@@ -234,7 +220,9 @@ func (s *Store) Block(ctx context.Context, r store.Request, d time.Duration) err
 func (s *Store) Refund(ctx context.Context, r store.Request) error {
 	c := s.newCall(s.refundS, r, 0)
 	c.args = append(c.args, r.N, r.Now, r.At)
-	c.args = s.appendLimitArgs(c.args, r.Limits)
+	for _, l := range r.Limits {
+		c.args = append(c.args, s.limitArgs.of(l)[:]...) // algorithm, count, window, precision
+	}
 	reply, err := s.t.run(ctx, c, r.Deadline)
 	if err != nil {
 		return s.scriptError(ctx, "refund", err)
@@ -253,13 +241,12 @@ func (s *Store) exec(ctx context.Context, op string, c *call, deadline time.Time
 	return nil
 }
 
-// micros converts d to whole microseconds.
 func micros(d time.Duration) int64 { return int64(d / time.Microsecond) }
 
-// scriptError is the error of a script call named op that failed with err:
-// the caller's own context's end as it is, else a *store.Error. A failure
-// without any reply starts a health check, unless it is a failed dial
-// itself, and is explained by the last one's finding (see explain).
+// scriptError is the error of script op failing with err: the caller's
+// own context's end as it is, else a *store.Error. A failure without a
+// reply starts a health check (unless a failed dial itself) and is
+// explained by the last one's finding.
 func (s *Store) scriptError(ctx context.Context, op string, err error) error {
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		return err
@@ -273,13 +260,11 @@ func (s *Store) scriptError(ctx context.Context, op string, err error) error {
 	return &store.Error{Err: s.t.explain(fmt.Errorf("ratewindow: %s script: %w", op, err))}
 }
 
-// explainRefusal returns err with what it means and what to do when it is
-// one of Redis's error replies that fail every decision until someone acts
-// on Redis: a write refused (see store.ErrNoWrites, which the result matches),
-// or a client without the password Redis requires, which Redis answers
-// with NOAUTH, or for a command of more than 10 arguments (a decision's)
-// with "Protocol error: unauthenticated multibulk length". Any other error
-// is returned as it is. Redis's reply stays in the chain.
+// explainRefusal wraps err with what to do when it is an error reply that
+// fails every decision until someone acts on Redis (see refusals); any
+// other error is returned as it is. Without the password, Redis answers a
+// command of more than 10 arguments with "Protocol error: unauthenticated
+// multibulk length", not NOAUTH.
 func explainRefusal(err error) error {
 	for _, r := range refusals {
 		if redis.HasErrorPrefix(err, r.prefix) {
@@ -289,7 +274,8 @@ func explainRefusal(err error) error {
 	return err
 }
 
-// refusals are the error replies explainRefusal explains, by prefix.
+// refusals are the error replies explainRefusal explains, by prefix; a
+// refused write matches store.ErrNoWrites.
 var refusals = [...]struct {
 	prefix, what string
 	sentinel     error
@@ -318,21 +304,9 @@ func (e *refusal) Unwrap() []error {
 	return []error{e.sentinel, e.err}
 }
 
-// appendLimitArgs appends the 4 script arguments of each limit, as
-// allow.lua and refund.lua take them: algorithm (0 log, 1 buckets, 2
-// counter), count, window µs, precision µs. They come boxed from
-// s.limitArgs.
-func (s *Store) appendLimitArgs(args []any, limits []store.Limit) []any {
-	for _, l := range limits {
-		args = append(args, s.limitArgs.of(l)[:]...)
-	}
-	return args
-}
-
-// spec returns allow.lua's spec of r (its ARGV[1], see spec_of there):
-// commit, the penalty, then each limit's 4 values, in one string. A
-// single limit's without penalty, nearly every decision's, is made once
-// (see limitArgs); any other on every call.
+// spec returns allow.lua's ARGV[1] for r (see spec_of there): commit,
+// the penalty, then each limit's 4 values. A single limit's without
+// penalty, nearly every decision's, is made once (see limitArgs).
 func (s *Store) spec(r store.Request) any {
 	if len(r.Limits) == 1 && r.Penalty.Denials == 0 {
 		a := s.limitArgs.entry(r.Limits[0])
@@ -349,60 +323,43 @@ func (s *Store) spec(r store.Request) any {
 	return string(b)
 }
 
-// appendSpecHead appends the start of a spec: commit and the penalty.
 func appendSpecHead(b []byte, commit bool, p store.Penalty) []byte {
+	c := byte('0')
 	if commit {
-		b = append(b, '1')
-	} else {
-		b = append(b, '0')
+		c = '1'
 	}
-	b = append(b, ' ')
-	b = strconv.AppendInt(b, p.Denials, 10)
-	b = append(b, ' ')
-	b = strconv.AppendInt(b, micros(p.Within), 10)
-	b = append(b, ' ')
-	return strconv.AppendInt(b, micros(p.Ban), 10)
+	return appendSpaced(append(b, c), p.Denials, micros(p.Within), micros(p.Ban))
 }
 
-// appendLimitSpec appends a limit's 4 values to a spec.
 func appendLimitSpec(b []byte, l store.Limit) []byte {
-	b = append(b, ' ')
-	b = strconv.AppendInt(b, int64(l.Algorithm), 10)
-	b = append(b, ' ')
-	b = strconv.AppendInt(b, l.Count, 10)
-	b = append(b, ' ')
-	b = strconv.AppendInt(b, micros(l.Window), 10)
-	b = append(b, ' ')
-	return strconv.AppendInt(b, micros(l.Step()), 10)
+	return appendSpaced(b, int64(l.Algorithm), l.Count, micros(l.Window), micros(l.Step()))
 }
 
-// limitArgs keeps the script arguments of the limits used lately, boxed
-// once: boxing a number into an argument allocates (for all but small
-// ones), three times a limit on every call otherwise; and the spec of a
-// decision under the limit alone. A limit has one slot, by a hash of it,
-// and takes it over on a miss; the slots are read and written without a
-// lock.
+// appendSpaced appends " <v>" for each of vs.
+func appendSpaced(b []byte, vs ...int64) []byte {
+	for _, v := range vs {
+		b = strconv.AppendInt(append(b, ' '), v, 10)
+	}
+	return b
+}
+
+// limitArgs caches the boxed script arguments (boxing allocates) and
+// single-limit specs of recent limits: one slot a limit, by its hash,
+// taken over on a miss; read and written without a lock.
 type limitArgs [limitArgSlots]atomic.Pointer[limitArg]
 
-// limitArgSlots is how many limits limitArgs holds at most: a service's
-// rules use a few.
-const limitArgSlots = 32
+const limitArgSlots = 32 // a service's rules use a few limits
 
-// limitArg is a limit (what its arguments depend on) and its arguments.
 type limitArg struct {
 	count             int64
 	window, precision time.Duration
 	algorithm         store.Algorithm
 	args              [4]any
-	// the spec of a decision under this limit alone, without penalty,
-	// that commits, and that only looks (see Store.spec)
-	commit, peek any
+	commit, peek      any // the spec of a decision under this limit alone
 }
 
-// of returns l's arguments.
 func (c *limitArgs) of(l store.Limit) *[4]any { return &c.entry(l).args }
 
-// entry returns l's entry.
 func (c *limitArgs) entry(l store.Limit) *limitArg {
 	h := uint64(l.Count)*0x9e3779b97f4a7c15 ^ uint64(l.Window)*0xbf58476d1ce4e5b9 ^
 		uint64(l.Precision)*0x94d049bb133111eb ^ uint64(l.Algorithm)
@@ -419,9 +376,8 @@ func (c *limitArgs) entry(l store.Limit) *limitArg {
 	return a
 }
 
-// appendInts appends a script's reply, converted to integers, to dst. Lua
-// numbers arrive as int64; anything else is an unexpected reply, never a
-// panic.
+// appendInts appends a script's reply as integers to dst; anything but a
+// number is an unexpected reply, never a panic.
 func appendInts(dst []int64, reply []any) ([]int64, error) {
 	for i, v := range reply {
 		switch v := v.(type) {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,107 +16,74 @@ import (
 	"github.com/ratewindow/ratewindow/core/internal/store"
 )
 
-// transport sends one Limiter's script calls to Redis, by one routing
-// rule, rueidis's: a call alone goes straight out on its caller's
-// goroutine; otherwise it is queued, and a flusher sends the queue at once,
-// its decisions merged into allow_batch calls. What "alone" means is where
-// the calls can merge: on a single server, no call in flight (the flushers
-// send everything queued, the decisions as one allow_batch call and every
-// other call in one go-redis pipeline, with at most maxInFlight round trips
-// in flight); on a Cluster or Ring, whose keys live on different nodes, no
-// decision in flight on the same key (its hash tag: see lane), behind which
-// the decisions on that key queue and go as one allow_batch call to its
-// node, one round trip in flight a key. Under load the batches grow by
-// themselves, and each round trip serves many decisions; a slow node holds
-// only its own keys' calls.
-//
-// Every call ends for its caller at its deadline (the decision's one
-// budget, or its caller's context). A call alone is sent through a client
-// that ends every wait at the context's deadline (direct), which closes
-// the connection of a read cut short. A queued call's caller waits for its
-// reply or its deadline, whichever comes first, while the flusher reads the
-// reply to the end: a slow moment (a flood on a machine short of CPU)
-// costs no connection, and the next calls find theirs ready. A Cluster or
-// Ring without ContextTimeoutEnabled cannot end a call at its deadline: its
-// calls run on goroutines of their own, which their callers leave at the
-// deadline. The transport adds no hook to the client.
+// transport sends one Limiter's script calls to Redis. A call alone (on a
+// single server: none in flight; on a Cluster or Ring: no decision in
+// flight on its hash tag) goes out on its caller's goroutine through
+// direct, which closes a connection whose read its deadline cut short.
+// Otherwise it is queued, and a flusher sends the queue at once, decisions
+// merged into allow_batch calls; its caller leaves at its deadline while
+// the flusher reads the reply to the end, so a slow moment costs no
+// connection. The transport adds no hook to the client.
 type transport struct {
 	rdb  redis.Scripter
-	pipe func() redis.Pipeliner // a single server's (a *redis.Client): calls queue and merge; nil: none
-	// direct sends a call on its caller's goroutine and ends it at its
-	// context's deadline, wherever go-redis waits (the pool, a dial, the
-	// handshake, a read, a retry's backoff): rdb itself with
-	// ContextTimeoutEnabled; for a *redis.Client without it (go-redis's
-	// default), a clone of it with ContextTimeoutEnabled, which shares its
-	// connections and runs none of its hooks; nil: none (a Cluster or Ring
-	// without it)
+	pipe func() redis.Pipeliner // a *redis.Client's: calls queue and merge; nil: lanes
+	// direct ends a call at its context's deadline wherever go-redis waits:
+	// rdb with ContextTimeoutEnabled, or for a *redis.Client without it a
+	// clone with it (sharing its connections, running none of its hooks);
+	// nil: a Cluster or Ring without it
 	direct redis.Scripter
 	lib    *library // runs the scripts as FCALL once loaded; nil: EVALSHA
 
-	born      time.Time    // the origin of clock, on the monotonic clock
+	born      time.Time    // the origin of clock
 	lastReply atomic.Int64 // clock when Redis last answered (0: never)
 
-	// health is the health check after a failure (see checkDial): a
-	// dial of a *redis.Client's server as the client dials it, a PING of
-	// another client (Cluster, Ring); nil: none. A call's own error does
-	// not say why: to a closed port, go-redis retries its dial with
-	// backoff and answers "context deadline exceeded"
+	// health checks the server after a failure (see checkDial); nil: none.
+	// A call's own error does not say why: to a closed port, go-redis
+	// retries its dial and answers "context deadline exceeded".
 	health   func(ctx context.Context) error
 	checking atomic.Bool
 	dialErr  atomic.Pointer[dialError] // the last check's failure; nil: none
 
 	mu       sync.Mutex
 	queue    []*call
-	spare    []*call // the last batch sent, reused as the next queue
-	inflight int     // round trips in flight, the flushers' included
-	// lanes are the keys with a decision in flight on a Cluster or Ring,
-	// by their hash tag (see call.lane), each with the decisions queued
-	// behind it
-	lanes map[string][]*call
-	calls sync.Pool
+	spare    []*call            // the last batch sent, reused as the next queue
+	inflight int                // round trips in flight, the flushers' included
+	lanes    map[string][]*call // Cluster/Ring: tags in flight, with the decisions queued behind
+	calls    sync.Pool
 }
 
-// maxInFlight is the in-flight limit of one Limiter: the flushers at work
-// (and a call alone). One would leave Redis idle while a batch's reply
-// travels back and the next batch forms; many would give up merging.
-// Measured on 2 cores: see docs/performance.md.
+// maxInFlight bounds one Limiter's round trips in flight (see
+// docs/performance.md): one leaves Redis idle, many give up merging.
 const maxInFlight = 8
 
 // call is one script run on behalf of one caller.
 type call struct {
-	ctx    context.Context
-	script *script
-	merged *script // a script that runs many such calls in one; nil: none
-	// answers: how many values the merged script answers for this call
-	// (allow.lua's reply)
-	answers int
+	ctx     context.Context
+	script  *script
+	merged  *script // the script that runs many such calls in one; nil: none
+	answers int     // how many values the merged script answers for this call
 	keys    []string
 	args    []any
 	reply   any
 	err     error
 	done    chan struct{} // buffered: whoever fills the call never blocks on it
 	limit   time.Time     // a queued call's deadline beside ctx's; zero: none
-	// lane: on a Cluster or Ring, the hash tag of the decision's keys
-	// ("rw:{k}:"), by which decisions on one key queue and merge; "": none
-	lane  string
-	timer *time.Timer // the timer of limit (see await); nil until needed
+	lane    string        // Cluster/Ring: the decision's hash tag ("rw:{k}:"); "": none
+	timer   *time.Timer   // the timer of limit (see await); nil until needed
 }
 
-// script is a Lua script and its source, which a pipeline sends again
-// after NOSCRIPT, and its function's name in the store's library.
+// script is a Lua script, its source (sent again after NOSCRIPT) and its
+// function's name in the library.
 type script struct {
 	*redis.Script
 	src   string
 	fn    string
-	fnArg any // fn, boxed once for the command's arguments
-	// ints: the script's reply is a flat array of integers (allow.lua,
-	// allow_batch.lua), so that FCALL reads it as []int64 (see fcallInts)
-	ints bool
+	fnArg any  // fn, boxed once
+	ints  bool // the reply is a flat array of integers: FCALL reads it as []int64
 }
 
 func newScript(src string) *script { return &script{Script: redis.NewScript(src), src: src} }
 
-// newTransport returns the transport of rdb.
 func newTransport(rdb redis.Scripter) *transport {
 	t := &transport{rdb: rdb, born: time.Now(), lanes: map[string][]*call{}}
 	switch c := rdb.(type) {
@@ -129,29 +98,18 @@ func newTransport(rdb redis.Scripter) *transport {
 		}
 	case *redis.Ring: // its shards' addresses: a down shard takes no command
 		opt := c.Options()
-		checks := make([]func(context.Context) error, 0, len(opt.Addrs))
-		for _, addr := range opt.Addrs {
-			checks = append(checks, dialHealth(opt.Dialer, opt.DialTimeout, "tcp", addr))
-		}
-		t.health = func(ctx context.Context) error {
-			for _, check := range checks {
-				if err := check(ctx); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
+		t.health = dialHealth(opt.Dialer, opt.DialTimeout, "tcp", slices.Collect(maps.Values(opt.Addrs))...)
 		if opt.ContextTimeoutEnabled {
 			t.direct = c
 		}
 	case *redis.ClusterClient: // a PING goes to a node, and says why it cannot
 		t.health = func(ctx context.Context) error {
 			var op *net.OpError
-			if err := c.Ping(ctx).Err(); err != nil && !(errors.As(err, &op) && op.Op == "dial") {
+			err := c.Ping(ctx).Err()
+			if err != nil && !(errors.As(err, &op) && op.Op == "dial") {
 				return errUnhealthy // no dial's error to tell
-			} else {
-				return err
 			}
+			return err
 		}
 		if c.Options().ContextTimeoutEnabled {
 			t.direct = c
@@ -161,18 +119,14 @@ func newTransport(rdb redis.Scripter) *transport {
 	return t
 }
 
-// clock is the time in ns since the transport was made, on the monotonic
-// clock; never 0.
+// clock is the monotonic time in ns since the transport was made; never 0.
 func (t *transport) clock() int64 { return int64(time.Since(t.born)) + 1 }
 
-// answeredSince reports whether Redis has answered this client since
-// clock read sent (a reply or an error reply of the server).
+// answeredSince reports whether Redis has answered since clock read sent.
 func (t *transport) answeredSince(sent int64) bool { return t.lastReply.Load() >= sent }
 
-// answered notes a reply of Redis when err is none or an error reply of the
-// server (not a network error, a timeout or the context's end). The time
-// noted never goes back: a goroutine that read the clock, then was
-// preempted while another noted a later reply, leaves the later one.
+// answered notes a reply of Redis when err is none or an error reply. The
+// time noted never goes back (a preempted goroutine leaves a later one).
 func (t *transport) answered(err error) {
 	if err == nil || replied(err) {
 		now := t.clock()
@@ -181,22 +135,24 @@ func (t *transport) answered(err error) {
 	}
 }
 
-// dialHealth returns the health check of the server at addr: one dial,
-// as the client dials it (its Dialer, else a net.Dialer).
-func dialHealth(dialer func(context.Context, string, string) (net.Conn, error), timeout time.Duration, network, addr string) func(context.Context) error {
+// dialHealth returns a health check that dials each of addrs as the
+// client does, and fails with the first failure.
+func dialHealth(dialer func(context.Context, string, string) (net.Conn, error), timeout time.Duration, network string, addrs ...string) func(context.Context) error {
 	if dialer == nil {
 		dialer = (&net.Dialer{Timeout: timeout}).DialContext
 	}
 	return func(ctx context.Context) error {
-		conn, err := dialer(ctx, network, addr)
-		if err == nil {
+		for _, addr := range addrs {
+			conn, err := dialer(ctx, network, addr)
+			if err != nil {
+				return err
+			}
 			conn.Close()
 		}
-		return err
+		return nil
 	}
 }
 
-// dialError is the failure of the health check, and when it failed.
 type dialError struct {
 	err error
 	at  time.Time
@@ -205,10 +161,8 @@ type dialError struct {
 // dialErrorAge is how long a failed health check explains later failures.
 const dialErrorAge = 10 * time.Second
 
-// checkDial starts a health check after a failure without any reply (see
-// health), in the background, at most one at a time, whose error explains
-// the failures that follow (see explain): a refused connection, a wrong
-// host, rather than only a deadline.
+// checkDial starts a health check in the background, at most one at a
+// time, whose error explains the failures that follow (see explain).
 func (t *transport) checkDial() {
 	if t.health == nil || !t.checking.CompareAndSwap(false, true) {
 		return
@@ -226,13 +180,11 @@ func (t *transport) checkDial() {
 	}()
 }
 
-// errUnhealthy is a health check's failure that tells nothing more than
-// the calls' own errors: the last explanation stays.
+// errUnhealthy: the health check tells nothing new; the last explanation stays.
 var errUnhealthy = errors.New("unhealthy")
 
-// noteDial keeps err when it is the failed dial of a call itself (not cut
-// short by its deadline), which explains the failures that follow as the
-// health check's would, and reports whether it was one.
+// noteDial keeps err, and reports true, when it is a call's own failed
+// dial (not a timeout): it explains later failures as a health check's.
 func (t *transport) noteDial(err error) bool {
 	var op *net.OpError
 	if !errors.As(err, &op) || op.Op != "dial" || op.Timeout() {
@@ -251,16 +203,13 @@ func (t *transport) explain(err error) error {
 	return fmt.Errorf("%w (the health check failed %s ago: %w)", err, time.Since(last.at).Round(time.Millisecond), last.err)
 }
 
-// replied reports whether err is an answer of the server: an error reply
-// (a script error, NOPERM, OOM, TRYAGAIN...) or a reply the scripts never
-// send.
+// replied reports whether err is an error reply or an unexpected reply.
 func replied(err error) bool {
 	var re redis.Error
 	return errors.As(err, &re) || errors.Is(err, store.ErrUnexpectedReply)
 }
 
-// newCall returns a call with room for the keys and arguments of a call
-// on limits limits.
+// newCall returns a pooled call with room for a call on limits limits.
 func (t *transport) newCall(limits int) *call {
 	c := t.calls.Get().(*call)
 	if cap(c.keys) < 1+limits {
@@ -279,26 +228,18 @@ func (t *transport) recycle(c *call) {
 	t.calls.Put(c)
 }
 
-// run sends c (filled by the caller) and returns the script's reply, by
-// deadline at the latest (zero: none but ctx's). c must not be used
-// afterwards.
-//
-// A call alone is sent at once, on its caller's goroutine, through
-// direct. Else it is queued, and a flusher sends it, started now when a
-// slot is free; its caller waits for its
-// reply or its deadline, on a timer kept in its pooled call, with no
-// context of its own (context.WithTimeout costs 4 allocations and a
-// runtime timer: measured with rwbench at 64 and 256 goroutines on 2
-// cores, 1-3 µs of client CPU per decision and 15-40% of the decisions
-// per second).
+// run sends c and returns the script's reply, by deadline at the latest
+// (zero: ctx's alone). c must not be used afterwards. A queued caller waits
+// on a timer kept in its pooled call, not a context.WithTimeout, which
+// costs 4 allocations and a runtime timer a call.
 func (t *transport) run(ctx context.Context, c *call, deadline time.Time) (any, error) {
-	if err := ctx.Err(); err != nil {
+	err := ctx.Err()
+	if err == nil && !deadline.IsZero() && !time.Now().Before(deadline) {
+		err = context.DeadlineExceeded
+	}
+	if err != nil {
 		t.recycle(c)
 		return nil, err
-	}
-	if !deadline.IsZero() && !time.Now().Before(deadline) {
-		t.recycle(c)
-		return nil, context.DeadlineExceeded
 	}
 	if t.pipe == nil {
 		return t.runLane(ctx, c, deadline)
@@ -323,9 +264,7 @@ func (t *transport) run(ctx context.Context, c *call, deadline time.Time) (any, 
 	return t.await(ctx, c, deadline)
 }
 
-// runLane runs c on a Cluster or Ring: alone when no decision on its key
-// is in flight (and every call but a decision), else queued behind the
-// one in flight, whose caller hands the queue to a flusher (handOffLane).
+// runLane runs c alone unless a decision on its lane is in flight, else queues it.
 func (t *transport) runLane(ctx context.Context, c *call, deadline time.Time) (any, error) {
 	if c.lane == "" {
 		return t.runAlone(ctx, c, deadline)
@@ -344,19 +283,16 @@ func (t *transport) runLane(ctx context.Context, c *call, deadline time.Time) (a
 	return t.runAlone(ctx, c, deadline)
 }
 
-// handOffLane ends the round trip of a lane's first call: the decisions
-// queued behind it go to a flusher, else the lane ends.
+// handOffLane hands the decisions queued on lane to a flusher, else ends it.
 func (t *transport) handOffLane(lane string) {
 	t.mu.Lock()
-	ended := t.endLane(lane)
-	t.mu.Unlock()
-	if !ended {
+	defer t.mu.Unlock()
+	if !t.endLane(lane) {
 		go t.flushLane(lane)
 	}
 }
 
-// flushLane sends the decisions queued on lane, merged, batch after batch,
-// and ends the lane when none is left.
+// flushLane sends lane's queue, batch after batch, until it is empty.
 func (t *transport) flushLane(lane string) {
 	for {
 		t.mu.Lock()
@@ -371,8 +307,7 @@ func (t *transport) flushLane(lane string) {
 	}
 }
 
-// endLane ends lane when nothing is queued on it, and reports whether it
-// did; t.mu is held.
+// endLane ends lane if nothing is queued on it; t.mu is held.
 func (t *transport) endLane(lane string) bool {
 	if len(t.lanes[lane]) > 0 {
 		return false
@@ -381,22 +316,15 @@ func (t *transport) endLane(lane string) bool {
 	return true
 }
 
-// sendLane sends a lane's batch: its decisions, on one key, as allow_batch
-// calls of up to maxMerged decisions each. A call goes through direct with
-// the latest deadline of its callers (each leaves at its own), else through
-// the client, whose ReadTimeout ends a wait on a silent node.
+// sendLane sends a lane's decisions merged: through direct with their
+// latest deadline, else through the client, whose ReadTimeout ends a wait.
 func (t *transport) sendLane(batch []*call) {
-	live := t.live(batch)
-	for len(live) > 0 {
-		n := min(len(live), maxMerged)
-		group := live[:n]
-		live = live[n:]
-		s := merge(group)
-		ctx, rdb := context.WithoutCancel(group[0].ctx), t.rdb
+	for _, s := range t.plan(t.live(batch)) {
+		ctx, rdb := context.WithoutCancel(s.calls[0].ctx), t.rdb
 		cancel := context.CancelFunc(func() {})
 		if t.direct != nil {
 			rdb = t.direct
-			if deadline := latest(group); !deadline.IsZero() {
+			if deadline := latest(s.calls); !deadline.IsZero() {
 				ctx, cancel = context.WithDeadline(ctx, deadline)
 			}
 		}
@@ -405,27 +333,24 @@ func (t *transport) sendLane(batch []*call) {
 	}
 }
 
-// latest returns the latest deadline of calls; zero when one has none.
+// latest returns the latest deadline of calls (not empty); zero when one
+// has none.
 func latest(calls []*call) time.Time {
-	var last time.Time
-	for _, c := range calls {
-		if c.limit.IsZero() {
-			return time.Time{}
-		}
-		if c.limit.After(last) {
-			last = c.limit
-		}
+	if slices.ContainsFunc(calls, func(c *call) bool { return c.limit.IsZero() }) {
+		return time.Time{}
 	}
-	return last
+	return slices.MaxFunc(calls, func(a, b *call) int { return a.limit.Compare(b.limit) }).limit
 }
 
-// runAlone sends c on its own and returns its reply by deadline at the
-// latest: on the caller's goroutine through direct, else on a goroutine of
-// its own, which the caller leaves at the deadline.
+// runAlone sends c on its own: through direct on the caller's goroutine,
+// else to the end on a goroutine that the caller leaves at the deadline.
 func (t *transport) runAlone(ctx context.Context, c *call, deadline time.Time) (any, error) {
 	if t.direct == nil {
 		c.ctx = ctx
-		go t.runBehind(c)
+		go func() {
+			reply, err := t.runOne(context.WithoutCancel(ctx), t.rdb, c)
+			t.finish(c, reply, err)
+		}()
 		return t.await(ctx, c, deadline)
 	}
 	if dl, ok := ctx.Deadline(); !deadline.IsZero() && (!ok || deadline.Before(dl)) {
@@ -438,16 +363,8 @@ func (t *transport) runAlone(ctx context.Context, c *call, deadline time.Time) (
 	return reply, err
 }
 
-// runBehind runs c on the client, to the end whenever its caller leaves,
-// and hands it its reply.
-func (t *transport) runBehind(c *call) {
-	reply, err := t.runOne(context.WithoutCancel(c.ctx), t.rdb, c)
-	t.finish(c, reply, err)
-}
-
-// await waits for c's reply, filled by another goroutine, or for ctx's
-// end or limit (zero: none). A caller that leaves first leaves c to
-// whoever fills it.
+// await waits for c's reply, or ctx's end or limit (zero: none). A caller
+// that leaves first leaves c to whoever fills it.
 func (t *transport) await(ctx context.Context, c *call, limit time.Time) (any, error) {
 	var timeout <-chan time.Time
 	if !limit.IsZero() {
@@ -481,22 +398,18 @@ func (t *transport) await(ctx context.Context, c *call, limit time.Time) (any, e
 	return reply, err
 }
 
-// handOff ends a round trip sent by its caller: when calls queued
-// meanwhile, its slot goes to a new flusher, which sends them.
+// handOff ends a caller's round trip, its slot going to a flusher if calls queued.
 func (t *transport) handOff() {
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	if len(t.queue) == 0 {
 		t.inflight--
-		t.mu.Unlock()
-		return
+	} else {
+		go t.flush() // the slot stays taken: a flusher sends next
 	}
-	t.mu.Unlock()
-	go t.flush() // the slot stays taken: a flusher sends next
 }
 
-// flush is a flusher goroutine, started holding a slot: it sends whatever
-// is queued, batch after batch, and gives its slot back when the queue is
-// empty.
+// flush, holding a slot, sends the queue until it is empty, then frees the slot.
 func (t *transport) flush() {
 	for {
 		t.mu.Lock()
@@ -518,23 +431,19 @@ func (t *transport) flush() {
 	}
 }
 
-// finish hands c its reply.
 func (t *transport) finish(c *call, reply any, err error) {
 	c.reply, c.err = reply, err
 	c.done <- struct{}{}
 }
 
-// runOne runs c's script alone on rdb, with ctx: FCALL when the library
-// is loaded, else (or when the server lacks the function) Script.Run
-// (EVALSHA, and EVAL when the server lacks the script). It notes whether
-// Redis answered.
+// runOne runs c's script alone on rdb: FCALL when the library is loaded,
+// else (or when FCALL is refused) EVALSHA, then EVAL after NOSCRIPT.
 func (t *transport) runOne(ctx context.Context, rdb redis.Scripter, c *call) (any, error) {
 	if t.lib != nil && t.lib.usable() {
 		var reply any
 		var err error
 		if p, ok := rdb.(processor); ok && c.script.ints {
-			// the reply read as []int64: FCall's generic reply would box
-			// every value, an allocation each for all but small ones
+			// read as []int64: FCall's reply would box every value
 			cmd := fcallIntsCmd(ctx, c.script, c.keys, c.args)
 			if err = p.Process(ctx, cmd); err == nil {
 				reply = cmd
@@ -552,10 +461,9 @@ func (t *transport) runOne(ctx context.Context, rdb redis.Scripter, c *call) (an
 	return reply, err
 }
 
-// fcallIntsCmd returns the command FCALL of sc's function whose reply is
-// read as []int64: its arguments as go-redis's FCall builds them, but for
-// the function's name, boxed once; its first key's position set, so that
-// a Cluster routes it by that key, as FCall's.
+// fcallIntsCmd returns FCALL of sc's function, its reply read as []int64,
+// built as go-redis's FCall builds it (first key position set, so a
+// Cluster routes it by that key).
 func fcallIntsCmd(ctx context.Context, sc *script, keys []string, args []any) *redis.IntSliceCmd {
 	all := make([]any, 0, 3+len(keys)+len(args))
 	all = append(all, "fcall", sc.fnArg, len(keys))
@@ -567,13 +475,12 @@ func fcallIntsCmd(ctx context.Context, sc *script, keys []string, args []any) *r
 	return cmd
 }
 
-// processor is a client that runs any command: a Client or ClusterClient.
+// processor is a Client or ClusterClient.
 type processor interface {
 	Process(ctx context.Context, cmd redis.Cmder) error
 }
 
-// functionCaller is a client that runs FCALL: a Client or ClusterClient
-// (see newLibrary), and their pipelines.
+// functionCaller runs FCALL: a Client, ClusterClient, or their pipelines.
 type functionCaller interface {
 	FCall(ctx context.Context, function string, keys []string, args ...any) *redis.Cmd
 }

@@ -15,27 +15,21 @@ const MaxRawKey = 128
 const DigestLen = 1 + 22
 
 // Hashed reports whether key is replaced by its digest, in storage keys
-// and in every per-key structure of the process (the deny cache, the
-// memory backend): keys longer than MaxRawKey, and keys starting with '#'
-// (the mark of a digest, so that no key can pose as another's digest).
+// and per-key structures: longer than MaxRawKey, or starting with '#' (so
+// that no key can pose as another's digest).
 func Hashed(key string) bool { return len(key) > MaxRawKey || key != "" && key[0] == '#' }
 
-// AppendDigest appends the digest of key to b: '#' and the first 128 bits
-// of its SHA-256 in 22 characters of base64url. Two keys share a digest
-// only by a collision of SHA-256 in 128 bits: about 2^64 keys must be
-// tried to find any such pair, so a key never stands for another.
+// AppendDigest appends '#' and the first 128 bits of key's SHA-256 in
+// base64url to b (a collision takes about 2^64 tries).
 func AppendDigest(b []byte, key string) []byte {
 	sum := sha256.Sum256([]byte(key))
 	b = append(b, '#')
 	return base64.RawURLEncoding.AppendEncode(b, sum[:16])
 }
 
-// HeldKey returns the form of key that a per-key structure of the process
-// keeps: key itself, at most MaxRawKey bytes, or its digest of DigestLen
-// bytes (see Hashed). It allocates only for a digest. A structure keeps a
-// string of its own (see OwnKey): a short key may share its memory with a
-// larger string (a slice of a request's buffer), which keeping the key
-// would keep whole.
+// HeldKey returns key, or its digest when Hashed; it allocates only for
+// a digest. To keep it, use OwnKey: a short key may be a slice of a larger
+// string, which keeping it would keep whole.
 func HeldKey(key string) string {
 	if !Hashed(key) {
 		return key
@@ -44,8 +38,7 @@ func HeldKey(key string) string {
 	return string(AppendDigest(buf[:0], key))
 }
 
-// OwnKey returns h, a result of HeldKey, as a string of its own, for a map
-// to keep: a digest is one already; a short key is copied.
+// OwnKey returns h, a result of HeldKey, as a string of its own.
 func OwnKey(h string) string {
 	if Hashed(h) {
 		return h
@@ -54,8 +47,7 @@ func OwnKey(h string) string {
 }
 
 // AppendDuration appends d in its largest whole unit: 1h, 15m, 30s,
-// 250ms, 1500us, or ns. The units are told apart by their names ("1m" is a
-// minute, "1ms" a millisecond), so the text is short and never ambiguous.
+// 250ms, 1500us, or ns.
 func AppendDuration(b []byte, d time.Duration) []byte {
 	units := [...]struct {
 		d    time.Duration
