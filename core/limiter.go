@@ -20,28 +20,23 @@ import (
 // Limiter decides whether requests pass. It is safe for concurrent use by
 // many goroutines; create one per process and share it.
 //
-// Each decision is validated before anything is sent, answered from the
-// deny cache while a denial is known to stand, and otherwise asked of the
-// store (Redis, or this process's memory for NewMemory) within the
-// Limiter's timeout; when Redis fails, the failure mode answers (see
-// WithTimeout and WithFailureMode).
+// Each decision is validated, answered from the deny cache while a denial
+// is known to stand, and otherwise asked of the store (Redis, or memory for
+// NewMemory) within the Limiter's timeout; when Redis fails, the failure
+// mode answers (see WithTimeout and WithFailureMode).
 type Limiter struct {
-	// A decision goes through the Limiter itself (validation, the deny
-	// cache, the observer, the binding limit), its guard (guard.go: over
-	// Redis, the circuit breaker, the health rule, the failure mode), then
-	// the store, through the seam (internal/store): the Redis backend
-	// (internal/redisstore) or the memory backend (internal/memstore).
+	// A decision goes through the Limiter (validation, deny cache, observer,
+	// binding limit), its guard (breaker, health rule, failure mode), then
+	// the store (internal/store: redisstore or memstore).
 	guard    *guard
 	timeout  time.Duration // bounds each decision's call to Redis
 	waitTime time.Duration // bounds each call of Wait
 	mode     FailureMode
 	clock    func() time.Time
 	cache    *denyCache
-	// observer receives an Event per decision; nil: none
-	observer Observer
-	// scratch holds *scratch, the room of a decision's Request: a buffer on
-	// the caller's stack would escape to the heap through the Store
-	// interface, one allocation a decision
+	observer Observer // nil: none
+	// scratch holds *scratch: a Request's buffer on the stack would escape
+	// through the Store interface, one allocation a decision.
 	scratch sync.Pool
 }
 
@@ -49,12 +44,10 @@ type Limiter struct {
 // *redis.Client, *redis.ClusterClient, *redis.Ring or a failover client:
 // every call is one script run on the keys of one hash slot.
 //
-// New adds nothing to rdb (no hook): however many Limiters share a
-// client, its other commands cost what they did. It does not contact
-// Redis: call Check at start-up (and in readiness probes) to learn whether
-// Redis is reachable, authorised, takes writes and is configured so that
-// it never evicts the Limiter's keys. A nil rdb, or a nil pointer
-// in it (a *redis.Client that is nil), is an error.
+// New adds no hook to rdb and does not contact Redis: call Check at
+// start-up (and in readiness probes) to learn whether Redis is reachable,
+// authorised, takes writes and never evicts the Limiter's keys. A nil rdb,
+// or a nil pointer in it, is an error.
 func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
 	if v := reflect.ValueOf(rdb); rdb == nil || v.Kind() == reflect.Pointer && v.IsNil() {
 		return nil, errors.New("ratewindow: nil redis client")
@@ -74,19 +67,13 @@ func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
 }
 
 // NewMemory returns a Limiter that keeps its counts in this process's
-// memory, with the same algorithms as Redis. Limits then hold per process,
-// not across replicas.
-//
-// It applies WithClock and WithObserver, and ignores every other option,
-// invalid values included (a negative timeout, a share outside (0, 1]):
-// WithPrefix, WithTimeout, WithWaitTimeout, WithFailureMode and
-// WithLocalShare configure the calls to Redis and their failures, which a
-// memory Limiter does not make, and WithDenyCache saves round trips it
-// does not have. So the options of a Redis Limiter can be passed as they
-// are, as in tests that swap Redis for memory; only New validates them.
+// memory, with the same algorithms as Redis: limits hold per process, not
+// across replicas. It applies WithClock and WithObserver and ignores every
+// other option, invalid values included (they concern calls to Redis and
+// round trips it does not make), so a Redis Limiter's options can be passed
+// as they are, as in tests that swap Redis for memory.
 func NewMemory(opts ...Option) *Limiter {
 	c := configure(opts)
-	// the deny cache saves round trips; the memory store has none to save
 	c.mode, c.cacheSize = FailOpen, 0
 	l := newLimiter(c)
 	l.guard = &guard{next: memstore.New(l.micros)}
@@ -112,13 +99,13 @@ func (l *Limiter) now() time.Time {
 // micros is the time in µs since the epoch on the Limiter's clock.
 func (l *Limiter) micros() int64 { return l.now().UnixMicro() }
 
-// storeTime is the time passed to the store: the injected clock, or 0 for
-// the store's own (Redis TIME).
+// storeTime is the store's Now: the injected clock, or 0 for the store's
+// own (Redis TIME).
 func (l *Limiter) storeTime() int64 {
-	if l.clock != nil {
-		return l.clock().UnixMicro()
+	if l.clock == nil {
+		return 0
 	}
-	return 0
+	return l.micros()
 }
 
 // Allow reports whether one unit under every limit fits now, and records it
@@ -147,31 +134,28 @@ func (l *Limiter) Peek(ctx context.Context, key string, limits ...Limit) (Result
 
 // Reset forgets every unit recorded for key under limits, lifts the key's
 // Block, and forgets this Limiter's cached denials of key (another
-// replica's answer within a second, see WithDenyCache). A Redis failure is
+// replica's within a second, see WithDenyCache). A Redis failure is
 // returned: no failure mode answers for Reset.
 func (l *Limiter) Reset(ctx context.Context, key string, limits ...Limit) error {
 	if err := validate(key, 1, limits); err != nil {
 		return err
 	}
-	if l.cache != nil {
-		l.cache.forget(store.HeldKey(key))
-	}
+	l.cache.forget(store.HeldKey(key))
 	reset := func(s store.Store, r store.Request) error { return s.Reset(ctx, r) }
 	return l.guard.both(ctx, l.request(key, 1, limits, nil, l.timeout), reset)
 }
 
 // Refund gives back n units of key under every limit: units recorded
-// within the last window, the newest first (reservations in the future are
-// never given back), never going below empty. Remaining and RetryAfter
-// reflect it at once in Redis, for every replica: this Limiter's cached
-// denials of key are forgotten, and another replica's answer within a
-// second (see WithDenyCache). It undoes a charge, such as a login counter after the
-// login succeeded; Rule.CountIf is built on it.
+// within the last window, the newest first (never reservations in the
+// future), never going below empty. It undoes a charge, such as a login
+// counter after the login succeeded; Rule.CountIf is built on it. Redis
+// reflects it at once for every replica; this Limiter's cached denials of
+// key are forgotten, another replica's within a second (see WithDenyCache).
 //
-// On a sliding log the newest units go, which may be another request's
-// when requests of the key overlap: the count is the same, and the units
-// left are older, so the limit frees up no later than it would have. A
-// Redis failure is returned: no failure mode answers for Refund.
+// On a sliding log the newest units go, which may be another overlapping
+// request's: the count is the same and the units left are older, so the
+// limit frees up no later. A Redis failure is returned: no failure mode
+// answers for Refund.
 func (l *Limiter) Refund(ctx context.Context, key string, n int64, limits ...Limit) error {
 	if err := validate(key, n, limits); err != nil {
 		return err
@@ -179,13 +163,10 @@ func (l *Limiter) Refund(ctx context.Context, key string, n int64, limits ...Lim
 	return l.refundAt(ctx, key, n, limits, 0, false)
 }
 
-// refundAt gives back the n units of key that the decision at at (µs; the
-// Decision's At) recorded: exactly those on a sliding log; with at 0, the
-// newest. local reports that the failure mode's local store recorded them.
+// refundAt gives back the n units of key that the decision at at (µs; 0:
+// the newest) recorded; local: the failure mode's local store recorded them.
 func (l *Limiter) refundAt(ctx context.Context, key string, n int64, limits []Limit, at int64, local bool) error {
-	if l.cache != nil {
-		l.cache.forget(store.HeldKey(key))
-	}
+	l.cache.forget(store.HeldKey(key))
 	r := l.request(key, n, limits, nil, l.timeout)
 	r.At = at
 	return l.guard.refund(ctx, r, local)
@@ -200,10 +181,9 @@ const MaxBlock = MaxWindow
 // ErrWaitExceedsDeadline at once when it outlasts ctx's deadline, and
 // reservations are placed after it. A later Block never shortens an earlier
 // one; Reset lifts it. It is stored beside the key's limits (the same Redis
-// Cluster hash tag) and expires when it ends.
-//
-// d must be in (0, MaxBlock]; a Redis failure is returned, as no failure
-// mode answers for Block. Under FailLocal the local store is blocked too.
+// Cluster hash tag) and expires when it ends. d must be in (0, MaxBlock]; a
+// Redis failure is returned, as no failure mode answers for Block. Under
+// FailLocal the local store is blocked too.
 func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) error {
 	switch {
 	case key == "":
@@ -212,19 +192,19 @@ func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) error 
 		return fmt.Errorf("%w: block for %s; it must be in [1µs, %s]", ErrInvalidDuration, d, MaxBlock)
 	}
 	block := func(s store.Store, r store.Request) error { return s.Block(ctx, r, d) }
-	return l.guard.both(ctx, store.Request{Key: key, N: 1, Now: l.storeTime(), Deadline: after(l.timeout)}, block)
+	return l.guard.both(ctx, l.request(key, 1, nil, nil, l.timeout), block)
 }
 
 // decide validates, consults the deny cache, asks the store through the
-// guard and picks the binding limit. rule is the Rule's name for
-// observers; pen its Penalty, or nil. It also returns the time in µs the
-// store decided at (the time of the units it recorded), 0 when unknown.
+// guard and picks the binding limit; rule names the Rule for observers, pen
+// is its Penalty or nil. It also returns the µs the store decided at (of
+// the units it recorded), 0 when unknown.
 //
-// A decision has one budget from when it is asked, and what answers when
-// it runs out is WithTimeout's rule. A call that failed without a reply
-// goes again once while budget is left, so that one broken connection is
-// not taken for an outage; but a cached denial of the key, even an expired
-// one, answers at once, so that a limit holds under a flood.
+// A decision has one budget from when it is asked (WithTimeout's rule). A
+// call that failed without a reply goes again once while budget is left,
+// so one broken connection is not taken for an outage; but a cached denial
+// of the key, even an expired one, answers at once, so a limit holds under
+// a flood.
 func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, limits []Limit, pen *Penalty) (Result, int64, error) {
 	if err := validate(key, n, limits); err != nil {
 		return Result{}, 0, err
@@ -236,13 +216,16 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 	if l.timeout > 0 {
 		deadline = start.Add(l.timeout)
 	}
-	commit := op != OpPeek
+	commit, ck := op != OpPeek, key // ck: the deny cache's form of key
 	var (
+		r        Result
+		d        store.Decision
+		k        kind
+		cacheHit bool
+		err      error
 		cachedAt int64
 		probing  *probe // this call asks about an expired denial: settle it
 	)
-	// the deny cache's form of key, computed once: a long key's digest
-	ck := key
 	if l.cache != nil && commit {
 		ck = store.HeldKey(key)
 		r, hit, p, err := l.cached(ctx, ck, n, limits, pen, deadline)
@@ -262,13 +245,6 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 	if pen != nil {
 		req.Penalty = store.Penalty(*pen)
 	}
-	var (
-		r        Result
-		d        store.Decision
-		cacheHit bool
-		k        kind
-		err      error
-	)
 	for try := 0; ; try++ {
 		if try > 0 {
 			req.Now = l.storeTime() // the retry's own time
@@ -282,6 +258,7 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 		}
 		if l.cache != nil && commit {
 			if r, cacheHit = l.cache.last(ck, n, limits, l.now().UnixNano()); cacheHit {
+				err = nil // the key's last denial answers (see above)
 				break
 			}
 		}
@@ -290,13 +267,10 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 			break
 		}
 	}
-	if cacheHit { // the key's last denial answers (see above)
-		err = nil
-	} else {
+	if !cacheHit {
 		r, err = l.answer(ctx, req, limits, &d, k, err)
 	}
 	l.scratch.Put(buf)
-	banned, at := d.Banned, d.At
 	if err == nil && l.cache != nil && commit && !r.Allowed && r.BackendErr == nil && !cacheHit {
 		l.cache.put(ck, n, limits, cachedAt, r)
 	}
@@ -304,7 +278,7 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 		l.cache.settle(ck, n, limits, probing)
 	}
 	if l.observer != nil {
-		ev := Event{Op: op, Rule: rule, Key: key, Result: r, Err: err, Banned: banned, CacheHit: cacheHit}
+		ev := Event{Op: op, Rule: rule, Key: key, Result: r, Err: err, Banned: d.Banned, CacheHit: cacheHit}
 		switch {
 		case r.BackendErr != nil && k == overloaded:
 			ev.Err, ev.Shed = r.BackendErr, true
@@ -313,18 +287,16 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 		}
 		l.observe(ev, start)
 	}
-	return r, at, err
+	return r, d.At, err
 }
 
-// cached answers a decision from the deny cache: a denial of (key, n,
-// limits) that has not expired, and true; key is in the cache's form
-// (heldKey). When it has expired, one caller
-// asks the store again (its probe, returned: settle it after) while the
-// others wait for that answer until their decision's deadline (zero:
-// none): a probe that takes longer has met a failing or slow Redis, and
-// the last denial answers them. Under a penalty only a ban is answered
-// from the cache: every other denial must reach the store, which counts
-// it. The error is ctx's, when it ends first.
+// cached answers from the deny cache (key in its held form) a denial of
+// (key, n, limits) that has not expired, and true. When it has expired, one
+// caller asks the store (its probe, returned: settle it after) while the
+// others wait for that answer until their deadline (zero: none); a probe
+// that takes longer met a failing or slow Redis, and the last denial
+// answers them. Under a penalty only a ban is answered from the cache: the
+// store must count every other denial. The error is ctx's.
 func (l *Limiter) cached(ctx context.Context, key string, n int64, limits []Limit, pen *Penalty, deadline time.Time) (Result, bool, *probe, error) {
 	var bound <-chan time.Time
 	for {
@@ -359,8 +331,8 @@ func (l *Limiter) cached(ctx context.Context, key string, n int64, limits []Limi
 	}
 }
 
-// started is the time a decision began, for its observer: zero without
-// one, which reads no clock.
+// started is a decision's start for its observer; zero, read from no
+// clock, without one.
 func (l *Limiter) started() (t time.Time) {
 	if l.observer != nil {
 		t = time.Now()
@@ -376,17 +348,20 @@ func (l *Limiter) observe(ev Event, start time.Time) {
 	}
 }
 
-// scratch is the room of a decision's Request: its limits and its states.
+// scratch is the room of a decision's Request: limits and states.
 type scratch struct {
 	limits [MaxLimits]store.Limit
 	states [MaxLimits]store.State
 }
 
 // request returns the store's Request for n units of key under limits,
-// bounded by within: its limits, and room for its Decision's states, in
-// sc, or its limits in a slice of their own when sc is nil.
+// bounded by within (0: not): its limits, and room for its states, in sc,
+// or with sc nil its limits in a slice of their own.
 func (l *Limiter) request(key string, n int64, limits []Limit, sc *scratch, within time.Duration) store.Request {
-	r := store.Request{Key: key, N: n, Now: l.storeTime(), Deadline: after(within)}
+	r := store.Request{Key: key, N: n, Now: l.storeTime()}
+	if within > 0 {
+		r.Deadline = time.Now().Add(within)
+	}
 	if sc != nil {
 		r.Limits, r.States = sc.limits[:len(limits)], sc.states[:]
 	} else {
@@ -398,18 +373,10 @@ func (l *Limiter) request(key string, n int64, limits []Limit, sc *scratch, with
 	return r
 }
 
-// after returns the time d from now, or zero for d 0 (no bound).
-func after(d time.Duration) time.Time {
-	if d <= 0 {
-		return time.Time{}
-	}
-	return time.Now().Add(d)
-}
-
 // answer turns the outcome of a decision's call (req on limits, kind k)
-// into its Result: the store's decision *d, or the failure mode's when
-// Redis failed, which it puts in *d (FailLocal's Result names the limits
-// with their Counts scaled). The error is ctx's when the caller left.
+// into its Result: the store's decision *d, or the failure mode's, put in
+// *d (FailLocal's Result names the limits with their Counts scaled). The
+// error is ctx's when the caller left.
 func (l *Limiter) answer(ctx context.Context, req store.Request, limits []Limit, d *store.Decision, k kind, err error) (Result, error) {
 	switch k {
 	case succeeded:
@@ -492,11 +459,10 @@ func (l *Limiter) Wait(ctx context.Context, key string, limits ...Limit) error {
 
 // WaitN blocks until n units fit under every limit, and records them.
 //
-// When every limit is SlidingLog, one script call finds the earliest time
-// the units fit, counting reservations already made by every replica,
-// records them at that time and WaitN sleeps once: callers are served in
-// order, with no polling. Other algorithms poll: sleep RetryAfter plus a
-// little jitter, then try again.
+// When every limit is SlidingLog, one script call records the units at the
+// earliest time they fit, counting every replica's reservations, and WaitN
+// sleeps once: callers are served in order. Other algorithms poll: sleep
+// RetryAfter plus a little jitter, then try again.
 //
 // If the units cannot start before ctx's deadline, WaitN records nothing
 // and returns ErrWaitExceedsDeadline at once; if they never fit (n above a
@@ -504,9 +470,8 @@ func (l *Limiter) Wait(ctx context.Context, key string, limits ...Limit) error {
 // reservation is given back and ctx's error is returned.
 //
 // When Redis fails, the failure mode decides, as for Allow: FailOpen
-// returns nil at once (the caller proceeds; the observer sees the
-// failure), FailClosed returns the failure, FailLocal waits on this
-// process's share of the limits.
+// returns nil at once (the observer sees the failure), FailClosed returns
+// the failure, FailLocal waits on this process's share of the limits.
 func (l *Limiter) WaitN(ctx context.Context, key string, n int64, limits ...Limit) error {
 	return l.waitN(ctx, "", key, n, limits)
 }
@@ -522,7 +487,7 @@ func (l *Limiter) waitN(ctx context.Context, rule, key string, n int64, limits [
 		failed error // the failure the failure mode answered
 		err    error
 	)
-	if !slices.ContainsFunc(limits, func(l Limit) bool { return l.Algorithm != SlidingLog }) { // all sliding logs
+	if !slices.ContainsFunc(limits, func(l Limit) bool { return l.Algorithm != SlidingLog }) {
 		wait, failed, err = l.reserveAndSleep(ctx, l.request(key, n, limits, nil, l.waitTime))
 	} else {
 		wait, failed, err = l.poll(ctx, key, n, limits)
@@ -537,18 +502,14 @@ func (l *Limiter) waitN(ctx context.Context, rule, key string, n int64, limits [
 	return err
 }
 
-// longest is the wait ctx allows in µs, or -1 without a deadline.
-func longest(ctx context.Context) int64 {
-	d, ok := ctx.Deadline()
-	if !ok {
-		return -1
-	}
-	return max(time.Until(d).Microseconds(), 0)
-}
-
 // reserveAndSleep makes one reservation and sleeps until its time.
 func (l *Limiter) reserveAndSleep(ctx context.Context, r store.Request) (time.Duration, error, error) {
-	res, err := l.guard.reserve(ctx, r, longest(ctx))
+	dl, hasDL := ctx.Deadline()
+	longest := int64(-1) // the wait ctx allows in µs; -1: no bound
+	if hasDL {
+		longest = max(time.Until(dl).Microseconds(), 0)
+	}
+	res, err := l.guard.reserve(ctx, r, longest)
 	if err != nil {
 		return 0, res.failed, err
 	}
@@ -559,16 +520,15 @@ func (l *Limiter) reserveAndSleep(ctx context.Context, r store.Request) (time.Du
 	case !res.OK:
 		return wait, res.failed, fmt.Errorf("%w: the units fit in %s", ErrWaitExceedsDeadline, wait)
 	}
-	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
-		// the reply took the slack: the slot would come after the deadline
-		l.release(ctx, r, res)
-		return wait, res.failed, fmt.Errorf("%w: the units fit in %s", ErrWaitExceedsDeadline, wait)
+	if hasDL && time.Until(dl) < wait { // the reply took the slack
+		err = fmt.Errorf("%w: the units fit in %s", ErrWaitExceedsDeadline, wait)
+	} else {
+		err = sleep(ctx, wait)
 	}
-	if err := sleep(ctx, wait); err != nil {
+	if err != nil {
 		l.release(ctx, r, res)
-		return wait, res.failed, err
 	}
-	return wait, res.failed, nil
+	return wait, res.failed, err
 }
 
 // release gives a reservation back, best effort, though ctx may be done.
@@ -579,7 +539,7 @@ func (l *Limiter) release(ctx context.Context, r store.Request, res reservation)
 }
 
 // poll asks until n units of key fit under limits, sleeping RetryAfter and
-// some jitter between two tries.
+// some jitter between tries.
 func (l *Limiter) poll(ctx context.Context, key string, n int64, limits []Limit) (time.Duration, error, error) {
 	var (
 		waited time.Duration

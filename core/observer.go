@@ -31,16 +31,16 @@ type Event struct {
 	Rule string // the Rule's Name for the HTTP middleware, else empty
 	Key  string // the caller's key: high cardinality, never a metric label
 	// Result is the answer given; its Limit is the binding limit. For
-	// OpWait, Result.Allowed reports that the caller may proceed and
-	// Result.RetryAfter is the time waited.
+	// OpWait, Allowed reports that the caller may proceed and RetryAfter is
+	// the time waited.
 	Result Result
-	// Latency is the time the decision took, including any round trip (and,
-	// for OpWait, the wait).
+	// Latency is the time the decision took, round trip and OpWait's wait
+	// included.
 	Latency time.Duration
 	// CacheHit reports that the deny cache answered without a round trip.
 	CacheHit bool
-	// Retried reports, for OpRefused, that the refused request is sent
-	// again (after the block).
+	// Retried reports, for OpRefused, that the request goes again after the
+	// block.
 	Retried bool
 	// Banned reports that this denial reached the Rule's Penalty: the key
 	// is banned from now on, on every replica, for Result.RetryAfter.
@@ -50,11 +50,9 @@ type Event struct {
 	// says why. A caller's context that ended first is no failure: Err
 	// holds it, and no decision was made.
 	Failed bool
-	// Shed reports that the decision was shed for overload: its time ran
-	// out while Redis answered this process's other calls. It was answered
-	// as FailClosed answers, whatever the failure mode (Result.BackendErr
-	// matches ErrShed, as does Err); it is no Redis failure (Failed is
-	// false).
+	// Shed reports that the decision was shed for overload (see
+	// WithTimeout): denied as FailClosed denies, whatever the failure mode,
+	// with Err and Result.BackendErr matching ErrShed; Failed is false.
 	Shed bool
 	// Fallback is the failure mode that answered, when Failed.
 	Fallback FailureMode

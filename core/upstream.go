@@ -7,10 +7,9 @@ import (
 
 // Refused reports that an upstream refused a request of key (a 429, a 503
 // with Retry-After, or a RateLimit field with r=0): it blocks key for d on
-// every replica (Limiter.Block), so that no replica sends into the
-// refusal, and tells the observer (an OpRefused Event with the rule's name;
-// retried says whether the request goes again). It is the outbound side of
-// a rule, used by nethttp.Transport. Block's errors are returned.
+// every replica (Limiter.Block), so no replica sends into the refusal, and
+// tells the observer (an OpRefused Event; retried says whether the request
+// goes again). nethttp.Transport uses it. Block's errors are returned.
 func (e *Enforcer) Refused(ctx context.Context, key string, d time.Duration, retried bool) error {
 	return e.d.Refused(ctx, key, d, retried)
 }

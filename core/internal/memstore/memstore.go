@@ -1,6 +1,6 @@
 // Package memstore is the memory backend of a Limiter: it runs the
-// algorithms of the Lua scripts (redisstore/lua/algorithms.lua) in Go, on state
-// kept in the process, with the same numbers (see package storetest for
+// algorithms of the Lua scripts (redisstore/lua/algorithms.lua) in Go on
+// state kept in the process, with the same numbers (package storetest is
 // the suite both backends pass). It implements store.Store.
 package memstore
 
@@ -17,14 +17,12 @@ import (
 	"github.com/ratewindow/ratewindow/core/internal/store"
 )
 
-// Store runs the algorithms of the Lua scripts in Go, for one process.
-// It is safe for concurrent use: keys are spread over mutex-guarded shards.
-// Expired state is dropped when a key is touched, and a few keys of a shard
-// are checked on every sweepEvery-th call, so memory follows the live keys.
-// A key is kept as store.HeldKey makes it: itself (a copy of its own) up to
-// store.MaxRawKey bytes, else its 23-byte digest, so that no client-chosen
-// key holds more than that. The memory store never waits and never fails:
-// its methods return no error.
+// Store runs the algorithms of the Lua scripts in Go, for one process. It
+// is safe for concurrent use: keys are spread over mutex-guarded shards.
+// Expired state is dropped when a key is touched, and a few keys of a
+// shard are checked every sweepEvery-th call, so memory follows the live
+// keys. Keys are held in store.HeldKey's form (a long key as its digest).
+// It never waits and never fails: its methods return no error.
 type Store struct {
 	seed   maphash.Seed
 	clock  func() int64 // µs since the epoch
@@ -79,10 +77,9 @@ func (s *Store) shard(key string) *memShard {
 	return &s.shards[maphash.String(s.seed, key)%memShards]
 }
 
-// lock returns the shard of key locked, the key as the shard keeps it (see
-// store.HeldKey), and the time of the call: now, or with now 0 the store's
-// clock. Every sweepEvery-th call first sweeps the next shard in turn, so
-// shards without traffic are swept too.
+// lock returns the shard of key locked, the key in its held form, and the
+// call's time: now, or with now 0 the store's clock. Every sweepEvery-th
+// call first sweeps the next shard in turn, so idle shards are swept too.
 func (s *Store) lock(key string, now int64) (*memShard, string, int64) {
 	key = store.HeldKey(key)
 	if now == 0 {
@@ -99,9 +96,9 @@ func (s *Store) lock(key string, now int64) (*memShard, string, int64) {
 	return sh, key, now
 }
 
-// sweep drops expired keys the way Redis's active expiry does: it samples
-// sweepKeys keys (map order is random) and goes on while more than a
-// quarter of a sample had expired, for at most sweepRounds samples.
+// sweep drops expired keys as Redis's active expiry does: it samples
+// sweepKeys keys (in random map order), again while more than a quarter
+// of a sample had expired, at most sweepRounds times.
 func (sh *memShard) sweep(now int64) {
 	for round := 0; round < sweepRounds; round++ {
 		sampled, expired := 0, 0
@@ -178,9 +175,10 @@ func statePrecision(l store.Limit) int64 {
 	return 0
 }
 
-// touch updates the key's expiry after its states changed, and forgets it
-// when every state is empty.
-func (sh *memShard) touch(key string, now int64) {
+// unlock ends every call that locked the shard: it updates key's expiry
+// after its states changed, forgetting it when all are empty, and unlocks.
+func (sh *memShard) unlock(key string, now int64) {
+	defer sh.mu.Unlock()
 	mk := sh.keys[key]
 	if mk == nil {
 		return
@@ -195,13 +193,6 @@ func (sh *memShard) touch(key string, now int64) {
 	if mk.expires == 0 {
 		delete(sh.keys, key)
 	}
-}
-
-// unlock updates key's expiry (see touch) and unlocks the shard: the end
-// of every call that locked it.
-func (sh *memShard) unlock(key string, now int64) {
-	sh.touch(key, now)
-	sh.mu.Unlock()
 }
 
 func (st *memState) clear() {
@@ -245,8 +236,7 @@ func (st *memState) add(n, t, now int64) int64 {
 	return st.expires - now
 }
 
-// expire sets when the state is empty again, from what it holds: 0 when
-// it holds nothing.
+// expire sets when the state is empty again: 0 when it holds nothing.
 func (st *memState) expire() {
 	switch {
 	case st.alg == store.SlidingLog && len(st.log) > 0:
@@ -264,14 +254,12 @@ func (st *memState) expire() {
 
 func (st *memState) logCheck(count, n, now int64) (free, retry, reset int64) {
 	// Scan from the front rather than bisect: usually no unit or one has
-	// left since the last call, and the front is one cache line.
+	// left since the last call.
 	i := 0
 	for i < len(st.log) && st.log[i] <= now-st.window {
 		i++
 	}
-	if i > 0 {
-		st.log = st.log[:copy(st.log, st.log[i:])]
-	}
+	st.log = slices.Delete(st.log, 0, i)
 	used := int64(len(st.log))
 	st.expire()
 	reset = max(st.expires-now, 0)
@@ -289,9 +277,7 @@ func (st *memState) bucketsCheck(count, n, now int64) (free, retry, reset int64)
 	for i < len(st.buckets) && st.buckets[i].index < oldest {
 		i++
 	}
-	if i > 0 {
-		st.buckets = st.buckets[:copy(st.buckets, st.buckets[i:])]
-	}
+	st.buckets = slices.Delete(st.buckets, 0, i)
 	var used int64
 	for _, b := range st.buckets {
 		used += b.count
@@ -360,12 +346,11 @@ func floorDiv(a, b int64) int64 {
 	return q
 }
 
-// Allow decides r as decide in algorithms.lua does: every limit is checked
-// first, then r.N units are recorded under all of them (r.Commit set and
-// every limit admits) or under none. A blocked key is denied under every
-// limit, with a retry and reset of at least the block's time left. A
-// committed denial of a key that is not blocked counts towards r.Penalty;
-// the one that reaches it bans the key. It returns no error.
+// Allow decides r as decide in algorithms.lua does: every limit is checked,
+// then r.N units are recorded under all (r.Commit set, every limit admits)
+// or none. A blocked key is denied under every limit, with a retry and
+// reset of at least the block's time left. A committed denial of a key not
+// blocked counts towards r.Penalty; the one that reaches it bans the key.
 func (s *Store) Allow(_ context.Context, r store.Request) (store.Decision, error) {
 	sh, key, now := s.lock(r.Key, r.Now)
 	defer sh.unlock(key, now)
@@ -401,9 +386,8 @@ func (s *Store) Allow(_ context.Context, r store.Request) (store.Decision, error
 	return d, nil
 }
 
-// penalize mirrors penalize in algorithms.lua: it counts a denial of key
-// and bans the key at the penalty's count, returning the ban's µs (0:
-// none).
+// penalize mirrors penalize in algorithms.lua: it counts a denial of key,
+// banning the key at the penalty's count; it returns the ban's µs (0: none).
 func (sh *memShard) penalize(key string, p store.Penalty, now int64) int64 {
 	mk := sh.keys[key]
 	if mk.denialsEnd <= now {
@@ -419,7 +403,7 @@ func (sh *memShard) penalize(key string, p store.Penalty, now int64) int64 {
 
 // Refund mirrors refund.lua: it gives back up to r.N units of r.Key under
 // every limit, those recorded at r.At or with r.At 0 the newest at or
-// before now, never below empty. It returns no error.
+// before now, never below empty.
 func (s *Store) Refund(_ context.Context, r store.Request) error {
 	sh, key, now := s.lock(r.Key, r.Now)
 	defer sh.unlock(key, now)
@@ -453,7 +437,7 @@ func (st *memState) refund(count, n, now, at int64) {
 			i--
 		}
 		given = int64(j - i)
-		st.log = append(st.log[:i], st.log[j:]...)
+		st.log = slices.Delete(st.log, i, j)
 	case store.SlidingBuckets:
 		st.bucketsCheck(count, 1, now) // drops the buckets that left
 		current := floorDiv(now, st.prec)
@@ -489,8 +473,8 @@ func (st *memState) refund(count, n, now, at int64) {
 
 // Reserve mirrors reserve.lua: it records r.N units at the earliest time
 // they fit under every limit (all store.SlidingLog), counting reservations
-// already made and placed after any block of the key, unless that is more
-// than longest µs from now (longest < 0: no bound). It returns no error.
+// already made and after any block of the key, unless that is more than
+// longest µs from now (longest < 0: no bound).
 func (s *Store) Reserve(_ context.Context, r store.Request, longest int64) (store.Reservation, error) {
 	sh, key, now := s.lock(r.Key, r.Now)
 	defer sh.unlock(key, now)
@@ -514,7 +498,7 @@ func (s *Store) Reserve(_ context.Context, r store.Request, longest int64) (stor
 }
 
 // Release mirrors release.lua: it removes up to r.N units at res.At under
-// every limit of r. It returns no error.
+// every limit of r.
 func (s *Store) Release(_ context.Context, r store.Request, res store.Reservation) error {
 	sh, key, now := s.lock(r.Key, r.Now)
 	defer sh.unlock(key, now)
@@ -526,7 +510,7 @@ func (s *Store) Release(_ context.Context, r store.Request, res store.Reservatio
 			for j < len(st.log) && j-i < int(r.N) && st.log[j] == res.At {
 				j++
 			}
-			st.log = append(st.log[:i], st.log[j:]...)
+			st.log = slices.Delete(st.log, i, j)
 			st.expire()
 		}
 	}
@@ -534,7 +518,7 @@ func (s *Store) Release(_ context.Context, r store.Request, res store.Reservatio
 }
 
 // Block mirrors block.lua: r.Key is exhausted under any limits for d from
-// now, unless it is blocked longer already. It returns no error.
+// now, unless it is blocked longer already.
 func (s *Store) Block(_ context.Context, r store.Request, d time.Duration) error {
 	sh, key, now := s.lock(r.Key, r.Now)
 	defer sh.unlock(key, now)
@@ -544,7 +528,7 @@ func (s *Store) Block(_ context.Context, r store.Request, d time.Duration) error
 }
 
 // Reset mirrors reset.lua: it forgets every unit of r.Key under r.Limits,
-// its block and its penalty's denials. It returns no error.
+// its block and its penalty's denials.
 func (s *Store) Reset(_ context.Context, r store.Request) error {
 	sh, key, now := s.lock(r.Key, r.Now)
 	defer sh.unlock(key, now)
