@@ -108,6 +108,37 @@ func (l *Limiter) storeTime() int64 {
 	return l.micros()
 }
 
+// Check reports whether the Limiter can do its job: nil only when Redis is
+// reachable, accepts this client's credentials, lets it run the scripts
+// (EVAL and EVALSHA) on keys under the Limiter's prefix, takes a write
+// there (one small key with a 1s TTL), and will not evict the Limiter's
+// keys: maxmemory is 0, or maxmemory-policy is noeviction (every key has a
+// TTL, so volatile-* policies evict them too, and an evicted key lets more
+// requests pass than the limit).
+//
+// Call it at start-up and in readiness probes: New does not contact Redis,
+// and the failure mode hides a Redis that refuses every call. On a Cluster
+// it checks every master, on a Ring every shard. The memory Limiter always
+// passes.
+//
+// A Redis that refuses the write (memory above maxmemory under noeviction,
+// a read-only replica, a failed save) is an error that matches ErrNoWrites
+// and says what to do. An eviction policy that would evict matches
+// ErrEvictionPolicy. When the policy cannot be read (an ACL forbids both
+// CONFIG GET and INFO, or the server has neither, as miniredis), the error
+// matches ErrCheckIncomplete and says why. Other errors wrap Redis's own
+// (WRONGPASS, NOPERM, a refused dial).
+//
+// Check also loads the scripts that decisions run (about 130 KB), so that
+// a Redis that cannot take them fails Check, with an error that matches
+// ErrNoWrites, rather than the first decision. A nil ctx is an error.
+func (l *Limiter) Check(ctx context.Context) error {
+	if ctx == nil {
+		return errors.New("ratewindow: check: nil context")
+	}
+	return l.guard.next.Check(ctx)
+}
+
 // Allow reports whether one unit under every limit fits now, and records it
 // under all of them when it does. A denied request records nothing.
 //
@@ -229,13 +260,9 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 	if l.cache != nil && commit {
 		ck = store.HeldKey(key)
 		r, hit, p, err := l.cached(ctx, ck, n, limits, pen, deadline)
-		switch {
-		case err != nil:
-			l.observe(Event{Op: op, Rule: rule, Key: key, Err: err}, start)
-			return Result{}, 0, err
-		case hit:
-			l.observe(Event{Op: op, Rule: rule, Key: key, Result: r, CacheHit: true}, start)
-			return r, 0, nil
+		if hit || err != nil { // err: ctx's, and r is zero
+			l.observe(Event{Op: op, Rule: rule, Key: key, Result: r, Err: err, CacheHit: hit}, start)
+			return r, 0, err
 		}
 		probing, cachedAt = p, l.now().UnixNano()
 	}
@@ -323,10 +350,8 @@ func (l *Limiter) cached(ctx context.Context, key string, n int64, limits []Limi
 		case <-ctx.Done():
 			return Result{}, false, nil, ctx.Err()
 		case <-bound:
-			if r, ok := l.cache.last(key, n, limits, l.now().UnixNano()); ok {
-				return r, true, nil, nil
-			}
-			return Result{}, false, nil, nil
+			r, ok := l.cache.last(key, n, limits, l.now().UnixNano())
+			return r, ok, nil, nil
 		}
 	}
 }
@@ -457,6 +482,25 @@ func (l *Limiter) Wait(ctx context.Context, key string, limits ...Limit) error {
 	return l.WaitN(ctx, key, 1, limits...)
 }
 
+// Throttle calls fn(ctx) once one unit under every limit is free for key,
+// as Wait does, and returns its result: the throttler for any function,
+// such as a call to an API whose quota every replica shares. When Wait
+// gives up, fn is not called and Wait's error is returned with the zero T.
+// For a call that costs several units, call WaitN and then the function.
+func Throttle[T any](ctx context.Context, l *Limiter, key string, limits []Limit, fn func(context.Context) (T, error)) (T, error) {
+	var zero T
+	switch {
+	case l == nil:
+		return zero, errors.New("ratewindow: Throttle: nil Limiter")
+	case fn == nil:
+		return zero, errors.New("ratewindow: Throttle: nil function")
+	}
+	if err := l.Wait(ctx, key, limits...); err != nil {
+		return zero, err
+	}
+	return fn(ctx)
+}
+
 // WaitN blocks until n units fit under every limit, and records them.
 //
 // When every limit is SlidingLog, one script call records the units at the
@@ -525,17 +569,12 @@ func (l *Limiter) reserveAndSleep(ctx context.Context, r store.Request) (time.Du
 	} else {
 		err = sleep(ctx, wait)
 	}
-	if err != nil {
-		l.release(ctx, r, res)
+	if err != nil { // give the reservation back, best effort, though ctx may be done
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultWaitTimeout)
+		_ = l.guard.release(rctx, r, res)
+		cancel()
 	}
 	return wait, res.failed, err
-}
-
-// release gives a reservation back, best effort, though ctx may be done.
-func (l *Limiter) release(ctx context.Context, r store.Request, res reservation) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultWaitTimeout)
-	_ = l.guard.release(rctx, r, res)
-	cancel()
 }
 
 // poll asks until n units of key fit under limits, sleeping RetryAfter and

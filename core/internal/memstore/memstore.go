@@ -42,13 +42,12 @@ type memShard struct {
 	keys map[string]*memKey
 }
 
-// memKey holds the state of every limit used with one key.
+// memKey holds the state of every limit used with one key; times in µs.
 type memKey struct {
-	states  []*memState
-	blocked int64 // µs; the end of the key's block, 0: none
-	// denials counted towards the key's penalty until denialsEnd (µs)
-	denials, denialsEnd int64
-	expires             int64 // µs; the latest expiry of its states, block and denials
+	states              []*memState
+	blocked             int64 // the end of the key's block, 0: none
+	denials, denialsEnd int64 // the penalty's count, until denialsEnd
+	expires             int64 // the latest of its states', block's and denials' ends
 }
 
 // memState is one limit's state: the fields of its algorithm are used.
@@ -63,8 +62,8 @@ type memState struct {
 
 type bucket struct{ index, count int64 }
 
-// New returns an empty memory store. clock is the time in µs since the
-// epoch, read for a Request whose Now is 0.
+// New returns an empty memory store; clock (µs since the epoch) is read for
+// a Request whose Now is 0.
 func New(clock func() int64) *Store {
 	s := &Store{seed: maphash.MakeSeed(), clock: clock}
 	for i := range s.shards {
@@ -100,7 +99,7 @@ func (s *Store) lock(key string, now int64) (*memShard, string, int64) {
 // sweepKeys keys (in random map order), again while more than a quarter
 // of a sample had expired, at most sweepRounds times.
 func (sh *memShard) sweep(now int64) {
-	for round := 0; round < sweepRounds; round++ {
+	for range sweepRounds {
 		sampled, expired := 0, 0
 		for k, mk := range sh.keys {
 			if mk.expires <= now {
@@ -121,10 +120,8 @@ func (sh *memShard) sweep(now int64) {
 // missing, and the µs the key stays blocked (0: not blocked).
 func (sh *memShard) states(key string, limits []store.Limit, now int64, dst []*memState) ([]*memState, int64) {
 	mk := sh.key(key)
-	var blocked int64
-	if mk.blocked > now {
-		blocked = mk.blocked - now
-	} else {
+	blocked := max(mk.blocked-now, 0)
+	if blocked == 0 {
 		mk.blocked = 0
 	}
 	for _, l := range limits {
@@ -543,6 +540,37 @@ func (s *Store) Reset(_ context.Context, r store.Request) error {
 		}
 	}
 	return nil
+}
+
+// Keys returns the keys (in their held form) whose state is live at now
+// (µs; math.MinInt64: every key held, expired ones not yet dropped
+// included), for tests and diagnostics.
+func (s *Store) Keys(now int64) []string {
+	var keys []string
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for k, mk := range sh.keys {
+			if mk.expires > now {
+				keys = append(keys, k)
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return keys
+}
+
+// Units returns how many units key's sliding log of l holds, reservations
+// included, expired ones not yet dropped included.
+func (s *Store) Units(key string, l store.Limit) int64 {
+	key = store.HeldKey(key)
+	sh := s.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if st := sh.keys[key].find(l); st != nil {
+		return int64(len(st.log))
+	}
+	return 0
 }
 
 // Check reports nil: the memory store has nothing to check.
