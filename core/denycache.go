@@ -32,17 +32,16 @@ const (
 )
 
 type denyShard struct {
-	mu   sync.Mutex
-	m    map[string][]denial
-	n    int // denials held
-	size int // the most it may hold
+	mu      sync.Mutex
+	m       map[string][]denial
+	n, size int // denials held, and the most it may hold
 }
 
 type denial struct {
 	n      int64
 	limits []Limit
 	until  int64 // ns on the Limiter's clock: asked again from then on
-	ends   int64 // ns on the Limiter's clock: when the denial's RetryAfter ends
+	ends   int64 // ns on the Limiter's clock: when its RetryAfter ends
 	result Result
 	probe  *probe // the request asking the backend again; nil: none
 }
@@ -71,13 +70,12 @@ func (c *denyCache) shard(key string) *denyShard {
 func (c *denyCache) get(key string, n int64, limits []Limit, now int64) (r Result, ok bool, p *probe, wait bool) {
 	sh, d := c.locked(key, n, limits)
 	defer sh.mu.Unlock()
-	if d == nil {
+	switch {
+	case d == nil:
 		return Result{}, false, nil, false
-	}
-	if now < d.until {
+	case now < d.until:
 		return d.countedDown(now, 0), true, nil, false
-	}
-	if d.probe != nil {
+	case d.probe != nil:
 		return Result{}, false, d.probe, true
 	}
 	d.probe = &probe{done: make(chan struct{})}

@@ -25,19 +25,16 @@ import (
 // NewMemory) within the Limiter's timeout; when Redis fails, the failure
 // mode answers (see WithTimeout and WithFailureMode).
 type Limiter struct {
-	// A decision goes through the Limiter (validation, deny cache, observer,
-	// binding limit), its guard (breaker, health rule, failure mode), then
-	// the store (internal/store: redisstore or memstore).
+	// layers: the Limiter (validation, deny cache, observer, binding limit),
+	// its guard (breaker, health rule, failure mode), the store
 	guard    *guard
 	timeout  time.Duration // bounds each decision's call to Redis
 	waitTime time.Duration // bounds each call of Wait
 	mode     FailureMode
 	clock    func() time.Time
 	cache    *denyCache
-	observer Observer // nil: none
-	// scratch holds *scratch: a Request's buffer on the stack would escape
-	// through the Store interface, one allocation a decision.
-	scratch sync.Pool
+	observer Observer  // nil: none
+	scratch  sync.Pool // of *scratch: one on the stack escapes via the Store interface
 }
 
 // New returns a Limiter that keeps its counts in Redis. rdb may be a
@@ -140,11 +137,10 @@ func (l *Limiter) Check(ctx context.Context) error {
 }
 
 // Allow reports whether one unit under every limit fits now, and records it
-// under all of them when it does. A denied request records nothing.
-//
-// The error is non-nil only when no decision was made: invalid arguments,
-// or ctx ending first. When Redis fails, the Limiter's failure mode
-// decides and the error is nil: Result.BackendErr then holds the failure.
+// under all of them when it does; a denial records nothing. The error is
+// non-nil only when no decision was made: invalid arguments, or ctx ending
+// first. When Redis fails, the failure mode decides and the error is nil:
+// Result.BackendErr holds the failure.
 func (l *Limiter) Allow(ctx context.Context, key string, limits ...Limit) (Result, error) {
 	return l.AllowN(ctx, key, 1, limits...)
 }
@@ -208,13 +204,12 @@ const MaxBlock = MaxWindow
 
 // Block makes key exhausted under any limits for d, on every replica:
 // until then Allow, AllowN and Peek deny it with RetryAfter of at least the
-// time left (recording nothing), Wait and WaitN wait it out, or return
-// ErrWaitExceedsDeadline at once when it outlasts ctx's deadline, and
-// reservations are placed after it. A later Block never shortens an earlier
-// one; Reset lifts it. It is stored beside the key's limits (the same Redis
-// Cluster hash tag) and expires when it ends. d must be in (0, MaxBlock]; a
-// Redis failure is returned, as no failure mode answers for Block. Under
-// FailLocal the local store is blocked too.
+// time left, Wait and WaitN wait it out (or return ErrWaitExceedsDeadline
+// at once when it outlasts ctx's deadline), and reservations are placed
+// after it. A later Block never shortens an earlier one; Reset lifts it. It
+// is stored beside the key's limits (same Cluster hash tag) and expires
+// when it ends. d must be in (0, MaxBlock]; a Redis failure is returned
+// (no failure mode answers). Under FailLocal the local store is blocked too.
 func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) error {
 	switch {
 	case key == "":
@@ -428,9 +423,8 @@ func (l *Limiter) answer(ctx context.Context, req store.Request, limits []Limit,
 }
 
 // result turns d, a decision on limits, into a Result with its binding
-// limit: when denied, the limit with the longest retry (never is
-// longest); when allowed, or on a tie, the one with the fewest units
-// remaining, then the latest reset; on a full tie, the first.
+// limit: when denied, the longest retry (never is longest); when allowed or
+// tied, the fewest units remaining, then the latest reset, then the first.
 func result(d *store.Decision, limits []Limit, backendErr error) Result {
 	b := 0
 	for i := 1; i < len(limits); i++ {
@@ -455,25 +449,16 @@ func result(d *store.Decision, limits []Limit, backendErr error) Result {
 	return r
 }
 
-// binds reports whether a limit's state s binds rather than cur's (see
-// result). allowed is the decision over all limits.
+// binds reports whether state s binds rather than cur (see result).
 func binds(allowed bool, s, cur store.State) bool {
-	if !allowed {
-		if r, c := retryRank(s.Retry), retryRank(cur.Retry); r != c {
-			return r > c
-		}
+	// as uint64, a Retry of -1 (never) is longer than any other
+	if r, c := uint64(s.Retry), uint64(cur.Retry); !allowed && r != c {
+		return r > c
 	}
 	if r, c := max(s.Remaining, 0), max(cur.Remaining, 0); r != c {
 		return r < c
 	}
 	return max(s.Reset, 0) > max(cur.Reset, 0)
-}
-
-func retryRank(retry int64) int64 {
-	if retry < 0 {
-		return 1<<63 - 1
-	}
-	return retry
 }
 
 // Wait blocks until one unit fits under every limit, and records it: the
@@ -482,11 +467,10 @@ func (l *Limiter) Wait(ctx context.Context, key string, limits ...Limit) error {
 	return l.WaitN(ctx, key, 1, limits...)
 }
 
-// Throttle calls fn(ctx) once one unit under every limit is free for key,
-// as Wait does, and returns its result: the throttler for any function,
-// such as a call to an API whose quota every replica shares. When Wait
-// gives up, fn is not called and Wait's error is returned with the zero T.
-// For a call that costs several units, call WaitN and then the function.
+// Throttle calls fn(ctx) once Wait lets one unit of key through, and returns
+// its result: the throttler for any function, such as a call to an API whose
+// quota every replica shares. When Wait gives up, fn is not called and
+// Wait's error is returned. For several units, call WaitN, then fn.
 func Throttle[T any](ctx context.Context, l *Limiter, key string, limits []Limit, fn func(context.Context) (T, error)) (T, error) {
 	var zero T
 	switch {
@@ -520,7 +504,7 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64, limits ...Limi
 	return l.waitN(ctx, "", key, n, limits)
 }
 
-// waitN is WaitN for the rule named rule (for observers).
+// waitN is WaitN for the rule named rule.
 func (l *Limiter) waitN(ctx context.Context, rule, key string, n int64, limits []Limit) error {
 	if err := validate(key, n, limits); err != nil {
 		return err

@@ -202,11 +202,14 @@ func (st *memState) clear() {
 func (st *memState) check(count, n, now int64) (free, retry, reset int64) {
 	switch st.alg {
 	case store.SlidingLog:
-		return st.logCheck(count, n, now)
+		free, retry = st.logCheck(count, n, now)
 	case store.SlidingBuckets:
-		return st.bucketsCheck(count, n, now)
+		free, retry = st.bucketsCheck(count, n, now)
+	default:
+		free, retry = st.counterCheck(count, n, now)
 	}
-	return st.counterCheck(count, n, now)
+	st.expire()
+	return free, retry, max(st.expires-now, 0)
 }
 
 // add mirrors the *_add functions of algorithms.lua; it returns the reset.
@@ -249,7 +252,9 @@ func (st *memState) expire() {
 	}
 }
 
-func (st *memState) logCheck(count, n, now int64) (free, retry, reset int64) {
+// logCheck, bucketsCheck and counterCheck drop what left the window and
+// return the units free and the retry; check sets the expiry.
+func (st *memState) logCheck(count, n, now int64) (free, retry int64) {
 	// Scan from the front rather than bisect: usually no unit or one has
 	// left since the last call.
 	i := 0
@@ -258,17 +263,15 @@ func (st *memState) logCheck(count, n, now int64) (free, retry, reset int64) {
 	}
 	st.log = slices.Delete(st.log, 0, i)
 	used := int64(len(st.log))
-	st.expire()
-	reset = max(st.expires-now, 0)
 	if k := count - n + 1; k <= 0 {
 		retry = -1
 	} else if used >= k {
 		retry = st.log[used-k] + st.window - now
 	}
-	return max(count-used, 0), retry, reset
+	return max(count-used, 0), retry
 }
 
-func (st *memState) bucketsCheck(count, n, now int64) (free, retry, reset int64) {
+func (st *memState) bucketsCheck(count, n, now int64) (free, retry int64) {
 	oldest := floorDiv(now-st.window, st.prec)
 	i := 0 // from the front, as in logCheck
 	for i < len(st.buckets) && st.buckets[i].index < oldest {
@@ -279,8 +282,6 @@ func (st *memState) bucketsCheck(count, n, now int64) (free, retry, reset int64)
 	for _, b := range st.buckets {
 		used += b.count
 	}
-	st.expire()
-	reset = max(st.expires-now, 0)
 	if n > count {
 		retry = -1
 	} else if over := used + n - count; over > 0 {
@@ -291,7 +292,7 @@ func (st *memState) bucketsCheck(count, n, now int64) (free, retry, reset int64)
 			}
 		}
 	}
-	return max(count-used, 0), retry, reset
+	return max(count-used, 0), retry
 }
 
 // roll moves the counter to the fixed window of now and returns its index.
@@ -310,15 +311,13 @@ func (st *memState) roll(now int64) int64 {
 
 // counterCheck computes in float64, as the Lua script does in its doubles:
 // Count × Window in µs overflows int64 for large limits.
-func (st *memState) counterCheck(count, n, now int64) (free, retry, reset int64) {
+func (st *memState) counterCheck(count, n, now int64) (free, retry int64) {
 	c := st.roll(now)
 	w, prev, cur := st.window, st.prev, st.cur
 	elapsed := now - c*w
 	fw, fcount := float64(w), float64(count)
 	weighted := float64(prev) * float64(w-elapsed)
 	free = int64(max(min(math.Floor((fcount*fw-weighted-float64(cur)*fw)/fw), fcount), 0))
-	st.expire()
-	reset = max(st.expires-now, 0)
 	switch {
 	case n > count:
 		retry = -1
@@ -332,7 +331,7 @@ func (st *memState) counterCheck(count, n, now int64) (free, retry, reset int64)
 		e := w - int64(math.Floor(float64(count-n)*fw/float64(cur)))
 		retry = (c+1)*w - now + e
 	}
-	return free, retry, reset
+	return free, retry
 }
 
 func floorDiv(a, b int64) int64 {
@@ -427,14 +426,10 @@ func (st *memState) refund(count, n, now, at int64) {
 			}
 			lo, hi = at-1, at
 		}
-		// the units in (lo, hi], the newest first
+		// the newest n units in (lo, hi]
+		i, _ := slices.BinarySearch(st.log, lo+1)
 		j, _ := slices.BinarySearch(st.log, hi+1)
-		i := j
-		for i > 0 && st.log[i-1] > lo && int64(j-i) < n {
-			i--
-		}
-		given = int64(j - i)
-		st.log = slices.Delete(st.log, i, j)
+		st.log = slices.Delete(st.log, max(i, j-int(min(n, int64(j)))), j)
 	case store.SlidingBuckets:
 		st.bucketsCheck(count, 1, now) // drops the buckets that left
 		current := floorDiv(now, st.prec)
@@ -460,9 +455,7 @@ func (st *memState) refund(count, n, now, at int64) {
 			st.cur -= given
 		}
 		if fromPrev {
-			take := min(n-given, st.prev)
-			st.prev -= take
-			given += take
+			st.prev -= min(n-given, st.prev)
 		}
 	}
 	st.expire()
@@ -503,11 +496,8 @@ func (s *Store) Release(_ context.Context, r store.Request, res store.Reservatio
 	for _, l := range r.Limits {
 		if st := mk.find(l); st != nil {
 			i, _ := slices.BinarySearch(st.log, res.At)
-			j := i
-			for j < len(st.log) && j-i < int(r.N) && st.log[j] == res.At {
-				j++
-			}
-			st.log = slices.Delete(st.log, i, j)
+			j, _ := slices.BinarySearch(st.log, res.At+1)
+			st.log = slices.Delete(st.log, max(i, j-int(r.N)), j) // r.N of the units at res.At
 			st.expire()
 		}
 	}
