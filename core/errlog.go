@@ -16,8 +16,7 @@ type ruleError struct {
 }
 
 func (e ruleError) Error() string {
-	msg, _ := strings.CutPrefix(e.err.Error(), "ratewindow: ")
-	return "ratewindow: rule " + e.rule + ": " + msg
+	return "ratewindow: rule " + e.rule + ": " + strings.TrimPrefix(e.err.Error(), "ratewindow: ")
 }
 
 func (e ruleError) Unwrap() error { return e.err }

@@ -107,28 +107,23 @@ func (l *Limiter) storeTime() int64 {
 
 // Check reports whether the Limiter can do its job: nil only when Redis is
 // reachable, accepts this client's credentials, lets it run the scripts
-// (EVAL and EVALSHA) on keys under the Limiter's prefix, takes a write
-// there (one small key with a 1s TTL), and will not evict the Limiter's
-// keys: maxmemory is 0, or maxmemory-policy is noeviction (every key has a
-// TTL, so volatile-* policies evict them too, and an evicted key lets more
-// requests pass than the limit).
-//
+// (EVAL, EVALSHA) on keys under the Limiter's prefix, takes a write there
+// (a small key with a 1s TTL), loads the scripts decisions run (about 130
+// KB), and will not evict the Limiter's keys: maxmemory is 0 or
+// maxmemory-policy is noeviction (every key has a TTL, so volatile-*
+// policies evict them too, and an evicted key lets more requests through).
 // Call it at start-up and in readiness probes: New does not contact Redis,
 // and the failure mode hides a Redis that refuses every call. On a Cluster
-// it checks every master, on a Ring every shard. The memory Limiter always
+// it checks every master, on a Ring every shard; the memory Limiter always
 // passes.
 //
-// A Redis that refuses the write (memory above maxmemory under noeviction,
-// a read-only replica, a failed save) is an error that matches ErrNoWrites
-// and says what to do. An eviction policy that would evict matches
-// ErrEvictionPolicy. When the policy cannot be read (an ACL forbids both
-// CONFIG GET and INFO, or the server has neither, as miniredis), the error
-// matches ErrCheckIncomplete and says why. Other errors wrap Redis's own
-// (WRONGPASS, NOPERM, a refused dial).
-//
-// Check also loads the scripts that decisions run (about 130 KB), so that
-// a Redis that cannot take them fails Check, with an error that matches
-// ErrNoWrites, rather than the first decision. A nil ctx is an error.
+// A refused write or script load (memory above maxmemory under
+// noeviction, a read-only replica, a failed save) matches ErrNoWrites and
+// says what to do; a policy that would evict matches ErrEvictionPolicy; a
+// policy that cannot be read (an ACL forbids CONFIG GET and INFO, or the
+// server has neither, as miniredis) matches ErrCheckIncomplete and says
+// why. Other errors wrap Redis's own (WRONGPASS, NOPERM, a refused dial).
+// A nil ctx is an error.
 func (l *Limiter) Check(ctx context.Context) error {
 	if ctx == nil {
 		return errors.New("ratewindow: check: nil context")
@@ -173,16 +168,12 @@ func (l *Limiter) Reset(ctx context.Context, key string, limits ...Limit) error 
 }
 
 // Refund gives back n units of key under every limit: units recorded
-// within the last window, the newest first (never reservations in the
-// future), never going below empty. It undoes a charge, such as a login
-// counter after the login succeeded; Rule.CountIf is built on it. Redis
-// reflects it at once for every replica; this Limiter's cached denials of
-// key are forgotten, another replica's within a second (see WithDenyCache).
-//
-// On a sliding log the newest units go, which may be another overlapping
-// request's: the count is the same and the units left are older, so the
-// limit frees up no later. A Redis failure is returned: no failure mode
-// answers for Refund.
+// within the last window, the newest first (on a sliding log maybe another
+// overlapping request's: the limit frees up no later), never reservations
+// in the future, never below empty. It undoes a charge, as Rule.CountIf
+// does. Redis reflects it at once for every replica; this Limiter forgets
+// its cached denials of key, another replica within a second (see
+// WithDenyCache). A Redis failure is returned: no failure mode answers.
 func (l *Limiter) Refund(ctx context.Context, key string, n int64, limits ...Limit) error {
 	if err := validate(key, n, limits); err != nil {
 		return err
@@ -351,8 +342,7 @@ func (l *Limiter) cached(ctx context.Context, key string, n int64, limits []Limi
 	}
 }
 
-// started is a decision's start for its observer; zero, read from no
-// clock, without one.
+// started is a decision's start for its observer: zero, no clock read, without one.
 func (l *Limiter) started() (t time.Time) {
 	if l.observer != nil {
 		t = time.Now()
@@ -375,8 +365,8 @@ type scratch struct {
 }
 
 // request returns the store's Request for n units of key under limits,
-// bounded by within (0: not): its limits, and room for its states, in sc,
-// or with sc nil its limits in a slice of their own.
+// bounded by within (0: not), its limits and states' room in sc (nil: its
+// limits in a slice of their own).
 func (l *Limiter) request(key string, n int64, limits []Limit, sc *scratch, within time.Duration) store.Request {
 	r := store.Request{Key: key, N: n, Now: l.storeTime()}
 	if within > 0 {
@@ -393,10 +383,9 @@ func (l *Limiter) request(key string, n int64, limits []Limit, sc *scratch, with
 	return r
 }
 
-// answer turns the outcome of a decision's call (req on limits, kind k)
-// into its Result: the store's decision *d, or the failure mode's, put in
-// *d (FailLocal's Result names the limits with their Counts scaled). The
-// error is ctx's when the caller left.
+// answer turns a decision's call (req on limits, kind k) into its Result:
+// the store's decision *d, or the failure mode's, put in *d (FailLocal's
+// names the limits with their Counts scaled). The error is ctx's.
 func (l *Limiter) answer(ctx context.Context, req store.Request, limits []Limit, d *store.Decision, k kind, err error) (Result, error) {
 	switch k {
 	case succeeded:
@@ -404,9 +393,8 @@ func (l *Limiter) answer(ctx context.Context, req store.Request, limits []Limit,
 	case abandoned:
 		return Result{}, err
 	case overloaded:
-		var failure error
-		*d, failure = shed(req, err)
-		return result(d, limits, failure), nil
+		*d, err = shed(req, err)
+		return result(d, limits, err), nil
 	}
 	var failure error
 	if *d, failure, err = l.guard.fail(ctx, req, err); err != nil {
@@ -485,21 +473,18 @@ func Throttle[T any](ctx context.Context, l *Limiter, key string, limits []Limit
 	return fn(ctx)
 }
 
-// WaitN blocks until n units fit under every limit, and records them.
-//
-// When every limit is SlidingLog, one script call records the units at the
+// WaitN blocks until n units fit under every limit, and records them. When
+// every limit is SlidingLog, one script call records the units at the
 // earliest time they fit, counting every replica's reservations, and WaitN
-// sleeps once: callers are served in order. Other algorithms poll: sleep
-// RetryAfter plus a little jitter, then try again.
+// sleeps once: callers are served in order. Other algorithms poll, sleeping
+// RetryAfter plus a little jitter.
 //
 // If the units cannot start before ctx's deadline, WaitN records nothing
 // and returns ErrWaitExceedsDeadline at once; if they never fit (n above a
-// Count) it returns ErrNeverFits. If ctx is cancelled while waiting, the
-// reservation is given back and ctx's error is returned.
-//
-// When Redis fails, the failure mode decides, as for Allow: FailOpen
-// returns nil at once (the observer sees the failure), FailClosed returns
-// the failure, FailLocal waits on this process's share of the limits.
+// Count), ErrNeverFits. If ctx is cancelled while waiting, the reservation
+// is given back and ctx's error returned. When Redis fails, the failure
+// mode decides: FailOpen returns nil at once (the observer sees the
+// failure), FailClosed the failure, FailLocal waits on this process's share.
 func (l *Limiter) WaitN(ctx context.Context, key string, n int64, limits ...Limit) error {
 	return l.waitN(ctx, "", key, n, limits)
 }
@@ -510,11 +495,8 @@ func (l *Limiter) waitN(ctx context.Context, rule, key string, n int64, limits [
 		return err
 	}
 	start := l.started()
-	var (
-		wait   time.Duration
-		failed error // the failure the failure mode answered
-		err    error
-	)
+	var wait time.Duration
+	var failed, err error // failed: the failure the failure mode answered
 	if !slices.ContainsFunc(limits, func(l Limit) bool { return l.Algorithm != SlidingLog }) {
 		wait, failed, err = l.reserveAndSleep(ctx, l.request(key, n, limits, nil, l.waitTime))
 	} else {
@@ -564,11 +546,9 @@ func (l *Limiter) reserveAndSleep(ctx context.Context, r store.Request) (time.Du
 // poll asks until n units of key fit under limits, sleeping RetryAfter and
 // some jitter between tries.
 func (l *Limiter) poll(ctx context.Context, key string, n int64, limits []Limit) (time.Duration, error, error) {
-	var (
-		waited time.Duration
-		failed error
-		buf    scratch
-	)
+	var waited time.Duration
+	var failed error
+	var buf scratch
 	for {
 		req := l.request(key, n, limits, &buf, l.waitTime) // FailLocal scales its limits
 		req.Commit = true

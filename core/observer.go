@@ -12,9 +12,8 @@ const (
 	OpAllow Op = iota // Allow, AllowN and the HTTP middleware
 	OpPeek            // Peek
 	OpWait            // Wait and WaitN (one event per call)
-	// OpRefused: an upstream refused a request sent through a throttler
-	// (nethttp.Transport); the key was blocked for Result.RetryAfter, and
-	// Event.Retried says whether the request goes again.
+	// OpRefused: an upstream refused a request (see Enforcer.Refused); the
+	// key was blocked for Result.RetryAfter.
 	OpRefused
 )
 
@@ -37,13 +36,11 @@ type Event struct {
 	// OpWait, Allowed reports that the caller may proceed and RetryAfter is
 	// the time waited.
 	Result Result
-	// Latency is the time the decision took, round trip and OpWait's wait
-	// included.
+	// Latency is the time the decision took (for OpWait, the wait included).
 	Latency time.Duration
 	// CacheHit reports that the deny cache answered without a round trip.
 	CacheHit bool
-	// Retried reports, for OpRefused, that the request goes again after the
-	// block.
+	// Retried reports, for OpRefused, that the request goes again after the block.
 	Retried bool
 	// Banned reports that this denial reached the Rule's Penalty: the key
 	// is banned from now on, on every replica, for Result.RetryAfter.
@@ -59,9 +56,8 @@ type Event struct {
 	Shed bool
 	// Fallback is the failure mode that answered, when Failed.
 	Fallback FailureMode
-	// Err is the backend's error when Failed, else the error returned to
-	// the caller, if any: the context's, and for OpWait also
-	// ErrWaitExceedsDeadline or ErrNeverFits.
+	// Err is the backend's error when Failed, else the error returned to the
+	// caller, if any (for OpWait, ErrWaitExceedsDeadline or ErrNeverFits too).
 	Err error
 }
 

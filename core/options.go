@@ -51,31 +51,30 @@ func WithClock(now func() time.Time) Option { return Option{func(c *config) { c.
 // answer, or the caller's context's deadline when sooner (then the caller
 // gets ctx's error and no decision). Waiting for another caller's probe of
 // a cached denial, the call to Redis and a retry all spend this one
-// budget, whatever the client's options (pool, dials, retries): a decision
-// takes at most the timeout plus this process's scheduling delay. Zero
-// means no bound beyond ctx. Default DefaultTimeout.
+// budget, whatever the client's options: a decision takes at most the
+// timeout plus this process's scheduling delay. Zero means no bound beyond
+// ctx. Default DefaultTimeout.
 //
-// When the budget runs out without Redis's answer:
-//   - a cached denial of the key, even an expired one, answers;
-//   - if Redis answered this client's other calls meanwhile, or this
-//     process was short of CPU (a goroutine waited half the budget to
-//     run), the decision is shed: denied as FailClosed denies, whatever the
-//     failure mode (the HTTP middleware answers 503 with Retry-After), with
-//     a Result.BackendErr that matches ErrShed. Redis may still have
-//     counted it. The circuit breaker does not count it;
-//   - otherwise the failure mode answers, and the timeout counts towards
-//     the circuit breaker (on a Cluster, the key's master's).
+// When the budget runs out without Redis's answer, a cached denial of the
+// key, even an expired one, answers. Else, if Redis answered this client's
+// other calls meanwhile or this process was short of CPU (a goroutine
+// waited half the budget to run), the decision is shed: denied as
+// FailClosed denies, whatever the failure mode (the HTTP middleware
+// answers 503 with Retry-After), with a Result.BackendErr matching ErrShed;
+// the circuit breaker does not count it, and Redis may have. Otherwise the
+// failure mode answers and the timeout counts towards the breaker (on a
+// Cluster, the key's master's).
 //
 // A call that failed without any reply (a broken connection) goes again
-// once while budget is left, but not under FailLocal, whose local decision
-// counts units. An error Redis answered (a script error, NOPERM, OOM,
-// TRYAGAIN, WRONGTYPE) is that decision's failure, answered by the failure
-// mode at once; it never opens the breaker for other keys.
+// once while budget is left, but not under FailLocal. An error Redis
+// answered (a script error, NOPERM, OOM, TRYAGAIN, WRONGTYPE) is that
+// decision's failure, answered by the failure mode at once; it never opens
+// the breaker for other keys.
 //
 // A *redis.Client without ContextTimeoutEnabled (the go-redis default)
 // sends decisions through a clone of itself with it enabled, which shares
-// its connections but runs none of its hooks: for hooks (tracing,
-// metrics) that see every call, set ContextTimeoutEnabled.
+// its connections but runs none of its hooks: for hooks that see every
+// call, set ContextTimeoutEnabled.
 func WithTimeout(d time.Duration) Option { return Option{func(c *config) { c.timeout = d }} }
 
 // DefaultWaitTimeout bounds each call to Redis made by Wait and WaitN.
@@ -122,24 +121,20 @@ var failureModes = [...]string{"fail-open", "fail-closed", "fail-local"}
 // itself. Default FailOpen. FailLocal needs WithLocalShare.
 func WithFailureMode(m FailureMode) Option { return Option{func(c *config) { c.mode = m }} }
 
-// WithLocalShare sets the share of each limit's Count that this instance
-// admits on its own under FailLocal, in (0, 1]: 1/N for N replicas. The
-// scaled Count is never below 1. New validates it only under FailLocal;
-// NewMemory ignores it.
+// WithLocalShare sets the share of each limit's Count, in (0, 1], that this
+// instance admits on its own under FailLocal: 1/N for N replicas. The
+// scaled Count is never below 1. New validates it only under FailLocal.
 func WithLocalShare(share float64) Option { return Option{func(c *config) { c.share = share }} }
 
 // WithDenyCache sets how many denials the Limiter remembers, answering
-// repeat requests without a round trip until their RetryAfter has passed,
-// or for one second, whichever is sooner. A change to the key's units
-// (Refund, Reset, a cancelled Wait) drops this Limiter's denials of the
-// key at once, and reaches another replica's cache within a second, when
-// its denial is asked of Redis again (one round trip a second per Limiter
-// for a denied hot key). Denials are kept per key, limits and cost (a
-// smaller cost or other limits go to Redis). When a denial is due, one
-// request of the key asks Redis while the others wait for its answer,
-// within their own timeout. When full, the cache evicts, preferring
-// expired denials. Zero turns it off. Default DefaultDenyCacheSize.
-// NewMemory has none.
+// repeats of the same key, limits and cost without a round trip until
+// their RetryAfter has passed or for one second, whichever is sooner.
+// Refund, Reset and a cancelled Wait drop this Limiter's denials of the key
+// at once; another replica's change reaches it within that second, when
+// the denial is asked of Redis again. When a denial is due, one request of
+// the key asks Redis while the others wait for its answer, within their
+// own timeout. When full, the cache evicts, preferring expired denials.
+// Zero turns it off. Default DefaultDenyCacheSize. NewMemory has none.
 //
 // Its memory is bounded whatever clients send (long keys are kept as
 // digests): about 430 bytes a denial under one limit, 2.5 KB at most

@@ -1,7 +1,6 @@
-// Package memstore is the memory backend of a Limiter: it runs the
-// algorithms of the Lua scripts (redisstore/lua/algorithms.lua) in Go on
-// state kept in the process, with the same numbers (package storetest is
-// the suite both backends pass). It implements store.Store.
+// Package memstore is a Limiter's memory backend (a store.Store): the
+// algorithms of redisstore/lua/algorithms.lua in Go, with the same numbers
+// (package storetest is the suite both backends pass).
 package memstore
 
 import (
@@ -17,12 +16,10 @@ import (
 	"github.com/ratewindow/ratewindow/core/internal/store"
 )
 
-// Store runs the algorithms of the Lua scripts in Go, for one process. It
-// is safe for concurrent use: keys are spread over mutex-guarded shards.
-// Expired state is dropped when a key is touched, and a few keys of a
-// shard are checked every sweepEvery-th call, so memory follows the live
-// keys. Keys are held in store.HeldKey's form (a long key as its digest).
-// It never waits and never fails: its methods return no error.
+// Store is safe for concurrent use: keys, held in store.HeldKey's form, are
+// spread over mutex-guarded shards. Expired state is dropped when a key is
+// touched, and a few keys of a shard every sweepEvery-th call, so memory
+// follows the live keys. It never waits and its methods return no error.
 type Store struct {
 	seed   maphash.Seed
 	clock  func() int64 // µs since the epoch
@@ -148,8 +145,7 @@ func (sh *memShard) key(key string) *memKey {
 	return mk
 }
 
-// find returns the state of limit l, or nil; a nil mk (a key without
-// state) has none.
+// find returns the state of limit l, or nil (always for a nil mk).
 func (mk *memKey) find(l store.Limit) *memState {
 	if mk == nil {
 		return nil
@@ -163,8 +159,7 @@ func (mk *memKey) find(l store.Limit) *memState {
 	return nil
 }
 
-// statePrecision is the bucket length in µs that tells states apart: only
-// SlidingBuckets has one.
+// statePrecision is SlidingBuckets' bucket length in µs, else 0.
 func statePrecision(l store.Limit) int64 {
 	if l.Algorithm == store.SlidingBuckets {
 		return l.Step().Microseconds()
@@ -398,8 +393,7 @@ func (sh *memShard) penalize(key string, p store.Penalty, now int64) int64 {
 }
 
 // Refund mirrors refund.lua: it gives back up to r.N units of r.Key under
-// every limit, those recorded at r.At or with r.At 0 the newest at or
-// before now, never below empty.
+// every limit, those at r.At or with r.At 0 the newest up to now.
 func (s *Store) Refund(_ context.Context, r store.Request) error {
 	sh, key, now := s.lock(r.Key, r.Now)
 	defer sh.unlock(key, now)
@@ -412,8 +406,7 @@ func (s *Store) Refund(_ context.Context, r store.Request) error {
 	return nil
 }
 
-// refund gives back up to n units recorded within the window: those at
-// time at, or with at 0 the newest at or before now.
+// refund is Refund for one limit's state.
 func (st *memState) refund(count, n, now, at int64) {
 	var given int64
 	switch st.alg {
@@ -532,9 +525,8 @@ func (s *Store) Reset(_ context.Context, r store.Request) error {
 	return nil
 }
 
-// Keys returns the keys (in their held form) whose state is live at now
-// (µs; math.MinInt64: every key held, expired ones not yet dropped
-// included), for tests and diagnostics.
+// Keys returns, for tests, the held keys live at now (µs; math.MinInt64:
+// every key held, expired ones not yet dropped included).
 func (s *Store) Keys(now int64) []string {
 	var keys []string
 	for i := range s.shards {
@@ -550,8 +542,8 @@ func (s *Store) Keys(now int64) []string {
 	return keys
 }
 
-// Units returns how many units key's sliding log of l holds, reservations
-// included, expired ones not yet dropped included.
+// Units returns, for tests, how many units key's sliding log of l holds,
+// reservations and expired ones not yet dropped included.
 func (s *Store) Units(key string, l store.Limit) int64 {
 	key = store.HeldKey(key)
 	sh := s.shard(key)
