@@ -141,8 +141,7 @@ func (c *denyCache) put(key string, n int64, limits []Limit, now int64, r Result
 	if r.Allowed || r.RetryAfter <= 0 {
 		return
 	}
-	ends := now + int64(r.RetryAfter)
-	until := now + int64(min(r.RetryAfter, denyRecheck))
+	ends, until := now+int64(r.RetryAfter), now+int64(min(r.RetryAfter, denyRecheck))
 	sh, d := c.locked(key, n, limits)
 	defer sh.mu.Unlock()
 	if d != nil { // a probe, if any, settles itself
@@ -183,21 +182,16 @@ func (sh *denyShard) evict(keep string, now int64) {
 		if k == keep {
 			continue
 		}
-		if victim == "" {
+		expired := !slices.ContainsFunc(ds, func(d denial) bool { return now < d.ends })
+		if victim == "" || expired {
 			victim = k
 		}
-		if !slices.ContainsFunc(ds, func(d denial) bool { return now < d.ends }) { // all expired
-			victim = k
-			break
-		}
-		if probes++; probes == evictProbes {
+		if probes++; expired || probes == evictProbes {
 			break
 		}
 	}
-	if ds, ok := sh.m[victim]; ok {
-		sh.n -= len(ds)
-		delete(sh.m, victim)
-	}
+	sh.n -= len(sh.m[victim])
+	delete(sh.m, victim)
 }
 
 // forget drops every denial of key; a nil cache has none.

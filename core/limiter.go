@@ -96,8 +96,7 @@ func (l *Limiter) now() time.Time {
 // micros is the time in µs since the epoch on the Limiter's clock.
 func (l *Limiter) micros() int64 { return l.now().UnixMicro() }
 
-// storeTime is the store's Now: the injected clock, or 0 for the store's
-// own (Redis TIME).
+// storeTime is the store's Now: the injected clock, or 0 for Redis's TIME.
 func (l *Limiter) storeTime() int64 {
 	if l.clock == nil {
 		return 0
@@ -214,12 +213,10 @@ func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) error 
 
 // decide validates, consults the deny cache, asks the store through the
 // guard and picks the binding limit; rule names the Rule for observers, pen
-// is its Penalty or nil. It also returns the µs the store decided at (of
-// the units it recorded), 0 when unknown.
-//
-// A decision has one budget from when it is asked (WithTimeout's rule). A
-// call that failed without a reply goes again once while budget is left,
-// so one broken connection is not taken for an outage; but a cached denial
+// is its Penalty or nil. It also returns the µs the store decided at (0:
+// unknown). One budget runs from when the decision is asked (WithTimeout):
+// a call that failed without a reply goes again once while budget is left,
+// so one broken connection is not taken for an outage, but a cached denial
 // of the key, even an expired one, answers at once, so a limit holds under
 // a flood.
 func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, limits []Limit, pen *Penalty) (Result, int64, error) {
@@ -303,27 +300,25 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 	return r, d.At, err
 }
 
-// cached answers from the deny cache (key in its held form) a denial of
-// (key, n, limits) that has not expired, and true. When it has expired, one
-// caller asks the store (its probe, returned: settle it after) while the
-// others wait for that answer until their deadline (zero: none); a probe
-// that takes longer met a failing or slow Redis, and the last denial
-// answers them. Under a penalty only a ban is answered from the cache: the
-// store must count every other denial. The error is ctx's.
+// cached answers a denial of (key, n, limits) from the deny cache (key in
+// its held form) while it stands, and true. Once expired, one caller asks
+// the store (its probe, returned: settle it after) while the others wait
+// for that answer until their deadline (zero: none), then take the last
+// denial: the probe met a failing or slow Redis. Under a penalty only a ban
+// answers: the store must count every other denial. The error is ctx's.
 func (l *Limiter) cached(ctx context.Context, key string, n int64, limits []Limit, pen *Penalty, deadline time.Time) (Result, bool, *probe, error) {
 	var bound <-chan time.Time
 	for {
 		r, ok, p, wait := l.cache.get(key, n, limits, l.now().UnixNano())
-		if ok && (pen == nil || r.blocked) {
+		switch {
+		case ok && (pen == nil || r.blocked):
 			return r, true, nil, nil
-		}
-		if p == nil || pen != nil {
-			if p != nil && !wait {
-				l.cache.settle(key, n, limits, p)
-			}
+		case pen != nil && p != nil && !wait:
+			l.cache.settle(key, n, limits, p)
 			return Result{}, false, nil, nil
-		}
-		if !wait {
+		case pen != nil || p == nil:
+			return Result{}, false, nil, nil
+		case !wait:
 			return Result{}, false, p, nil
 		}
 		if bound == nil && !deadline.IsZero() {

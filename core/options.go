@@ -37,6 +37,8 @@ const (
 	DefaultTimeout = 100 * time.Millisecond
 	// DefaultDenyCacheSize is the number of denials a Limiter remembers.
 	DefaultDenyCacheSize = 10000
+	// DefaultWaitTimeout bounds each call to Redis made by Wait and WaitN.
+	DefaultWaitTimeout = 2 * time.Second
 )
 
 // WithPrefix sets the prefix of every storage key. Default DefaultPrefix.
@@ -76,9 +78,6 @@ func WithClock(now func() time.Time) Option { return Option{func(c *config) { c.
 // its connections but runs none of its hooks: for hooks that see every
 // call, set ContextTimeoutEnabled.
 func WithTimeout(d time.Duration) Option { return Option{func(c *config) { c.timeout = d }} }
-
-// DefaultWaitTimeout bounds each call to Redis made by Wait and WaitN.
-const DefaultWaitTimeout = 2 * time.Second
 
 // WithWaitTimeout bounds each call to Redis made by Wait and WaitN (the
 // reservation, a poll, the release of a cancelled reservation), or the
@@ -142,8 +141,7 @@ func WithLocalShare(share float64) Option { return Option{func(c *config) { c.sh
 func WithDenyCache(size int) Option { return Option{func(c *config) { c.cacheSize = size }} }
 
 // WithObserver sets a function that receives an Event for every decision,
-// synchronously: keep it fast. The prometheus module of this repository
-// turns events into metrics.
+// synchronously: keep it fast. The prometheus module turns them into metrics.
 func WithObserver(o Observer) Option { return Option{func(c *config) { c.observer = o }} }
 
 func (c *config) validate() error {

@@ -350,10 +350,8 @@ func (s *Store) Allow(_ context.Context, r store.Request) (store.Decision, error
 	d := store.Decision{Allowed: blocked == 0, Blocked: blocked > 0, At: now, States: r.Room()}
 	for i, st := range mstates {
 		f, retry, z := st.check(r.Limits[i].Count, r.N, now)
-		if retry != 0 {
-			d.Allowed = false
-		}
 		d.States[i] = store.State{Remaining: f, Retry: retry, Reset: z}
+		d.Allowed = d.Allowed && retry == 0
 	}
 	if p := r.Penalty; p.Denials > 0 && !d.Allowed && r.Commit && blocked == 0 {
 		if blocked = sh.penalize(key, p, now); blocked > 0 {
