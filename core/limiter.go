@@ -66,9 +66,8 @@ func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
 // NewMemory returns a Limiter that keeps its counts in this process's
 // memory, with the same algorithms as Redis: limits hold per process, not
 // across replicas. It applies WithClock and WithObserver and ignores every
-// other option, invalid values included (they concern calls to Redis and
-// round trips it does not make), so a Redis Limiter's options can be passed
-// as they are, as in tests that swap Redis for memory.
+// other option, invalid values included, so a Redis Limiter's options can
+// be passed as they are, as in tests that swap Redis for memory.
 func NewMemory(opts ...Option) *Limiter {
 	c := configure(opts)
 	c.mode, c.cacheSize = FailOpen, 0

@@ -47,8 +47,7 @@ type Event struct {
 	Banned bool
 	// Failed reports that Redis failed (an error, the timeout, the open
 	// circuit breaker) and the failure mode named by Fallback answered; Err
-	// says why. A caller's context that ended first is no failure: Err
-	// holds it, and no decision was made.
+	// says why. A caller's context that ended first is no failure.
 	Failed bool
 	// Shed reports that the decision was shed for overload (see
 	// WithTimeout): denied as FailClosed denies, whatever the failure mode,

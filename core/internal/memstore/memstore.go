@@ -29,7 +29,7 @@ type Store struct {
 
 const (
 	memShards   = 64
-	sweepEvery  = 64 // calls per shard between two sweeps
+	sweepEvery  = 64 // calls between two sweeps (of the next shard in turn)
 	sweepKeys   = 16 // keys checked by one sample
 	sweepRounds = 16 // samples in one sweep, at most
 )
