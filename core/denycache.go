@@ -194,11 +194,8 @@ func (sh *denyShard) evict(keep string, now int64) {
 	delete(sh.m, victim)
 }
 
-// forget drops every denial of key; a nil cache has none.
+// forget drops every denial of key.
 func (c *denyCache) forget(key string) {
-	if c == nil {
-		return
-	}
 	sh := c.shard(key)
 	sh.mu.Lock()
 	sh.n -= len(sh.m[key])

@@ -160,7 +160,7 @@ func (l *Limiter) Reset(ctx context.Context, key string, limits ...Limit) error 
 	if err := validate(key, 1, limits); err != nil {
 		return err
 	}
-	l.cache.forget(store.HeldKey(key))
+	l.forget(key)
 	reset := func(s store.Store, r store.Request) error { return s.Reset(ctx, r) }
 	return l.guard.both(ctx, l.request(key, 1, limits, nil, l.timeout), reset)
 }
@@ -182,10 +182,17 @@ func (l *Limiter) Refund(ctx context.Context, key string, n int64, limits ...Lim
 // refundAt gives back the n units of key that the decision at at (µs; 0:
 // the newest) recorded; local: the failure mode's local store recorded them.
 func (l *Limiter) refundAt(ctx context.Context, key string, n int64, limits []Limit, at int64, local bool) error {
-	l.cache.forget(store.HeldKey(key))
+	l.forget(key)
 	r := l.request(key, n, limits, nil, l.timeout)
 	r.At = at
 	return l.guard.refund(ctx, r, local)
+}
+
+// forget drops this Limiter's cached denials of key.
+func (l *Limiter) forget(key string) {
+	if l.cache != nil {
+		l.cache.forget(store.HeldKey(key))
+	}
 }
 
 // MaxBlock is the longest Block: MaxWindow.
