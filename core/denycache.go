@@ -10,21 +10,16 @@ import (
 	"github.com/ratewindow/ratewindow/core/internal/store"
 )
 
-// denyCache remembers denials until their RetryAfter has passed, asking
-// again at least every denyRecheck (see WithDenyCache), at most size of
-// them, split over the shards.
-//
-// Its keys are in the form store.HeldKey gives (a long key as its digest)
-// and a denial's limits are copied (ownLimits), so it keeps no
-// client-chosen bytes beyond a fixed size per denial (measured by
-// TestHeldKeys and TestHeldLimitNames).
+// denyCache remembers at most size denials, over its shards, until their
+// RetryAfter has passed, asking again at least every denyRecheck (see
+// WithDenyCache). Keys are in store.HeldKey's form and limits are copied,
+// so it keeps no client-chosen bytes beyond a fixed size per denial.
 //
 // An expired denial is asked again by one request at a time (its probe);
-// the others of the same key, cost and limits wait for its answer. A
-// denied probe renews the denial, which answers the waiters; an admitted
-// one lets the next waiter ask. So a hot key that keeps being denied sends
-// the backend one request at a time per Limiter, and each waiter's answer
-// is one the backend gave after it arrived.
+// the others of the same key, cost and limits wait for its answer: a
+// denied probe renews the denial, an admitted one lets the next waiter
+// ask. So a denied hot key sends one request at a time per Limiter, and
+// each waiter's answer is one the backend gave after it arrived.
 type denyCache struct {
 	seed   maphash.Seed
 	shards []denyShard
@@ -37,17 +32,16 @@ const (
 )
 
 type denyShard struct {
-	mu   sync.Mutex
-	m    map[string][]denial
-	n    int // denials held
-	size int // the most it may hold
+	mu      sync.Mutex
+	m       map[string][]denial
+	n, size int // denials held, and the most it may hold
 }
 
 type denial struct {
 	n      int64
 	limits []Limit
 	until  int64 // ns on the Limiter's clock: asked again from then on
-	ends   int64 // ns on the Limiter's clock: when the denial's RetryAfter ends
+	ends   int64 // ns on the Limiter's clock: when its RetryAfter ends
 	result Result
 	probe  *probe // the request asking the backend again; nil: none
 }
@@ -57,14 +51,10 @@ type probe struct{ done chan struct{} } // closed when its answer is in
 
 // newDenyCache returns a cache of at most size (> 0) denials.
 func newDenyCache(size int) *denyCache {
-	c := &denyCache{seed: maphash.MakeSeed(), shards: make([]denyShard, min(size, denyShards))}
-	for i := range c.shards {
-		sh := &c.shards[i]
-		sh.size = size / len(c.shards)
-		if i < size%len(c.shards) {
-			sh.size++
-		}
-		sh.m = make(map[string][]denial)
+	n := min(size, denyShards)
+	c := &denyCache{seed: maphash.MakeSeed(), shards: make([]denyShard, n)}
+	for i := range c.shards { // size/n each, the first size%n one more
+		c.shards[i] = denyShard{m: make(map[string][]denial), size: (size + n - 1 - i) / n}
 	}
 	return c
 }
@@ -73,30 +63,28 @@ func (c *denyCache) shard(key string) *denyShard {
 	return &c.shards[maphash.String(c.seed, key)%uint64(len(c.shards))]
 }
 
-// get returns the cached denial of (key, n, limits) at now (ns), with its
-// durations counted down, and true. When the denial has expired, it
-// returns a probe instead: wait is false when this caller is to ask the
-// backend (and must call settle with p afterwards), true when another
-// caller is asking already and p is the probe to wait for.
+// get returns the cached denial of (key, n, limits) at now (ns), counted
+// down, and true. When it has expired, it returns a probe instead: with
+// wait false this caller asks the backend (and must settle p after), with
+// wait true another caller is asking and p is the probe to wait for.
 func (c *denyCache) get(key string, n int64, limits []Limit, now int64) (r Result, ok bool, p *probe, wait bool) {
 	sh, d := c.locked(key, n, limits)
 	defer sh.mu.Unlock()
-	if d == nil {
+	switch {
+	case d == nil:
 		return Result{}, false, nil, false
-	}
-	if now < d.until {
+	case now < d.until:
 		return d.countedDown(now, 0), true, nil, false
-	}
-	if d.probe != nil {
+	case d.probe != nil:
 		return Result{}, false, d.probe, true
 	}
 	d.probe = &probe{done: make(chan struct{})}
 	return Result{}, false, d.probe, false
 }
 
-// last returns the latest denial of (key, n, limits), expired or not, with
-// its durations counted down to now (an expired one is due again in a
-// millisecond), and whether there is one. It starts no probe.
+// last returns the latest denial of (key, n, limits), expired or not,
+// counted down to now (an expired one due again in a millisecond), and
+// whether there is one. It starts no probe.
 func (c *denyCache) last(key string, n int64, limits []Limit, now int64) (Result, bool) {
 	sh, d := c.locked(key, n, limits)
 	defer sh.mu.Unlock()
@@ -106,7 +94,7 @@ func (c *denyCache) last(key string, n int64, limits []Limit, now int64) (Result
 	return d.countedDown(now, time.Millisecond), true
 }
 
-// locked returns the shard of key, locked (the caller unlocks it), and the
+// locked returns key's shard, locked for the caller to unlock, and the
 // denial of n units under limits in it, or nil.
 func (c *denyCache) locked(key string, n int64, limits []Limit) (*denyShard, *denial) {
 	sh := c.shard(key)
@@ -120,9 +108,8 @@ func (c *denyCache) locked(key string, n int64, limits []Limit) (*denyShard, *de
 	return sh, nil
 }
 
-// countedDown returns d's denial at now (ns): RetryAfter is the time left
-// until it ends, at least least; ResetAfter counts down alike, never below
-// RetryAfter.
+// countedDown returns d's denial at now (ns): RetryAfter the time left, at
+// least least; ResetAfter counted down alike, never below RetryAfter.
 func (d *denial) countedDown(now int64, least time.Duration) Result {
 	r := d.result
 	left := time.Duration(d.ends - now)
@@ -132,9 +119,8 @@ func (d *denial) countedDown(now int64, least time.Duration) Result {
 	return r
 }
 
-// settle ends probe p of (key, n, limits): the denial is no longer being
-// asked, and p's waiters wake up to look again (a denial put meanwhile
-// answers them; otherwise the first becomes the next probe).
+// settle ends probe p of (key, n, limits): p's waiters look again (a
+// denial put meanwhile answers them, else the first is the next probe).
 func (c *denyCache) settle(key string, n int64, limits []Limit, p *probe) {
 	sh, d := c.locked(key, n, limits)
 	if d != nil && d.probe == p {
@@ -144,21 +130,18 @@ func (c *denyCache) settle(key string, n int64, limits []Limit, p *probe) {
 	close(p.done)
 }
 
-// denyRecheck is how long a cached denial answers before it is asked of
-// the backend again, when its RetryAfter is longer: a change made on
-// another replica (Refund, Reset, a cancelled Wait) reaches this one's
-// cache within it. It costs a denied hot key one call a second per
-// Limiter.
+// denyRecheck is the longest a cached denial answers before it is asked
+// again: a change made on another replica (Refund, Reset, a cancelled
+// Wait) reaches this one's cache within it.
 const denyRecheck = time.Second
 
-// put remembers a denial made at now (ns) until its RetryAfter has passed,
-// or denyRecheck, whichever is sooner.
+// put remembers a denial made at now (ns) until its RetryAfter has passed
+// or for denyRecheck, whichever is sooner.
 func (c *denyCache) put(key string, n int64, limits []Limit, now int64, r Result) {
 	if r.Allowed || r.RetryAfter <= 0 {
 		return
 	}
-	ends := now + int64(r.RetryAfter)
-	until := now + int64(min(r.RetryAfter, denyRecheck))
+	ends, until := now+int64(r.RetryAfter), now+int64(min(r.RetryAfter, denyRecheck))
 	sh, d := c.locked(key, n, limits)
 	defer sh.mu.Unlock()
 	if d != nil { // a probe, if any, settles itself
@@ -166,24 +149,21 @@ func (c *denyCache) put(key string, n int64, limits []Limit, now int64, r Result
 		return
 	}
 	ds := sh.m[key]
-	// the map keeps the key of its latest assignment: always one of its own
-	key = store.OwnKey(key)
+	key = store.OwnKey(key) // the map keeps the key of its latest assignment
 	switch {
 	case len(ds) >= denialsPerKey, len(ds) > 0 && sh.n >= sh.size && len(sh.m) == 1:
-		// make room in this key: drop its oldest denial
-		sh.m[key] = slices.Delete(ds, 0, 1)
+		sh.m[key] = slices.Delete(ds, 0, 1) // drop this key's oldest denial
 		sh.n--
 	case sh.n >= sh.size:
 		sh.evict(key, now)
 	}
 	own := ownLimits(limits)
-	ds = sh.m[key]
-	sh.m[key] = append(ds, denial{n: n, limits: own, until: until, ends: ends, result: ownResult(r, own)})
+	sh.m[key] = append(sh.m[key], denial{n: n, limits: own, until: until, ends: ends, result: ownResult(r, own)})
 	sh.n++
 }
 
-// ownResult returns r with its binding limit's name from own, a denial's
-// copy of its limits, or else copied: never the caller's string.
+// ownResult returns r with its binding limit's name from own (a denial's
+// copy of its limits), or else copied: never the caller's string.
 func ownResult(r Result, own []Limit) Result {
 	if i := slices.Index(own, r.Limit); i >= 0 {
 		r.Limit.Name = own[i].Name
@@ -193,30 +173,25 @@ func ownResult(r Result, own []Limit) Result {
 	return r
 }
 
-// evict drops the denials of one key other than keep: the first of a few
-// keys whose denials have all expired, else the first key seen. Map order
-// is random, so no key is favoured.
+// evict drops the denials of one key other than keep: among the first
+// evictProbes keys (in random map order), one whose denials have all
+// expired, else the first.
 func (sh *denyShard) evict(keep string, now int64) {
 	victim, probes := "", 0
 	for k, ds := range sh.m {
 		if k == keep {
 			continue
 		}
-		if victim == "" {
+		expired := !slices.ContainsFunc(ds, func(d denial) bool { return now < d.ends })
+		if victim == "" || expired {
 			victim = k
 		}
-		if !slices.ContainsFunc(ds, func(d denial) bool { return now < d.ends }) { // all expired
-			victim = k
-			break
-		}
-		if probes++; probes == evictProbes {
+		if probes++; expired || probes == evictProbes {
 			break
 		}
 	}
-	if ds, ok := sh.m[victim]; ok {
-		sh.n -= len(ds)
-		delete(sh.m, victim)
-	}
+	sh.n -= len(sh.m[victim])
+	delete(sh.m, victim)
 }
 
 // forget drops every denial of key.

@@ -8,24 +8,21 @@ import (
 	"time"
 )
 
-// ruleError is an error of a rule's key function, cost function or
-// backend, as OnError receives it: "ratewindow: rule login: ..." with the
-// prefix once, whether or not the cause has it.
+// ruleError is a rule's error as OnError receives it: "ratewindow: rule
+// login: ..." with the prefix once, whether or not the cause has it.
 type ruleError struct {
 	rule string
 	err  error
 }
 
 func (e ruleError) Error() string {
-	msg, _ := strings.CutPrefix(e.err.Error(), "ratewindow: ")
-	return "ratewindow: rule " + e.rule + ": " + msg
+	return "ratewindow: rule " + e.rule + ": " + strings.TrimPrefix(e.err.Error(), "ratewindow: ")
 }
 
 func (e ruleError) Unwrap() error { return e.err }
 
 // errorLog logs a rule's errors with slog.Default when the rule has no
-// OnError, at most one line per errorLogEvery: a flood of failing
-// requests cannot flood the log.
+// OnError, at most one line per errorLogEvery, so failures cannot flood it.
 type errorLog struct {
 	next    atomic.Int64 // ns: no line before then
 	skipped atomic.Int64 // errors not logged since the last line
@@ -33,7 +30,7 @@ type errorLog struct {
 
 const errorLogEvery = time.Second
 
-// What a rule did about an error it logs: the log line's message.
+// The log line's message: what a rule did about the error.
 const (
 	fallbackMessage  = "ratewindow: a rule's key, cost or limits could not be computed; the request was limited under the rule's fallback (see Rule.FallbackKey)"
 	failureMessage   = "ratewindow: a rule could not decide; the failure mode answered"

@@ -20,41 +20,31 @@ import (
 // Limiter decides whether requests pass. It is safe for concurrent use by
 // many goroutines; create one per process and share it.
 //
-// Each decision is validated before anything is sent, answered from the
-// deny cache while a denial is known to stand, and otherwise asked of the
-// store (Redis, or this process's memory for NewMemory) within the
-// Limiter's timeout; when Redis fails, the failure mode answers (see
-// WithTimeout and WithFailureMode).
+// Each decision is validated, answered from the deny cache while a denial
+// is known to stand, and otherwise asked of the store (Redis, or memory for
+// NewMemory) within the Limiter's timeout; when Redis fails, the failure
+// mode answers (see WithTimeout and WithFailureMode).
 type Limiter struct {
-	// A decision goes through the Limiter itself (validation, the deny
-	// cache, the observer, the binding limit), its guard (guard.go: over
-	// Redis, the circuit breaker, the health rule, the failure mode), then
-	// the store, through the seam (internal/store): the Redis backend
-	// (internal/redisstore) or the memory backend (internal/memstore).
+	// layers: the Limiter (validation, deny cache, observer, binding limit),
+	// its guard (breaker, health rule, failure mode), the store
 	guard    *guard
 	timeout  time.Duration // bounds each decision's call to Redis
 	waitTime time.Duration // bounds each call of Wait
 	mode     FailureMode
 	clock    func() time.Time
 	cache    *denyCache
-	// observer receives an Event per decision; nil: none
-	observer Observer
-	// scratch holds *scratch, the room of a decision's Request: a buffer on
-	// the caller's stack would escape to the heap through the Store
-	// interface, one allocation a decision
-	scratch sync.Pool
+	observer Observer  // nil: none
+	scratch  sync.Pool // of *scratch: one on the stack escapes via the Store interface
 }
 
 // New returns a Limiter that keeps its counts in Redis. rdb may be a
 // *redis.Client, *redis.ClusterClient, *redis.Ring or a failover client:
 // every call is one script run on the keys of one hash slot.
 //
-// New adds nothing to rdb (no hook): however many Limiters share a
-// client, its other commands cost what they did. It does not contact
-// Redis: call Check at start-up (and in readiness probes) to learn whether
-// Redis is reachable, authorised, takes writes and is configured so that
-// it never evicts the Limiter's keys. A nil rdb, or a nil pointer
-// in it (a *redis.Client that is nil), is an error.
+// New adds no hook to rdb and does not contact Redis: call Check at
+// start-up (and in readiness probes) to learn whether Redis is reachable,
+// authorised, takes writes and never evicts the Limiter's keys. A nil rdb,
+// or a nil pointer in it, is an error.
 func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
 	if v := reflect.ValueOf(rdb); rdb == nil || v.Kind() == reflect.Pointer && v.IsNil() {
 		return nil, errors.New("ratewindow: nil redis client")
@@ -74,19 +64,12 @@ func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
 }
 
 // NewMemory returns a Limiter that keeps its counts in this process's
-// memory, with the same algorithms as Redis. Limits then hold per process,
-// not across replicas.
-//
-// It applies WithClock and WithObserver, and ignores every other option,
-// invalid values included (a negative timeout, a share outside (0, 1]):
-// WithPrefix, WithTimeout, WithWaitTimeout, WithFailureMode and
-// WithLocalShare configure the calls to Redis and their failures, which a
-// memory Limiter does not make, and WithDenyCache saves round trips it
-// does not have. So the options of a Redis Limiter can be passed as they
-// are, as in tests that swap Redis for memory; only New validates them.
+// memory, with the same algorithms as Redis: limits hold per process, not
+// across replicas. It applies WithClock and WithObserver and ignores every
+// other option, invalid values included, so a Redis Limiter's options can
+// be passed as they are, as in tests that swap Redis for memory.
 func NewMemory(opts ...Option) *Limiter {
 	c := configure(opts)
-	// the deny cache saves round trips; the memory store has none to save
 	c.mode, c.cacheSize = FailOpen, 0
 	l := newLimiter(c)
 	l.guard = &guard{next: memstore.New(l.micros)}
@@ -112,21 +95,45 @@ func (l *Limiter) now() time.Time {
 // micros is the time in µs since the epoch on the Limiter's clock.
 func (l *Limiter) micros() int64 { return l.now().UnixMicro() }
 
-// storeTime is the time passed to the store: the injected clock, or 0 for
-// the store's own (Redis TIME).
+// storeTime is the store's Now: the injected clock, or 0 for Redis's TIME.
 func (l *Limiter) storeTime() int64 {
-	if l.clock != nil {
-		return l.clock().UnixMicro()
+	if l.clock == nil {
+		return 0
 	}
-	return 0
+	return l.micros()
+}
+
+// Check reports whether the Limiter can do its job: nil only when Redis is
+// reachable, accepts this client's credentials, lets it run the scripts
+// (EVAL, EVALSHA) on keys under the Limiter's prefix, takes a write there
+// (a small key with a 1s TTL), loads the scripts decisions run (about 130
+// KB), and will not evict the Limiter's keys: maxmemory is 0 or
+// maxmemory-policy is noeviction (every key has a TTL, so volatile-*
+// policies evict them too, and an evicted key lets more requests through).
+// Call it at start-up and in readiness probes: New does not contact Redis,
+// and the failure mode hides a Redis that refuses every call. On a Cluster
+// it checks every master, on a Ring every shard; the memory Limiter always
+// passes.
+//
+// A refused write or script load (memory above maxmemory under
+// noeviction, a read-only replica, a failed save) matches ErrNoWrites and
+// says what to do; a policy that would evict matches ErrEvictionPolicy; a
+// policy that cannot be read (an ACL forbids CONFIG GET and INFO, or the
+// server has neither, as miniredis) matches ErrCheckIncomplete and says
+// why. Other errors wrap Redis's own (WRONGPASS, NOPERM, a refused dial).
+// A nil ctx is an error.
+func (l *Limiter) Check(ctx context.Context) error {
+	if ctx == nil {
+		return errors.New("ratewindow: check: nil context")
+	}
+	return l.guard.next.Check(ctx)
 }
 
 // Allow reports whether one unit under every limit fits now, and records it
-// under all of them when it does. A denied request records nothing.
-//
-// The error is non-nil only when no decision was made: invalid arguments,
-// or ctx ending first. When Redis fails, the Limiter's failure mode
-// decides and the error is nil: Result.BackendErr then holds the failure.
+// under all of them when it does; a denial records nothing. The error is
+// non-nil only when no decision was made: invalid arguments, or ctx ending
+// first. When Redis fails, the failure mode decides and the error is nil:
+// Result.BackendErr holds the failure.
 func (l *Limiter) Allow(ctx context.Context, key string, limits ...Limit) (Result, error) {
 	return l.AllowN(ctx, key, 1, limits...)
 }
@@ -147,31 +154,24 @@ func (l *Limiter) Peek(ctx context.Context, key string, limits ...Limit) (Result
 
 // Reset forgets every unit recorded for key under limits, lifts the key's
 // Block, and forgets this Limiter's cached denials of key (another
-// replica's answer within a second, see WithDenyCache). A Redis failure is
+// replica's within a second, see WithDenyCache). A Redis failure is
 // returned: no failure mode answers for Reset.
 func (l *Limiter) Reset(ctx context.Context, key string, limits ...Limit) error {
 	if err := validate(key, 1, limits); err != nil {
 		return err
 	}
-	if l.cache != nil {
-		l.cache.forget(store.HeldKey(key))
-	}
+	l.forget(key)
 	reset := func(s store.Store, r store.Request) error { return s.Reset(ctx, r) }
 	return l.guard.both(ctx, l.request(key, 1, limits, nil, l.timeout), reset)
 }
 
 // Refund gives back n units of key under every limit: units recorded
-// within the last window, the newest first (reservations in the future are
-// never given back), never going below empty. Remaining and RetryAfter
-// reflect it at once in Redis, for every replica: this Limiter's cached
-// denials of key are forgotten, and another replica's answer within a
-// second (see WithDenyCache). It undoes a charge, such as a login counter after the
-// login succeeded; Rule.CountIf is built on it.
-//
-// On a sliding log the newest units go, which may be another request's
-// when requests of the key overlap: the count is the same, and the units
-// left are older, so the limit frees up no later than it would have. A
-// Redis failure is returned: no failure mode answers for Refund.
+// within the last window, the newest first (on a sliding log maybe another
+// overlapping request's: the limit frees up no later), never reservations
+// in the future, never below empty. It undoes a charge, as Rule.CountIf
+// does. Redis reflects it at once for every replica; this Limiter forgets
+// its cached denials of key, another replica within a second (see
+// WithDenyCache). A Redis failure is returned: no failure mode answers.
 func (l *Limiter) Refund(ctx context.Context, key string, n int64, limits ...Limit) error {
 	if err := validate(key, n, limits); err != nil {
 		return err
@@ -179,16 +179,20 @@ func (l *Limiter) Refund(ctx context.Context, key string, n int64, limits ...Lim
 	return l.refundAt(ctx, key, n, limits, 0, false)
 }
 
-// refundAt gives back the n units of key that the decision at at (µs; the
-// Decision's At) recorded: exactly those on a sliding log; with at 0, the
-// newest. local reports that the failure mode's local store recorded them.
+// refundAt gives back the n units of key that the decision at at (µs; 0:
+// the newest) recorded; local: the failure mode's local store recorded them.
 func (l *Limiter) refundAt(ctx context.Context, key string, n int64, limits []Limit, at int64, local bool) error {
-	if l.cache != nil {
-		l.cache.forget(store.HeldKey(key))
-	}
+	l.forget(key)
 	r := l.request(key, n, limits, nil, l.timeout)
 	r.At = at
 	return l.guard.refund(ctx, r, local)
+}
+
+// forget drops this Limiter's cached denials of key.
+func (l *Limiter) forget(key string) {
+	if l.cache != nil {
+		l.cache.forget(store.HeldKey(key))
+	}
 }
 
 // MaxBlock is the longest Block: MaxWindow.
@@ -196,14 +200,12 @@ const MaxBlock = MaxWindow
 
 // Block makes key exhausted under any limits for d, on every replica:
 // until then Allow, AllowN and Peek deny it with RetryAfter of at least the
-// time left (recording nothing), Wait and WaitN wait it out, or return
-// ErrWaitExceedsDeadline at once when it outlasts ctx's deadline, and
-// reservations are placed after it. A later Block never shortens an earlier
-// one; Reset lifts it. It is stored beside the key's limits (the same Redis
-// Cluster hash tag) and expires when it ends.
-//
-// d must be in (0, MaxBlock]; a Redis failure is returned, as no failure
-// mode answers for Block. Under FailLocal the local store is blocked too.
+// time left, Wait and WaitN wait it out (or return ErrWaitExceedsDeadline
+// at once when it outlasts ctx's deadline), and reservations are placed
+// after it. A later Block never shortens an earlier one; Reset lifts it. It
+// is stored beside the key's limits (same Cluster hash tag) and expires
+// when it ends. d must be in (0, MaxBlock]; a Redis failure is returned
+// (no failure mode answers). Under FailLocal the local store is blocked too.
 func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) error {
 	switch {
 	case key == "":
@@ -212,19 +214,17 @@ func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) error 
 		return fmt.Errorf("%w: block for %s; it must be in [1µs, %s]", ErrInvalidDuration, d, MaxBlock)
 	}
 	block := func(s store.Store, r store.Request) error { return s.Block(ctx, r, d) }
-	return l.guard.both(ctx, store.Request{Key: key, N: 1, Now: l.storeTime(), Deadline: after(l.timeout)}, block)
+	return l.guard.both(ctx, l.request(key, 1, nil, nil, l.timeout), block)
 }
 
 // decide validates, consults the deny cache, asks the store through the
-// guard and picks the binding limit. rule is the Rule's name for
-// observers; pen its Penalty, or nil. It also returns the time in µs the
-// store decided at (the time of the units it recorded), 0 when unknown.
-//
-// A decision has one budget from when it is asked, and what answers when
-// it runs out is WithTimeout's rule. A call that failed without a reply
-// goes again once while budget is left, so that one broken connection is
-// not taken for an outage; but a cached denial of the key, even an expired
-// one, answers at once, so that a limit holds under a flood.
+// guard and picks the binding limit; rule names the Rule for observers, pen
+// is its Penalty or nil. It also returns the µs the store decided at (0:
+// unknown). One budget runs from when the decision is asked (WithTimeout):
+// a call that failed without a reply goes again once while budget is left,
+// so one broken connection is not taken for an outage, but a cached denial
+// of the key, even an expired one, answers at once, so a limit holds under
+// a flood.
 func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, limits []Limit, pen *Penalty) (Result, int64, error) {
 	if err := validate(key, n, limits); err != nil {
 		return Result{}, 0, err
@@ -236,23 +236,22 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 	if l.timeout > 0 {
 		deadline = start.Add(l.timeout)
 	}
-	commit := op != OpPeek
+	commit, ck := op != OpPeek, key // ck: the deny cache's form of key
 	var (
+		r        Result
+		d        store.Decision
+		k        kind
+		cacheHit bool
+		err      error
 		cachedAt int64
 		probing  *probe // this call asks about an expired denial: settle it
 	)
-	// the deny cache's form of key, computed once: a long key's digest
-	ck := key
 	if l.cache != nil && commit {
 		ck = store.HeldKey(key)
 		r, hit, p, err := l.cached(ctx, ck, n, limits, pen, deadline)
-		switch {
-		case err != nil:
-			l.observe(Event{Op: op, Rule: rule, Key: key, Err: err}, start)
-			return Result{}, 0, err
-		case hit:
-			l.observe(Event{Op: op, Rule: rule, Key: key, Result: r, CacheHit: true}, start)
-			return r, 0, nil
+		if hit || err != nil { // err: ctx's, and r is zero
+			l.observe(Event{Op: op, Rule: rule, Key: key, Result: r, Err: err, CacheHit: hit}, start)
+			return r, 0, err
 		}
 		probing, cachedAt = p, l.now().UnixNano()
 	}
@@ -262,13 +261,6 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 	if pen != nil {
 		req.Penalty = store.Penalty(*pen)
 	}
-	var (
-		r        Result
-		d        store.Decision
-		cacheHit bool
-		k        kind
-		err      error
-	)
 	for try := 0; ; try++ {
 		if try > 0 {
 			req.Now = l.storeTime() // the retry's own time
@@ -282,6 +274,7 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 		}
 		if l.cache != nil && commit {
 			if r, cacheHit = l.cache.last(ck, n, limits, l.now().UnixNano()); cacheHit {
+				err = nil // the key's last denial answers (see above)
 				break
 			}
 		}
@@ -290,13 +283,10 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 			break
 		}
 	}
-	if cacheHit { // the key's last denial answers (see above)
-		err = nil
-	} else {
+	if !cacheHit {
 		r, err = l.answer(ctx, req, limits, &d, k, err)
 	}
 	l.scratch.Put(buf)
-	banned, at := d.Banned, d.At
 	if err == nil && l.cache != nil && commit && !r.Allowed && r.BackendErr == nil && !cacheHit {
 		l.cache.put(ck, n, limits, cachedAt, r)
 	}
@@ -304,7 +294,7 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 		l.cache.settle(ck, n, limits, probing)
 	}
 	if l.observer != nil {
-		ev := Event{Op: op, Rule: rule, Key: key, Result: r, Err: err, Banned: banned, CacheHit: cacheHit}
+		ev := Event{Op: op, Rule: rule, Key: key, Result: r, Err: err, Banned: d.Banned, CacheHit: cacheHit}
 		switch {
 		case r.BackendErr != nil && k == overloaded:
 			ev.Err, ev.Shed = r.BackendErr, true
@@ -313,32 +303,28 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 		}
 		l.observe(ev, start)
 	}
-	return r, at, err
+	return r, d.At, err
 }
 
-// cached answers a decision from the deny cache: a denial of (key, n,
-// limits) that has not expired, and true; key is in the cache's form
-// (heldKey). When it has expired, one caller
-// asks the store again (its probe, returned: settle it after) while the
-// others wait for that answer until their decision's deadline (zero:
-// none): a probe that takes longer has met a failing or slow Redis, and
-// the last denial answers them. Under a penalty only a ban is answered
-// from the cache: every other denial must reach the store, which counts
-// it. The error is ctx's, when it ends first.
+// cached answers a denial of (key, n, limits) from the deny cache (key in
+// its held form) while it stands, and true. Once expired, one caller asks
+// the store (its probe, returned: settle it after) while the others wait
+// for that answer until their deadline (zero: none), then take the last
+// denial: the probe met a failing or slow Redis. Under a penalty only a ban
+// answers: the store must count every other denial. The error is ctx's.
 func (l *Limiter) cached(ctx context.Context, key string, n int64, limits []Limit, pen *Penalty, deadline time.Time) (Result, bool, *probe, error) {
 	var bound <-chan time.Time
 	for {
 		r, ok, p, wait := l.cache.get(key, n, limits, l.now().UnixNano())
-		if ok && (pen == nil || r.blocked) {
+		switch {
+		case ok && (pen == nil || r.blocked):
 			return r, true, nil, nil
-		}
-		if p == nil || pen != nil {
-			if p != nil && !wait {
-				l.cache.settle(key, n, limits, p)
-			}
+		case pen != nil && p != nil && !wait:
+			l.cache.settle(key, n, limits, p)
 			return Result{}, false, nil, nil
-		}
-		if !wait {
+		case pen != nil || p == nil:
+			return Result{}, false, nil, nil
+		case !wait:
 			return Result{}, false, p, nil
 		}
 		if bound == nil && !deadline.IsZero() {
@@ -351,16 +337,13 @@ func (l *Limiter) cached(ctx context.Context, key string, n int64, limits []Limi
 		case <-ctx.Done():
 			return Result{}, false, nil, ctx.Err()
 		case <-bound:
-			if r, ok := l.cache.last(key, n, limits, l.now().UnixNano()); ok {
-				return r, true, nil, nil
-			}
-			return Result{}, false, nil, nil
+			r, ok := l.cache.last(key, n, limits, l.now().UnixNano())
+			return r, ok, nil, nil
 		}
 	}
 }
 
-// started is the time a decision began, for its observer: zero without
-// one, which reads no clock.
+// started is a decision's start for its observer: zero, no clock read, without one.
 func (l *Limiter) started() (t time.Time) {
 	if l.observer != nil {
 		t = time.Now()
@@ -376,17 +359,20 @@ func (l *Limiter) observe(ev Event, start time.Time) {
 	}
 }
 
-// scratch is the room of a decision's Request: its limits and its states.
+// scratch is the room of a decision's Request: limits and states.
 type scratch struct {
 	limits [MaxLimits]store.Limit
 	states [MaxLimits]store.State
 }
 
 // request returns the store's Request for n units of key under limits,
-// bounded by within: its limits, and room for its Decision's states, in
-// sc, or its limits in a slice of their own when sc is nil.
+// bounded by within (0: not), its limits and states' room in sc (nil: its
+// limits in a slice of their own).
 func (l *Limiter) request(key string, n int64, limits []Limit, sc *scratch, within time.Duration) store.Request {
-	r := store.Request{Key: key, N: n, Now: l.storeTime(), Deadline: after(within)}
+	r := store.Request{Key: key, N: n, Now: l.storeTime()}
+	if within > 0 {
+		r.Deadline = time.Now().Add(within)
+	}
 	if sc != nil {
 		r.Limits, r.States = sc.limits[:len(limits)], sc.states[:]
 	} else {
@@ -398,18 +384,9 @@ func (l *Limiter) request(key string, n int64, limits []Limit, sc *scratch, with
 	return r
 }
 
-// after returns the time d from now, or zero for d 0 (no bound).
-func after(d time.Duration) time.Time {
-	if d <= 0 {
-		return time.Time{}
-	}
-	return time.Now().Add(d)
-}
-
-// answer turns the outcome of a decision's call (req on limits, kind k)
-// into its Result: the store's decision *d, or the failure mode's when
-// Redis failed, which it puts in *d (FailLocal's Result names the limits
-// with their Counts scaled). The error is ctx's when the caller left.
+// answer turns a decision's call (req on limits, kind k) into its Result:
+// the store's decision *d, or the failure mode's, put in *d (FailLocal's
+// names the limits with their Counts scaled). The error is ctx's.
 func (l *Limiter) answer(ctx context.Context, req store.Request, limits []Limit, d *store.Decision, k kind, err error) (Result, error) {
 	switch k {
 	case succeeded:
@@ -417,9 +394,8 @@ func (l *Limiter) answer(ctx context.Context, req store.Request, limits []Limit,
 	case abandoned:
 		return Result{}, err
 	case overloaded:
-		var failure error
-		*d, failure = shed(req, err)
-		return result(d, limits, failure), nil
+		*d, err = shed(req, err)
+		return result(d, limits, err), nil
 	}
 	var failure error
 	if *d, failure, err = l.guard.fail(ctx, req, err); err != nil {
@@ -436,9 +412,8 @@ func (l *Limiter) answer(ctx context.Context, req store.Request, limits []Limit,
 }
 
 // result turns d, a decision on limits, into a Result with its binding
-// limit: when denied, the limit with the longest retry (never is
-// longest); when allowed, or on a tie, the one with the fewest units
-// remaining, then the latest reset; on a full tie, the first.
+// limit: when denied, the longest retry (never is longest); when allowed or
+// tied, the fewest units remaining, then the latest reset, then the first.
 func result(d *store.Decision, limits []Limit, backendErr error) Result {
 	b := 0
 	for i := 1; i < len(limits); i++ {
@@ -463,25 +438,16 @@ func result(d *store.Decision, limits []Limit, backendErr error) Result {
 	return r
 }
 
-// binds reports whether a limit's state s binds rather than cur's (see
-// result). allowed is the decision over all limits.
+// binds reports whether state s binds rather than cur (see result).
 func binds(allowed bool, s, cur store.State) bool {
-	if !allowed {
-		if r, c := retryRank(s.Retry), retryRank(cur.Retry); r != c {
-			return r > c
-		}
+	// as uint64, a Retry of -1 (never) is longer than any other
+	if r, c := uint64(s.Retry), uint64(cur.Retry); !allowed && r != c {
+		return r > c
 	}
 	if r, c := max(s.Remaining, 0), max(cur.Remaining, 0); r != c {
 		return r < c
 	}
 	return max(s.Reset, 0) > max(cur.Reset, 0)
-}
-
-func retryRank(retry int64) int64 {
-	if retry < 0 {
-		return 1<<63 - 1
-	}
-	return retry
 }
 
 // Wait blocks until one unit fits under every limit, and records it: the
@@ -490,39 +456,49 @@ func (l *Limiter) Wait(ctx context.Context, key string, limits ...Limit) error {
 	return l.WaitN(ctx, key, 1, limits...)
 }
 
-// WaitN blocks until n units fit under every limit, and records them.
-//
-// When every limit is SlidingLog, one script call finds the earliest time
-// the units fit, counting reservations already made by every replica,
-// records them at that time and WaitN sleeps once: callers are served in
-// order, with no polling. Other algorithms poll: sleep RetryAfter plus a
-// little jitter, then try again.
+// Throttle calls fn(ctx) once Wait lets one unit of key through, and returns
+// its result: the throttler for any function, such as a call to an API whose
+// quota every replica shares. When Wait gives up, fn is not called and
+// Wait's error is returned. For several units, call WaitN, then fn.
+func Throttle[T any](ctx context.Context, l *Limiter, key string, limits []Limit, fn func(context.Context) (T, error)) (T, error) {
+	var zero T
+	switch {
+	case l == nil:
+		return zero, errors.New("ratewindow: Throttle: nil Limiter")
+	case fn == nil:
+		return zero, errors.New("ratewindow: Throttle: nil function")
+	}
+	if err := l.Wait(ctx, key, limits...); err != nil {
+		return zero, err
+	}
+	return fn(ctx)
+}
+
+// WaitN blocks until n units fit under every limit, and records them. When
+// every limit is SlidingLog, one script call records the units at the
+// earliest time they fit, counting every replica's reservations, and WaitN
+// sleeps once: callers are served in order. Other algorithms poll, sleeping
+// RetryAfter plus a little jitter.
 //
 // If the units cannot start before ctx's deadline, WaitN records nothing
 // and returns ErrWaitExceedsDeadline at once; if they never fit (n above a
-// Count) it returns ErrNeverFits. If ctx is cancelled while waiting, the
-// reservation is given back and ctx's error is returned.
-//
-// When Redis fails, the failure mode decides, as for Allow: FailOpen
-// returns nil at once (the caller proceeds; the observer sees the
-// failure), FailClosed returns the failure, FailLocal waits on this
-// process's share of the limits.
+// Count), ErrNeverFits. If ctx is cancelled while waiting, the reservation
+// is given back and ctx's error returned. When Redis fails, the failure
+// mode decides: FailOpen returns nil at once (the observer sees the
+// failure), FailClosed the failure, FailLocal waits on this process's share.
 func (l *Limiter) WaitN(ctx context.Context, key string, n int64, limits ...Limit) error {
 	return l.waitN(ctx, "", key, n, limits)
 }
 
-// waitN is WaitN for the rule named rule (for observers).
+// waitN is WaitN for the rule named rule.
 func (l *Limiter) waitN(ctx context.Context, rule, key string, n int64, limits []Limit) error {
 	if err := validate(key, n, limits); err != nil {
 		return err
 	}
 	start := l.started()
-	var (
-		wait   time.Duration
-		failed error // the failure the failure mode answered
-		err    error
-	)
-	if !slices.ContainsFunc(limits, func(l Limit) bool { return l.Algorithm != SlidingLog }) { // all sliding logs
+	var wait time.Duration
+	var failed, err error // failed: the failure the failure mode answered
+	if !slices.ContainsFunc(limits, func(l Limit) bool { return l.Algorithm != SlidingLog }) {
 		wait, failed, err = l.reserveAndSleep(ctx, l.request(key, n, limits, nil, l.waitTime))
 	} else {
 		wait, failed, err = l.poll(ctx, key, n, limits)
@@ -537,18 +513,14 @@ func (l *Limiter) waitN(ctx context.Context, rule, key string, n int64, limits [
 	return err
 }
 
-// longest is the wait ctx allows in µs, or -1 without a deadline.
-func longest(ctx context.Context) int64 {
-	d, ok := ctx.Deadline()
-	if !ok {
-		return -1
-	}
-	return max(time.Until(d).Microseconds(), 0)
-}
-
 // reserveAndSleep makes one reservation and sleeps until its time.
 func (l *Limiter) reserveAndSleep(ctx context.Context, r store.Request) (time.Duration, error, error) {
-	res, err := l.guard.reserve(ctx, r, longest(ctx))
+	dl, hasDL := ctx.Deadline()
+	longest := int64(-1) // the wait ctx allows in µs; -1: no bound
+	if hasDL {
+		longest = max(time.Until(dl).Microseconds(), 0)
+	}
+	res, err := l.guard.reserve(ctx, r, longest)
 	if err != nil {
 		return 0, res.failed, err
 	}
@@ -559,33 +531,25 @@ func (l *Limiter) reserveAndSleep(ctx context.Context, r store.Request) (time.Du
 	case !res.OK:
 		return wait, res.failed, fmt.Errorf("%w: the units fit in %s", ErrWaitExceedsDeadline, wait)
 	}
-	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
-		// the reply took the slack: the slot would come after the deadline
-		l.release(ctx, r, res)
-		return wait, res.failed, fmt.Errorf("%w: the units fit in %s", ErrWaitExceedsDeadline, wait)
+	if hasDL && time.Until(dl) < wait { // the reply took the slack
+		err = fmt.Errorf("%w: the units fit in %s", ErrWaitExceedsDeadline, wait)
+	} else {
+		err = sleep(ctx, wait)
 	}
-	if err := sleep(ctx, wait); err != nil {
-		l.release(ctx, r, res)
-		return wait, res.failed, err
+	if err != nil { // give the reservation back, best effort, though ctx may be done
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultWaitTimeout)
+		_ = l.guard.release(rctx, r, res)
+		cancel()
 	}
-	return wait, res.failed, nil
-}
-
-// release gives a reservation back, best effort, though ctx may be done.
-func (l *Limiter) release(ctx context.Context, r store.Request, res reservation) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultWaitTimeout)
-	_ = l.guard.release(rctx, r, res)
-	cancel()
+	return wait, res.failed, err
 }
 
 // poll asks until n units of key fit under limits, sleeping RetryAfter and
-// some jitter between two tries.
+// some jitter between tries.
 func (l *Limiter) poll(ctx context.Context, key string, n int64, limits []Limit) (time.Duration, error, error) {
-	var (
-		waited time.Duration
-		failed error
-		buf    scratch
-	)
+	var waited time.Duration
+	var failed error
+	var buf scratch
 	for {
 		req := l.request(key, n, limits, &buf, l.waitTime) // FailLocal scales its limits
 		req.Commit = true

@@ -1,6 +1,9 @@
 package core
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // Op names the call that made a decision.
 type Op uint8
@@ -9,9 +12,8 @@ const (
 	OpAllow Op = iota // Allow, AllowN and the HTTP middleware
 	OpPeek            // Peek
 	OpWait            // Wait and WaitN (one event per call)
-	// OpRefused: an upstream refused a request sent through a throttler
-	// (nethttp.Transport); the key was blocked for Result.RetryAfter, and
-	// Event.Retried says whether the request goes again.
+	// OpRefused: an upstream refused a request (see Enforcer.Refused); the
+	// key was blocked for Result.RetryAfter.
 	OpRefused
 )
 
@@ -31,36 +33,30 @@ type Event struct {
 	Rule string // the Rule's Name for the HTTP middleware, else empty
 	Key  string // the caller's key: high cardinality, never a metric label
 	// Result is the answer given; its Limit is the binding limit. For
-	// OpWait, Result.Allowed reports that the caller may proceed and
-	// Result.RetryAfter is the time waited.
+	// OpWait, Allowed reports that the caller may proceed and RetryAfter is
+	// the time waited.
 	Result Result
-	// Latency is the time the decision took, including any round trip (and,
-	// for OpWait, the wait).
+	// Latency is the time the decision took (for OpWait, the wait included).
 	Latency time.Duration
 	// CacheHit reports that the deny cache answered without a round trip.
 	CacheHit bool
-	// Retried reports, for OpRefused, that the refused request is sent
-	// again (after the block).
+	// Retried reports, for OpRefused, that the request goes again after the block.
 	Retried bool
 	// Banned reports that this denial reached the Rule's Penalty: the key
 	// is banned from now on, on every replica, for Result.RetryAfter.
 	Banned bool
 	// Failed reports that Redis failed (an error, the timeout, the open
 	// circuit breaker) and the failure mode named by Fallback answered; Err
-	// says why. A caller's context that ended first is no failure: Err
-	// holds it, and no decision was made.
+	// says why. A caller's context that ended first is no failure.
 	Failed bool
-	// Shed reports that the decision was shed for overload: its time ran
-	// out while Redis answered this process's other calls. It was answered
-	// as FailClosed answers, whatever the failure mode (Result.BackendErr
-	// matches ErrShed, as does Err); it is no Redis failure (Failed is
-	// false).
+	// Shed reports that the decision was shed for overload (see
+	// WithTimeout): denied as FailClosed denies, whatever the failure mode,
+	// with Err and Result.BackendErr matching ErrShed; Failed is false.
 	Shed bool
 	// Fallback is the failure mode that answered, when Failed.
 	Fallback FailureMode
-	// Err is the backend's error when Failed, else the error returned to
-	// the caller, if any: the context's, and for OpWait also
-	// ErrWaitExceedsDeadline or ErrNeverFits.
+	// Err is the backend's error when Failed, else the error returned to the
+	// caller, if any (for OpWait, ErrWaitExceedsDeadline or ErrNeverFits too).
 	Err error
 }
 
@@ -69,3 +65,22 @@ type Event struct {
 // before the decision is returned. It must be safe for concurrent use and
 // fast. Without one, a Limiter builds no Event and reads no clock for it.
 type Observer func(Event)
+
+// Refused reports that an upstream refused a request of key (a 429, a 503
+// with Retry-After, or a RateLimit field with r=0): it blocks key for d on
+// every replica (Limiter.Block), so no replica sends into the refusal, and
+// tells the observer (an OpRefused Event; retried says whether the request
+// goes again). nethttp.Transport uses it. Block's errors are returned.
+func (e *Enforcer) Refused(ctx context.Context, key string, d time.Duration, retried bool) error {
+	return e.d.Refused(ctx, key, d, retried)
+}
+
+// Refused is Enforcer.Refused for any transport: an upstream refused a
+// request of key for d (gRPC: RESOURCE_EXHAUSTED with RetryInfo).
+func (d *Decider[R]) Refused(ctx context.Context, key string, dur time.Duration, retried bool) error {
+	start := d.l.started()
+	err := d.l.Block(ctx, key, dur)
+	d.l.observe(Event{Op: OpRefused, Rule: d.p.Name, Key: key, Retried: retried, Err: err,
+		Result: Result{Limit: d.p.Limits[0], RetryAfter: dur}}, start)
+	return err
+}

@@ -37,63 +37,53 @@ const (
 	DefaultTimeout = 100 * time.Millisecond
 	// DefaultDenyCacheSize is the number of denials a Limiter remembers.
 	DefaultDenyCacheSize = 10000
+	// DefaultWaitTimeout bounds each call to Redis made by Wait and WaitN.
+	DefaultWaitTimeout = 2 * time.Second
 )
 
 // WithPrefix sets the prefix of every storage key. Default DefaultPrefix.
 func WithPrefix(prefix string) Option { return Option{func(c *config) { c.prefix = prefix }} }
 
-// WithClock makes the Limiter read the time from now instead of the Redis
-// server's TIME (or the process clock for NewMemory): for tests, such as
-// with miniredis.SetTime. In production every replica must use the
-// server's time.
+// WithClock makes the Limiter read the time from now instead of Redis's
+// TIME (or the process clock for NewMemory): for tests, such as with
+// miniredis.SetTime. In production every replica must use the server's.
 func WithClock(now func() time.Time) Option { return Option{func(c *config) { c.clock = now }} }
 
-// WithTimeout sets a decision's budget: the time from when it is asked to
-// its answer, or the caller's context's deadline when it is sooner (then
-// the caller gets ctx's error and no decision). The wait for another
-// caller's probe of a cached denial, the call to Redis, and a retry all
-// spend this one budget, whatever the client's options (go-redis's pool,
-// dials and retries included): a decision takes at most the timeout, plus
-// the time this process takes to schedule its goroutine. Zero means no
-// bound beyond the caller's context. Default DefaultTimeout.
+// WithTimeout sets a decision's budget, from when it is asked to its
+// answer, or the caller's context's deadline when sooner (then the caller
+// gets ctx's error and no decision). Waiting for another caller's probe of
+// a cached denial, the call to Redis and a retry all spend this one
+// budget, whatever the client's options: a decision takes at most the
+// timeout plus this process's scheduling delay. Zero means no bound beyond
+// ctx. Default DefaultTimeout.
 //
-// When the budget runs out without Redis's answer:
-//   - if the key's denial is cached, even an expired one, it answers;
-//   - if Redis answered this client's other calls meanwhile, or this
-//     process was short of CPU (a goroutine waited half the budget to run),
-//     Redis is alive and this process or the network is slow: the decision
-//     is shed, answered as FailClosed answers (denied; the HTTP middleware
-//     answers 503 with Retry-After) whatever the failure mode, with a
-//     Result.BackendErr that matches ErrShed. Redis may still have counted
-//     it, which errs on the safe side. The circuit breaker does not count
-//     it;
-//   - otherwise Redis answered nothing: the failure mode answers, and the
-//     timeout counts towards the circuit breaker (on a Cluster, the key's
-//     master's).
+// When the budget runs out without Redis's answer, a cached denial of the
+// key, even an expired one, answers. Else, if Redis answered this client's
+// other calls meanwhile or this process was short of CPU (a goroutine
+// waited half the budget to run), the decision is shed: denied as
+// FailClosed denies, whatever the failure mode (the HTTP middleware
+// answers 503 with Retry-After), with a Result.BackendErr matching ErrShed;
+// the circuit breaker does not count it, and Redis may have. Otherwise the
+// failure mode answers and the timeout counts towards the breaker (on a
+// Cluster, the key's master's).
 //
-// A call that failed without any reply while budget is left (a broken
-// connection) goes again once, but not under FailLocal, whose local
-// decision counts units. An error that Redis answered (a script error,
-// NOPERM, OOM, TRYAGAIN, WRONGTYPE) is that decision's failure, answered
-// by the failure mode at once; it never opens the breaker for other keys.
+// A call that failed without any reply (a broken connection) goes again
+// once while budget is left, but not under FailLocal. An error Redis
+// answered (a script error, NOPERM, OOM, TRYAGAIN, WRONGTYPE) is that
+// decision's failure, answered by the failure mode at once; it never opens
+// the breaker for other keys.
 //
 // A *redis.Client without ContextTimeoutEnabled (the go-redis default)
-// sends a decision alone through a clone of itself with
-// ContextTimeoutEnabled, which shares its connections and runs none of
-// its hooks: for hooks (tracing, metrics) that see every call, set
-// ContextTimeoutEnabled. New adds no hook to the client.
+// sends decisions through a clone of itself with it enabled, which shares
+// its connections but runs none of its hooks: for hooks that see every
+// call, set ContextTimeoutEnabled.
 func WithTimeout(d time.Duration) Option { return Option{func(c *config) { c.timeout = d }} }
-
-// DefaultWaitTimeout bounds each call to Redis made by Wait and WaitN.
-const DefaultWaitTimeout = 2 * time.Second
 
 // WithWaitTimeout bounds each call to Redis made by Wait and WaitN (the
 // reservation, a poll, the release of a cancelled reservation), or the
-// caller's context when it ends earlier. It is longer than WithTimeout's
-// because a burst of thousands of Waits from every replica queues in one
-// Redis, and with 100ms the failure mode would answer instead of the
-// quota. Zero means no bound beyond the caller's context. Default
-// DefaultWaitTimeout.
+// caller's context when it ends earlier. It is longer than WithTimeout's:
+// a burst of Waits from every replica queues in one Redis. Zero means no
+// bound beyond the caller's context. Default DefaultWaitTimeout.
 func WithWaitTimeout(d time.Duration) Option { return Option{func(c *config) { c.waitTime = d }} }
 
 // FailureMode chooses what a Limiter answers when Redis fails or times out.
@@ -111,11 +101,9 @@ const (
 	// each limit's Count scaled by WithLocalShare's share: 1/N for N
 	// replicas keeps the total near the limit. The local store and Redis
 	// know nothing of each other's counts, so a window that spans a switch
-	// may admit Count plus the local shares, about twice the limit
-	// (measured, 3 replicas at 50/s, Redis killed: at most 98 in a second
-	// without the deny cache, 56 to 62 with it); from one window on, the
-	// total is back near the limit. Where that is too much, use FailClosed
-	// or a smaller share.
+	// may admit up to about twice the limit; after one window the total is
+	// back near it. Where that is too much, use FailClosed or a smaller
+	// share.
 	FailLocal
 )
 
@@ -132,34 +120,28 @@ var failureModes = [...]string{"fail-open", "fail-closed", "fail-local"}
 // itself. Default FailOpen. FailLocal needs WithLocalShare.
 func WithFailureMode(m FailureMode) Option { return Option{func(c *config) { c.mode = m }} }
 
-// WithLocalShare sets the share of each limit's Count that this instance
-// admits on its own under FailLocal, in (0, 1]: 1/N for N replicas. The
-// scaled Count is never below 1. New validates it only under FailLocal;
-// NewMemory ignores it.
+// WithLocalShare sets the share of each limit's Count, in (0, 1], that this
+// instance admits on its own under FailLocal: 1/N for N replicas. The
+// scaled Count is never below 1. New validates it only under FailLocal.
 func WithLocalShare(share float64) Option { return Option{func(c *config) { c.share = share }} }
 
 // WithDenyCache sets how many denials the Limiter remembers, answering
-// repeat requests without a round trip until their RetryAfter has passed,
-// or for one second, whichever is sooner. A denial stands until then
-// unless something changes the key's units (Refund, Reset, a cancelled
-// Wait): this Limiter forgets its own denials of the key at once, and a
-// change made on another replica reaches this one's cache within a second,
-// when its cached denial is asked of Redis again; it costs a denied hot
-// key one round trip a second per Limiter. The cache is kept per key,
-// limits and cost (a smaller cost or other limits go to Redis). When a
-// denial is due, one request of the key asks Redis again while the others
-// wait for its answer, within their own decision's timeout. When full, the
-// cache evicts, preferring expired denials. Zero turns it off. Default
-// DefaultDenyCacheSize. NewMemory has none: it has no round trip to save.
+// repeats of the same key, limits and cost without a round trip until
+// their RetryAfter has passed or for one second, whichever is sooner.
+// Refund, Reset and a cancelled Wait drop this Limiter's denials of the key
+// at once; another replica's change reaches it within that second, when
+// the denial is asked of Redis again. When a denial is due, one request of
+// the key asks Redis while the others wait for its answer, within their
+// own timeout. When full, the cache evicts, preferring expired denials.
+// Zero turns it off. Default DefaultDenyCacheSize. NewMemory has none.
 //
-// Its memory is bounded whatever the clients send (long keys are kept as
+// Its memory is bounded whatever clients send (long keys are kept as
 // digests): about 430 bytes a denial under one limit, 2.5 KB at most
 // under MaxLimits limits (4.3 MB and 25 MB at the default size).
 func WithDenyCache(size int) Option { return Option{func(c *config) { c.cacheSize = size }} }
 
 // WithObserver sets a function that receives an Event for every decision,
-// synchronously: keep it fast. The prometheus module of this repository
-// turns events into metrics.
+// synchronously: keep it fast. The prometheus module turns them into metrics.
 func WithObserver(o Observer) Option { return Option{func(c *config) { c.observer = o }} }
 
 func (c *config) validate() error {

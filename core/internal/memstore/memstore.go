@@ -1,7 +1,6 @@
-// Package memstore is the memory backend of a Limiter: it runs the
-// algorithms of the Lua scripts (redisstore/lua/algorithms.lua) in Go, on state
-// kept in the process, with the same numbers (see package storetest for
-// the suite both backends pass). It implements store.Store.
+// Package memstore is a Limiter's memory backend (a store.Store): the
+// algorithms of redisstore/lua/algorithms.lua in Go, with the same numbers
+// (package storetest is the suite both backends pass).
 package memstore
 
 import (
@@ -17,14 +16,10 @@ import (
 	"github.com/ratewindow/ratewindow/core/internal/store"
 )
 
-// Store runs the algorithms of the Lua scripts in Go, for one process.
-// It is safe for concurrent use: keys are spread over mutex-guarded shards.
-// Expired state is dropped when a key is touched, and a few keys of a shard
-// are checked on every sweepEvery-th call, so memory follows the live keys.
-// A key is kept as store.HeldKey makes it: itself (a copy of its own) up to
-// store.MaxRawKey bytes, else its 23-byte digest, so that no client-chosen
-// key holds more than that. The memory store never waits and never fails:
-// its methods return no error.
+// Store is safe for concurrent use: keys, held in store.HeldKey's form, are
+// spread over mutex-guarded shards. Expired state is dropped when a key is
+// touched, and a few keys of a shard every sweepEvery-th call, so memory
+// follows the live keys. It never waits and its methods return no error.
 type Store struct {
 	seed   maphash.Seed
 	clock  func() int64 // µs since the epoch
@@ -34,7 +29,7 @@ type Store struct {
 
 const (
 	memShards   = 64
-	sweepEvery  = 64 // calls per shard between two sweeps
+	sweepEvery  = 64 // calls between two sweeps (of the next shard in turn)
 	sweepKeys   = 16 // keys checked by one sample
 	sweepRounds = 16 // samples in one sweep, at most
 )
@@ -44,13 +39,12 @@ type memShard struct {
 	keys map[string]*memKey
 }
 
-// memKey holds the state of every limit used with one key.
+// memKey holds the state of every limit used with one key; times in µs.
 type memKey struct {
-	states  []*memState
-	blocked int64 // µs; the end of the key's block, 0: none
-	// denials counted towards the key's penalty until denialsEnd (µs)
-	denials, denialsEnd int64
-	expires             int64 // µs; the latest expiry of its states, block and denials
+	states              []*memState
+	blocked             int64 // the end of the key's block, 0: none
+	denials, denialsEnd int64 // the penalty's count, until denialsEnd
+	expires             int64 // the latest of its states', block's and denials' ends
 }
 
 // memState is one limit's state: the fields of its algorithm are used.
@@ -65,8 +59,8 @@ type memState struct {
 
 type bucket struct{ index, count int64 }
 
-// New returns an empty memory store. clock is the time in µs since the
-// epoch, read for a Request whose Now is 0.
+// New returns an empty memory store; clock (µs since the epoch) is read for
+// a Request whose Now is 0.
 func New(clock func() int64) *Store {
 	s := &Store{seed: maphash.MakeSeed(), clock: clock}
 	for i := range s.shards {
@@ -79,10 +73,9 @@ func (s *Store) shard(key string) *memShard {
 	return &s.shards[maphash.String(s.seed, key)%memShards]
 }
 
-// lock returns the shard of key locked, the key as the shard keeps it (see
-// store.HeldKey), and the time of the call: now, or with now 0 the store's
-// clock. Every sweepEvery-th call first sweeps the next shard in turn, so
-// shards without traffic are swept too.
+// lock returns the shard of key locked, the key in its held form, and the
+// call's time: now, or with now 0 the store's clock. Every sweepEvery-th
+// call first sweeps the next shard in turn, so idle shards are swept too.
 func (s *Store) lock(key string, now int64) (*memShard, string, int64) {
 	key = store.HeldKey(key)
 	if now == 0 {
@@ -99,11 +92,11 @@ func (s *Store) lock(key string, now int64) (*memShard, string, int64) {
 	return sh, key, now
 }
 
-// sweep drops expired keys the way Redis's active expiry does: it samples
-// sweepKeys keys (map order is random) and goes on while more than a
-// quarter of a sample had expired, for at most sweepRounds samples.
+// sweep drops expired keys as Redis's active expiry does: it samples
+// sweepKeys keys (in random map order), again while more than a quarter
+// of a sample had expired, at most sweepRounds times.
 func (sh *memShard) sweep(now int64) {
-	for round := 0; round < sweepRounds; round++ {
+	for range sweepRounds {
 		sampled, expired := 0, 0
 		for k, mk := range sh.keys {
 			if mk.expires <= now {
@@ -124,10 +117,8 @@ func (sh *memShard) sweep(now int64) {
 // missing, and the µs the key stays blocked (0: not blocked).
 func (sh *memShard) states(key string, limits []store.Limit, now int64, dst []*memState) ([]*memState, int64) {
 	mk := sh.key(key)
-	var blocked int64
-	if mk.blocked > now {
-		blocked = mk.blocked - now
-	} else {
+	blocked := max(mk.blocked-now, 0)
+	if blocked == 0 {
 		mk.blocked = 0
 	}
 	for _, l := range limits {
@@ -154,8 +145,7 @@ func (sh *memShard) key(key string) *memKey {
 	return mk
 }
 
-// find returns the state of limit l, or nil; a nil mk (a key without
-// state) has none.
+// find returns the state of limit l, or nil (always for a nil mk).
 func (mk *memKey) find(l store.Limit) *memState {
 	if mk == nil {
 		return nil
@@ -169,8 +159,7 @@ func (mk *memKey) find(l store.Limit) *memState {
 	return nil
 }
 
-// statePrecision is the bucket length in µs that tells states apart: only
-// SlidingBuckets has one.
+// statePrecision is SlidingBuckets' bucket length in µs, else 0.
 func statePrecision(l store.Limit) int64 {
 	if l.Algorithm == store.SlidingBuckets {
 		return l.Step().Microseconds()
@@ -178,9 +167,10 @@ func statePrecision(l store.Limit) int64 {
 	return 0
 }
 
-// touch updates the key's expiry after its states changed, and forgets it
-// when every state is empty.
-func (sh *memShard) touch(key string, now int64) {
+// unlock ends every call that locked the shard: it updates key's expiry
+// after its states changed, forgetting it when all are empty, and unlocks.
+func (sh *memShard) unlock(key string, now int64) {
+	defer sh.mu.Unlock()
 	mk := sh.keys[key]
 	if mk == nil {
 		return
@@ -197,13 +187,6 @@ func (sh *memShard) touch(key string, now int64) {
 	}
 }
 
-// unlock updates key's expiry (see touch) and unlocks the shard: the end
-// of every call that locked it.
-func (sh *memShard) unlock(key string, now int64) {
-	sh.touch(key, now)
-	sh.mu.Unlock()
-}
-
 func (st *memState) clear() {
 	st.log = st.log[:0]
 	st.buckets = st.buckets[:0]
@@ -214,11 +197,14 @@ func (st *memState) clear() {
 func (st *memState) check(count, n, now int64) (free, retry, reset int64) {
 	switch st.alg {
 	case store.SlidingLog:
-		return st.logCheck(count, n, now)
+		free, retry = st.logCheck(count, n, now)
 	case store.SlidingBuckets:
-		return st.bucketsCheck(count, n, now)
+		free, retry = st.bucketsCheck(count, n, now)
+	default:
+		free, retry = st.counterCheck(count, n, now)
 	}
-	return st.counterCheck(count, n, now)
+	st.expire()
+	return free, retry, max(st.expires-now, 0)
 }
 
 // add mirrors the *_add functions of algorithms.lua; it returns the reset.
@@ -245,8 +231,7 @@ func (st *memState) add(n, t, now int64) int64 {
 	return st.expires - now
 }
 
-// expire sets when the state is empty again, from what it holds: 0 when
-// it holds nothing.
+// expire sets when the state is empty again: 0 when it holds nothing.
 func (st *memState) expire() {
 	switch {
 	case st.alg == store.SlidingLog && len(st.log) > 0:
@@ -262,42 +247,36 @@ func (st *memState) expire() {
 	}
 }
 
-func (st *memState) logCheck(count, n, now int64) (free, retry, reset int64) {
+// logCheck, bucketsCheck and counterCheck drop what left the window and
+// return the units free and the retry; check sets the expiry.
+func (st *memState) logCheck(count, n, now int64) (free, retry int64) {
 	// Scan from the front rather than bisect: usually no unit or one has
-	// left since the last call, and the front is one cache line.
+	// left since the last call.
 	i := 0
 	for i < len(st.log) && st.log[i] <= now-st.window {
 		i++
 	}
-	if i > 0 {
-		st.log = st.log[:copy(st.log, st.log[i:])]
-	}
+	st.log = slices.Delete(st.log, 0, i)
 	used := int64(len(st.log))
-	st.expire()
-	reset = max(st.expires-now, 0)
 	if k := count - n + 1; k <= 0 {
 		retry = -1
 	} else if used >= k {
 		retry = st.log[used-k] + st.window - now
 	}
-	return max(count-used, 0), retry, reset
+	return max(count-used, 0), retry
 }
 
-func (st *memState) bucketsCheck(count, n, now int64) (free, retry, reset int64) {
+func (st *memState) bucketsCheck(count, n, now int64) (free, retry int64) {
 	oldest := floorDiv(now-st.window, st.prec)
 	i := 0 // from the front, as in logCheck
 	for i < len(st.buckets) && st.buckets[i].index < oldest {
 		i++
 	}
-	if i > 0 {
-		st.buckets = st.buckets[:copy(st.buckets, st.buckets[i:])]
-	}
+	st.buckets = slices.Delete(st.buckets, 0, i)
 	var used int64
 	for _, b := range st.buckets {
 		used += b.count
 	}
-	st.expire()
-	reset = max(st.expires-now, 0)
 	if n > count {
 		retry = -1
 	} else if over := used + n - count; over > 0 {
@@ -308,7 +287,7 @@ func (st *memState) bucketsCheck(count, n, now int64) (free, retry, reset int64)
 			}
 		}
 	}
-	return max(count-used, 0), retry, reset
+	return max(count-used, 0), retry
 }
 
 // roll moves the counter to the fixed window of now and returns its index.
@@ -327,15 +306,13 @@ func (st *memState) roll(now int64) int64 {
 
 // counterCheck computes in float64, as the Lua script does in its doubles:
 // Count × Window in µs overflows int64 for large limits.
-func (st *memState) counterCheck(count, n, now int64) (free, retry, reset int64) {
+func (st *memState) counterCheck(count, n, now int64) (free, retry int64) {
 	c := st.roll(now)
 	w, prev, cur := st.window, st.prev, st.cur
 	elapsed := now - c*w
 	fw, fcount := float64(w), float64(count)
 	weighted := float64(prev) * float64(w-elapsed)
 	free = int64(max(min(math.Floor((fcount*fw-weighted-float64(cur)*fw)/fw), fcount), 0))
-	st.expire()
-	reset = max(st.expires-now, 0)
 	switch {
 	case n > count:
 		retry = -1
@@ -349,7 +326,7 @@ func (st *memState) counterCheck(count, n, now int64) (free, retry, reset int64)
 		e := w - int64(math.Floor(float64(count-n)*fw/float64(cur)))
 		retry = (c+1)*w - now + e
 	}
-	return free, retry, reset
+	return free, retry
 }
 
 func floorDiv(a, b int64) int64 {
@@ -360,12 +337,11 @@ func floorDiv(a, b int64) int64 {
 	return q
 }
 
-// Allow decides r as decide in algorithms.lua does: every limit is checked
-// first, then r.N units are recorded under all of them (r.Commit set and
-// every limit admits) or under none. A blocked key is denied under every
-// limit, with a retry and reset of at least the block's time left. A
-// committed denial of a key that is not blocked counts towards r.Penalty;
-// the one that reaches it bans the key. It returns no error.
+// Allow decides r as decide in algorithms.lua does: every limit is checked,
+// then r.N units are recorded under all (r.Commit set, every limit admits)
+// or none. A blocked key is denied under every limit, with a retry and
+// reset of at least the block's time left. A committed denial of a key not
+// blocked counts towards r.Penalty; the one that reaches it bans the key.
 func (s *Store) Allow(_ context.Context, r store.Request) (store.Decision, error) {
 	sh, key, now := s.lock(r.Key, r.Now)
 	defer sh.unlock(key, now)
@@ -374,10 +350,8 @@ func (s *Store) Allow(_ context.Context, r store.Request) (store.Decision, error
 	d := store.Decision{Allowed: blocked == 0, Blocked: blocked > 0, At: now, States: r.Room()}
 	for i, st := range mstates {
 		f, retry, z := st.check(r.Limits[i].Count, r.N, now)
-		if retry != 0 {
-			d.Allowed = false
-		}
 		d.States[i] = store.State{Remaining: f, Retry: retry, Reset: z}
+		d.Allowed = d.Allowed && retry == 0
 	}
 	if p := r.Penalty; p.Denials > 0 && !d.Allowed && r.Commit && blocked == 0 {
 		if blocked = sh.penalize(key, p, now); blocked > 0 {
@@ -401,9 +375,8 @@ func (s *Store) Allow(_ context.Context, r store.Request) (store.Decision, error
 	return d, nil
 }
 
-// penalize mirrors penalize in algorithms.lua: it counts a denial of key
-// and bans the key at the penalty's count, returning the ban's µs (0:
-// none).
+// penalize mirrors penalize in algorithms.lua: it counts a denial of key,
+// banning the key at the penalty's count; it returns the ban's µs (0: none).
 func (sh *memShard) penalize(key string, p store.Penalty, now int64) int64 {
 	mk := sh.keys[key]
 	if mk.denialsEnd <= now {
@@ -418,8 +391,7 @@ func (sh *memShard) penalize(key string, p store.Penalty, now int64) int64 {
 }
 
 // Refund mirrors refund.lua: it gives back up to r.N units of r.Key under
-// every limit, those recorded at r.At or with r.At 0 the newest at or
-// before now, never below empty. It returns no error.
+// every limit, those at r.At or with r.At 0 the newest up to now.
 func (s *Store) Refund(_ context.Context, r store.Request) error {
 	sh, key, now := s.lock(r.Key, r.Now)
 	defer sh.unlock(key, now)
@@ -432,8 +404,7 @@ func (s *Store) Refund(_ context.Context, r store.Request) error {
 	return nil
 }
 
-// refund gives back up to n units recorded within the window: those at
-// time at, or with at 0 the newest at or before now.
+// refund is Refund for one limit's state.
 func (st *memState) refund(count, n, now, at int64) {
 	var given int64
 	switch st.alg {
@@ -446,14 +417,10 @@ func (st *memState) refund(count, n, now, at int64) {
 			}
 			lo, hi = at-1, at
 		}
-		// the units in (lo, hi], the newest first
+		// the newest n units in (lo, hi]
+		i, _ := slices.BinarySearch(st.log, lo+1)
 		j, _ := slices.BinarySearch(st.log, hi+1)
-		i := j
-		for i > 0 && st.log[i-1] > lo && int64(j-i) < n {
-			i--
-		}
-		given = int64(j - i)
-		st.log = append(st.log[:i], st.log[j:]...)
+		st.log = slices.Delete(st.log, max(i, j-int(min(n, int64(j)))), j)
 	case store.SlidingBuckets:
 		st.bucketsCheck(count, 1, now) // drops the buckets that left
 		current := floorDiv(now, st.prec)
@@ -479,9 +446,7 @@ func (st *memState) refund(count, n, now, at int64) {
 			st.cur -= given
 		}
 		if fromPrev {
-			take := min(n-given, st.prev)
-			st.prev -= take
-			given += take
+			st.prev -= min(n-given, st.prev)
 		}
 	}
 	st.expire()
@@ -489,8 +454,8 @@ func (st *memState) refund(count, n, now, at int64) {
 
 // Reserve mirrors reserve.lua: it records r.N units at the earliest time
 // they fit under every limit (all store.SlidingLog), counting reservations
-// already made and placed after any block of the key, unless that is more
-// than longest µs from now (longest < 0: no bound). It returns no error.
+// already made and after any block of the key, unless that is more than
+// longest µs from now (longest < 0: no bound).
 func (s *Store) Reserve(_ context.Context, r store.Request, longest int64) (store.Reservation, error) {
 	sh, key, now := s.lock(r.Key, r.Now)
 	defer sh.unlock(key, now)
@@ -514,7 +479,7 @@ func (s *Store) Reserve(_ context.Context, r store.Request, longest int64) (stor
 }
 
 // Release mirrors release.lua: it removes up to r.N units at res.At under
-// every limit of r. It returns no error.
+// every limit of r.
 func (s *Store) Release(_ context.Context, r store.Request, res store.Reservation) error {
 	sh, key, now := s.lock(r.Key, r.Now)
 	defer sh.unlock(key, now)
@@ -522,11 +487,8 @@ func (s *Store) Release(_ context.Context, r store.Request, res store.Reservatio
 	for _, l := range r.Limits {
 		if st := mk.find(l); st != nil {
 			i, _ := slices.BinarySearch(st.log, res.At)
-			j := i
-			for j < len(st.log) && j-i < int(r.N) && st.log[j] == res.At {
-				j++
-			}
-			st.log = append(st.log[:i], st.log[j:]...)
+			j, _ := slices.BinarySearch(st.log, res.At+1)
+			st.log = slices.Delete(st.log, max(i, j-int(r.N)), j) // r.N of the units at res.At
 			st.expire()
 		}
 	}
@@ -534,7 +496,7 @@ func (s *Store) Release(_ context.Context, r store.Request, res store.Reservatio
 }
 
 // Block mirrors block.lua: r.Key is exhausted under any limits for d from
-// now, unless it is blocked longer already. It returns no error.
+// now, unless it is blocked longer already.
 func (s *Store) Block(_ context.Context, r store.Request, d time.Duration) error {
 	sh, key, now := s.lock(r.Key, r.Now)
 	defer sh.unlock(key, now)
@@ -544,7 +506,7 @@ func (s *Store) Block(_ context.Context, r store.Request, d time.Duration) error
 }
 
 // Reset mirrors reset.lua: it forgets every unit of r.Key under r.Limits,
-// its block and its penalty's denials. It returns no error.
+// its block and its penalty's denials.
 func (s *Store) Reset(_ context.Context, r store.Request) error {
 	sh, key, now := s.lock(r.Key, r.Now)
 	defer sh.unlock(key, now)
@@ -559,6 +521,36 @@ func (s *Store) Reset(_ context.Context, r store.Request) error {
 		}
 	}
 	return nil
+}
+
+// Keys returns, for tests, the held keys live at now (µs; math.MinInt64:
+// every key held, expired ones not yet dropped included).
+func (s *Store) Keys(now int64) []string {
+	var keys []string
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for k, mk := range sh.keys {
+			if mk.expires > now {
+				keys = append(keys, k)
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return keys
+}
+
+// Units returns, for tests, how many units key's sliding log of l holds,
+// reservations and expired ones not yet dropped included.
+func (s *Store) Units(key string, l store.Limit) int64 {
+	key = store.HeldKey(key)
+	sh := s.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if st := sh.keys[key].find(l); st != nil {
+		return int64(len(st.log))
+	}
+	return 0
 }
 
 // Check reports nil: the memory store has nothing to check.
