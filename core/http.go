@@ -55,8 +55,7 @@ const (
 	partitionKeyParamLength = len(";pk=::") + (partitionKeyBytes+2)/3*4
 )
 
-// headerSet holds the header values of a rule's limits that never change,
-// computed once when the middleware is built.
+// headerSet holds the header values of a rule's limits, computed once.
 type headerSet struct {
 	policy      string   // RateLimit-Policy: every limit of the rule
 	items       []string // its items, one per limit, for adding pk to each
@@ -124,10 +123,9 @@ func newLimitHeaders(l Limit) limitHeaders {
 	}
 }
 
-// lookup returns the precomputed values of the binding limit l, or computes
-// them when l is not one of the rule's: a limit FailLocal scaled takes the
-// policy name of the rule's limit it stands for (same algorithm and
-// window), so that RateLimit names a listed policy.
+// lookup returns the values of the binding limit l, computed when l is not
+// the rule's: a limit FailLocal scaled takes the policy name of the rule's
+// limit of its algorithm and window, so that RateLimit names a listed one.
 func (hs *headerSet) lookup(l Limit) *limitHeaders {
 	for i := range hs.limits {
 		if hs.limits[i].limit == l {
@@ -144,11 +142,10 @@ func (hs *headerSet) lookup(l Limit) *limitHeaders {
 	return &lh
 }
 
-// write sets the rate-limit fields of style for res (see HeaderStyle):
-// times in seconds rounded up, a reset never before Retry-After, t of a
-// denial the Retry-After (none when it never passes), integers capped at
-// 15 digits as structured fields require. pk, when not "", is added to
-// every item of both IETF fields.
+// write sets the rate-limit fields of style for res: times in seconds
+// rounded up, a reset never before Retry-After, t of a denial the
+// Retry-After (none when it never passes), structured-field integers
+// capped at 15 digits. pk, when not "", goes on every IETF item.
 func (hs *headerSet) write(h http.Header, style HeaderStyle, res Result, pk string) {
 	if style == None || style > Both {
 		return
@@ -159,8 +156,7 @@ func (hs *headerSet) write(h http.Header, style HeaderStyle, res Result, pk stri
 	if !res.Allowed && !res.Never() {
 		reset = max(reset, retrySeconds(res.RetryAfter)) // full again no earlier than the request fits
 	}
-	// one buffer, one string sliced per field: two allocations in all
-	var buf [160]byte
+	var buf [160]byte // one string sliced per field: two allocations in all
 	b := buf[:0]
 	var ends [3]int
 	x := style != IETF
@@ -211,33 +207,30 @@ func (hs *headerSet) write(h http.Header, style HeaderStyle, res Result, pk stri
 	}
 }
 
-// clearRateHeaders deletes every rate-limit field, before a rule writes
-// its own over another rule's.
+// clearRateHeaders deletes every rate-limit field.
 func clearRateHeaders(h http.Header) {
-	delete(h, hdrXLimit)
-	delete(h, hdrXRemaining)
-	delete(h, hdrXReset)
-	delete(h, hdrPolicy)
-	delete(h, hdrRateLimit)
+	for _, k := range [...]string{hdrXLimit, hdrXRemaining, hdrXReset, hdrPolicy, hdrRateLimit} {
+		delete(h, k)
+	}
 }
 
 // writeDenied writes the default answer to dec, a denial: 429 with a
 // short text body, or with problem set, the quota-exceeded problem listing
-// the policies that denied (the binding one's body is kept ready), or for
-// a banned or blocked key the abnormal-usage one.
+// the policies that denied, or for a banned or blocked key the
+// abnormal-usage one.
 func writeDenied(w http.ResponseWriter, dec Decision, problem bool) {
 	const code = http.StatusTooManyRequests
 	switch {
 	case !problem:
-		writeText(w, code, textTooMany)
+		writeBody(w, code, textType, []byte(textTooMany), "")
 	case dec.Result.blocked:
-		writeProblem(w, code, []byte(abnormalUsage), strconv.Itoa(len(abnormalUsage)))
+		writeBody(w, code, problemType, []byte(abnormalUsage), "")
 	case bits.OnesCount16(dec.Result.violated) > 1:
 		body := appendProblem(nil, ProblemQuotaExceeded, problemTitle, code, dec.Policies()...)
-		writeProblem(w, code, body, strconv.Itoa(len(body)))
+		writeBody(w, code, problemType, body, "")
 	default:
 		lh := dec.hdr.lookup(dec.Result.Limit)
-		writeProblem(w, code, lh.problem, lh.problemLen)
+		writeBody(w, code, problemType, lh.problem, lh.problemLen)
 	}
 }
 
@@ -246,15 +239,23 @@ func writeDenied(w http.ResponseWriter, dec Decision, problem bool) {
 func (hs *headerSet) writeUnavailable(w http.ResponseWriter, problem bool) {
 	w.Header()[hdrRetryAfter] = []string{unavailableRetry}
 	if problem {
-		writeProblem(w, http.StatusServiceUnavailable, hs.unavailable, strconv.Itoa(len(hs.unavailable)))
+		writeBody(w, http.StatusServiceUnavailable, problemType, hs.unavailable, "")
 		return
 	}
-	writeText(w, http.StatusServiceUnavailable, textUnavailable)
+	writeBody(w, http.StatusServiceUnavailable, textType, []byte(textUnavailable), "")
 }
 
-func writeProblem(w http.ResponseWriter, code int, body []byte, size string) {
+// writeBody writes a response of status code, with size its length when
+// not "". A text/plain body is marked nosniff.
+func writeBody(w http.ResponseWriter, code int, ctype string, body []byte, size string) {
 	h := w.Header()
-	h[hdrContentType] = []string{problemType}
+	h[hdrContentType] = []string{ctype}
+	if ctype == textType {
+		h[hdrNoSniff] = []string{"nosniff"}
+	}
+	if size == "" {
+		size = strconv.Itoa(len(body))
+	}
 	h[hdrContentLen] = []string{size}
 	w.WriteHeader(code)
 	_, _ = w.Write(body)
@@ -270,25 +271,12 @@ func partitionKey(key string) string {
 	return string(append(b, ':'))
 }
 
-func writeText(w http.ResponseWriter, code int, body string) {
-	h := w.Header()
-	h[hdrContentType] = []string{textType}
-	h[hdrNoSniff] = []string{"nosniff"}
-	h[hdrContentLen] = []string{strconv.Itoa(len(body))}
-	w.WriteHeader(code)
-	_, _ = w.Write([]byte(body))
-}
-
 // ceilSeconds returns d in whole seconds, rounded up; 0 for d <= 0.
 func ceilSeconds(d time.Duration) int64 {
 	if d <= 0 {
 		return 0
 	}
-	s := int64(d / time.Second)
-	if d%time.Second != 0 {
-		s++
-	}
-	return s
+	return int64((d-1)/time.Second) + 1
 }
 
 // retrySeconds is the Retry-After of a denial that passes after d: whole
@@ -305,9 +293,9 @@ func appendPolicyItem(b []byte, l Limit) []byte {
 	return strconv.AppendInt(b, min(max(ceilSeconds(l.Window), 1), maxSFInteger), 10)
 }
 
-// appendSFString appends s as a structured-field string (RFC 8941 section
-// 3.3.3), which is also a JSON string: in quotes, '"' and '\' escaped, and
-// bytes outside %x20-7E (which Rule.Validate rejects in policy names) as '?'.
+// appendSFString appends s as a structured-field string (RFC 8941 3.3.3),
+// which is also a JSON string: '"' and '\' escaped, bytes outside %x20-7E
+// (which Rule.Validate rejects in policy names) as '?'.
 func appendSFString(b []byte, s string) []byte {
 	b = append(b, '"')
 	for i := 0; i < len(s); i++ {
@@ -324,33 +312,25 @@ func appendSFString(b []byte, s string) []byte {
 }
 
 // acceptsProblem reports whether the Accept field values list
-// application/problem+json with a non-zero weight.
+// application/problem+json with a weight above zero.
 func acceptsProblem(accept []string) bool {
 	for _, v := range accept {
+	ranges:
 		for rng := range strings.SplitSeq(v, ",") {
-			if problemRange(rng) {
-				return true
+			typ, params, _ := strings.Cut(rng, ";")
+			if !strings.EqualFold(httpx.TrimOWS(typ), problemType) {
+				continue
 			}
+			for p := range strings.SplitSeq(params, ";") {
+				if p = httpx.TrimOWS(p); len(p) >= 2 && p[0]|0x20 == 'q' && p[1] == '=' {
+					if q := httpx.TrimOWS(p[2:]); q != "" && q[0] == '0' && strings.Trim(q[1:], ".0") == "" {
+						continue ranges // a zero weight: "0", "0.", "0.000"
+					}
+					break
+				}
+			}
+			return true
 		}
 	}
 	return false
 }
-
-// problemRange reports whether one media range of Accept is
-// application/problem+json with a weight above zero.
-func problemRange(rng string) bool {
-	typ, params, _ := strings.Cut(rng, ";")
-	if !strings.EqualFold(httpx.TrimOWS(typ), problemType) {
-		return false
-	}
-	for p := range strings.SplitSeq(params, ";") {
-		p = httpx.TrimOWS(p)
-		if len(p) >= 2 && (p[0] == 'q' || p[0] == 'Q') && p[1] == '=' {
-			return !zeroWeight(httpx.TrimOWS(p[2:]))
-		}
-	}
-	return true
-}
-
-// zeroWeight reports whether a qvalue is zero: "0", "0.", "0.000".
-func zeroWeight(q string) bool { return q != "" && q[0] == '0' && strings.Trim(q[1:], ".0") == "" }

@@ -14,26 +14,20 @@ type Algorithm uint8
 
 const (
 	// SlidingLog keeps the time of every admitted unit still in the window
-	// (at most Count), 1 to 7 bytes each: one string value up to 4,096
-	// units, beyond that a hash of 1 KB pages (about 7.4 bytes a unit). It
-	// is exact: no window of length Window ever holds more than Count
-	// units, RetryAfter is the exact time until the request fits, and Wait
-	// reserves a future slot in one round trip. A decision reads and writes
-	// a bounded number of bytes (at most two pages and a header), however
-	// many units the window holds.
+	// (at most Count), 1 to 7 bytes each. It is exact: no window of length
+	// Window ever holds more than Count units, RetryAfter is the exact time
+	// until the request fits, and Wait reserves a future slot in one round
+	// trip.
 	SlidingLog Algorithm = iota
-	// SlidingBuckets keeps one hash field per sub-window of Precision
-	// (default Window/60: about 61 fields), and their sum once more than 8
-	// are live. A unit counts from its bucket's start until the bucket's
+	// SlidingBuckets keeps one count per sub-window of Precision (default
+	// Window/60). A unit counts from its bucket's start until the bucket's
 	// end plus Window, so it never over-admits; it may deny up to one
 	// Precision early.
 	SlidingBuckets
 	// SlidingCounter keeps the counts of the previous and the current fixed
 	// window and estimates the sliding count as previous × (Window −
-	// elapsed)/Window + current: O(1) memory, approximate. When the
-	// previous window's units all came at its very end, a sliding window
-	// may hold up to nearly 2×Count; when they came early, it denies
-	// requests that an exact log would admit.
+	// elapsed)/Window + current: O(1) memory, approximate. A sliding window
+	// may hold up to nearly 2×Count, or deny what an exact log would admit.
 	SlidingCounter
 )
 
@@ -69,27 +63,21 @@ type Limit struct {
 	Precision time.Duration
 }
 
-// Bounds of a Limit, and of the limits of one call. They keep every
-// script's work and every number in range: times are µs in Lua doubles,
-// exact to 2^53 µs (285 years), and durations are int64 ns (292 years).
+// Bounds of a Limit, and of the limits of one call: they keep every
+// script's work and every number in range.
 const (
-	// MaxLogCount is the largest Count of a SlidingLog limit, 16,384. The
-	// log keeps the time of every unit (a long one in a Redis sorted set,
-	// a member per decision), and a few calls read it member by member (a
-	// decision after half of a full log left the window, a denial of
-	// AllowN(Count/2), a refund of most units): at this bound each holds
-	// Redis for a few ms at most (TestLongLogBoundedCalls). Larger limits
-	// belong to SlidingBuckets.
+	// MaxLogCount is the largest Count of a SlidingLog limit, 16,384, so
+	// that a call reading the log unit by unit holds Redis a few ms at
+	// most. Larger limits belong to SlidingBuckets.
 	MaxLogCount = 1 << 14
 	// MaxWindow is the longest Window: a year (and a day).
 	MaxWindow = 366 * 24 * time.Hour
 	// MaxBuckets is the most sub-windows of Precision that a SlidingBuckets
-	// limit's Window may hold: each is a field that its denials read.
+	// limit's Window may hold.
 	MaxBuckets = 1024
 	// MaxLimits is the most limits of one call or Rule.
 	MaxLimits = 16
-	// MaxLimitName is the longest Name of a Limit, in bytes, so that what
-	// the deny cache and a rule's LimitsFor sets keep has a bounded size.
+	// MaxLimitName is the longest Name of a Limit, in bytes.
 	MaxLimitName = 64
 )
 
