@@ -46,20 +46,15 @@ func enumName[T ~uint8](v T, names []string, kind string) string {
 
 // Limit admits at most Count units in any sliding window of length Window.
 type Limit struct {
-	// Name identifies the limit in the RateLimit-Policy header. When empty,
-	// a name is derived from Count and Window, such as "100-per-1m". It is
-	// at most MaxLimitName bytes.
-	Name string
-	// Count is the number of units admitted in any Window. It must be > 0.
-	Count int64
-	// Window is the length of the sliding window: from 1ms to MaxWindow.
-	Window time.Duration
-	// Algorithm selects how units are counted. The zero value is SlidingLog.
-	Algorithm Algorithm
-	// Precision is the sub-window length of SlidingBuckets. Zero means
-	// Window/60, at least 1ms. It must be between 1ms and Window when set,
-	// and a window may hold at most MaxBuckets of them. Other algorithms
-	// ignore it.
+	// Name identifies the limit in the RateLimit-Policy header, at most
+	// MaxLimitName bytes. Empty: derived from Count and Window ("100-per-1m").
+	Name      string
+	Count     int64         // units admitted in any Window; must be > 0
+	Window    time.Duration // from 1ms to MaxWindow
+	Algorithm Algorithm     // the zero value is SlidingLog
+	// Precision is the sub-window length of SlidingBuckets: zero means
+	// Window/60, at least 1ms; when set, from 1ms to Window, and at most
+	// MaxBuckets of them in Window. Other algorithms ignore it.
 	Precision time.Duration
 }
 

@@ -15,29 +15,19 @@ import (
 // R: Rule is the policy of HTTP requests, grpcmw builds one for gRPC calls.
 // Its fields mean what the Rule fields of the same names mean.
 type Policy[R any] struct {
-	// Name is the rule's namespace (see Rule.Name).
-	Name string
-	// Limits must all admit a request for it to pass (see Rule.Limits).
-	Limits []Limit
-	// Key returns the key a request is counted under. Required.
-	Key func(R) (string, error)
-	// FallbackKey keys a request whose Key failed (see Rule.FallbackKey);
-	// nil counts every such request under Name + ":nokey".
-	FallbackKey func(R) (string, error)
-	// Cost returns the units a request takes; nil means 1.
-	Cost func(R) int64
-	// Skip reports requests that pass uncounted.
-	Skip func(R) bool
-	// LimitsFor chooses the limits of each request (see Rule.LimitsFor).
-	LimitsFor func(R) ([]Limit, error)
-	// Penalty, when set, bans a key that keeps being denied.
-	Penalty *Penalty
-	// DryRun decides and counts every request but never denies.
-	DryRun bool
-	// Headers is the style of the rate-limit fields (SetFields).
-	Headers HeaderStyle
-	// PartitionKey adds pk to the IETF fields (see Rule.PartitionKey).
-	PartitionKey bool
+	Name   string                  // the rule's namespace
+	Limits []Limit                 // must all admit a request for it to pass
+	Key    func(R) (string, error) // required
+	// FallbackKey keys a request whose Key failed; nil counts every such
+	// request under Name + ":nokey".
+	FallbackKey  func(R) (string, error)
+	Cost         func(R) int64            // nil means 1
+	Skip         func(R) bool             // reports requests that pass uncounted
+	LimitsFor    func(R) ([]Limit, error) // each request's limits
+	Penalty      *Penalty                 // bans a key that keeps being denied
+	DryRun       bool                     // decide and count every request, never deny
+	Headers      HeaderStyle              // the style of the rate-limit fields (SetFields)
+	PartitionKey bool                     // adds pk to the IETF fields
 	// OnError is called with every error of the functions above and of
 	// the backend, and reports whether it answered the request itself,
 	// which then stops (Verdict Answered). Nil: errors are logged with
@@ -154,13 +144,9 @@ var verdicts = [...]string{"pass", "denied", "unavailable", "answered"}
 
 // Decision is a Decider's answer to one request.
 type Decision struct {
-	// Verdict says what becomes of the request.
-	Verdict Verdict
-	// Result is the Limiter's decision; zero when the request was skipped
-	// or got none.
-	Result Result
-	// Key is the Limiter key the request was counted under, or "".
-	Key string
+	Verdict Verdict // what becomes of the request
+	Result  Result  // the Limiter's decision; zero when skipped or none
+	Key     string  // the Limiter key the request was counted under, or ""
 	// Shown reports whether the rate-limit fields describe the request:
 	// false when it was skipped, got no decision, or the failure mode
 	// answered without one (FailOpen, FailClosed, a shed decision).

@@ -44,32 +44,28 @@ var headerStyles = [...]string{"x-ratelimit", "ietf", "both", "none"}
 var ErrInvalidRule = errors.New("ratewindow: invalid rule")
 
 // Rule describes which HTTP requests to limit and how to answer, for every
-// adapter (nethttp, chimw, ginmw, echomw). Build the middleware once, at
-// start-up: its constructor validates the rule, so a bad rule is reported
-// then, never at request time.
+// adapter (nethttp, chimw, ginmw, echomw). Its middleware's constructor
+// validates it, so a bad rule is reported at start-up.
 //
-// Several rules may apply to one request (router-wide and per route): it
-// passes only when each admits it, and a request one of them stops (a
-// denial, or the failure mode's 503) consumes nothing under any of them:
-// the rules it passed give their units back (Limiter.Refund, a round trip
-// each).
+// Several rules may apply to one request: it passes only when each admits
+// it, and a request one of them stops (a denial, or the failure mode's
+// 503) consumes nothing under any of them: the rules it passed give their
+// units back (Limiter.Refund, a round trip each).
 type Rule struct {
 	// Name is the rule's namespace: a request's Limiter key is Name + ":" +
 	// the key function's result, so two rules never share counters.
 	// Observers receive it as Event.Rule. Required: printable ASCII
 	// without spaces, ':', '{' or '}', at most 64 bytes.
 	Name string
-	// Limits must all admit a request for it to pass (at least one).
-	// Their PolicyName appears in the IETF headers: it must be printable
-	// ASCII, and unique within the rule.
+	// Limits must all admit a request for it to pass (at least one). Their
+	// PolicyName must be printable ASCII, unique within the rule.
 	Limits []Limit
 	// Key returns the key a request is counted under. When it fails or
 	// returns "", the error goes to OnError and, unless OnError answers,
 	// the request is counted under FallbackKey. Default keyfuncs.IP(): the
 	// peer address, trusting no proxy.
 	Key func(*http.Request) (string, error)
-	// FallbackKey keys a request whose Key failed, so that leaving out what
-	// a request is keyed by does not escape the rule: it is counted under
+	// FallbackKey keys a request whose Key failed: it is counted under
 	// Name + ":nokey:" + FallbackKey's result ("login:nokey:ip:203.0.113.5"),
 	// or under Name + ":nokey", shared, if FallbackKey fails too. A result
 	// of Key that starts with "nokey" or "~" is stored with "~" before it
@@ -81,8 +77,7 @@ type Rule struct {
 	// search. A cost below 1 is an error: it goes to OnError and, unless
 	// OnError answers, the request costs 1. Default 1.
 	Cost func(*http.Request) int64
-	// Skip reports requests that pass uncounted, without touching the
-	// backend, such as health checks or an allow-list.
+	// Skip reports requests that pass uncounted, such as health checks.
 	Skip func(*http.Request) bool
 	// Headers selects the rate-limit header fields. Default XRateLimit.
 	// When several rules apply, the response shows one decision: the
@@ -101,39 +96,32 @@ type Rule struct {
 	// Cost, LimitsFor) and of the backend; its text never reaches the
 	// client. If OnError writes a response, the request stops there.
 	// Otherwise the request is still limited: under FallbackKey, a Cost of
-	// 1 or the rule's Limits after an error of the rule's functions; by the
-	// failure mode after a backend error (FailOpen passes it without
-	// rate-limit fields, FailClosed answers 503 with Retry-After, FailLocal
-	// answers the local decision). Default: log with log/slog's default
-	// logger, at most one line per second per rule, with the number of
-	// errors left unlogged.
-	//
-	// A request whose own context ends before its decision (the client
-	// went away, a server timeout) is no error of the rule: whatever the
-	// failure mode, it never reaches the next handler and is answered 503;
-	// the observer sees an Event with Err set.
+	// 1 or Limits after an error of the rule's functions; by the failure
+	// mode after a backend error (FailOpen passes it without rate-limit
+	// fields, FailClosed answers 503 with Retry-After, FailLocal answers
+	// the local decision). Default: log with log/slog's default logger, at
+	// most one line per second per rule. A request whose own context ends
+	// before its decision is no error: it is answered 503, whatever the
+	// failure mode, and the observer sees an Event with Err set.
 	OnError func(http.ResponseWriter, *http.Request, error)
 	// DryRun decides, counts and reports every request (a would-be denial
 	// as an Event with Result.Allowed false) and sets the rate-limit
-	// fields, but never denies: for rolling out a new limit safely.
+	// fields, but never denies.
 	DryRun bool
 	// ProblemJSON answers every denial with an application/problem+json
 	// body, whatever the client's Accept header.
 	ProblemJSON bool
 
 	// LimitsFor, when set, chooses the limits of each request (by plan, a
-	// token's claim, a lookup); none means Limits, which must still be
-	// valid. An error or invalid limits go to OnError and, unless OnError
-	// answers, the request is decided under Limits. Limits of the same
-	// algorithm and window share stored state, so a plan changed
-	// mid-window keeps its history with the new Count. Each distinct set is
-	// validated once and kept, up to 1024 per rule. nethttp.Transport uses
-	// Limits only.
+	// token's claim); none means Limits, which must still be valid. An
+	// error or invalid limits go to OnError and, unless OnError answers,
+	// the request is decided under Limits. Limits of the same algorithm and
+	// window share stored state, so a plan changed mid-window keeps its
+	// history. nethttp.Transport uses Limits only.
 	LimitsFor func(*http.Request) ([]Limit, error)
 	// CountIf, when set, counts only the requests whose response status it
-	// accepts: a request is charged before the handler as usual (so the
-	// limit stays exact with requests in flight), and its units are given
-	// back after it (Limiter.Refund, a round trip; its error goes to
+	// accepts: a request is charged before the handler as usual, and its
+	// units are given back after it (Limiter.Refund; its error goes to
 	// OnError) when CountIf(status) is false. A handler that panics counts
 	// as 500. Such a rule shows its rate-limit fields only on its own
 	// denials. For failed logins only:
@@ -143,9 +131,8 @@ type Rule struct {
 	// Penalty, when set, bans a key that keeps being denied: see Penalty.
 	Penalty *Penalty
 	// PartitionKey adds the partition key (pk) to the IETF fields: the
-	// first 12 bytes of the SHA-256 of the request's key. A key from a
-	// small space (an IP address) can be found from its digest by trying
-	// every value.
+	// first 12 bytes of the SHA-256 of the request's key, which for a small
+	// key space (IP addresses) can be reversed by trying every value.
 	PartitionKey bool
 }
 
@@ -156,13 +143,9 @@ type Rule struct {
 // and counted nowhere. A ban is a Limiter.Block: Reset lifts it. The first
 // denial counted starts the Within period; a ban starts the count afresh.
 type Penalty struct {
-	// Denials is the number of denials that bans the key: at least 1.
-	Denials int64
-	// Within is the time, from the first denial counted, in which Denials
-	// denials ban the key: from 1ms to MaxWindow.
-	Within time.Duration
-	// Ban is how long a ban lasts: from 1ms to MaxBlock.
-	Ban time.Duration
+	Denials int64         // the denials that ban the key: at least 1
+	Within  time.Duration // from the first denial counted: 1ms to MaxWindow
+	Ban     time.Duration // how long a ban lasts: 1ms to MaxBlock
 }
 
 // Validate reports whether the rule can be enforced. Its errors wrap
@@ -220,10 +203,9 @@ func printable(s string) bool {
 	return s != "" && !strings.ContainsFunc(s, func(r rune) bool { return r < ' ' || r > '~' })
 }
 
-// Enforcer applies one Rule with one Limiter to HTTP requests: the one
-// implementation behind every adapter, which only translates its
-// framework's request and response to Handle. It decides with the rule's
-// Decider and writes the HTTP answer. It is safe for concurrent use.
+// Enforcer applies one Rule with one Limiter to HTTP requests, for every
+// adapter, which only translates its framework's request and response to
+// Handle. It is safe for concurrent use.
 type Enforcer struct {
 	rule Rule // validated, with default keys
 	d    *Decider[exchange]
@@ -301,18 +283,17 @@ var errEmptyKey = fmt.Errorf("%w: the key function returned an empty key", keyfu
 // Handle decides r under the rule. When the request stops here, it writes
 // the response (429 for a denial, 503 when the backend failed and the
 // Limiter fails closed) and returns nil and false. Otherwise it returns
-// the request for the next handler, carrying the route and the decision
-// in its context (for the next rule, see Rule.Headers), and true. route
-// is the framework's route pattern ("/users/{id}") or "", stored with
-// keyfuncs.WithRoute for the key function.
+// the request for the next handler, with the route and the decision in its
+// context, and true. route is the framework's route pattern
+// ("/users/{id}") or "", stored with keyfuncs.WithRoute for the key
+// function.
 func (e *Enforcer) Handle(w http.ResponseWriter, r *http.Request, route string) (*http.Request, bool) {
 	return e.HandleFrom(w, r, route, nil)
 }
 
 // HandleFrom is Handle for a framework with a request context of its own,
 // fc (*gin.Context, echo.Context), which the rule's functions read back
-// with FrameworkContext (ginmw.Key, echomw.Key). It allocates nothing more
-// than Handle.
+// with FrameworkContext.
 func (e *Enforcer) HandleFrom(w http.ResponseWriter, r *http.Request, route string, fc any) (*http.Request, bool) {
 	r, st := prepare(r, route)
 	st.framework = fc
@@ -363,25 +344,16 @@ func (e *Enforcer) Settles() bool { return e.rule.CountIf != nil }
 // units the rule charged r when Rule.CountIf rejects that status. A serve
 // that panics counts as 500, and the panic goes on up.
 func (e *Enforcer) SettleAfter(r *http.Request, serve func() (status int)) {
-	returned := false
-	defer func() {
-		if !returned { // the handler panicked
-			e.settle(r, http.StatusInternalServerError)
-		}
-	}()
-	status := serve()
-	returned = true
-	e.settle(r, status)
+	status := http.StatusInternalServerError // unless serve returns
+	defer func() { e.settle(r, status) }()
+	status = serve()
 }
 
 // settle gives back the units the rule charged r when Rule.CountIf rejects
 // status, once per request.
 func (e *Enforcer) settle(r *http.Request, status int) {
-	if e.rule.CountIf == nil {
-		return
-	}
 	st, _ := r.Context().Value(shownKey{}).(*shown)
-	if st == nil {
+	if e.rule.CountIf == nil || st == nil {
 		return
 	}
 	for i := range st.charges {
@@ -400,7 +372,7 @@ func (e *Enforcer) settle(r *http.Request, status int) {
 // ServeNext serves r with next, for a request Handle passed. For a rule
 // with CountIf, it reads the status through a ResponseWriter that keeps
 // http.Flusher, http.Hijacker, io.ReaderFrom and http.ResponseController
-// working, and settles by it (see SettleAfter).
+// working, and settles by it.
 func (e *Enforcer) ServeNext(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	if e.rule.CountIf == nil {
 		next.ServeHTTP(w, r)
@@ -454,15 +426,9 @@ type errorWriter struct {
 	wrote bool
 }
 
-func (w *errorWriter) WriteHeader(code int) { w.wrote = true; w.ResponseWriter.WriteHeader(code) }
-
-func (w *errorWriter) Write(b []byte) (int, error) {
-	w.wrote = true
-	return w.ResponseWriter.Write(b)
-}
-
-// Unwrap returns the ResponseWriter, for http.ResponseController.
-func (w *errorWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+func (w *errorWriter) WriteHeader(code int)        { w.wrote = true; w.ResponseWriter.WriteHeader(code) }
+func (w *errorWriter) Write(b []byte) (int, error) { w.wrote = true; return w.ResponseWriter.Write(b) }
+func (w *errorWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter } // for http.ResponseController
 
 // shownKey and frameworkKey are the context keys of a request's *shown and
 // of FrameworkContext.
@@ -523,7 +489,7 @@ func (s *shown) style(own HeaderStyle) HeaderStyle {
 }
 
 // moreRestrictive orders decisions: a denial, fewer remaining, a later
-// reset, a smaller limit, then by name, so that no tie depends on order.
+// reset, a smaller limit, then names, so no tie depends on rule order.
 func moreRestrictive(e *Enforcer, r Result, e0 *Enforcer, r0 Result) bool {
 	switch {
 	case r.Allowed != r0.Allowed:
@@ -564,8 +530,7 @@ func prepare(r *http.Request, route string) (*http.Request, *shown) {
 
 // ByIP returns the Rule of the adapters' LimitByIP: n requests per window
 // for each client IP (keyfuncs.IP, no trusted proxy), named after the limit
-// ("ip-100-per-1m"). Two such rules with the same limit share counters, on
-// every route they guard: give a Rule its own Name to keep them apart.
+// ("ip-100-per-1m"), so two such rules with the same limit share counters.
 func ByIP(n int64, window time.Duration) Rule {
 	lim := Per(n, window)
 	return Rule{Name: "ip-" + lim.PolicyName(), Limits: []Limit{lim}, Key: keyfuncs.IP()}
