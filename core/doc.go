@@ -31,8 +31,7 @@
 // such as "rw:{ip:203.0.113.9}:v2:r1m": all limits of one key share the
 // Redis Cluster hash tag, so one script can touch them all. Keys longer than
 // 128 bytes, and keys with braces, are replaced by a fixed-length hash.
-// Every stored key carries a TTL of about one window (up to two for the
-// counter, and for a long sliding log), so idle keys vanish.
+// Every stored key expires about a window (at most two) after its last use.
 //
 // # Failures
 //

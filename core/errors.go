@@ -9,15 +9,12 @@ import (
 // Sentinel errors. Test for them with errors.Is: the errors returned by the
 // Limiter wrap them with details.
 var (
-	// ErrInvalidKey is returned for an empty key.
-	ErrInvalidKey = errors.New("ratewindow: invalid key")
+	ErrInvalidKey = errors.New("ratewindow: invalid key") // returned for an empty key
 	// ErrInvalidLimit is returned for a Limit that fails Validate, or two
 	// limits of one call of the same algorithm and window.
 	ErrInvalidLimit = errors.New("ratewindow: invalid limit")
-	// ErrNoLimits is returned when a call names no limit.
-	ErrNoLimits = errors.New("ratewindow: no limits")
-	// ErrInvalidCost is returned when the number of units asked is <= 0.
-	ErrInvalidCost = errors.New("ratewindow: invalid cost")
+	ErrNoLimits     = errors.New("ratewindow: no limits")    // returned when a call names no limit
+	ErrInvalidCost  = errors.New("ratewindow: invalid cost") // returned when the units asked are <= 0
 	// ErrUnexpectedReply is returned for a reply the scripts never send.
 	ErrUnexpectedReply = store.ErrUnexpectedReply
 	// ErrWaitExceedsDeadline is returned by Wait when the request cannot
@@ -26,8 +23,7 @@ var (
 	// ErrNeverFits is returned by Wait when the cost exceeds a limit's Count.
 	ErrNeverFits = errors.New("ratewindow: cost exceeds the limit")
 	// ErrEvictionPolicy is returned by Check when Redis would evict the
-	// Limiter's keys: maxmemory is set and maxmemory-policy is not
-	// noeviction.
+	// Limiter's keys: maxmemory is set, maxmemory-policy is not noeviction.
 	ErrEvictionPolicy = store.ErrEvictionPolicy
 	// ErrCheckIncomplete is returned by Check when neither CONFIG GET nor
 	// INFO could read the eviction policy (an ACL, or no answer).
@@ -36,8 +32,7 @@ var (
 	// when Redis refuses the Limiter's writes (OOM under noeviction,
 	// READONLY, MISCONF, NOREPLICAS); the error says what to do.
 	ErrNoWrites = store.ErrNoWrites
-	// ErrInvalidDuration is returned by Block for a duration outside
-	// (0, MaxBlock].
+	// ErrInvalidDuration is returned by Block for a duration outside (0, MaxBlock].
 	ErrInvalidDuration = errors.New("ratewindow: invalid duration")
 	// ErrCircuitOpen is the Result.BackendErr of the failure mode's answers
 	// while the circuit breaker skips Redis after repeated failures.

@@ -14,16 +14,13 @@ import (
 
 // Header names, in the canonical form of http.Header's keys.
 const (
-	hdrXLimit      = "X-Ratelimit-Limit"
-	hdrXRemaining  = "X-Ratelimit-Remaining"
-	hdrXReset      = "X-Ratelimit-Reset"
-	hdrPolicy      = "Ratelimit-Policy"
-	hdrRateLimit   = "Ratelimit"
-	hdrRetryAfter  = "Retry-After"
-	hdrAccept      = "Accept"
-	hdrContentType = "Content-Type"
-	hdrContentLen  = "Content-Length"
-	hdrNoSniff     = "X-Content-Type-Options"
+	hdrXLimit     = "X-Ratelimit-Limit"
+	hdrXRemaining = "X-Ratelimit-Remaining"
+	hdrXReset     = "X-Ratelimit-Reset"
+	hdrPolicy     = "Ratelimit-Policy"
+	hdrRateLimit  = "Ratelimit"
+	hdrRetryAfter = "Retry-After"
+	hdrContentLen = "Content-Length"
 )
 
 // Problem types of draft-ietf-httpapi-ratelimit-headers-11 (section 5),
@@ -42,17 +39,17 @@ const (
 )
 
 const (
-	problemTitle            = "Request cannot be satisfied as assigned quota has been exceeded"
-	reducedCapacityTitle    = "Request cannot be satisfied due to temporary server capacity constraints"
-	abnormalUsageTitle      = "Request not satisfied due to detection of abnormal request pattern"
 	problemType             = "application/problem+json"
 	textType                = "text/plain; charset=utf-8"
-	textTooMany             = "Too Many Requests\n"
-	textUnavailable         = "Service Unavailable\n"
 	maxSFInteger            = 999_999_999_999_999 // RFC 8941: at most 15 digits
 	unavailableRetry        = "1"
 	partitionKeyBytes       = 12 // of the SHA-256 of the key, in pk
 	partitionKeyParamLength = len(";pk=::") + (partitionKeyBytes+2)/3*4
+	// The problem bodies up to their "violated-policies" member (see
+	// appendProblem), and that of a banned or blocked key, which has none.
+	quotaExceeded   = `{"type":"` + ProblemQuotaExceeded + `","title":"Request cannot be satisfied as assigned quota has been exceeded","status":429`
+	reducedCapacity = `{"type":"` + ProblemReducedCapacity + `","title":"Request cannot be satisfied due to temporary server capacity constraints","status":503`
+	abnormalUsage   = `{"type":"` + ProblemAbnormalUsage + `","title":"Request not satisfied due to detection of abnormal request pattern","status":429}`
 )
 
 // headerSet holds the header values of a rule's limits, computed once.
@@ -62,10 +59,6 @@ type headerSet struct {
 	limits      []limitHeaders
 	unavailable []byte // the problem+json body of FailClosed's 503
 }
-
-// abnormalUsage is the application/problem+json body of the denial of a
-// banned or blocked key.
-const abnormalUsage = `{"type":"` + ProblemAbnormalUsage + `","title":"` + abnormalUsageTitle + `","status":429}`
 
 // limitHeaders holds the precomputed values of one limit.
 type limitHeaders struct {
@@ -82,23 +75,21 @@ func newHeaderSet(limits []Limit) headerSet {
 	names := make([]string, len(limits))
 	for i, l := range limits {
 		hs.limits[i] = newLimitHeaders(l)
-		hs.items[i] = string(appendPolicyItem(nil, l))
+		item := appendSFString(nil, l.PolicyName()) // "name";q=Count;w=seconds
+		item = strconv.AppendInt(append(item, ";q="...), min(max(l.Count, 0), maxSFInteger), 10)
+		item = strconv.AppendInt(append(item, ";w="...), min(max(ceilSeconds(l.Window), 1), maxSFInteger), 10)
+		hs.items[i] = string(item)
 		names[i] = l.PolicyName()
 	}
 	hs.policy = strings.Join(hs.items, ", ")
-	hs.unavailable = appendProblem(nil, ProblemReducedCapacity, reducedCapacityTitle, http.StatusServiceUnavailable, names...)
+	hs.unavailable = appendProblem(nil, reducedCapacity, names...)
 	return hs
 }
 
-// appendProblem appends an application/problem+json body listing policies.
-func appendProblem(b []byte, typ, title string, status int, policies ...string) []byte {
-	b = append(b, `{"type":"`...)
-	b = append(b, typ...)
-	b = append(b, `","title":"`...)
-	b = append(b, title...)
-	b = append(b, `","status":`...)
-	b = strconv.AppendInt(b, int64(status), 10)
-	b = append(b, `,"violated-policies":[`...)
+// appendProblem appends the application/problem+json body that starts with
+// head, listing policies.
+func appendProblem(b []byte, head string, policies ...string) []byte {
+	b = append(append(b, head...), `,"violated-policies":[`...)
 	for i, p := range policies {
 		if i > 0 {
 			b = append(b, ',')
@@ -110,9 +101,8 @@ func appendProblem(b []byte, typ, title string, status int, policies ...string) 
 
 func newLimitHeaders(l Limit) limitHeaders {
 	name := l.PolicyName()
-	item := appendSFString(nil, name)
-	item = append(item, ";r="...)
-	body := appendProblem(nil, ProblemQuotaExceeded, problemTitle, http.StatusTooManyRequests, name)
+	item := append(appendSFString(nil, name), ";r="...)
+	body := appendProblem(nil, quotaExceeded, name)
 	return limitHeaders{
 		limit:      l,
 		name:       name,
@@ -185,8 +175,7 @@ func (hs *headerSet) write(h http.Header, style HeaderStyle, res Result, pk stri
 			if i > 0 {
 				b = append(b, ", "...)
 			}
-			b = append(b, item...)
-			b = append(b, pk...)
+			b = append(append(b, item...), pk...)
 		}
 	}
 	str := string(b)
@@ -222,11 +211,11 @@ func writeDenied(w http.ResponseWriter, dec Decision, problem bool) {
 	const code = http.StatusTooManyRequests
 	switch {
 	case !problem:
-		writeBody(w, code, textType, []byte(textTooMany), "")
+		writeBody(w, code, textType, []byte("Too Many Requests\n"), "")
 	case dec.Result.blocked:
 		writeBody(w, code, problemType, []byte(abnormalUsage), "")
 	case bits.OnesCount16(dec.Result.violated) > 1:
-		body := appendProblem(nil, ProblemQuotaExceeded, problemTitle, code, dec.Policies()...)
+		body := appendProblem(nil, quotaExceeded, dec.Policies()...)
 		writeBody(w, code, problemType, body, "")
 	default:
 		lh := dec.hdr.lookup(dec.Result.Limit)
@@ -242,16 +231,16 @@ func (hs *headerSet) writeUnavailable(w http.ResponseWriter, problem bool) {
 		writeBody(w, http.StatusServiceUnavailable, problemType, hs.unavailable, "")
 		return
 	}
-	writeBody(w, http.StatusServiceUnavailable, textType, []byte(textUnavailable), "")
+	writeBody(w, http.StatusServiceUnavailable, textType, []byte("Service Unavailable\n"), "")
 }
 
 // writeBody writes a response of status code, with size its length when
 // not "". A text/plain body is marked nosniff.
 func writeBody(w http.ResponseWriter, code int, ctype string, body []byte, size string) {
 	h := w.Header()
-	h[hdrContentType] = []string{ctype}
+	h["Content-Type"] = []string{ctype}
 	if ctype == textType {
-		h[hdrNoSniff] = []string{"nosniff"}
+		h["X-Content-Type-Options"] = []string{"nosniff"}
 	}
 	if size == "" {
 		size = strconv.Itoa(len(body))
@@ -261,9 +250,12 @@ func writeBody(w http.ResponseWriter, code int, ctype string, body []byte, size 
 	_, _ = w.Write(body)
 }
 
-// partitionKey returns the pk parameter of key, ";pk=:<base64>:": the first
-// partitionKeyBytes of its SHA-256 as a structured-field byte sequence.
-func partitionKey(key string) string {
+// partition returns the pk parameter of key's IETF fields, or "":
+// ";pk=:<base64>:", the first partitionKeyBytes of its SHA-256.
+func (d *Decider[R]) partition(key string) string {
+	if !d.p.PartitionKey || key == "" {
+		return ""
+	}
 	sum := sha256.Sum256([]byte(key))
 	b := make([]byte, 0, partitionKeyParamLength)
 	b = append(b, ";pk=:"...)
@@ -282,16 +274,6 @@ func ceilSeconds(d time.Duration) int64 {
 // retrySeconds is the Retry-After of a denial that passes after d: whole
 // seconds rounded up, at least 1.
 func retrySeconds(d time.Duration) int64 { return max(ceilSeconds(d), 1) }
-
-// appendPolicyItem appends the RateLimit-Policy item of l:
-// "name";q=Count;w=seconds.
-func appendPolicyItem(b []byte, l Limit) []byte {
-	b = appendSFString(b, l.PolicyName())
-	b = append(b, ";q="...)
-	b = strconv.AppendInt(b, min(max(l.Count, 0), maxSFInteger), 10)
-	b = append(b, ";w="...)
-	return strconv.AppendInt(b, min(max(ceilSeconds(l.Window), 1), maxSFInteger), 10)
-}
 
 // appendSFString appends s as a structured-field string (RFC 8941 3.3.3),
 // which is also a JSON string: '"' and '\' escaped, bytes outside %x20-7E

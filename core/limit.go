@@ -64,16 +64,11 @@ const (
 	// MaxLogCount is the largest Count of a SlidingLog limit, 16,384, so
 	// that a call reading the log unit by unit holds Redis a few ms at
 	// most. Larger limits belong to SlidingBuckets.
-	MaxLogCount = 1 << 14
-	// MaxWindow is the longest Window: a year (and a day).
-	MaxWindow = 366 * 24 * time.Hour
-	// MaxBuckets is the most sub-windows of Precision that a SlidingBuckets
-	// limit's Window may hold.
-	MaxBuckets = 1024
-	// MaxLimits is the most limits of one call or Rule.
-	MaxLimits = 16
-	// MaxLimitName is the longest Name of a Limit, in bytes.
-	MaxLimitName = 64
+	MaxLogCount  = 1 << 14
+	MaxWindow    = 366 * 24 * time.Hour // the longest Window: a year (and a day)
+	MaxBuckets   = 1024                 // the most Precision sub-windows of a SlidingBuckets Window
+	MaxLimits    = 16                   // the most limits of one call or Rule
+	MaxLimitName = 64                   // the longest Name of a Limit, in bytes
 )
 
 // Per returns a SlidingLog limit of n units per window.
@@ -96,8 +91,7 @@ func (l Limit) String() string {
 	return strconv.FormatInt(l.Count, 10) + " per " + l.Window.String() + " (" + l.Algorithm.String() + ")"
 }
 
-// Validate reports whether the limit can be enforced. Errors wrap
-// ErrInvalidLimit.
+// Validate reports whether the limit can be enforced; errors wrap ErrInvalidLimit.
 func (l Limit) Validate() error {
 	if p := l.problem(); p != "" {
 		return fmt.Errorf("%w: %s", ErrInvalidLimit, p)
@@ -143,9 +137,6 @@ func ownLimits(limits []Limit) []Limit {
 	size := 0
 	for _, l := range own {
 		size += len(l.Name)
-	}
-	if size == 0 {
-		return own
 	}
 	names := make([]byte, 0, size)
 	for _, l := range own {

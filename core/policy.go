@@ -35,9 +35,8 @@ type Policy[R any] struct {
 	OnError func(R, error) bool
 }
 
-// Decider applies one Policy with one Limiter: a rule's decision for every
-// transport, which only reads its request and writes the Decision's
-// answer. It is safe for concurrent use.
+// Decider applies one Policy with one Limiter, for any transport, which
+// writes the Decision's answer. It is safe for concurrent use.
 type Decider[R any] struct {
 	l      *Limiter
 	p      Policy[R] // validated, with its own Limits and Penalty
@@ -47,8 +46,7 @@ type Decider[R any] struct {
 	logs   errorLog  // OnError's default
 }
 
-// NewDecider validates p (as Rule.Validate does, and Key must be set) and
-// prepares what every request of it shares.
+// NewDecider validates p as Rule.Validate does (Key is required).
 func NewDecider[R any](l *Limiter, p Policy[R]) (*Decider[R], error) {
 	switch {
 	case l == nil:
@@ -165,8 +163,7 @@ type units struct {
 	local  bool  // FailLocal's local store recorded them
 }
 
-// Banned reports whether a denial is a ban (Penalty) or a Limiter.Block,
-// rather than a limit's.
+// Banned reports whether a denial is a ban (Penalty) or a Limiter.Block.
 func (dec Decision) Banned() bool { return dec.Result.blocked }
 
 // Policies returns the policy names a Denied decision concerns: those of
@@ -188,8 +185,7 @@ func (dec Decision) Policies() []string {
 	return names
 }
 
-// Charged reports whether the request's units were recorded, so that
-// GiveBack has something to give back.
+// Charged reports whether the request's units were recorded (see GiveBack).
 func (dec Decision) Charged() bool { return dec.charged }
 
 // Decide decides r: Skip, the key (the fallback key after an error), the
@@ -256,14 +252,11 @@ func verdict(res Result, mode FailureMode, dryRun bool) (Verdict, bool) {
 		if errors.Is(res.BackendErr, ErrShed) {
 			mode = FailClosed
 		}
-		switch mode {
-		case FailClosed:
-			if dryRun {
-				return Pass, false
-			}
-			return Unavailable, false
-		case FailOpen:
+		switch {
+		case mode == FailOpen || mode == FailClosed && dryRun:
 			return Pass, false
+		case mode == FailClosed:
+			return Unavailable, false
 		}
 	}
 	if res.Allowed || dryRun {
@@ -300,11 +293,10 @@ func (d *Decider[R]) report(r R, err error, msg string) (answered bool) {
 	return d.p.OnError(r, err)
 }
 
-// SetFields sets in h the fields an answer to dec carries, as the HTTP
-// rules write them (canonical names): for a Shown decision the rate-limit
-// fields of style (see HeaderStyle); for a denial Retry-After too (whole
-// seconds, rounded up; none when it never passes); for Unavailable,
-// Retry-After: 1. It replaces those fields, and sets nothing else.
+// SetFields sets in h the fields the HTTP rules give an answer to dec
+// (canonical names): for a Shown decision the rate-limit fields of style,
+// and for a denial Retry-After (whole seconds, rounded up; none when it
+// never passes); for Unavailable, Retry-After: 1. It replaces only those.
 func (d *Decider[R]) SetFields(h http.Header, style HeaderStyle, dec Decision) {
 	switch {
 	case dec.Verdict == Unavailable:
@@ -317,14 +309,6 @@ func (d *Decider[R]) SetFields(h http.Header, style HeaderStyle, dec Decision) {
 	if dec.Verdict == Denied && !dec.Result.Never() {
 		h[hdrRetryAfter] = []string{strconv.FormatInt(retrySeconds(dec.Result.RetryAfter), 10)}
 	}
-}
-
-// partition returns the pk parameter of key's IETF fields, or "".
-func (d *Decider[R]) partition(key string) string {
-	if !d.p.PartitionKey || key == "" {
-		return ""
-	}
-	return partitionKey(key)
 }
 
 // noKey names the keys of requests whose key function failed; a key

@@ -211,8 +211,7 @@ type Enforcer struct {
 	d    *Decider[exchange]
 }
 
-// exchange is a Decider's request: the rule's functions read r, OnError may
-// answer on w.
+// exchange is a Decider's request: OnError may answer on w.
 type exchange struct {
 	w http.ResponseWriter
 	r *http.Request
@@ -274,9 +273,7 @@ func (e *Enforcer) Cost(r *http.Request) (int64, error) { return e.d.Cost(exchan
 // Wait blocks until n units of key fit under the rule's limits and records
 // them: Limiter.WaitN, with observers told the rule's name. key is what Key
 // returned. It is the outbound side of a rule, used by nethttp.Transport.
-func (e *Enforcer) Wait(ctx context.Context, key string, n int64) error {
-	return e.d.Wait(ctx, key, n)
-}
+func (e *Enforcer) Wait(ctx context.Context, key string, n int64) error { return e.d.Wait(ctx, key, n) }
 
 var errEmptyKey = fmt.Errorf("%w: the key function returned an empty key", keyfuncs.ErrNoKey)
 
@@ -285,15 +282,13 @@ var errEmptyKey = fmt.Errorf("%w: the key function returned an empty key", keyfu
 // Limiter fails closed) and returns nil and false. Otherwise it returns
 // the request for the next handler, with the route and the decision in its
 // context, and true. route is the framework's route pattern
-// ("/users/{id}") or "", stored with keyfuncs.WithRoute for the key
-// function.
+// ("/users/{id}") or "", stored with keyfuncs.WithRoute.
 func (e *Enforcer) Handle(w http.ResponseWriter, r *http.Request, route string) (*http.Request, bool) {
 	return e.HandleFrom(w, r, route, nil)
 }
 
 // HandleFrom is Handle for a framework with a request context of its own,
-// fc (*gin.Context, echo.Context), which the rule's functions read back
-// with FrameworkContext.
+// fc (*gin.Context, echo.Context), which FrameworkContext returns.
 func (e *Enforcer) HandleFrom(w http.ResponseWriter, r *http.Request, route string, fc any) (*http.Request, bool) {
 	r, st := prepare(r, route)
 	st.framework = fc
@@ -307,8 +302,14 @@ func (e *Enforcer) HandleFrom(w http.ResponseWriter, r *http.Request, route stri
 			st.charges = append(st.charges, charge{e: e, key: dec.Key, u: dec.units})
 		}
 		return r, true
-	case Denied:
-		e.deny(w, r, st, dec)
+	case Denied: // its fields and Retry-After, then OnDenied or the default 429
+		clearRateHeaders(w.Header())
+		e.d.SetFields(w.Header(), st.style(e.rule.Headers), dec)
+		if e.rule.OnDenied != nil {
+			e.rule.OnDenied(w, r, dec.Result)
+		} else {
+			writeDenied(w, dec, e.problem(r))
+		}
 	case Unavailable:
 		dec.hdr.writeUnavailable(w, e.problem(r))
 	case Answered:
@@ -320,14 +321,13 @@ func (e *Enforcer) HandleFrom(w http.ResponseWriter, r *http.Request, route stri
 
 // problem reports whether a default answer to r is application/problem+json.
 func (e *Enforcer) problem(r *http.Request) bool {
-	return e.rule.ProblemJSON || acceptsProblem(r.Header[hdrAccept])
+	return e.rule.ProblemJSON || acceptsProblem(r.Header["Accept"])
 }
 
 // refund gives back every unsettled charge of the rules on r's way.
 func (s *shown) refund(r *http.Request) {
 	for i := range s.charges {
-		c := &s.charges[i]
-		if !c.settled {
+		if c := &s.charges[i]; !c.settled {
 			c.settled = true
 			c.e.d.giveBack(r.Context(), exchange{discard{}, r}, c.key, c.u, "a later rule stopped the request")
 		}
@@ -336,7 +336,7 @@ func (s *shown) refund(r *http.Request) {
 
 // Settles reports whether the rule settles a request's charge after its
 // handler (Rule.CountIf): an adapter then runs the next handlers through
-// SettleAfter (ServeNext does it for net/http).
+// SettleAfter, as ServeNext does.
 func (e *Enforcer) Settles() bool { return e.rule.CountIf != nil }
 
 // SettleAfter runs serve, which calls the next handlers of r (the request
@@ -345,34 +345,27 @@ func (e *Enforcer) Settles() bool { return e.rule.CountIf != nil }
 // that panics counts as 500, and the panic goes on up.
 func (e *Enforcer) SettleAfter(r *http.Request, serve func() (status int)) {
 	status := http.StatusInternalServerError // unless serve returns
-	defer func() { e.settle(r, status) }()
+	defer func() {
+		st, _ := r.Context().Value(shownKey{}).(*shown)
+		if e.rule.CountIf == nil || st == nil {
+			return
+		}
+		for i := range st.charges {
+			if c := &st.charges[i]; c.e == e && !c.settled {
+				c.settled = true
+				if !e.rule.CountIf(status) {
+					e.d.giveBack(r.Context(), exchange{discard{}, r}, c.key, c.u, "status "+strconv.Itoa(status))
+				}
+				return
+			}
+		}
+	}()
 	status = serve()
-}
-
-// settle gives back the units the rule charged r when Rule.CountIf rejects
-// status, once per request.
-func (e *Enforcer) settle(r *http.Request, status int) {
-	st, _ := r.Context().Value(shownKey{}).(*shown)
-	if e.rule.CountIf == nil || st == nil {
-		return
-	}
-	for i := range st.charges {
-		c := &st.charges[i]
-		if c.e != e || c.settled {
-			continue
-		}
-		c.settled = true
-		if !e.rule.CountIf(status) {
-			e.d.giveBack(r.Context(), exchange{discard{}, r}, c.key, c.u, "status "+strconv.Itoa(status))
-		}
-		return
-	}
 }
 
 // ServeNext serves r with next, for a request Handle passed. For a rule
 // with CountIf, it reads the status through a ResponseWriter that keeps
-// http.Flusher, http.Hijacker, io.ReaderFrom and http.ResponseController
-// working, and settles by it.
+// http.Flusher, http.Hijacker and io.ReaderFrom working, and settles by it.
 func (e *Enforcer) ServeNext(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	if e.rule.CountIf == nil {
 		next.ServeHTTP(w, r)
@@ -401,18 +394,6 @@ func (e *Enforcer) show(w http.ResponseWriter, st *shown, dec Decision) {
 	dec.hdr.write(h, style, dec.Result, e.d.partition(dec.Key))
 }
 
-// deny answers a denial: its rate-limit fields and Retry-After, then
-// OnDenied or the default 429.
-func (e *Enforcer) deny(w http.ResponseWriter, r *http.Request, st *shown, dec Decision) {
-	clearRateHeaders(w.Header())
-	e.d.SetFields(w.Header(), st.style(e.rule.Headers), dec)
-	if e.rule.OnDenied != nil {
-		e.rule.OnDenied(w, r, dec.Result)
-		return
-	}
-	writeDenied(w, dec, e.problem(r))
-}
-
 // discard is a ResponseWriter that writes nowhere.
 type discard struct{}
 
@@ -430,8 +411,7 @@ func (w *errorWriter) WriteHeader(code int)        { w.wrote = true; w.ResponseW
 func (w *errorWriter) Write(b []byte) (int, error) { w.wrote = true; return w.ResponseWriter.Write(b) }
 func (w *errorWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter } // for http.ResponseController
 
-// shownKey and frameworkKey are the context keys of a request's *shown and
-// of FrameworkContext.
+// The context keys of a request's *shown and of FrameworkContext.
 type (
 	shownKey     struct{}
 	frameworkKey struct{}

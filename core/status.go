@@ -7,9 +7,8 @@ import (
 	"net/http"
 )
 
-// statusWriter records the status of a response, for Rule.CountIf, and
-// keeps what the ResponseWriter it wraps can do: Flush, Hijack, ReadFrom
-// (sendfile), and Unwrap for every other method.
+// statusWriter records the status of a response, for Rule.CountIf, keeping
+// Flush, Hijack, ReadFrom (sendfile), and Unwrap for every other method.
 type statusWriter struct {
 	http.ResponseWriter
 	status int

@@ -14,8 +14,7 @@ import (
 )
 
 // Build returns mw, or panics with err named after the function that
-// called Build ("chimw.Limit"), so that the message says where the invalid
-// rule was given.
+// called Build ("chimw.Limit"), where the invalid rule was given.
 func Build[T any](mw T, err error) T {
 	if err != nil {
 		panic(fmt.Errorf("%w (%s)", err, caller()))
