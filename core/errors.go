@@ -34,8 +34,7 @@ var (
 	ErrNoWrites = store.ErrNoWrites
 	// ErrInvalidDuration is returned by Block for a duration outside (0, MaxBlock].
 	ErrInvalidDuration = errors.New("ratewindow: invalid duration")
-	// ErrCircuitOpen is the Result.BackendErr of the failure mode's answers
-	// while the circuit breaker skips Redis after repeated failures.
+	// ErrCircuitOpen is the Result.BackendErr while the circuit breaker skips Redis.
 	ErrCircuitOpen = errors.New("ratewindow: redis unavailable, circuit open")
 	// ErrShed is the Result.BackendErr of a decision shed for overload: its
 	// time ran out while Redis answered this process's other calls. Whatever

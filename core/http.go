@@ -132,10 +132,9 @@ func (hs *headerSet) lookup(l Limit) *limitHeaders {
 	return &lh
 }
 
-// write sets the rate-limit fields of style for res: times in seconds
-// rounded up, a reset never before Retry-After, t of a denial the
-// Retry-After (none when it never passes), structured-field integers
-// capped at 15 digits. pk, when not "", goes on every IETF item.
+// write sets the rate-limit fields of style for res: seconds rounded up, a
+// reset never before Retry-After, t of a denial its Retry-After (none when
+// it never passes), integers of at most 15 digits, pk on every IETF item.
 func (hs *headerSet) write(h http.Header, style HeaderStyle, res Result, pk string) {
 	if style == None || style > Both {
 		return

@@ -261,9 +261,8 @@ func (e *Enforcer) Name() string { return e.rule.Name }
 // Limits returns a copy of the rule's limits (Rule.Limits).
 func (e *Enforcer) Limits() []Limit { return e.d.Limits() }
 
-// Key returns the Limiter key of r under the rule: the rule's Name, ":",
-// and the key function's result (escaped, see Rule.FallbackKey). An empty
-// result is an error that matches keyfuncs.ErrNoKey.
+// Key returns the Limiter key of r under the rule (see Decider.Key). An
+// empty key is an error that matches keyfuncs.ErrNoKey.
 func (e *Enforcer) Key(r *http.Request) (string, error) { return e.d.Key(exchange{r: r}) }
 
 // Cost returns the units r takes under the rule. A cost below 1 is an error

@@ -31,8 +31,7 @@ func (w *statusWriter) WriteHeader(code int) {
 
 func (w *statusWriter) Write(b []byte) (int, error) { w.ok(); return w.ResponseWriter.Write(b) }
 
-// ReadFrom copies src to the response, with the wrapped writer's ReadFrom
-// when it has one (sendfile).
+// ReadFrom copies src to the response, by the wrapped writer's ReadFrom if any.
 func (w *statusWriter) ReadFrom(src io.Reader) (int64, error) {
 	w.ok()
 	if rf, ok := w.ResponseWriter.(io.ReaderFrom); ok {
