@@ -158,13 +158,11 @@ func (hs *headerSet) write(h http.Header, style HeaderStyle, res Result, pk stri
 	if style != XRateLimit {
 		b = append(b, lh.item...)
 		b = strconv.AppendInt(b, min(remaining, maxSFInteger), 10)
-		switch {
-		case res.Allowed:
-			b = append(b, ";t="...)
-			b = strconv.AppendInt(b, min(reset, maxSFInteger), 10)
-		case !res.Never():
-			b = append(b, ";t="...)
-			b = strconv.AppendInt(b, min(retrySeconds(res.RetryAfter), maxSFInteger), 10)
+		if t := reset; !res.Never() { // t of a denial: its Retry-After
+			if !res.Allowed {
+				t = retrySeconds(res.RetryAfter)
+			}
+			b = strconv.AppendInt(append(b, ";t="...), min(t, maxSFInteger), 10)
 		}
 		b = append(b, pk...)
 	}

@@ -216,12 +216,9 @@ func (d *Decider[R]) Decide(ctx context.Context, r R) Decision {
 		if err == nil && len(ls) > 0 {
 			set, err = d.sets.get(ls)
 		}
-		switch {
-		case err != nil:
-			if d.report(r, fmt.Errorf("the rule's LimitsFor: %w", err), fallbackMessage) {
-				return Decision{Verdict: Answered}
-			}
-		case set != nil:
+		if err != nil && d.report(r, fmt.Errorf("the rule's LimitsFor: %w", err), fallbackMessage) {
+			return Decision{Verdict: Answered}
+		} else if set != nil {
 			limits, hs = set.limits, &set.hdr
 		}
 	}

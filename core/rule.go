@@ -86,11 +86,10 @@ type Rule struct {
 	// request's way whose Headers is not None (set it on the outermost
 	// rule). A rule with None shows nothing.
 	Headers HeaderStyle
-	// OnDenied writes the status (normally 429) and body of a denial; the
-	// rate-limit fields and Retry-After are already set. Default: 429 with
-	// a short text/plain body, or the quota-exceeded
-	// application/problem+json body when the client accepts it or
-	// ProblemJSON is set.
+	// OnDenied writes the status (normally 429) and body of a denial, its
+	// rate-limit fields and Retry-After already set. Default: 429 with a
+	// short text/plain body, or the quota-exceeded application/problem+json
+	// body when the client accepts it or ProblemJSON is set.
 	OnDenied func(http.ResponseWriter, *http.Request, Result)
 	// OnError is called with every error of the rule's functions (Key,
 	// Cost, LimitsFor) and of the backend; its text never reaches the
