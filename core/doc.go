@@ -2,12 +2,10 @@
 // rate limits, consistently across every replica of a service.
 //
 // A Limiter keeps its counts in Redis (New) or in the process's memory
-// (NewMemory). Each decision is one Lua script call (FCALL of ratewindow's
-// function library on Redis 7, else EVALSHA, with EVAL when the script is
-// not cached) that checks every limit of the call and records the units
-// under all of them or under none, so a denied request consumes nothing.
-// The script reads the Redis server's TIME, so replicas with skewed clocks
-// agree.
+// (NewMemory). Each decision is one Lua script call that checks every
+// limit of the call and records the units under all of them or under none,
+// so a denied request consumes nothing. The script reads the Redis
+// server's TIME, so replicas with skewed clocks agree.
 //
 //	r, err := l.Allow(ctx, key, limits...)
 //	if err != nil {
@@ -25,29 +23,24 @@
 // A Limit admits at most Count units in any window of length Window,
 // counted by one of three algorithms: SlidingLog (exact), SlidingBuckets
 // (never over-admits, may deny up to one Precision early) and
-// SlidingCounter (O(1) memory, approximate). MaxWindow, MaxLogCount,
-// MaxBuckets and MaxLimits bound them, so that every script's work and
-// every time stays in range: anything beyond is rejected with
-// ErrInvalidLimit before Redis is called.
+// SlidingCounter (O(1) memory, approximate). A limit beyond MaxWindow,
+// MaxLogCount, MaxBuckets or MaxLimits is rejected with ErrInvalidLimit
+// before Redis is called.
 //
 // Each limit of a key is stored at "<prefix>{<key>}:v2:<algorithm><window>",
 // such as "rw:{ip:203.0.113.9}:v2:r1m": all limits of one key share the
 // Redis Cluster hash tag, so one script can touch them all. Keys longer than
 // 128 bytes, and keys with braces, are replaced by a fixed-length hash.
-// Every stored key carries a TTL of about one window (up to two for the
-// counter, and for a long sliding log), so idle keys vanish.
+// Every stored key expires about a window (at most two) after its last use.
 //
 // # Failures
 //
 // Every call to Redis is bounded by WithTimeout. When Redis fails, the
 // failure mode (FailOpen, FailClosed or FailLocal) answers: that answer is
 // a decision, returned with a nil error and the failure in
-// Result.BackendErr, so the code above keeps a fail-open service up while
-// Redis is down. A circuit breaker stops paying the timeout on every call
-// while Redis is down (WithFailureMode), and a deny cache answers the
-// repeats of a denied key without a round trip, never changing a decision
-// (WithDenyCache). WithTimeout says which failures count and what is
-// retried.
+// Result.BackendErr. A circuit breaker stops paying the timeout on every
+// call while Redis is down (WithFailureMode), and a deny cache answers the
+// repeats of a denied key without a round trip (WithDenyCache).
 //
 // # Beyond allow and deny
 //
@@ -55,7 +48,5 @@
 // every replica for a while; Wait, WaitN and Throttle throttle instead of
 // rejecting. For HTTP, a Rule says which requests to limit and how to
 // answer, and an Enforcer applies it for every adapter (nethttp, chimw,
-// ginmw, echomw). No request passes a Rule because its decision could not
-// be made (see Rule.FallbackKey and Rule.OnError): the failure mode
-// answers Redis's failures only.
+// ginmw, echomw).
 package core

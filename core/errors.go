@@ -9,46 +9,36 @@ import (
 // Sentinel errors. Test for them with errors.Is: the errors returned by the
 // Limiter wrap them with details.
 var (
-	// ErrInvalidKey is returned for an empty key.
-	ErrInvalidKey = errors.New("ratewindow: invalid key")
-	// ErrInvalidLimit is returned for a Limit that fails Validate, or for two
-	// limits of one call that would share storage (same algorithm and window).
+	ErrInvalidKey = errors.New("ratewindow: invalid key") // returned for an empty key
+	// ErrInvalidLimit is returned for a Limit that fails Validate, or two
+	// limits of one call of the same algorithm and window.
 	ErrInvalidLimit = errors.New("ratewindow: invalid limit")
-	// ErrNoLimits is returned when a call names no limit.
-	ErrNoLimits = errors.New("ratewindow: no limits")
-	// ErrInvalidCost is returned when the number of units asked is <= 0.
-	ErrInvalidCost = errors.New("ratewindow: invalid cost")
-	// ErrUnexpectedReply is returned when Redis answers with something the
-	// scripts never send.
+	ErrNoLimits     = errors.New("ratewindow: no limits")    // returned when a call names no limit
+	ErrInvalidCost  = errors.New("ratewindow: invalid cost") // returned when the units asked are <= 0
+	// ErrUnexpectedReply is returned for a reply the scripts never send.
 	ErrUnexpectedReply = store.ErrUnexpectedReply
 	// ErrWaitExceedsDeadline is returned by Wait when the request cannot
 	// start before the context's deadline. Nothing was recorded.
 	ErrWaitExceedsDeadline = errors.New("ratewindow: wait would exceed the context deadline")
-	// ErrNeverFits is returned by Wait when the cost exceeds a limit's Count:
-	// the request can never pass.
+	// ErrNeverFits is returned by Wait when the cost exceeds a limit's Count.
 	ErrNeverFits = errors.New("ratewindow: cost exceeds the limit")
 	// ErrEvictionPolicy is returned by Check when Redis would evict the
-	// Limiter's keys: maxmemory is set and maxmemory-policy is not
-	// noeviction.
+	// Limiter's keys: maxmemory is set, maxmemory-policy is not noeviction.
 	ErrEvictionPolicy = store.ErrEvictionPolicy
 	// ErrCheckIncomplete is returned by Check when neither CONFIG GET nor
 	// INFO could read the eviction policy (an ACL, or no answer).
 	ErrCheckIncomplete = store.ErrCheckIncomplete
-	// ErrNoWrites is returned by Check, and matched by the Result.BackendErr
-	// of decisions, when Redis refuses the Limiter's writes (OOM under
-	// noeviction, READONLY, MISCONF, NOREPLICAS): every decision fails until
-	// someone acts on Redis; the error says what to do.
+	// ErrNoWrites is returned by Check, and matched by Result.BackendErr,
+	// when Redis refuses the Limiter's writes (OOM under noeviction,
+	// READONLY, MISCONF, NOREPLICAS); the error says what to do.
 	ErrNoWrites = store.ErrNoWrites
-	// ErrInvalidDuration is returned by Block for a duration outside
-	// (0, MaxBlock].
+	// ErrInvalidDuration is returned by Block for a duration outside (0, MaxBlock].
 	ErrInvalidDuration = errors.New("ratewindow: invalid duration")
-	// ErrCircuitOpen is the Result.BackendErr of the failure mode's answers
-	// while the circuit breaker skips Redis after repeated failures.
+	// ErrCircuitOpen is the Result.BackendErr while the circuit breaker skips Redis.
 	ErrCircuitOpen = errors.New("ratewindow: redis unavailable, circuit open")
 	// ErrShed is the Result.BackendErr of a decision shed for overload: its
-	// time ran out while Redis was answering this process's other calls (the
-	// process or the network is slow, Redis is not down). Whatever the
-	// failure mode, such a decision is answered as FailClosed answers: it
-	// is never admitted. Redis may still have counted it.
+	// time ran out while Redis answered this process's other calls. Whatever
+	// the failure mode, it is answered as FailClosed answers, never
+	// admitted; Redis may still have counted it.
 	ErrShed = errors.New("ratewindow: decision shed: redis answered other calls but not this one in time")
 )

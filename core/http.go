@@ -14,16 +14,13 @@ import (
 
 // Header names, in the canonical form of http.Header's keys.
 const (
-	hdrXLimit      = "X-Ratelimit-Limit"
-	hdrXRemaining  = "X-Ratelimit-Remaining"
-	hdrXReset      = "X-Ratelimit-Reset"
-	hdrPolicy      = "Ratelimit-Policy"
-	hdrRateLimit   = "Ratelimit"
-	hdrRetryAfter  = "Retry-After"
-	hdrAccept      = "Accept"
-	hdrContentType = "Content-Type"
-	hdrContentLen  = "Content-Length"
-	hdrNoSniff     = "X-Content-Type-Options"
+	hdrXLimit     = "X-Ratelimit-Limit"
+	hdrXRemaining = "X-Ratelimit-Remaining"
+	hdrXReset     = "X-Ratelimit-Reset"
+	hdrPolicy     = "Ratelimit-Policy"
+	hdrRateLimit  = "Ratelimit"
+	hdrRetryAfter = "Retry-After"
+	hdrContentLen = "Content-Length"
 )
 
 // Problem types of draft-ietf-httpapi-ratelimit-headers-11 (section 5),
@@ -42,31 +39,26 @@ const (
 )
 
 const (
-	problemTitle            = "Request cannot be satisfied as assigned quota has been exceeded"
-	reducedCapacityTitle    = "Request cannot be satisfied due to temporary server capacity constraints"
-	abnormalUsageTitle      = "Request not satisfied due to detection of abnormal request pattern"
 	problemType             = "application/problem+json"
 	textType                = "text/plain; charset=utf-8"
-	textTooMany             = "Too Many Requests\n"
-	textUnavailable         = "Service Unavailable\n"
 	maxSFInteger            = 999_999_999_999_999 // RFC 8941: at most 15 digits
 	unavailableRetry        = "1"
 	partitionKeyBytes       = 12 // of the SHA-256 of the key, in pk
 	partitionKeyParamLength = len(";pk=::") + (partitionKeyBytes+2)/3*4
+	// The problem bodies up to their "violated-policies" member (see
+	// appendProblem), and that of a banned or blocked key, which has none.
+	quotaExceeded   = `{"type":"` + ProblemQuotaExceeded + `","title":"Request cannot be satisfied as assigned quota has been exceeded","status":429`
+	reducedCapacity = `{"type":"` + ProblemReducedCapacity + `","title":"Request cannot be satisfied due to temporary server capacity constraints","status":503`
+	abnormalUsage   = `{"type":"` + ProblemAbnormalUsage + `","title":"Request not satisfied due to detection of abnormal request pattern","status":429}`
 )
 
-// headerSet holds the header values of a rule's limits that never change,
-// computed once when the middleware is built.
+// headerSet holds the header values of a rule's limits, computed once.
 type headerSet struct {
 	policy      string   // RateLimit-Policy: every limit of the rule
 	items       []string // its items, one per limit, for adding pk to each
 	limits      []limitHeaders
 	unavailable []byte // the problem+json body of FailClosed's 503
 }
-
-// abnormalUsage is the application/problem+json body of the denial of a
-// banned or blocked key.
-const abnormalUsage = `{"type":"` + ProblemAbnormalUsage + `","title":"` + abnormalUsageTitle + `","status":429}`
 
 // limitHeaders holds the precomputed values of one limit.
 type limitHeaders struct {
@@ -83,23 +75,21 @@ func newHeaderSet(limits []Limit) headerSet {
 	names := make([]string, len(limits))
 	for i, l := range limits {
 		hs.limits[i] = newLimitHeaders(l)
-		hs.items[i] = string(appendPolicyItem(nil, l))
+		item := appendSFString(nil, l.PolicyName()) // "name";q=Count;w=seconds
+		item = strconv.AppendInt(append(item, ";q="...), min(max(l.Count, 0), maxSFInteger), 10)
+		item = strconv.AppendInt(append(item, ";w="...), min(max(ceilSeconds(l.Window), 1), maxSFInteger), 10)
+		hs.items[i] = string(item)
 		names[i] = l.PolicyName()
 	}
 	hs.policy = strings.Join(hs.items, ", ")
-	hs.unavailable = appendProblem(nil, ProblemReducedCapacity, reducedCapacityTitle, http.StatusServiceUnavailable, names...)
+	hs.unavailable = appendProblem(nil, reducedCapacity, names...)
 	return hs
 }
 
-// appendProblem appends an application/problem+json body listing policies.
-func appendProblem(b []byte, typ, title string, status int, policies ...string) []byte {
-	b = append(b, `{"type":"`...)
-	b = append(b, typ...)
-	b = append(b, `","title":"`...)
-	b = append(b, title...)
-	b = append(b, `","status":`...)
-	b = strconv.AppendInt(b, int64(status), 10)
-	b = append(b, `,"violated-policies":[`...)
+// appendProblem appends the application/problem+json body that starts with
+// head, listing policies.
+func appendProblem(b []byte, head string, policies ...string) []byte {
+	b = append(append(b, head...), `,"violated-policies":[`...)
 	for i, p := range policies {
 		if i > 0 {
 			b = append(b, ',')
@@ -111,9 +101,8 @@ func appendProblem(b []byte, typ, title string, status int, policies ...string) 
 
 func newLimitHeaders(l Limit) limitHeaders {
 	name := l.PolicyName()
-	item := appendSFString(nil, name)
-	item = append(item, ";r="...)
-	body := appendProblem(nil, ProblemQuotaExceeded, problemTitle, http.StatusTooManyRequests, name)
+	item := append(appendSFString(nil, name), ";r="...)
+	body := appendProblem(nil, quotaExceeded, name)
 	return limitHeaders{
 		limit:      l,
 		name:       name,
@@ -124,10 +113,9 @@ func newLimitHeaders(l Limit) limitHeaders {
 	}
 }
 
-// lookup returns the precomputed values of the binding limit l, or computes
-// them when l is not one of the rule's: a limit FailLocal scaled takes the
-// policy name of the rule's limit it stands for (same algorithm and
-// window), so that RateLimit names a listed policy.
+// lookup returns the values of the binding limit l, computed when l is not
+// the rule's: a limit FailLocal scaled takes the policy name of the rule's
+// limit of its algorithm and window, so that RateLimit names a listed one.
 func (hs *headerSet) lookup(l Limit) *limitHeaders {
 	for i := range hs.limits {
 		if hs.limits[i].limit == l {
@@ -144,11 +132,9 @@ func (hs *headerSet) lookup(l Limit) *limitHeaders {
 	return &lh
 }
 
-// write sets the rate-limit fields of style for res (see HeaderStyle):
-// times in seconds rounded up, a reset never before Retry-After, t of a
-// denial the Retry-After (none when it never passes), integers capped at
-// 15 digits as structured fields require. pk, when not "", is added to
-// every item of both IETF fields.
+// write sets the rate-limit fields of style for res: seconds rounded up, a
+// reset never before Retry-After, t of a denial its Retry-After (none when
+// it never passes), integers of at most 15 digits, pk on every IETF item.
 func (hs *headerSet) write(h http.Header, style HeaderStyle, res Result, pk string) {
 	if style == None || style > Both {
 		return
@@ -159,8 +145,7 @@ func (hs *headerSet) write(h http.Header, style HeaderStyle, res Result, pk stri
 	if !res.Allowed && !res.Never() {
 		reset = max(reset, retrySeconds(res.RetryAfter)) // full again no earlier than the request fits
 	}
-	// one buffer, one string sliced per field: two allocations in all
-	var buf [160]byte
+	var buf [160]byte // one string sliced per field: two allocations in all
 	b := buf[:0]
 	var ends [3]int
 	x := style != IETF
@@ -173,13 +158,11 @@ func (hs *headerSet) write(h http.Header, style HeaderStyle, res Result, pk stri
 	if style != XRateLimit {
 		b = append(b, lh.item...)
 		b = strconv.AppendInt(b, min(remaining, maxSFInteger), 10)
-		switch {
-		case res.Allowed:
-			b = append(b, ";t="...)
-			b = strconv.AppendInt(b, min(reset, maxSFInteger), 10)
-		case !res.Never():
-			b = append(b, ";t="...)
-			b = strconv.AppendInt(b, min(retrySeconds(res.RetryAfter), maxSFInteger), 10)
+		if t := reset; !res.Never() { // t of a denial: its Retry-After
+			if !res.Allowed {
+				t = retrySeconds(res.RetryAfter)
+			}
+			b = strconv.AppendInt(append(b, ";t="...), min(t, maxSFInteger), 10)
 		}
 		b = append(b, pk...)
 	}
@@ -189,8 +172,7 @@ func (hs *headerSet) write(h http.Header, style HeaderStyle, res Result, pk stri
 			if i > 0 {
 				b = append(b, ", "...)
 			}
-			b = append(b, item...)
-			b = append(b, pk...)
+			b = append(append(b, item...), pk...)
 		}
 	}
 	str := string(b)
@@ -211,33 +193,30 @@ func (hs *headerSet) write(h http.Header, style HeaderStyle, res Result, pk stri
 	}
 }
 
-// clearRateHeaders deletes every rate-limit field, before a rule writes
-// its own over another rule's.
+// clearRateHeaders deletes every rate-limit field.
 func clearRateHeaders(h http.Header) {
-	delete(h, hdrXLimit)
-	delete(h, hdrXRemaining)
-	delete(h, hdrXReset)
-	delete(h, hdrPolicy)
-	delete(h, hdrRateLimit)
+	for _, k := range [...]string{hdrXLimit, hdrXRemaining, hdrXReset, hdrPolicy, hdrRateLimit} {
+		delete(h, k)
+	}
 }
 
 // writeDenied writes the default answer to dec, a denial: 429 with a
 // short text body, or with problem set, the quota-exceeded problem listing
-// the policies that denied (the binding one's body is kept ready), or for
-// a banned or blocked key the abnormal-usage one.
+// the policies that denied, or for a banned or blocked key the
+// abnormal-usage one.
 func writeDenied(w http.ResponseWriter, dec Decision, problem bool) {
 	const code = http.StatusTooManyRequests
 	switch {
 	case !problem:
-		writeText(w, code, textTooMany)
+		writeBody(w, code, textType, []byte("Too Many Requests\n"), "")
 	case dec.Result.blocked:
-		writeProblem(w, code, []byte(abnormalUsage), strconv.Itoa(len(abnormalUsage)))
+		writeBody(w, code, problemType, []byte(abnormalUsage), "")
 	case bits.OnesCount16(dec.Result.violated) > 1:
-		body := appendProblem(nil, ProblemQuotaExceeded, problemTitle, code, dec.Policies()...)
-		writeProblem(w, code, body, strconv.Itoa(len(body)))
+		body := appendProblem(nil, quotaExceeded, dec.Policies()...)
+		writeBody(w, code, problemType, body, "")
 	default:
 		lh := dec.hdr.lookup(dec.Result.Limit)
-		writeProblem(w, code, lh.problem, lh.problemLen)
+		writeBody(w, code, problemType, lh.problem, lh.problemLen)
 	}
 }
 
@@ -246,23 +225,34 @@ func writeDenied(w http.ResponseWriter, dec Decision, problem bool) {
 func (hs *headerSet) writeUnavailable(w http.ResponseWriter, problem bool) {
 	w.Header()[hdrRetryAfter] = []string{unavailableRetry}
 	if problem {
-		writeProblem(w, http.StatusServiceUnavailable, hs.unavailable, strconv.Itoa(len(hs.unavailable)))
+		writeBody(w, http.StatusServiceUnavailable, problemType, hs.unavailable, "")
 		return
 	}
-	writeText(w, http.StatusServiceUnavailable, textUnavailable)
+	writeBody(w, http.StatusServiceUnavailable, textType, []byte("Service Unavailable\n"), "")
 }
 
-func writeProblem(w http.ResponseWriter, code int, body []byte, size string) {
+// writeBody writes a response of status code, with size its length when
+// not "". A text/plain body is marked nosniff.
+func writeBody(w http.ResponseWriter, code int, ctype string, body []byte, size string) {
 	h := w.Header()
-	h[hdrContentType] = []string{problemType}
+	h["Content-Type"] = []string{ctype}
+	if ctype == textType {
+		h["X-Content-Type-Options"] = []string{"nosniff"}
+	}
+	if size == "" {
+		size = strconv.Itoa(len(body))
+	}
 	h[hdrContentLen] = []string{size}
 	w.WriteHeader(code)
 	_, _ = w.Write(body)
 }
 
-// partitionKey returns the pk parameter of key, ";pk=:<base64>:": the first
-// partitionKeyBytes of its SHA-256 as a structured-field byte sequence.
-func partitionKey(key string) string {
+// partition returns the pk parameter of key's IETF fields, or "":
+// ";pk=:<base64>:", the first partitionKeyBytes of its SHA-256.
+func (d *Decider[R]) partition(key string) string {
+	if !d.p.PartitionKey || key == "" {
+		return ""
+	}
 	sum := sha256.Sum256([]byte(key))
 	b := make([]byte, 0, partitionKeyParamLength)
 	b = append(b, ";pk=:"...)
@@ -270,44 +260,21 @@ func partitionKey(key string) string {
 	return string(append(b, ':'))
 }
 
-func writeText(w http.ResponseWriter, code int, body string) {
-	h := w.Header()
-	h[hdrContentType] = []string{textType}
-	h[hdrNoSniff] = []string{"nosniff"}
-	h[hdrContentLen] = []string{strconv.Itoa(len(body))}
-	w.WriteHeader(code)
-	_, _ = w.Write([]byte(body))
-}
-
 // ceilSeconds returns d in whole seconds, rounded up; 0 for d <= 0.
 func ceilSeconds(d time.Duration) int64 {
 	if d <= 0 {
 		return 0
 	}
-	s := int64(d / time.Second)
-	if d%time.Second != 0 {
-		s++
-	}
-	return s
+	return int64((d-1)/time.Second) + 1
 }
 
 // retrySeconds is the Retry-After of a denial that passes after d: whole
 // seconds rounded up, at least 1.
 func retrySeconds(d time.Duration) int64 { return max(ceilSeconds(d), 1) }
 
-// appendPolicyItem appends the RateLimit-Policy item of l:
-// "name";q=Count;w=seconds.
-func appendPolicyItem(b []byte, l Limit) []byte {
-	b = appendSFString(b, l.PolicyName())
-	b = append(b, ";q="...)
-	b = strconv.AppendInt(b, min(max(l.Count, 0), maxSFInteger), 10)
-	b = append(b, ";w="...)
-	return strconv.AppendInt(b, min(max(ceilSeconds(l.Window), 1), maxSFInteger), 10)
-}
-
-// appendSFString appends s as a structured-field string (RFC 8941 section
-// 3.3.3), which is also a JSON string: in quotes, '"' and '\' escaped, and
-// bytes outside %x20-7E (which Rule.Validate rejects in policy names) as '?'.
+// appendSFString appends s as a structured-field string (RFC 8941 3.3.3),
+// which is also a JSON string: '"' and '\' escaped, bytes outside %x20-7E
+// (which Rule.Validate rejects in policy names) as '?'.
 func appendSFString(b []byte, s string) []byte {
 	b = append(b, '"')
 	for i := 0; i < len(s); i++ {
@@ -324,33 +291,25 @@ func appendSFString(b []byte, s string) []byte {
 }
 
 // acceptsProblem reports whether the Accept field values list
-// application/problem+json with a non-zero weight.
+// application/problem+json with a weight above zero.
 func acceptsProblem(accept []string) bool {
 	for _, v := range accept {
+	ranges:
 		for rng := range strings.SplitSeq(v, ",") {
-			if problemRange(rng) {
-				return true
+			typ, params, _ := strings.Cut(rng, ";")
+			if !strings.EqualFold(httpx.TrimOWS(typ), problemType) {
+				continue
 			}
+			for p := range strings.SplitSeq(params, ";") {
+				if p = httpx.TrimOWS(p); len(p) >= 2 && p[0]|0x20 == 'q' && p[1] == '=' {
+					if q := httpx.TrimOWS(p[2:]); q != "" && q[0] == '0' && strings.Trim(q[1:], ".0") == "" {
+						continue ranges // a zero weight: "0", "0.", "0.000"
+					}
+					break
+				}
+			}
+			return true
 		}
 	}
 	return false
 }
-
-// problemRange reports whether one media range of Accept is
-// application/problem+json with a weight above zero.
-func problemRange(rng string) bool {
-	typ, params, _ := strings.Cut(rng, ";")
-	if !strings.EqualFold(httpx.TrimOWS(typ), problemType) {
-		return false
-	}
-	for p := range strings.SplitSeq(params, ";") {
-		p = httpx.TrimOWS(p)
-		if len(p) >= 2 && (p[0] == 'q' || p[0] == 'Q') && p[1] == '=' {
-			return !zeroWeight(httpx.TrimOWS(p[2:]))
-		}
-	}
-	return true
-}
-
-// zeroWeight reports whether a qvalue is zero: "0", "0.", "0.000".
-func zeroWeight(q string) bool { return q != "" && q[0] == '0' && strings.Trim(q[1:], ".0") == "" }

@@ -14,26 +14,20 @@ type Algorithm uint8
 
 const (
 	// SlidingLog keeps the time of every admitted unit still in the window
-	// (at most Count), 1 to 7 bytes each: one string value up to 4,096
-	// units, beyond that a hash of 1 KB pages (about 7.4 bytes a unit). It
-	// is exact: no window of length Window ever holds more than Count
-	// units, RetryAfter is the exact time until the request fits, and Wait
-	// reserves a future slot in one round trip. A decision reads and writes
-	// a bounded number of bytes (at most two pages and a header), however
-	// many units the window holds.
+	// (at most Count), 1 to 7 bytes each. It is exact: no window of length
+	// Window ever holds more than Count units, RetryAfter is the exact time
+	// until the request fits, and Wait reserves a future slot in one round
+	// trip.
 	SlidingLog Algorithm = iota
-	// SlidingBuckets keeps one hash field per sub-window of Precision
-	// (default Window/60: about 61 fields), and their sum once more than 8
-	// are live. A unit counts from its bucket's start until the bucket's
+	// SlidingBuckets keeps one count per sub-window of Precision (default
+	// Window/60). A unit counts from its bucket's start until the bucket's
 	// end plus Window, so it never over-admits; it may deny up to one
 	// Precision early.
 	SlidingBuckets
 	// SlidingCounter keeps the counts of the previous and the current fixed
 	// window and estimates the sliding count as previous × (Window −
-	// elapsed)/Window + current: O(1) memory, approximate. When the
-	// previous window's units all came at its very end, a sliding window
-	// may hold up to nearly 2×Count; when they came early, it denies
-	// requests that an exact log would admit.
+	// elapsed)/Window + current: O(1) memory, approximate. A sliding window
+	// may hold up to nearly 2×Count, or deny what an exact log would admit.
 	SlidingCounter
 )
 
@@ -52,45 +46,29 @@ func enumName[T ~uint8](v T, names []string, kind string) string {
 
 // Limit admits at most Count units in any sliding window of length Window.
 type Limit struct {
-	// Name identifies the limit in the RateLimit-Policy header. When empty,
-	// a name is derived from Count and Window, such as "100-per-1m". It is
-	// at most MaxLimitName bytes.
-	Name string
-	// Count is the number of units admitted in any Window. It must be > 0.
-	Count int64
-	// Window is the length of the sliding window: from 1ms to MaxWindow.
-	Window time.Duration
-	// Algorithm selects how units are counted. The zero value is SlidingLog.
-	Algorithm Algorithm
-	// Precision is the sub-window length of SlidingBuckets. Zero means
-	// Window/60, at least 1ms. It must be between 1ms and Window when set,
-	// and a window may hold at most MaxBuckets of them. Other algorithms
-	// ignore it.
+	// Name identifies the limit in the RateLimit-Policy header, at most
+	// MaxLimitName bytes. Empty: derived from Count and Window ("100-per-1m").
+	Name      string
+	Count     int64         // units admitted in any Window; must be > 0
+	Window    time.Duration // from 1ms to MaxWindow
+	Algorithm Algorithm     // the zero value is SlidingLog
+	// Precision is the sub-window length of SlidingBuckets: zero means
+	// Window/60, at least 1ms; when set, from 1ms to Window, and at most
+	// MaxBuckets of them in Window. Other algorithms ignore it.
 	Precision time.Duration
 }
 
-// Bounds of a Limit, and of the limits of one call. They keep every
-// script's work and every number in range: times are µs in Lua doubles,
-// exact to 2^53 µs (285 years), and durations are int64 ns (292 years).
+// Bounds of a Limit, and of the limits of one call: they keep every
+// script's work and every number in range.
 const (
-	// MaxLogCount is the largest Count of a SlidingLog limit, 16,384. The
-	// log keeps the time of every unit (a long one in a Redis sorted set,
-	// a member per decision), and a few calls read it member by member (a
-	// decision after half of a full log left the window, a denial of
-	// AllowN(Count/2), a refund of most units): at this bound each holds
-	// Redis for a few ms at most (TestLongLogBoundedCalls). Larger limits
-	// belong to SlidingBuckets.
-	MaxLogCount = 1 << 14
-	// MaxWindow is the longest Window: a year (and a day).
-	MaxWindow = 366 * 24 * time.Hour
-	// MaxBuckets is the most sub-windows of Precision that a SlidingBuckets
-	// limit's Window may hold: each is a field that its denials read.
-	MaxBuckets = 1024
-	// MaxLimits is the most limits of one call or Rule.
-	MaxLimits = 16
-	// MaxLimitName is the longest Name of a Limit, in bytes, so that what
-	// the deny cache and a rule's LimitsFor sets keep has a bounded size.
-	MaxLimitName = 64
+	// MaxLogCount is the largest Count of a SlidingLog limit, 16,384, so
+	// that a call reading the log unit by unit holds Redis a few ms at
+	// most. Larger limits belong to SlidingBuckets.
+	MaxLogCount  = 1 << 14
+	MaxWindow    = 366 * 24 * time.Hour // the longest Window: a year (and a day)
+	MaxBuckets   = 1024                 // the most Precision sub-windows of a SlidingBuckets Window
+	MaxLimits    = 16                   // the most limits of one call or Rule
+	MaxLimitName = 64                   // the longest Name of a Limit, in bytes
 )
 
 // Per returns a SlidingLog limit of n units per window.
@@ -113,8 +91,7 @@ func (l Limit) String() string {
 	return strconv.FormatInt(l.Count, 10) + " per " + l.Window.String() + " (" + l.Algorithm.String() + ")"
 }
 
-// Validate reports whether the limit can be enforced. Errors wrap
-// ErrInvalidLimit.
+// Validate reports whether the limit can be enforced; errors wrap ErrInvalidLimit.
 func (l Limit) Validate() error {
 	if p := l.problem(); p != "" {
 		return fmt.Errorf("%w: %s", ErrInvalidLimit, p)
@@ -160,9 +137,6 @@ func ownLimits(limits []Limit) []Limit {
 	size := 0
 	for _, l := range own {
 		size += len(l.Name)
-	}
-	if size == 0 {
-		return own
 	}
 	names := make([]byte, 0, size)
 	for _, l := range own {

@@ -7,13 +7,12 @@ import (
 )
 
 // maxLimitSets bounds the sets a rule keeps; beyond, a new set is
-// validated on every request. A set takes about 1.2 KB for one limit, 15
-// KB at most (TestHeldLimitNames): 16 MB a rule at most.
+// validated on every request.
 const maxLimitSets = 1024
 
 // limitSets keeps the sets of limits a rule's LimitsFor returned, validated,
-// with their header values, found by a hash of their contents: a lookup
-// allocates nothing, even when LimitsFor builds new slices.
+// with their header values, found by a hash of their contents so that a
+// lookup allocates nothing.
 type limitSets struct {
 	seed maphash.Seed
 	mu   sync.RWMutex
@@ -27,17 +26,12 @@ type limitSet struct {
 	hdr    headerSet
 }
 
-func (ls *limitSets) hash(limits []Limit) uint64 {
+// get returns the set of limits, validated as Rule.Limits are, or the error.
+func (ls *limitSets) get(limits []Limit) (*limitSet, error) {
 	var h uint64
 	for _, l := range limits {
 		h = h*31 + maphash.Comparable(ls.seed, l)
 	}
-	return h
-}
-
-// get returns the set of limits, validated as Rule.Limits are, or the error.
-func (ls *limitSets) get(limits []Limit) (*limitSet, error) {
-	h := ls.hash(limits)
 	ls.mu.RLock()
 	for _, s := range ls.m[h] {
 		if slices.Equal(s.limits, limits) {

@@ -24,8 +24,7 @@ import (
 func ParseLimits(s string) ([]Limit, error) {
 	var limits []Limit
 	for i, item := range strings.Split(s, ",") {
-		item = strings.TrimSpace(item)
-		lim, err := parseLimit(item)
+		lim, err := parseLimit(strings.TrimSpace(item))
 		if err != nil {
 			return nil, fmt.Errorf("%w: item %d of %q: %w", ErrInvalidLimit, i+1, s, err)
 		}

@@ -11,44 +11,31 @@ import (
 	"strings"
 )
 
-// Policy is the part of a rule that is the same for every transport: which
-// requests of type R count, under which key, at what cost and under which
-// limits, and what becomes of errors. Rule is the policy of HTTP requests
-// (the adapters build a Decider from it); grpcmw builds one for gRPC calls.
+// Policy is the transport-independent part of a rule, for requests of type
+// R: Rule is the policy of HTTP requests, grpcmw builds one for gRPC calls.
 // Its fields mean what the Rule fields of the same names mean.
 type Policy[R any] struct {
-	// Name is the rule's namespace (see Rule.Name).
-	Name string
-	// Limits must all admit a request for it to pass (see Rule.Limits).
-	Limits []Limit
-	// Key returns the key a request is counted under. Required.
-	Key func(R) (string, error)
-	// FallbackKey keys a request whose Key failed (see Rule.FallbackKey);
-	// nil counts every such request under Name + ":nokey".
-	FallbackKey func(R) (string, error)
-	// Cost returns the units a request takes; nil means 1.
-	Cost func(R) int64
-	// Skip reports requests that pass uncounted.
-	Skip func(R) bool
-	// LimitsFor chooses the limits of each request (see Rule.LimitsFor).
-	LimitsFor func(R) ([]Limit, error)
-	// Penalty, when set, bans a key that keeps being denied.
-	Penalty *Penalty
-	// DryRun decides and counts every request but never denies.
-	DryRun bool
-	// Headers is the style of the rate-limit fields (SetFields).
-	Headers HeaderStyle
-	// PartitionKey adds pk to the IETF fields (see Rule.PartitionKey).
-	PartitionKey bool
+	Name   string                  // the rule's namespace
+	Limits []Limit                 // must all admit a request for it to pass
+	Key    func(R) (string, error) // required
+	// FallbackKey keys a request whose Key failed; nil counts every such
+	// request under Name + ":nokey".
+	FallbackKey  func(R) (string, error)
+	Cost         func(R) int64            // nil means 1
+	Skip         func(R) bool             // reports requests that pass uncounted
+	LimitsFor    func(R) ([]Limit, error) // each request's limits
+	Penalty      *Penalty                 // bans a key that keeps being denied
+	DryRun       bool                     // decide and count every request, never deny
+	Headers      HeaderStyle              // the style of the rate-limit fields (SetFields)
+	PartitionKey bool                     // adds pk to the IETF fields
 	// OnError is called with every error of the functions above and of
 	// the backend, and reports whether it answered the request itself,
-	// which then stops (Decision.Verdict is Answered). Nil: errors are
-	// logged with log/slog's default logger, at most one line a second.
+	// which then stops (Verdict Answered). Nil: errors are logged with
+	// log/slog's default logger, at most one line a second.
 	OnError func(R, error) bool
 }
 
-// Decider applies one Policy with one Limiter: the one implementation of a
-// rule's decision for every transport, which only reads its request and
+// Decider applies one Policy with one Limiter, for any transport, which
 // writes the Decision's answer. It is safe for concurrent use.
 type Decider[R any] struct {
 	l      *Limiter
@@ -59,8 +46,7 @@ type Decider[R any] struct {
 	logs   errorLog  // OnError's default
 }
 
-// NewDecider validates p (as Rule.Validate does, and Key must be set) and
-// prepares what every request of it shares.
+// NewDecider validates p as Rule.Validate does (Key is required).
 func NewDecider[R any](l *Limiter, p Policy[R]) (*Decider[R], error) {
 	switch {
 	case l == nil:
@@ -76,9 +62,7 @@ func NewDecider[R any](l *Limiter, p Policy[R]) (*Decider[R], error) {
 		pen := *p.Penalty
 		p.Penalty = &pen
 	}
-	d := &Decider[R]{l: l, p: p, prefix: p.Name + ":", hdr: newHeaderSet(p.Limits)}
-	d.sets.seed = maphash.MakeSeed()
-	return d, nil
+	return &Decider[R]{l: l, p: p, prefix: p.Name + ":", hdr: newHeaderSet(p.Limits), sets: limitSets{seed: maphash.MakeSeed()}}, nil
 }
 
 // Name returns the rule's name.
@@ -88,10 +72,8 @@ func (d *Decider[R]) Name() string { return d.p.Name }
 func (d *Decider[R]) Limits() []Limit { return slices.Clone(d.p.Limits) }
 
 // Key returns the Limiter key of r: the policy's Name, ":", and Key's
-// result. An empty result is an error that matches keyfuncs.ErrNoKey. A
-// result that starts with noKey or keyEscape gets keyEscape before it, so
-// that no key function's result can be a fallback key, and no two results
-// share a key (see Rule.FallbackKey).
+// result, escaped as Rule.FallbackKey says. An empty result is an error
+// that matches keyfuncs.ErrNoKey.
 func (d *Decider[R]) Key(r R) (string, error) {
 	k, err := d.p.Key(r)
 	switch {
@@ -131,7 +113,7 @@ func (d *Decider[R]) Cost(r R) (int64, error) {
 
 // Wait blocks until n units of key fit under the policy's limits and
 // records them: Limiter.WaitN, with observers told the rule's name. key is
-// what Key returned. It is the outbound side of a rule.
+// what Key returned.
 func (d *Decider[R]) Wait(ctx context.Context, key string, n int64) error {
 	return d.l.waitN(ctx, d.p.Name, key, n, d.p.Limits)
 }
@@ -145,10 +127,9 @@ const (
 	Pass Verdict = iota
 	// Denied: the limits refused it (HTTP 429, gRPC RESOURCE_EXHAUSTED).
 	Denied
-	// Unavailable: no decision admits it: the Limiter fails closed, the
-	// decision was shed for overload (ErrShed, whatever the failure
-	// mode), or the request's own context ended (HTTP 503 with
-	// Retry-After: 1, gRPC UNAVAILABLE).
+	// Unavailable: the Limiter fails closed, the decision was shed
+	// (ErrShed, whatever the failure mode), or the request's own context
+	// ended (HTTP 503 with Retry-After: 1, gRPC UNAVAILABLE).
 	Unavailable
 	// Answered: OnError answered the request itself.
 	Answered
@@ -161,15 +142,11 @@ var verdicts = [...]string{"pass", "denied", "unavailable", "answered"}
 
 // Decision is a Decider's answer to one request.
 type Decision struct {
-	// Verdict says what becomes of the request.
-	Verdict Verdict
-	// Result is the Limiter's decision; zero when the request was skipped
-	// or got none.
-	Result Result
-	// Key is the Limiter key the request was counted under, or "".
-	Key string
+	Verdict Verdict // what becomes of the request
+	Result  Result  // the Limiter's decision; zero when skipped or none
+	Key     string  // the Limiter key the request was counted under, or ""
 	// Shown reports whether the rate-limit fields describe the request:
-	// false when it was skipped, got no decision, or when the failure mode
+	// false when it was skipped, got no decision, or the failure mode
 	// answered without one (FailOpen, FailClosed, a shed decision).
 	Shown bool
 
@@ -186,8 +163,7 @@ type units struct {
 	local  bool  // FailLocal's local store recorded them
 }
 
-// Banned reports whether a denial is a ban (Penalty) or a Limiter.Block,
-// rather than a limit's.
+// Banned reports whether a denial is a ban (Penalty) or a Limiter.Block.
 func (dec Decision) Banned() bool { return dec.Result.blocked }
 
 // Policies returns the policy names a Denied decision concerns: those of
@@ -209,8 +185,7 @@ func (dec Decision) Policies() []string {
 	return names
 }
 
-// Charged reports whether the request's units were recorded, so that
-// GiveBack has something to give back.
+// Charged reports whether the request's units were recorded (see GiveBack).
 func (dec Decision) Charged() bool { return dec.charged }
 
 // Decide decides r: Skip, the key (the fallback key after an error), the
@@ -235,11 +210,16 @@ func (d *Decider[R]) Decide(ctx context.Context, r R) Decision {
 		n = 1
 	}
 	limits, hs := d.p.Limits, &d.hdr
-	if d.p.LimitsFor != nil {
-		if ls, h, err := d.requestLimits(r); err == nil {
-			limits, hs = ls, h
-		} else if d.report(r, err, fallbackMessage) {
+	if d.p.LimitsFor != nil { // none: the rule's
+		var set *limitSet
+		ls, err := d.p.LimitsFor(r)
+		if err == nil && len(ls) > 0 {
+			set, err = d.sets.get(ls)
+		}
+		if err != nil && d.report(r, fmt.Errorf("the rule's LimitsFor: %w", err), fallbackMessage) {
 			return Decision{Verdict: Answered}
+		} else if set != nil {
+			limits, hs = set.limits, &set.hdr
 		}
 	}
 	res, at, err := d.l.decide(ctx, OpAllow, d.p.Name, key, n, limits, d.p.Penalty)
@@ -260,25 +240,20 @@ func (d *Decider[R]) Decide(ctx context.Context, r R) Decision {
 	return dec
 }
 
-// verdict answers a decision res of a Limiter of failure mode mode, and
-// reports whether its rate-limit fields are shown. A failure mode's answer
-// (res.BackendErr set): FailOpen passes, FailClosed answers Unavailable (a
-// dry run passes), FailLocal's local decision is answered as Redis's. A
-// decision shed for overload (ErrShed) is answered as FailClosed answers,
-// whatever the failure mode.
+// verdict answers res under failure mode mode, and reports whether its
+// rate-limit fields are shown. With res.BackendErr set: FailOpen passes,
+// FailClosed (and ErrShed, whatever the mode) answers Unavailable unless a
+// dry run, FailLocal's decision is answered as Redis's.
 func verdict(res Result, mode FailureMode, dryRun bool) (Verdict, bool) {
 	if res.BackendErr != nil {
 		if errors.Is(res.BackendErr, ErrShed) {
 			mode = FailClosed
 		}
-		switch mode {
-		case FailClosed:
-			if dryRun {
-				return Pass, false
-			}
-			return Unavailable, false
-		case FailOpen:
+		switch {
+		case mode == FailOpen || mode == FailClosed && dryRun:
 			return Pass, false
+		case mode == FailClosed:
+			return Unavailable, false
 		}
 	}
 	if res.Allowed || dryRun {
@@ -287,28 +262,10 @@ func verdict(res Result, mode FailureMode, dryRun bool) (Verdict, bool) {
 	return Denied, true
 }
 
-// requestLimits returns the limits LimitsFor gives r (the rule's for
-// none) and their header values, from d.sets.
-func (d *Decider[R]) requestLimits(r R) ([]Limit, *headerSet, error) {
-	limits, err := d.p.LimitsFor(r)
-	switch {
-	case err != nil:
-		return nil, nil, fmt.Errorf("the rule's LimitsFor: %w", err)
-	case len(limits) == 0:
-		return d.p.Limits, &d.hdr, nil
-	}
-	set, err := d.sets.get(limits)
-	if err != nil {
-		return nil, nil, fmt.Errorf("the rule's LimitsFor: %w", err)
-	}
-	return set.limits, &set.hdr, nil
-}
-
 // GiveBack gives back the units dec recorded (when Charged), such as after
-// a later rule denied the request or when CountIf rejects its outcome;
-// call it at most once per Decision. why says why, in the error OnError
-// receives when the refund fails. ctx's cancellation is ignored: the
-// units go back even when the client is gone.
+// a later rule denied the request; call it at most once per Decision. why
+// is quoted in the error OnError receives when the refund fails. ctx's
+// cancellation is ignored: the units go back even when the client is gone.
 func (d *Decider[R]) GiveBack(ctx context.Context, r R, dec Decision, why string) {
 	if dec.charged {
 		d.giveBack(ctx, r, dec.Key, dec.units, why)
@@ -322,8 +279,8 @@ func (d *Decider[R]) giveBack(ctx context.Context, r R, key string, u units, why
 	}
 }
 
-// report hands err to OnError, or without it logs it with msg (what the
-// rule did about it), and reports whether OnError answered the request.
+// report hands err to OnError, or logs it with msg (what the rule did
+// about it), and reports whether OnError answered the request.
 func (d *Decider[R]) report(r R, err error, msg string) (answered bool) {
 	err = ruleError{d.p.Name, err}
 	if d.p.OnError == nil {
@@ -333,11 +290,10 @@ func (d *Decider[R]) report(r R, err error, msg string) (answered bool) {
 	return d.p.OnError(r, err)
 }
 
-// SetFields sets in h the fields an answer to dec carries, as the HTTP
-// rules write them (canonical names): for a Shown decision the rate-limit
-// fields of style (see HeaderStyle); for a denial Retry-After too (whole
-// seconds, rounded up; none when it never passes); for Unavailable,
-// Retry-After: 1. It replaces those fields, and sets nothing else.
+// SetFields sets in h the fields the HTTP rules give an answer to dec
+// (canonical names): for a Shown decision the rate-limit fields of style,
+// and for a denial Retry-After (whole seconds, rounded up; none when it
+// never passes); for Unavailable, Retry-After: 1. It replaces only those.
 func (d *Decider[R]) SetFields(h http.Header, style HeaderStyle, dec Decision) {
 	switch {
 	case dec.Verdict == Unavailable:
@@ -352,20 +308,9 @@ func (d *Decider[R]) SetFields(h http.Header, style HeaderStyle, dec Decision) {
 	}
 }
 
-// partition returns the pk parameter of key's IETF fields, or "" when the
-// policy has none.
-func (d *Decider[R]) partition(key string) string {
-	if !d.p.PartitionKey || key == "" {
-		return ""
-	}
-	return partitionKey(key)
-}
-
 // noKey names the keys of requests whose key function failed; a key
 // function's result that starts with noKey or keyEscape is stored with
-// keyEscape before it, so that the two key spaces never meet whatever Key
-// returns. No key of keyfuncs needs it: theirs start with their kind ("ip:",
-// "user:").
+// keyEscape before it (see Rule.FallbackKey).
 const (
 	noKey     = "nokey"
 	keyEscape = "~"

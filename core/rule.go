@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -13,8 +14,7 @@ import (
 )
 
 // HeaderStyle selects the rate-limit header fields a Rule writes on allowed
-// and denied responses. Retry-After is written on every denial, whatever the
-// style.
+// and denied responses. Every denial gets Retry-After, whatever the style.
 type HeaderStyle uint8
 
 const (
@@ -23,9 +23,8 @@ const (
 	// rounded up). It is the default.
 	XRateLimit HeaderStyle = iota
 	// IETF writes the RateLimit-Policy and RateLimit fields of
-	// draft-ietf-httpapi-ratelimit-headers-11 (a draft, not yet an RFC),
-	// with pk when Rule.PartitionKey is set and without qu ("requests",
-	// the default):
+	// draft-ietf-httpapi-ratelimit-headers-11, with pk when
+	// Rule.PartitionKey is set and without qu ("requests", the default):
 	//
 	//	RateLimit-Policy: "100-per-1m";q=100;w=60, "5-per-1s";q=5;w=1
 	//	RateLimit: "100-per-1m";r=42;t=60
@@ -45,168 +44,133 @@ var headerStyles = [...]string{"x-ratelimit", "ietf", "both", "none"}
 var ErrInvalidRule = errors.New("ratewindow: invalid rule")
 
 // Rule describes which HTTP requests to limit and how to answer, for every
-// adapter (nethttp, chimw, ginmw, echomw). Build the middleware once, at
-// start-up: its constructor validates the rule (see Validate), so a bad
-// rule is reported then, never at request time.
+// adapter (nethttp, chimw, ginmw, echomw). Its middleware's constructor
+// validates it, so a bad rule is reported at start-up.
 //
-// Several rules may apply to one request (a router-wide rule and a
-// route's): it passes only when each admits it, and a request that one of
-// them stops (a denial, or the failure mode's 503) consumes nothing under
-// any of them: the rules before it on the request's way give their units
-// back (Limiter.Refund, a round trip each, on the denial's path).
+// Several rules may apply to one request: it passes only when each admits
+// it, and a request one of them stops (a denial, or the failure mode's
+// 503) consumes nothing under any of them: the rules it passed give their
+// units back (Limiter.Refund, a round trip each).
 type Rule struct {
-	// Name is the rule's namespace: the Limiter's key of a request is
-	// Name + ":" + the key function's result, so two rules never share
-	// counters. Observers receive it as Event.Rule. Required: printable
-	// ASCII without spaces, ':', '{' or '}', at most 64 bytes.
+	// Name is the rule's namespace: a request's Limiter key is Name + ":" +
+	// the key function's result, so two rules never share counters.
+	// Observers receive it as Event.Rule. Required: printable ASCII
+	// without spaces, ':', '{' or '}', at most 64 bytes.
 	Name string
-	// Limits must all admit a request for it to pass (at least one).
-	// Their PolicyName appears in the IETF headers: it must be printable
-	// ASCII, and unique within the rule.
+	// Limits must all admit a request for it to pass (at least one). Their
+	// PolicyName must be printable ASCII, unique within the rule.
 	Limits []Limit
 	// Key returns the key a request is counted under. When it fails or
 	// returns "", the error goes to OnError and, unless OnError answers,
 	// the request is counted under FallbackKey. Default keyfuncs.IP(): the
 	// peer address, trusting no proxy.
 	Key func(*http.Request) (string, error)
-	// FallbackKey keys a request whose Key failed, so that leaving out what
-	// a request is keyed by (an X-Api-Key header, a user) does not leave
-	// the rule: it is counted under Name + ":nokey:" + FallbackKey's result
-	// ("login:nokey:ip:203.0.113.5"), or under Name + ":nokey", shared, if
-	// FallbackKey fails too. The two key spaces never meet, whatever Key
-	// returns: a result of Key that starts with "nokey" or "~" is stored
-	// with "~" before it ("login:~nokey:ip:203.0.113.5"). Default
-	// keyfuncs.IP(): behind proxies, set the keyfuncs.IPWith of Key's
-	// proxies. To let requests without a key pass uncounted, use Skip.
+	// FallbackKey keys a request whose Key failed: it is counted under
+	// Name + ":nokey:" + FallbackKey's result ("login:nokey:ip:203.0.113.5"),
+	// or under Name + ":nokey", shared, if FallbackKey fails too. A result
+	// of Key that starts with "nokey" or "~" is stored with "~" before it
+	// ("login:~nokey:ip:203.0.113.5"), so the two key spaces never meet.
+	// Default keyfuncs.IP(): behind proxies, set the keyfuncs.IPWith of
+	// Key's proxies. To let requests without a key pass uncounted, use Skip.
 	FallbackKey func(*http.Request) (string, error)
-	// Cost returns the number of units a request takes, such as 10 for an
-	// expensive search. A cost below 1 is an error: it goes to OnError and,
-	// unless OnError answers, the request costs 1. Default 1.
+	// Cost returns the units a request takes, such as 10 for an expensive
+	// search. A cost below 1 is an error: it goes to OnError and, unless
+	// OnError answers, the request costs 1. Default 1.
 	Cost func(*http.Request) int64
-	// Skip reports requests that pass uncounted, without touching the
-	// backend, such as health checks or an allow-list.
+	// Skip reports requests that pass uncounted, such as health checks.
 	Skip func(*http.Request) bool
 	// Headers selects the rate-limit header fields. Default XRateLimit.
-	// When several rules apply to a request, its response shows one
-	// decision: the denying rule's, else the most restrictive of the rules
-	// that show theirs (fewest remaining, then the latest reset), in the
-	// style of the first rule on the request's way whose Headers is not
-	// None (set it on the outermost rule). A rule with None shows nothing.
+	// When several rules apply, the response shows one decision: the
+	// denying rule's, else the most restrictive shown (fewest remaining,
+	// then the latest reset), in the style of the first rule on the
+	// request's way whose Headers is not None (set it on the outermost
+	// rule). A rule with None shows nothing.
 	Headers HeaderStyle
-	// OnDenied writes the status (normally 429) and body of a denial; the
-	// rate-limit fields and Retry-After are already set. Default: 429 with
-	// a short text/plain body, or the quota-exceeded
-	// application/problem+json body when the client accepts it or
-	// ProblemJSON is set.
+	// OnDenied writes the status (normally 429) and body of a denial, its
+	// rate-limit fields and Retry-After already set. Default: 429 with a
+	// short text/plain body, or the quota-exceeded application/problem+json
+	// body when the client accepts it or ProblemJSON is set.
 	OnDenied func(http.ResponseWriter, *http.Request, Result)
 	// OnError is called with every error of the rule's functions (Key,
 	// Cost, LimitsFor) and of the backend; its text never reaches the
 	// client. If OnError writes a response, the request stops there.
 	// Otherwise the request is still limited: under FallbackKey, a Cost of
-	// 1 or the rule's Limits after an error of the rule's functions; by the
-	// failure mode after a backend error (FailOpen passes it without
-	// rate-limit fields, FailClosed answers 503 with Retry-After, FailLocal
-	// answers the local decision). Default: log with log/slog's default
-	// logger, at most one line per second per rule, with the number of
-	// errors left unlogged.
-	//
-	// A request whose own context ends before its decision (the client
-	// went away, a server timeout) is no error of the rule: whatever the
-	// failure mode, it never reaches the next handler and is answered 503;
-	// the observer sees an Event with Err set.
+	// 1 or Limits after an error of the rule's functions; by the failure
+	// mode after a backend error (FailOpen passes it without rate-limit
+	// fields, FailClosed answers 503 with Retry-After, FailLocal answers
+	// the local decision). Default: log with log/slog's default logger, at
+	// most one line per second per rule. A request whose own context ends
+	// before its decision is no error: it is answered 503, whatever the
+	// failure mode, and the observer sees an Event with Err set.
 	OnError func(http.ResponseWriter, *http.Request, error)
 	// DryRun decides, counts and reports every request (a would-be denial
 	// as an Event with Result.Allowed false) and sets the rate-limit
-	// fields, but never denies: for rolling out a new limit safely.
+	// fields, but never denies.
 	DryRun bool
 	// ProblemJSON answers every denial with an application/problem+json
 	// body, whatever the client's Accept header.
 	ProblemJSON bool
 
-	// LimitsFor, when set, chooses the limits of each request (by the
-	// tenant's plan from a header, a token's claim, a lookup); none means
-	// Limits, which must still be valid. An error or invalid limits go to
-	// OnError and, unless OnError answers, the request is decided under
-	// Limits. Limits of the same algorithm and window share stored state,
-	// so a plan changed mid-window keeps its history with the new Count.
-	// Each distinct set is validated once and kept, up to 1024 per rule.
-	// nethttp.Transport uses Limits only.
+	// LimitsFor, when set, chooses the limits of each request (by plan, a
+	// token's claim); none means Limits, which must still be valid. An
+	// error or invalid limits go to OnError and, unless OnError answers,
+	// the request is decided under Limits. Limits of the same algorithm and
+	// window share stored state, so a plan changed mid-window keeps its
+	// history. nethttp.Transport uses Limits only.
 	LimitsFor func(*http.Request) ([]Limit, error)
 	// CountIf, when set, counts only the requests whose response status it
-	// accepts: a request is charged before the handler as usual (so
-	// requests in flight count and the limit stays exact), and its own
-	// units are given back after it (Limiter.Refund, a round trip; its
-	// error goes to OnError) when CountIf(status) is false. A handler that
-	// panics counts as 500. Such a rule shows its rate-limit fields only
-	// on its own denials, as an allowed request's units may be given back.
-	// For failed logins only:
+	// accepts: a request is charged before the handler as usual, and its
+	// units are given back after it (Limiter.Refund; its error goes to
+	// OnError) when CountIf(status) is false. A handler that panics counts
+	// as 500. Such a rule shows its rate-limit fields only on its own
+	// denials. For failed logins only:
 	//
 	//	CountIf: func(status int) bool { return status == 401 || status == 403 },
 	CountIf func(status int) bool
 	// Penalty, when set, bans a key that keeps being denied: see Penalty.
 	Penalty *Penalty
 	// PartitionKey adds the partition key (pk) to the IETF fields: the
-	// first 12 bytes of the SHA-256 of the request's key, so that a client
-	// can tell its partitions apart. A key from a small space (an IP
-	// address) can be found from its digest by trying every value.
+	// first 12 bytes of the SHA-256 of the request's key, which for a small
+	// key space (IP addresses) can be reversed by trying every value.
 	PartitionKey bool
 }
 
 // Penalty bans a key that keeps hitting its limits (a penalty box): after
 // Denials denials of one key within Within, the key is banned for Ban on
 // every replica. While banned, every request of the key is denied with a
-// Retry-After of the ban's time left (problem type ProblemAbnormalUsage),
-// by the deny cache where it can, and counted nowhere. A ban is a
-// Limiter.Block: Reset lifts it. Denials are counted by the script call
-// that denies; the first starts the Within period, a ban the count afresh.
+// Retry-After of the ban's time left (problem type ProblemAbnormalUsage)
+// and counted nowhere. A ban is a Limiter.Block: Reset lifts it. The first
+// denial counted starts the Within period; a ban starts the count afresh.
 type Penalty struct {
-	// Denials is the number of denials that bans the key: at least 1.
-	Denials int64
-	// Within is the time, from the first denial counted, in which Denials
-	// denials ban the key: from 1ms to MaxWindow.
-	Within time.Duration
-	// Ban is how long a ban lasts: from 1ms to MaxBlock.
-	Ban time.Duration
+	Denials int64         // the denials that ban the key: at least 1
+	Within  time.Duration // from the first denial counted: 1ms to MaxWindow
+	Ban     time.Duration // how long a ban lasts: 1ms to MaxBlock
 }
-
-// problem describes what is wrong with p, or returns "".
-func (p Penalty) problem() string {
-	switch {
-	case p.Denials < 1:
-		return fmt.Sprintf("Penalty.Denials %d must be at least 1", p.Denials)
-	case p.Within < time.Millisecond || p.Within > MaxWindow:
-		return fmt.Sprintf("Penalty.Within %s must be in [1ms, %s]", p.Within, MaxWindow)
-	case p.Ban < time.Millisecond || p.Ban > MaxBlock:
-		return fmt.Sprintf("Penalty.Ban %s must be in [1ms, %s]", p.Ban, MaxBlock)
-	}
-	return ""
-}
-
-// maxRuleName is the longest Rule.Name.
-const maxRuleName = 64
 
 // Validate reports whether the rule can be enforced. Its errors wrap
 // ErrInvalidRule, and ErrInvalidLimit or ErrNoLimits where they apply.
 func (r Rule) Validate() error { return validateRule(r.Name, r.Limits, r.Headers, r.Penalty) }
 
-// validateRule checks what a Rule and a Policy share (see Rule.Validate).
+// validateRule checks what a Rule and a Policy share.
 func validateRule(name string, limits []Limit, headers HeaderStyle, pen *Penalty) error {
+	const maxName = 64
 	switch {
 	case name == "":
 		return fmt.Errorf("%w: empty Name", ErrInvalidRule)
-	case len(name) > maxRuleName:
-		return fmt.Errorf("%w %q: Name is longer than %d bytes", ErrInvalidRule, name, maxRuleName)
+	case len(name) > maxName:
+		return fmt.Errorf("%w %q: Name is longer than %d bytes", ErrInvalidRule, name, maxName)
 	case headers > None:
 		return fmt.Errorf("%w %q: unknown %s", ErrInvalidRule, name, headers)
 	case len(limits) == 0:
 		return fmt.Errorf("%w %q: %w", ErrInvalidRule, name, unprefixed{ErrNoLimits})
 	case !printable(name) || strings.ContainsAny(name, " :{}"):
 		return fmt.Errorf("%w %q: Name may hold printable ASCII but no space, ':', '{' or '}'", ErrInvalidRule, name)
-	}
-	if pen != nil {
-		if p := pen.problem(); p != "" {
-			return fmt.Errorf("%w %q: %s", ErrInvalidRule, name, p)
-		}
+	case pen != nil && pen.Denials < 1:
+		return fmt.Errorf("%w %q: Penalty.Denials %d must be at least 1", ErrInvalidRule, name, pen.Denials)
+	case pen != nil && (pen.Within < time.Millisecond || pen.Within > MaxWindow):
+		return fmt.Errorf("%w %q: Penalty.Within %s must be in [1ms, %s]", ErrInvalidRule, name, pen.Within, MaxWindow)
+	case pen != nil && (pen.Ban < time.Millisecond || pen.Ban > MaxBlock):
+		return fmt.Errorf("%w %q: Penalty.Ban %s must be in [1ms, %s]", ErrInvalidRule, name, pen.Ban, MaxBlock)
 	}
 	if err := ruleLimits(limits); err != nil {
 		return fmt.Errorf("%w %q: %w", ErrInvalidRule, name, unprefixed{err})
@@ -214,8 +178,8 @@ func validateRule(name string, limits []Limit, headers HeaderStyle, pen *Penalty
 	return nil
 }
 
-// ruleLimits checks the limits of a rule: those of every call (see
-// validateLimits), with printable policy names, unique within the rule.
+// ruleLimits checks a rule's limits: those of every call (validateLimits),
+// with printable policy names, unique within the rule.
 func ruleLimits(limits []Limit) error {
 	if err := validateLimits(limits); err != nil {
 		return err
@@ -225,10 +189,8 @@ func ruleLimits(limits []Limit) error {
 		if !printable(name) {
 			return fmt.Errorf("%w #%d: policy name %q is not printable ASCII", ErrInvalidLimit, i, name)
 		}
-		for j, prev := range limits[:i] {
-			if prev.PolicyName() == name {
-				return fmt.Errorf("%w: limits #%d and #%d have the policy name %q: set Limit.Name", ErrInvalidLimit, j, i, name)
-			}
+		if j := slices.IndexFunc(limits[:i], func(p Limit) bool { return p.PolicyName() == name }); j >= 0 {
+			return fmt.Errorf("%w: limits #%d and #%d have the policy name %q: set Limit.Name", ErrInvalidLimit, j, i, name)
 		}
 	}
 	return nil
@@ -240,25 +202,21 @@ func printable(s string) bool {
 	return s != "" && !strings.ContainsFunc(s, func(r rune) bool { return r < ' ' || r > '~' })
 }
 
-// Enforcer applies one Rule with one Limiter to HTTP requests: the one
-// implementation behind every adapter, which only translates its
-// framework's request and response to Handle. It decides with the rule's
-// Decider, the policy every transport shares, and writes the HTTP answer.
-// It is safe for concurrent use.
+// Enforcer applies one Rule with one Limiter to HTTP requests, for every
+// adapter, which only translates its framework's request and response to
+// Handle. It is safe for concurrent use.
 type Enforcer struct {
 	rule Rule // validated, with default keys
 	d    *Decider[exchange]
 }
 
-// exchange is an HTTP request and its response, a Decider's request: the
-// rule's functions read r, OnError may answer on w.
+// exchange is a Decider's request: OnError may answer on w.
 type exchange struct {
 	w http.ResponseWriter
 	r *http.Request
 }
 
-// NewEnforcer validates rule and prepares what every request of it shares:
-// the default key function and the header values of its limits.
+// NewEnforcer validates rule and prepares what every request of it shares.
 func NewEnforcer(l *Limiter, rule Rule) (*Enforcer, error) {
 	if rule.Key == nil {
 		rule.Key = keyfuncs.IP()
@@ -302,9 +260,8 @@ func (e *Enforcer) Name() string { return e.rule.Name }
 // Limits returns a copy of the rule's limits (Rule.Limits).
 func (e *Enforcer) Limits() []Limit { return e.d.Limits() }
 
-// Key returns the Limiter key of r under the rule: the rule's Name, ":",
-// and the key function's result (escaped, see Rule.FallbackKey). An empty
-// result is an error that matches keyfuncs.ErrNoKey.
+// Key returns the Limiter key of r under the rule (see Decider.Key). An
+// empty key is an error that matches keyfuncs.ErrNoKey.
 func (e *Enforcer) Key(r *http.Request) (string, error) { return e.d.Key(exchange{r: r}) }
 
 // Cost returns the units r takes under the rule. A cost below 1 is an error
@@ -314,27 +271,22 @@ func (e *Enforcer) Cost(r *http.Request) (int64, error) { return e.d.Cost(exchan
 // Wait blocks until n units of key fit under the rule's limits and records
 // them: Limiter.WaitN, with observers told the rule's name. key is what Key
 // returned. It is the outbound side of a rule, used by nethttp.Transport.
-func (e *Enforcer) Wait(ctx context.Context, key string, n int64) error {
-	return e.d.Wait(ctx, key, n)
-}
+func (e *Enforcer) Wait(ctx context.Context, key string, n int64) error { return e.d.Wait(ctx, key, n) }
 
 var errEmptyKey = fmt.Errorf("%w: the key function returned an empty key", keyfuncs.ErrNoKey)
 
 // Handle decides r under the rule. When the request stops here, it writes
 // the response (429 for a denial, 503 when the backend failed and the
 // Limiter fails closed) and returns nil and false. Otherwise it returns
-// the request for the next handler, carrying the route and the decision
-// in its context (for the next rule, see Rule.Headers), and true. route
-// is the framework's route pattern ("/users/{id}") or "", stored with
-// keyfuncs.WithRoute for the key function.
+// the request for the next handler, with the route and the decision in its
+// context, and true. route is the framework's route pattern
+// ("/users/{id}") or "", stored with keyfuncs.WithRoute.
 func (e *Enforcer) Handle(w http.ResponseWriter, r *http.Request, route string) (*http.Request, bool) {
 	return e.HandleFrom(w, r, route, nil)
 }
 
 // HandleFrom is Handle for a framework with a request context of its own,
-// fc (*gin.Context, echo.Context), which the rule's functions read back
-// with FrameworkContext (ginmw.Key, echomw.Key). It allocates nothing more
-// than Handle.
+// fc (*gin.Context, echo.Context), which FrameworkContext returns.
 func (e *Enforcer) HandleFrom(w http.ResponseWriter, r *http.Request, route string, fc any) (*http.Request, bool) {
 	r, st := prepare(r, route)
 	st.framework = fc
@@ -344,14 +296,18 @@ func (e *Enforcer) HandleFrom(w http.ResponseWriter, r *http.Request, route stri
 		if dec.Shown {
 			e.show(w, st, dec)
 		}
-		// units recorded, to give back when a later rule stops the
-		// request, or by CountIf after it
-		if dec.charged {
+		if dec.charged { // to give back if a later rule stops r, or by CountIf
 			st.charges = append(st.charges, charge{e: e, key: dec.Key, u: dec.units})
 		}
 		return r, true
-	case Denied:
-		e.deny(w, r, st, dec)
+	case Denied: // its fields and Retry-After, then OnDenied or the default 429
+		clearRateHeaders(w.Header())
+		e.d.SetFields(w.Header(), st.style(e.rule.Headers), dec)
+		if e.rule.OnDenied != nil {
+			e.rule.OnDenied(w, r, dec.Result)
+		} else {
+			writeDenied(w, dec, e.problem(r))
+		}
 	case Unavailable:
 		dec.hdr.writeUnavailable(w, e.problem(r))
 	case Answered:
@@ -363,16 +319,13 @@ func (e *Enforcer) HandleFrom(w http.ResponseWriter, r *http.Request, route stri
 
 // problem reports whether a default answer to r is application/problem+json.
 func (e *Enforcer) problem(r *http.Request) bool {
-	return e.rule.ProblemJSON || acceptsProblem(r.Header[hdrAccept])
+	return e.rule.ProblemJSON || acceptsProblem(r.Header["Accept"])
 }
 
-// refund gives back the units that the rules on r's way charged it and
-// have not settled: a request that a rule stops (a denial, or the failure
-// mode's 503) consumes nothing under the rules it passed before.
+// refund gives back every unsettled charge of the rules on r's way.
 func (s *shown) refund(r *http.Request) {
 	for i := range s.charges {
-		c := &s.charges[i]
-		if !c.settled {
+		if c := &s.charges[i]; !c.settled {
 			c.settled = true
 			c.e.d.giveBack(r.Context(), exchange{discard{}, r}, c.key, c.u, "a later rule stopped the request")
 		}
@@ -381,7 +334,7 @@ func (s *shown) refund(r *http.Request) {
 
 // Settles reports whether the rule settles a request's charge after its
 // handler (Rule.CountIf): an adapter then runs the next handlers through
-// SettleAfter (ServeNext does it for net/http).
+// SettleAfter, as ServeNext does.
 func (e *Enforcer) Settles() bool { return e.rule.CountIf != nil }
 
 // SettleAfter runs serve, which calls the next handlers of r (the request
@@ -389,44 +342,28 @@ func (e *Enforcer) Settles() bool { return e.rule.CountIf != nil }
 // units the rule charged r when Rule.CountIf rejects that status. A serve
 // that panics counts as 500, and the panic goes on up.
 func (e *Enforcer) SettleAfter(r *http.Request, serve func() (status int)) {
-	returned := false
+	status := http.StatusInternalServerError // unless serve returns
 	defer func() {
-		if !returned { // the handler panicked
-			e.settle(r, http.StatusInternalServerError)
+		st, _ := r.Context().Value(shownKey{}).(*shown)
+		if e.rule.CountIf == nil || st == nil {
+			return
+		}
+		for i := range st.charges {
+			if c := &st.charges[i]; c.e == e && !c.settled {
+				c.settled = true
+				if !e.rule.CountIf(status) {
+					e.d.giveBack(r.Context(), exchange{discard{}, r}, c.key, c.u, "status "+strconv.Itoa(status))
+				}
+				return
+			}
 		}
 	}()
-	status := serve()
-	returned = true
-	e.settle(r, status)
-}
-
-// settle gives back the units the rule charged r when Rule.CountIf rejects
-// status, once per request.
-func (e *Enforcer) settle(r *http.Request, status int) {
-	if e.rule.CountIf == nil {
-		return
-	}
-	st, _ := r.Context().Value(shownKey{}).(*shown)
-	if st == nil {
-		return
-	}
-	for i := range st.charges {
-		c := &st.charges[i]
-		if c.e != e || c.settled {
-			continue
-		}
-		c.settled = true
-		if !e.rule.CountIf(status) {
-			e.d.giveBack(r.Context(), exchange{discard{}, r}, c.key, c.u, "status "+strconv.Itoa(status))
-		}
-		return
-	}
+	status = serve()
 }
 
 // ServeNext serves r with next, for a request Handle passed. For a rule
 // with CountIf, it reads the status through a ResponseWriter that keeps
-// http.Flusher, http.Hijacker, io.ReaderFrom and http.ResponseController
-// working, and settles by it (see SettleAfter).
+// http.Flusher, http.Hijacker and io.ReaderFrom working, and settles by it.
 func (e *Enforcer) ServeNext(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	if e.rule.CountIf == nil {
 		next.ServeHTTP(w, r)
@@ -440,34 +377,19 @@ func (e *Enforcer) ServeNext(w http.ResponseWriter, r *http.Request, next http.H
 	})
 }
 
-// show sets the rate-limit fields of a passed decision, when it is the
-// most restrictive on the request's way (see Rule.Headers and
-// Rule.CountIf for whose).
+// show sets the rate-limit fields of a passed decision when it is the most
+// restrictive on the request's way; a CountIf rule shows none.
 func (e *Enforcer) show(w http.ResponseWriter, st *shown, dec Decision) {
 	style := st.style(e.rule.Headers)
-	if style == None || e.rule.CountIf != nil {
+	if style == None || e.rule.CountIf != nil || st.e != nil && !moreRestrictive(e, dec.Result, st.e, st.res) {
 		return
 	}
-	earlier := st.e != nil
-	if st.replace(e, dec.Result) {
-		h := w.Header()
-		if earlier {
-			clearRateHeaders(h)
-		}
-		dec.hdr.write(h, style, dec.Result, e.d.partition(dec.Key))
+	h := w.Header()
+	if st.e != nil {
+		clearRateHeaders(h)
 	}
-}
-
-// deny answers a denial: its rate-limit fields and Retry-After, then
-// OnDenied or the default 429.
-func (e *Enforcer) deny(w http.ResponseWriter, r *http.Request, st *shown, dec Decision) {
-	clearRateHeaders(w.Header())
-	e.d.SetFields(w.Header(), st.style(e.rule.Headers), dec)
-	if e.rule.OnDenied != nil {
-		e.rule.OnDenied(w, r, dec.Result)
-		return
-	}
-	writeDenied(w, dec, e.problem(r))
+	st.e, st.res = e, dec.Result
+	dec.hdr.write(h, style, dec.Result, e.d.partition(dec.Key))
 }
 
 // discard is a ResponseWriter that writes nowhere.
@@ -483,24 +405,20 @@ type errorWriter struct {
 	wrote bool
 }
 
-func (w *errorWriter) WriteHeader(code int) { w.wrote = true; w.ResponseWriter.WriteHeader(code) }
+func (w *errorWriter) WriteHeader(code int)        { w.wrote = true; w.ResponseWriter.WriteHeader(code) }
+func (w *errorWriter) Write(b []byte) (int, error) { w.wrote = true; return w.ResponseWriter.Write(b) }
+func (w *errorWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter } // for http.ResponseController
 
-func (w *errorWriter) Write(b []byte) (int, error) {
-	w.wrote = true
-	return w.ResponseWriter.Write(b)
-}
+// The context keys of a request's *shown and of FrameworkContext.
+type (
+	shownKey     struct{}
+	frameworkKey struct{}
+)
 
-// Unwrap returns the ResponseWriter, for http.ResponseController.
-func (w *errorWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-// shownKey is the context key of a request's *shown.
-type shownKey struct{}
-
-// shown is the decision whose rate-limit fields a response carries, shared
-// by the rules on the request's way: a rule replaces it only with a more
-// restrictive decision, so the order of the rules does not matter. It is
-// the request's context, to hold it and the framework's with one
-// allocation.
+// shown is the request's context, shared by the rules on its way: it holds
+// the decision whose rate-limit fields the response carries (replaced only
+// by a more restrictive one, so rule order does not matter), the
+// framework's context and the charges, in one allocation.
 type shown struct {
 	context.Context
 	e         *Enforcer
@@ -519,9 +437,6 @@ type charge struct {
 	u       units
 	settled bool
 }
-
-// frameworkKey is the context key of FrameworkContext.
-type frameworkKey struct{}
 
 // Value answers shownKey and frameworkKey, else asks the parent.
 func (s *shown) Value(key any) any {
@@ -551,18 +466,8 @@ func (s *shown) style(own HeaderStyle) HeaderStyle {
 	return s.fields
 }
 
-// replace reports whether res of rule e is more restrictive than the shown
-// decision, and if so records it.
-func (s *shown) replace(e *Enforcer, res Result) bool {
-	if s.e != nil && !moreRestrictive(e, res, s.e, s.res) {
-		return false
-	}
-	s.e, s.res = e, res
-	return true
-}
-
 // moreRestrictive orders decisions: a denial, fewer remaining, a later
-// reset, a smaller limit, then by name, so that no tie depends on order.
+// reset, a smaller limit, then names, so no tie depends on rule order.
 func moreRestrictive(e *Enforcer, r Result, e0 *Enforcer, r0 Result) bool {
 	switch {
 	case r.Allowed != r0.Allowed:
@@ -584,16 +489,14 @@ func moreRestrictive(e *Enforcer, r Result, e0 *Enforcer, r0 Result) bool {
 func prepare(r *http.Request, route string) (*http.Request, *shown) {
 	ctx := r.Context()
 	st, _ := ctx.Value(shownKey{}).(*shown)
-	addRoute := false
+	changed := st == nil
 	if route != "" {
-		p, _ := keyfuncs.RouteFrom(ctx)
-		addRoute = p != route
+		if p, _ := keyfuncs.RouteFrom(ctx); p != route {
+			ctx, changed = keyfuncs.WithRoute(ctx, route), true
+		}
 	}
-	if st != nil && !addRoute {
+	if !changed {
 		return r, st
-	}
-	if addRoute {
-		ctx = keyfuncs.WithRoute(ctx, route)
 	}
 	if st == nil {
 		st = &shown{Context: ctx}
@@ -605,8 +508,7 @@ func prepare(r *http.Request, route string) (*http.Request, *shown) {
 
 // ByIP returns the Rule of the adapters' LimitByIP: n requests per window
 // for each client IP (keyfuncs.IP, no trusted proxy), named after the limit
-// ("ip-100-per-1m"). Two such rules with the same limit share counters, on
-// every route they guard: give a Rule its own Name to keep them apart.
+// ("ip-100-per-1m"), so two such rules with the same limit share counters.
 func ByIP(n int64, window time.Duration) Rule {
 	lim := Per(n, window)
 	return Rule{Name: "ip-" + lim.PolicyName(), Limits: []Limit{lim}, Key: keyfuncs.IP()}

@@ -7,17 +7,14 @@ import (
 	"net/http"
 )
 
-// statusWriter records the status of a response, for Rule.CountIf. It
-// keeps what the ResponseWriter it wraps can do: Flush and Hijack pass
-// through (found behind other wrappers by http.ResponseController),
-// ReadFrom keeps sendfile, and Unwrap reaches every other method.
+// statusWriter records the status of a response, for Rule.CountIf, keeping
+// Flush, Hijack, ReadFrom (sendfile), and Unwrap for every other method.
 type statusWriter struct {
 	http.ResponseWriter
 	status int
 }
 
-// ok records 200 unless a status was written: the response's status is
-// the first final status written, else 200, as net/http sends.
+// ok records 200 unless a status was written, as net/http sends.
 func (w *statusWriter) ok() {
 	if w.status == 0 {
 		w.status = http.StatusOK
@@ -32,23 +29,16 @@ func (w *statusWriter) WriteHeader(code int) {
 	w.ResponseWriter.WriteHeader(code)
 }
 
-func (w *statusWriter) Write(b []byte) (int, error) {
-	w.ok()
-	return w.ResponseWriter.Write(b)
-}
+func (w *statusWriter) Write(b []byte) (int, error) { w.ok(); return w.ResponseWriter.Write(b) }
 
-// ReadFrom copies src to the response, with the wrapped writer's ReadFrom
-// when it has one (sendfile).
+// ReadFrom copies src to the response, by the wrapped writer's ReadFrom if any.
 func (w *statusWriter) ReadFrom(src io.Reader) (int64, error) {
 	w.ok()
 	if rf, ok := w.ResponseWriter.(io.ReaderFrom); ok {
 		return rf.ReadFrom(src)
 	}
-	return io.Copy(writerOnly{w.ResponseWriter}, src)
+	return io.Copy(struct{ io.Writer }{w.ResponseWriter}, src) // hides ReadFrom from io.Copy
 }
-
-// writerOnly hides a ReaderFrom, so that io.Copy does not call it back.
-type writerOnly struct{ io.Writer }
 
 // Flush sends what is buffered (http.Flusher).
 func (w *statusWriter) Flush() { _ = w.FlushError() }
@@ -59,9 +49,8 @@ func (w *statusWriter) FlushError() error {
 	return http.NewResponseController(w.ResponseWriter).Flush()
 }
 
-// Hijack hands the connection over (http.Hijacker), when the wrapped writer
-// can; a hijacked response counts as 101 Switching Protocols unless a
-// status was written.
+// Hijack hands the connection over (http.Hijacker); a hijacked response
+// counts as 101 unless a status was written.
 func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	c, rw, err := http.NewResponseController(w.ResponseWriter).Hijack()
 	if err == nil && w.status == 0 {

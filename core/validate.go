@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -29,10 +30,8 @@ func validateLimits(limits []Limit) error {
 		if p := lim.problem(); p != "" {
 			return fmt.Errorf("%w #%d: %s", ErrInvalidLimit, i, p)
 		}
-		for j, prev := range limits[:i] {
-			if prev.Algorithm == lim.Algorithm && prev.Window == lim.Window {
-				return fmt.Errorf("%w: limits #%d and #%d would share storage (two %s limits with the window %s)", ErrInvalidLimit, j, i, lim.Algorithm, lim.Window)
-			}
+		if j := slices.IndexFunc(limits[:i], func(p Limit) bool { return p.Algorithm == lim.Algorithm && p.Window == lim.Window }); j >= 0 {
+			return fmt.Errorf("%w: limits #%d and #%d would share storage (two %s limits with the window %s)", ErrInvalidLimit, j, i, lim.Algorithm, lim.Window)
 		}
 	}
 	return nil

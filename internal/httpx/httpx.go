@@ -9,9 +9,8 @@ import "strings"
 func TrimOWS(s string) string { return strings.Trim(s, " \t") }
 
 // StripMethod removes the "METHOD " part of an [http.ServeMux] pattern:
-// "GET /users/{id}" gives "/users/{id}". A valid pattern that contains a
-// space or a tab always starts with a method; a pattern without one is
-// returned unchanged.
+// "GET /users/{id}" gives "/users/{id}"; a pattern without a space or a
+// tab is returned unchanged.
 func StripMethod(pattern string) string {
 	if i := strings.IndexAny(pattern, " \t"); i >= 0 {
 		return strings.TrimLeft(pattern[i:], " \t")

@@ -14,8 +14,7 @@ import (
 )
 
 // Build returns mw, or panics with err named after the function that
-// called Build ("chimw.Limit"), so that the message says where the invalid
-// rule was given.
+// called Build ("chimw.Limit"), where the invalid rule was given.
 func Build[T any](mw T, err error) T {
 	if err != nil {
 		panic(fmt.Errorf("%w (%s)", err, caller()))
@@ -25,20 +24,17 @@ func Build[T any](mw T, err error) T {
 
 // ByIP returns core.ByIP(n, window) for an adapter's LimitByIP, or panics
 // with what is wrong named after that call ("nethttp.LimitByIP(l, 0,
-// 1m0s)"): the rule it builds is not the user's, so its name would only
-// puzzle.
+// 1m0s)"), not after the rule it builds, which is not the user's.
 func ByIP(l *core.Limiter, n int64, window time.Duration) core.Rule {
 	err := core.Per(n, window).Validate()
 	if l == nil {
-		err = errNilLimiter
+		err = errors.New("ratewindow: nil Limiter")
 	}
 	if err != nil {
 		panic(fmt.Errorf("%w (%s(l, %d, %s))", err, caller(), n, window))
 	}
 	return core.ByIP(n, window)
 }
-
-var errNilLimiter = errors.New("ratewindow: nil Limiter")
 
 // caller names the function that called Build: "package.Function".
 func caller() string {
