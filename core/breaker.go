@@ -3,26 +3,18 @@ package core
 import "sync/atomic"
 
 // breaker stops calls to a failing Redis: after breakerFailures failures in
-// a row (timeouts and connection failures without any reply of Redis since
-// the call was sent; never an error that Redis answered) it opens for
-// breakerPause, answering every decision with the failure mode at once;
-// then a single call probes Redis, and a success closes it again while a
-// failure opens it for another pause.
+// a row it opens for breakerPause; then one call probes, and its success
+// closes the breaker, its failure opens it for another pause.
 //
-// Failures in a row are failures in sequence: a call that was sent before
-// the last counted failure ended is not counted, as it saw the same moment
-// of Redis. Many concurrent calls timing out together are one failure, so
-// a burst of calls at a slow moment (a cold start on a loaded machine) does
-// not open the breaker; a Redis that stays silent opens it after
-// breakerFailures timeouts, one after the other.
+// Failures in a row are failures in sequence: a call sent before the last
+// counted failure ended saw the same moment of Redis and is not counted, so
+// concurrent calls timing out together are one failure.
 type breaker struct {
 	failures  atomic.Int32
 	lastEnd   atomic.Int64 // ns on the store's clock: when the last counted failure ended
 	openUntil atomic.Int64 // ns on the store's clock; 0: closed
 	probing   atomic.Bool
-	// lastReply is when (the store's clock) the node last answered a
-	// call, for a Cluster master's breaker (see guard.answeredAfter)
-	lastReply atomic.Int64
+	lastReply atomic.Int64 // a Cluster master's last reply (guard.answeredAfter)
 }
 
 const (
@@ -30,9 +22,8 @@ const (
 	breakerPause    = int64(250e6) // ns on the store's clock
 )
 
-// allow reports whether a call may go to Redis at now (ns), and whether
-// that call is the probe of an open breaker. The probe must end in success,
-// failure or abandon.
+// allow reports whether a call may go at now (ns), and whether it is the
+// probe, which must end in success, failure or abandon.
 func (b *breaker) allow(now int64) (ok, probe bool) {
 	until := b.openUntil.Load()
 	if until == 0 {
@@ -68,12 +59,10 @@ func (b *breaker) failure(start, now int64) {
 	}
 }
 
-// abandon ends a probe that told nothing about Redis (its caller gave up
-// first): the next call probes instead.
+// abandon ends a probe that told nothing: the next call probes instead.
 func (b *breaker) abandon() { b.probing.Store(false) }
 
-// replied notes a reply of the node at now, unless a later one is noted
-// already (a goroutine preempted between reading the clock and noting it).
+// replied notes a reply at now, unless a later one is noted already.
 func (b *breaker) replied(now int64) {
 	for last := b.lastReply.Load(); last < now && !b.lastReply.CompareAndSwap(last, now); last = b.lastReply.Load() {
 	}

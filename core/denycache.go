@@ -10,16 +10,13 @@ import (
 	"github.com/ratewindow/ratewindow/core/internal/store"
 )
 
-// denyCache remembers at most size denials, over its shards, until their
-// RetryAfter has passed, asking again at least every denyRecheck (see
-// WithDenyCache). Keys are in store.HeldKey's form and limits are copied,
-// so it keeps no client-chosen bytes beyond a fixed size per denial.
+// denyCache remembers at most size denials until their RetryAfter has
+// passed, asking again at least every denyRecheck (see WithDenyCache). Keys
+// are in store.HeldKey's form and limits copied: a fixed size per denial.
 //
 // An expired denial is asked again by one request at a time (its probe);
-// the others of the same key, cost and limits wait for its answer: a
-// denied probe renews the denial, an admitted one lets the next waiter
-// ask. So a denied hot key sends one request at a time per Limiter, and
-// each waiter's answer is one the backend gave after it arrived.
+// the others wait for its answer: a denial renews it, an admission lets the
+// next waiter ask. So each waiter's answer came after it arrived.
 type denyCache struct {
 	seed   maphash.Seed
 	shards []denyShard
@@ -40,14 +37,14 @@ type denyShard struct {
 type denial struct {
 	n      int64
 	limits []Limit
-	until  int64 // ns on the Limiter's clock: asked again from then on
-	ends   int64 // ns on the Limiter's clock: when its RetryAfter ends
+	until  int64 // ns, the Limiter's clock: asked again from then on
+	ends   int64 // ns: when its RetryAfter ends
 	result Result
 	probe  *probe // the request asking the backend again; nil: none
 }
 
-// probe is one request asking the backend about an expired denial.
-type probe struct{ done chan struct{} } // closed when its answer is in
+// probe is one request asking about an expired denial; done closes on its answer.
+type probe struct{ done chan struct{} }
 
 // newDenyCache returns a cache of at most size (> 0) denials.
 func newDenyCache(size int) *denyCache {
@@ -63,10 +60,9 @@ func (c *denyCache) shard(key string) *denyShard {
 	return &c.shards[maphash.String(c.seed, key)%uint64(len(c.shards))]
 }
 
-// get returns the cached denial of (key, n, limits) at now (ns), counted
-// down, and true. When it has expired, it returns a probe instead: with
-// wait false this caller asks the backend (and must settle p after), with
-// wait true another caller is asking and p is the probe to wait for.
+// get returns the denial of (key, n, limits) at now (ns), counted down.
+// Expired, it returns a probe: wait false, this caller asks the backend
+// and must settle p; wait true, it waits for another's p.
 func (c *denyCache) get(key string, n int64, limits []Limit, now int64) (r Result, ok bool, p *probe, wait bool) {
 	sh, d := c.locked(key, n, limits)
 	defer sh.mu.Unlock()
@@ -82,9 +78,8 @@ func (c *denyCache) get(key string, n int64, limits []Limit, now int64) (r Resul
 	return Result{}, false, d.probe, false
 }
 
-// last returns the latest denial of (key, n, limits), expired or not,
-// counted down to now (an expired one due again in a millisecond), and
-// whether there is one. It starts no probe.
+// last returns the denial of (key, n, limits), expired or not (then due
+// again in a millisecond), counted down to now; it starts no probe.
 func (c *denyCache) last(key string, n int64, limits []Limit, now int64) (Result, bool) {
 	sh, d := c.locked(key, n, limits)
 	defer sh.mu.Unlock()
@@ -94,8 +89,7 @@ func (c *denyCache) last(key string, n int64, limits []Limit, now int64) (Result
 	return d.countedDown(now, time.Millisecond), true
 }
 
-// locked returns key's shard, locked for the caller to unlock, and the
-// denial of n units under limits in it, or nil.
+// locked returns key's shard, locked, and the denial of (n, limits) or nil.
 func (c *denyCache) locked(key string, n int64, limits []Limit) (*denyShard, *denial) {
 	sh := c.shard(key)
 	sh.mu.Lock()
@@ -108,8 +102,8 @@ func (c *denyCache) locked(key string, n int64, limits []Limit) (*denyShard, *de
 	return sh, nil
 }
 
-// countedDown returns d's denial at now (ns): RetryAfter the time left, at
-// least least; ResetAfter counted down alike, never below RetryAfter.
+// countedDown returns d at now (ns): RetryAfter the time left, at least
+// least; ResetAfter counted down alike, never below RetryAfter.
 func (d *denial) countedDown(now int64, least time.Duration) Result {
 	r := d.result
 	left := time.Duration(d.ends - now)
@@ -119,8 +113,7 @@ func (d *denial) countedDown(now int64, least time.Duration) Result {
 	return r
 }
 
-// settle ends probe p of (key, n, limits): p's waiters look again (a
-// denial put meanwhile answers them, else the first is the next probe).
+// settle ends probe p: its waiters look again.
 func (c *denyCache) settle(key string, n int64, limits []Limit, p *probe) {
 	sh, d := c.locked(key, n, limits)
 	if d != nil && d.probe == p {
@@ -130,13 +123,11 @@ func (c *denyCache) settle(key string, n int64, limits []Limit, p *probe) {
 	close(p.done)
 }
 
-// denyRecheck is the longest a cached denial answers before it is asked
-// again: a change made on another replica (Refund, Reset, a cancelled
-// Wait) reaches this one's cache within it.
+// denyRecheck is the longest a cached denial answers unasked: another
+// replica's Refund, Reset or cancelled Wait reaches this cache within it.
 const denyRecheck = time.Second
 
-// put remembers a denial made at now (ns) until its RetryAfter has passed
-// or for denyRecheck, whichever is sooner.
+// put remembers a denial made at now (ns).
 func (c *denyCache) put(key string, n int64, limits []Limit, now int64, r Result) {
 	if r.Allowed || r.RetryAfter <= 0 {
 		return
@@ -162,8 +153,8 @@ func (c *denyCache) put(key string, n int64, limits []Limit, now int64, r Result
 	sh.n++
 }
 
-// ownResult returns r with its binding limit's name from own (a denial's
-// copy of its limits), or else copied: never the caller's string.
+// ownResult returns r with its limit's name from own, else cloned: never
+// the caller's string.
 func ownResult(r Result, own []Limit) Result {
 	if i := slices.Index(own, r.Limit); i >= 0 {
 		r.Limit.Name = own[i].Name
@@ -173,9 +164,8 @@ func ownResult(r Result, own []Limit) Result {
 	return r
 }
 
-// evict drops the denials of one key other than keep: among the first
-// evictProbes keys (in random map order), one whose denials have all
-// expired, else the first.
+// evict drops the denials of a key other than keep: among the first
+// evictProbes keys, one all expired, else the first.
 func (sh *denyShard) evict(keep string, now int64) {
 	victim, probes := "", 0
 	for k, ds := range sh.m {
