@@ -8,8 +8,8 @@ import (
 	"time"
 )
 
-// ruleError is a rule's error as OnError receives it: "ratewindow: rule
-// login: ..." with the prefix once, whether or not the cause has it.
+// ruleError is a rule's error for OnError: "ratewindow: rule login: ...",
+// the prefix once.
 type ruleError struct {
 	rule string
 	err  error
@@ -21,8 +21,8 @@ func (e ruleError) Error() string {
 
 func (e ruleError) Unwrap() error { return e.err }
 
-// errorLog logs a rule's errors with slog.Default when the rule has no
-// OnError, at most one line per errorLogEvery, so failures cannot flood it.
+// errorLog logs the errors of a rule without OnError to slog.Default, at
+// most one line per errorLogEvery.
 type errorLog struct {
 	next    atomic.Int64 // ns: no line before then
 	skipped atomic.Int64 // errors not logged since the last line
@@ -30,7 +30,7 @@ type errorLog struct {
 
 const errorLogEvery = time.Second
 
-// The log line's message: what a rule did about the error.
+// What a rule did about the error.
 const (
 	fallbackMessage  = "ratewindow: a rule's key, cost or limits could not be computed; the request was limited under the rule's fallback (see Rule.FallbackKey)"
 	failureMessage   = "ratewindow: a rule could not decide; the failure mode answered"
@@ -38,7 +38,6 @@ const (
 	undecidedMessage = "ratewindow: a request got no decision and was answered 503"
 )
 
-// log logs err with msg, and the failure mode when it answered.
 func (l *errorLog) log(err error, msg string, mode FailureMode) {
 	now := time.Now().UnixNano()
 	next := l.next.Load()

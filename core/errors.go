@@ -10,35 +10,29 @@ import (
 // Limiter wrap them with details.
 var (
 	ErrInvalidKey = errors.New("ratewindow: invalid key") // returned for an empty key
-	// ErrInvalidLimit is returned for a Limit that fails Validate, or two
-	// limits of one call of the same algorithm and window.
+	// ErrInvalidLimit: a Limit fails Validate, or two share algorithm and window.
 	ErrInvalidLimit = errors.New("ratewindow: invalid limit")
 	ErrNoLimits     = errors.New("ratewindow: no limits")    // returned when a call names no limit
 	ErrInvalidCost  = errors.New("ratewindow: invalid cost") // returned when the units asked are <= 0
 	// ErrUnexpectedReply is returned for a reply the scripts never send.
 	ErrUnexpectedReply = store.ErrUnexpectedReply
-	// ErrWaitExceedsDeadline is returned by Wait when the request cannot
-	// start before the context's deadline. Nothing was recorded.
+	// ErrWaitExceedsDeadline: Wait's request cannot start before ctx's deadline; nothing recorded.
 	ErrWaitExceedsDeadline = errors.New("ratewindow: wait would exceed the context deadline")
 	// ErrNeverFits is returned by Wait when the cost exceeds a limit's Count.
 	ErrNeverFits = errors.New("ratewindow: cost exceeds the limit")
-	// ErrEvictionPolicy is returned by Check when Redis would evict the
-	// Limiter's keys: maxmemory is set, maxmemory-policy is not noeviction.
+	// ErrEvictionPolicy: Check found maxmemory set without noeviction.
 	ErrEvictionPolicy = store.ErrEvictionPolicy
-	// ErrCheckIncomplete is returned by Check when neither CONFIG GET nor
-	// INFO could read the eviction policy (an ACL, or no answer).
+	// ErrCheckIncomplete: Check could not read the eviction policy.
 	ErrCheckIncomplete = store.ErrCheckIncomplete
 	// ErrNoWrites is returned by Check, and matched by Result.BackendErr,
-	// when Redis refuses the Limiter's writes (OOM under noeviction,
-	// READONLY, MISCONF, NOREPLICAS); the error says what to do.
+	// when Redis refuses writes (OOM, READONLY, ...); it says what to do.
 	ErrNoWrites = store.ErrNoWrites
 	// ErrInvalidDuration is returned by Block for a duration outside (0, MaxBlock].
 	ErrInvalidDuration = errors.New("ratewindow: invalid duration")
 	// ErrCircuitOpen is the Result.BackendErr while the circuit breaker skips Redis.
 	ErrCircuitOpen = errors.New("ratewindow: redis unavailable, circuit open")
-	// ErrShed is the Result.BackendErr of a decision shed for overload: its
-	// time ran out while Redis answered this process's other calls. Whatever
-	// the failure mode, it is answered as FailClosed answers, never
-	// admitted; Redis may still have counted it.
+	// ErrShed is the Result.BackendErr of a decision shed for overload (its
+	// time ran out while Redis answered other calls): denied whatever the
+	// failure mode; Redis may have counted it.
 	ErrShed = errors.New("ratewindow: decision shed: redis answered other calls but not this one in time")
 )

@@ -33,8 +33,7 @@ type Event struct {
 	Rule string // the Rule's Name for the HTTP middleware, else empty
 	Key  string // the caller's key: high cardinality, never a metric label
 	// Result is the answer given; its Limit is the binding limit. For
-	// OpWait, Allowed reports that the caller may proceed and RetryAfter is
-	// the time waited.
+	// OpWait, Allowed means proceed and RetryAfter is the time waited.
 	Result Result
 	// Latency is the time the decision took (for OpWait, the wait included).
 	Latency time.Duration
@@ -45,13 +44,11 @@ type Event struct {
 	// Banned reports that this denial reached the Rule's Penalty: the key
 	// is banned from now on, on every replica, for Result.RetryAfter.
 	Banned bool
-	// Failed reports that Redis failed (an error, the timeout, the open
-	// circuit breaker) and the failure mode named by Fallback answered; Err
-	// says why. A caller's context that ended first is no failure.
+	// Failed reports that Redis failed and the failure mode Fallback
+	// answered; Err says why. A caller's context ending is no failure.
 	Failed bool
 	// Shed reports that the decision was shed for overload (see
-	// WithTimeout): denied as FailClosed denies, whatever the failure mode,
-	// with Err and Result.BackendErr matching ErrShed; Failed is false.
+	// WithTimeout): Err and Result.BackendErr match ErrShed; Failed is false.
 	Shed bool
 	// Fallback is the failure mode that answered, when Failed.
 	Fallback FailureMode
@@ -60,23 +57,20 @@ type Event struct {
 	Err error
 }
 
-// Observer receives an Event for every decision made by Allow, AllowN,
-// Peek, Wait, WaitN and the HTTP middleware, on the caller's goroutine
-// before the decision is returned. It must be safe for concurrent use and
-// fast. Without one, a Limiter builds no Event and reads no clock for it.
+// Observer receives an Event for every decision, on the caller's goroutine
+// before it is returned. It must be safe for concurrent use and fast.
+// Without one, a Limiter builds no Event and reads no clock for it.
 type Observer func(Event)
 
-// Refused reports that an upstream refused a request of key (a 429, a 503
-// with Retry-After, or a RateLimit field with r=0): it blocks key for d on
-// every replica (Limiter.Block), so no replica sends into the refusal, and
-// tells the observer (an OpRefused Event; retried says whether the request
-// goes again). nethttp.Transport uses it. Block's errors are returned.
+// Refused reports that an upstream refused a request of key: it blocks key
+// for d on every replica (Limiter.Block) and tells the observer (an
+// OpRefused Event; retried: the request goes again). Block's errors are
+// returned. nethttp.Transport uses it.
 func (e *Enforcer) Refused(ctx context.Context, key string, d time.Duration, retried bool) error {
 	return e.d.Refused(ctx, key, d, retried)
 }
 
-// Refused is Enforcer.Refused for any transport: an upstream refused a
-// request of key for d (gRPC: RESOURCE_EXHAUSTED with RetryInfo).
+// Refused is Enforcer.Refused for any transport.
 func (d *Decider[R]) Refused(ctx context.Context, key string, dur time.Duration, retried bool) error {
 	start := d.l.started()
 	err := d.l.Block(ctx, key, dur)

@@ -50,40 +50,33 @@ func WithPrefix(prefix string) Option { return Option{func(c *config) { c.prefix
 func WithClock(now func() time.Time) Option { return Option{func(c *config) { c.clock = now }} }
 
 // WithTimeout sets a decision's budget, from when it is asked to its
-// answer, or the caller's context's deadline when sooner (then the caller
-// gets ctx's error and no decision). Waiting for another caller's probe of
-// a cached denial, the call to Redis and a retry all spend this one
-// budget, whatever the client's options: a decision takes at most the
-// timeout plus this process's scheduling delay. Zero means no bound beyond
-// ctx. Default DefaultTimeout.
+// answer, or ctx's deadline when sooner (then the caller gets ctx's error
+// and no decision). Waiting on another caller's probe, the call to Redis and
+// a retry all spend this budget: a decision takes at most the timeout plus
+// scheduling delay. Zero means no bound beyond ctx. Default DefaultTimeout.
 //
 // When the budget runs out without Redis's answer, a cached denial of the
-// key, even an expired one, answers. Else, if Redis answered this client's
-// other calls meanwhile or this process was short of CPU (a goroutine
-// waited half the budget to run), the decision is shed: denied as
-// FailClosed denies, whatever the failure mode (the HTTP middleware
-// answers 503 with Retry-After), with a Result.BackendErr matching ErrShed;
-// the circuit breaker does not count it, and Redis may have. Otherwise the
-// failure mode answers and the timeout counts towards the breaker (on a
-// Cluster, the key's master's).
+// key, even expired, answers. Else, if Redis answered this client's other
+// calls meanwhile or this process was short of CPU, the decision is shed:
+// denied as FailClosed denies, whatever the failure mode, with a
+// Result.BackendErr matching ErrShed; the breaker does not count it, and
+// Redis may have. Otherwise the failure mode answers and the timeout counts
+// towards the breaker (on a Cluster, the key's master's).
 //
-// A call that failed without any reply (a broken connection) goes again
-// once while budget is left, but not under FailLocal. An error Redis
-// answered (a script error, NOPERM, OOM, TRYAGAIN, WRONGTYPE) is that
-// decision's failure, answered by the failure mode at once; it never opens
-// the breaker for other keys.
+// A call that failed without any reply goes again once while budget is
+// left, but not under FailLocal. An error Redis answered (a script error,
+// NOPERM, OOM, ...) is answered by the failure mode at once and never opens
+// the breaker.
 //
 // A *redis.Client without ContextTimeoutEnabled (the go-redis default)
-// sends decisions through a clone of itself with it enabled, which shares
-// its connections but runs none of its hooks: for hooks that see every
-// call, set ContextTimeoutEnabled.
+// sends decisions through a clone with it enabled, which runs none of its
+// hooks: for hooks that see every call, set ContextTimeoutEnabled.
 func WithTimeout(d time.Duration) Option { return Option{func(c *config) { c.timeout = d }} }
 
-// WithWaitTimeout bounds each call to Redis made by Wait and WaitN (the
-// reservation, a poll, the release of a cancelled reservation), or the
-// caller's context when it ends earlier. It is longer than WithTimeout's:
-// a burst of Waits from every replica queues in one Redis. Zero means no
-// bound beyond the caller's context. Default DefaultWaitTimeout.
+// WithWaitTimeout bounds each call to Redis made by Wait and WaitN, or the
+// caller's context when it ends earlier: longer than WithTimeout's, as a
+// burst of Waits queues in one Redis. Zero means no bound beyond the
+// context. Default DefaultWaitTimeout.
 func WithWaitTimeout(d time.Duration) Option { return Option{func(c *config) { c.waitTime = d }} }
 
 // FailureMode chooses what a Limiter answers when Redis fails or times out.
@@ -97,13 +90,10 @@ const (
 	FailOpen FailureMode = iota
 	// FailClosed denies the request. The HTTP middleware answers 503.
 	FailClosed
-	// FailLocal decides with an in-memory limiter in this process, with
-	// each limit's Count scaled by WithLocalShare's share: 1/N for N
-	// replicas keeps the total near the limit. The local store and Redis
-	// know nothing of each other's counts, so a window that spans a switch
-	// may admit up to about twice the limit; after one window the total is
-	// back near it. Where that is too much, use FailClosed or a smaller
-	// share.
+	// FailLocal decides with an in-memory limiter in this process, each
+	// Count scaled by WithLocalShare's share (1/N for N replicas). The two
+	// stores know nothing of each other's counts, so a window spanning a
+	// switch may admit up to about twice the limit.
 	FailLocal
 )
 
@@ -112,12 +102,10 @@ func (m FailureMode) String() string { return enumName(m, failureModes[:], "fail
 
 var failureModes = [...]string{"fail-open", "fail-closed", "fail-local"}
 
-// WithFailureMode sets what the Limiter answers when Redis fails: returns
-// an error, does not answer within the timeout, or is skipped by the
-// circuit breaker. The breaker (one per Cluster master) opens after 3
-// failures in a row, a burst of concurrent timeouts counting as one, and
-// then probes Redis every 250ms, so the Limiter goes back to Redis by
-// itself. Default FailOpen. FailLocal needs WithLocalShare.
+// WithFailureMode sets what the Limiter answers when Redis errs, times out
+// or is skipped by the circuit breaker. The breaker (one per Cluster master)
+// opens after 3 failures in a row, concurrent timeouts counting as one, then
+// probes Redis every 250ms. Default FailOpen. FailLocal needs WithLocalShare.
 func WithFailureMode(m FailureMode) Option { return Option{func(c *config) { c.mode = m }} }
 
 // WithLocalShare sets the share of each limit's Count, in (0, 1], that this
@@ -126,18 +114,14 @@ func WithFailureMode(m FailureMode) Option { return Option{func(c *config) { c.m
 func WithLocalShare(share float64) Option { return Option{func(c *config) { c.share = share }} }
 
 // WithDenyCache sets how many denials the Limiter remembers, answering
-// repeats of the same key, limits and cost without a round trip until
-// their RetryAfter has passed or for one second, whichever is sooner.
-// Refund, Reset and a cancelled Wait drop this Limiter's denials of the key
-// at once; another replica's change reaches it within that second, when
-// the denial is asked of Redis again. When a denial is due, one request of
-// the key asks Redis while the others wait for its answer, within their
-// own timeout. When full, the cache evicts, preferring expired denials.
-// Zero turns it off. Default DefaultDenyCacheSize. NewMemory has none.
-//
-// Its memory is bounded whatever clients send (long keys are kept as
-// digests): about 430 bytes a denial under one limit, 2.5 KB at most
-// under MaxLimits limits (4.3 MB and 25 MB at the default size).
+// repeats of the same key, limits and cost without a round trip until their
+// RetryAfter has passed or for one second, whichever is sooner. Refund,
+// Reset and a cancelled Wait drop this Limiter's denials of the key at once;
+// another replica's change arrives within that second. A due denial is asked
+// by one request while the others wait, within their timeout. When full,
+// the cache evicts, preferring expired denials. Zero turns it off. Default
+// DefaultDenyCacheSize. NewMemory has none. Memory is bounded whatever
+// clients send: about 430 bytes a denial, 2.5 KB at most under MaxLimits.
 func WithDenyCache(size int) Option { return Option{func(c *config) { c.cacheSize = size }} }
 
 // WithObserver sets a function that receives an Event for every decision,
