@@ -72,11 +72,10 @@ func (g *guard) begin(key string, deadline time.Time) (attempt, error) {
 		spent := min(max(g.budget-time.Until(deadline), 0), g.budget)
 		a.sent = max(now-int64(spent), 1)
 	}
-	ok, probe := a.br.allow(now)
-	if !ok {
+	var ok bool
+	if ok, a.probe = a.br.allow(now); !ok {
 		return a, ErrCircuitOpen
 	}
-	a.probe = probe
 	return a, nil
 }
 
@@ -178,9 +177,6 @@ func (g *guard) allow(ctx context.Context, r *store.Request) (d store.Decision, 
 	return d, k, err
 }
 
-// failClosedRetry is the RetryAfter and ResetAfter of a FailClosed denial.
-const failClosedRetry = int64(1e6) // µs
-
 // fail answers r by the failure mode after Redis failed with err, returning
 // the failure for Result.BackendErr, then FailLocal's store's error. FailLocal
 // scales r.Limits' Counts in place (the Result names the scaled limits).
@@ -207,11 +203,11 @@ func shed(r store.Request, err error) (store.Decision, error) {
 	return closed(r), backendError{fmt.Errorf("%w (%w)", ErrShed, err)}
 }
 
-// closed is FailClosed's answer to r: denied under every limit.
+// closed is FailClosed's answer to r: denied under every limit for a second.
 func closed(r store.Request) store.Decision {
 	d := store.Decision{States: r.Room()}
 	for i := range r.Limits {
-		d.States[i] = store.State{Retry: failClosedRetry, Reset: failClosedRetry}
+		d.States[i] = store.State{Retry: 1e6, Reset: 1e6} // µs
 	}
 	return d
 }
