@@ -27,14 +27,11 @@ const (
 // for application/problem+json bodies, which list the policies concerned
 // in their "violated-policies" member.
 const (
-	// ProblemQuotaExceeded is the type of a denial (429), listing the
-	// policies that denied.
+	// ProblemQuotaExceeded: a denial (429), listing the policies that denied.
 	ProblemQuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
-	// ProblemReducedCapacity is the type of the 503 of a Limiter that fails
-	// closed, listing every policy of the rule.
+	// ProblemReducedCapacity: the 503 of FailClosed, listing every policy.
 	ProblemReducedCapacity = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
-	// ProblemAbnormalUsage is the type of the denial (429) of a key banned
-	// (Rule.Penalty) or blocked (Limiter.Block), listing no policy.
+	// ProblemAbnormalUsage: the 429 of a banned or blocked key, no policy.
 	ProblemAbnormalUsage = "https://iana.org/assignments/http-problem-types#abnormal-usage-detected"
 )
 
@@ -101,21 +98,13 @@ func appendProblem(b []byte, head string, policies ...string) []byte {
 
 func newLimitHeaders(l Limit) limitHeaders {
 	name := l.PolicyName()
-	item := append(appendSFString(nil, name), ";r="...)
 	body := appendProblem(nil, quotaExceeded, name)
-	return limitHeaders{
-		limit:      l,
-		name:       name,
-		count:      strconv.FormatInt(max(l.Count, 0), 10),
-		item:       string(item),
-		problem:    body,
-		problemLen: strconv.Itoa(len(body)),
-	}
+	return limitHeaders{limit: l, name: name, count: strconv.FormatInt(max(l.Count, 0), 10),
+		item: string(append(appendSFString(nil, name), ";r="...)), problem: body, problemLen: strconv.Itoa(len(body))}
 }
 
 // lookup returns the values of the binding limit l, computed when l is not
-// the rule's: a limit FailLocal scaled takes the policy name of the rule's
-// limit of its algorithm and window, so that RateLimit names a listed one.
+// the rule's (FailLocal's scaled limit keeps its rule limit's name).
 func (hs *headerSet) lookup(l Limit) *limitHeaders {
 	for i := range hs.limits {
 		if hs.limits[i].limit == l {
@@ -133,8 +122,8 @@ func (hs *headerSet) lookup(l Limit) *limitHeaders {
 }
 
 // write sets the rate-limit fields of style for res: seconds rounded up, a
-// reset never before Retry-After, t of a denial its Retry-After (none when
-// it never passes), integers of at most 15 digits, pk on every IETF item.
+// reset never before Retry-After, t of a denial its Retry-After, integers
+// of at most 15 digits, pk on every IETF item.
 func (hs *headerSet) write(h http.Header, style HeaderStyle, res Result, pk string) {
 	if style == None || style > Both {
 		return
@@ -200,10 +189,8 @@ func clearRateHeaders(h http.Header) {
 	}
 }
 
-// writeDenied writes the default answer to dec, a denial: 429 with a
-// short text body, or with problem set, the quota-exceeded problem listing
-// the policies that denied, or for a banned or blocked key the
-// abnormal-usage one.
+// writeDenied writes the default 429 of dec: a short text, or with problem
+// set, the quota-exceeded problem (abnormal-usage for a banned key).
 func writeDenied(w http.ResponseWriter, dec Decision, problem bool) {
 	const code = http.StatusTooManyRequests
 	switch {
@@ -212,8 +199,7 @@ func writeDenied(w http.ResponseWriter, dec Decision, problem bool) {
 	case dec.Result.blocked:
 		writeBody(w, code, problemType, []byte(abnormalUsage), "")
 	case bits.OnesCount16(dec.Result.violated) > 1:
-		body := appendProblem(nil, quotaExceeded, dec.Policies()...)
-		writeBody(w, code, problemType, body, "")
+		writeBody(w, code, problemType, appendProblem(nil, quotaExceeded, dec.Policies()...), "")
 	default:
 		lh := dec.hdr.lookup(dec.Result.Limit)
 		writeBody(w, code, problemType, lh.problem, lh.problemLen)
@@ -226,9 +212,9 @@ func (hs *headerSet) writeUnavailable(w http.ResponseWriter, problem bool) {
 	w.Header()[hdrRetryAfter] = []string{unavailableRetry}
 	if problem {
 		writeBody(w, http.StatusServiceUnavailable, problemType, hs.unavailable, "")
-		return
+	} else {
+		writeBody(w, http.StatusServiceUnavailable, textType, []byte("Service Unavailable\n"), "")
 	}
-	writeBody(w, http.StatusServiceUnavailable, textType, []byte("Service Unavailable\n"), "")
 }
 
 // writeBody writes a response of status code, with size its length when
@@ -273,8 +259,7 @@ func ceilSeconds(d time.Duration) int64 {
 func retrySeconds(d time.Duration) int64 { return max(ceilSeconds(d), 1) }
 
 // appendSFString appends s as a structured-field string (RFC 8941 3.3.3),
-// which is also a JSON string: '"' and '\' escaped, bytes outside %x20-7E
-// (which Rule.Validate rejects in policy names) as '?'.
+// also a JSON string: '"' and '\' escaped, bytes outside %x20-7E as '?'.
 func appendSFString(b []byte, s string) []byte {
 	b = append(b, '"')
 	for i := 0; i < len(s); i++ {
