@@ -32,12 +32,9 @@ type Limiter struct {
 
 // New returns a Limiter that keeps its counts in Redis. rdb may be a
 // *redis.Client, *redis.ClusterClient, *redis.Ring or a failover client:
-// every call is one script run on the keys of one hash slot.
-//
-// New adds no hook to rdb and does not contact Redis: call Check at
-// start-up (and in readiness probes) to learn whether Redis is reachable,
-// authorised, takes writes and never evicts the Limiter's keys. A nil rdb,
-// or a nil pointer in it, is an error.
+// every call is one script run on the keys of one hash slot. New adds no
+// hook to rdb and does not contact Redis (see Check). A nil rdb, or a nil
+// pointer in it, is an error.
 func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
 	if v := reflect.ValueOf(rdb); rdb == nil || v.Kind() == reflect.Pointer && v.IsNil() {
 		return nil, errors.New("ratewindow: nil redis client")
@@ -57,10 +54,9 @@ func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
 }
 
 // NewMemory returns a Limiter that keeps its counts in this process's
-// memory, with the same algorithms as Redis: limits hold per process, not
-// across replicas. It applies WithClock and WithObserver and ignores every
-// other option, invalid values included, so a Redis Limiter's options can
-// be passed as they are, as in tests that swap Redis for memory.
+// memory: limits hold per process, not across replicas. It applies
+// WithClock and WithObserver and ignores every other option, invalid ones
+// included.
 func NewMemory(opts ...Option) *Limiter {
 	c := configure(opts)
 	c.mode, c.cacheSize = FailOpen, 0
@@ -88,7 +84,7 @@ func (l *Limiter) now() time.Time {
 // micros is the time in µs since the epoch on the Limiter's clock.
 func (l *Limiter) micros() int64 { return l.now().UnixMicro() }
 
-// storeTime is the store's Now: the injected clock, or 0 for Redis's TIME.
+// storeTime is the store's Now: the injected clock, or 0 (Redis's TIME).
 func (l *Limiter) storeTime() int64 {
 	if l.clock == nil {
 		return 0
@@ -97,18 +93,14 @@ func (l *Limiter) storeTime() int64 {
 }
 
 // Check reports whether the Limiter can do its job: nil only when Redis is
-// reachable, accepts this client's credentials, lets it run the scripts on
-// keys under the Limiter's prefix, takes a write there (a key with a 1s
-// TTL), loads the scripts, and will not evict the Limiter's keys (maxmemory
-// is 0 or maxmemory-policy is noeviction). Call it at start-up and in
-// readiness probes. On a Cluster it checks every master, on a Ring every
-// shard; the memory Limiter always passes.
-//
-// A refused write or script load matches ErrNoWrites; a policy that would
-// evict matches ErrEvictionPolicy; a policy that cannot be read (an ACL
-// forbids CONFIG GET and INFO) matches ErrCheckIncomplete. Other errors
-// wrap Redis's own (WRONGPASS, NOPERM, a refused dial). A nil ctx is an
-// error.
+// reachable, lets this client run the scripts on keys under its prefix,
+// takes a write there (a key with a 1s TTL), loads the scripts, and will
+// not evict the Limiter's keys (maxmemory 0 or noeviction). Call it at
+// start-up and in readiness probes. It checks every master of a Cluster,
+// every shard of a Ring; the memory Limiter always passes. A refused write
+// matches ErrNoWrites, an evicting policy ErrEvictionPolicy, an unreadable
+// one ErrCheckIncomplete; other errors wrap Redis's own (WRONGPASS,
+// NOPERM). A nil ctx is an error.
 func (l *Limiter) Check(ctx context.Context) error {
 	if ctx == nil {
 		return errors.New("ratewindow: check: nil context")
@@ -118,9 +110,8 @@ func (l *Limiter) Check(ctx context.Context) error {
 
 // Allow reports whether one unit under every limit fits now, and records it
 // under all of them when it does; a denial records nothing. The error is
-// non-nil only when no decision was made: invalid arguments, or ctx ending
-// first. When Redis fails, the failure mode decides and the error is nil:
-// Result.BackendErr holds the failure.
+// non-nil only when no decision was made (invalid arguments, ctx ending);
+// when Redis fails, the failure mode decides and Result.BackendErr says why.
 func (l *Limiter) Allow(ctx context.Context, key string, limits ...Limit) (Result, error) {
 	return l.AllowN(ctx, key, 1, limits...)
 }
@@ -141,8 +132,7 @@ func (l *Limiter) Peek(ctx context.Context, key string, limits ...Limit) (Result
 
 // Reset forgets every unit recorded for key under limits, lifts the key's
 // Block, and forgets this Limiter's cached denials of key (another
-// replica's within a second, see WithDenyCache). A Redis failure is
-// returned: no failure mode answers for Reset.
+// replica's within a second). A Redis failure is returned.
 func (l *Limiter) Reset(ctx context.Context, key string, limits ...Limit) error {
 	if err := validate(key, 1, limits); err != nil {
 		return err
@@ -164,8 +154,8 @@ func (l *Limiter) Refund(ctx context.Context, key string, n int64, limits ...Lim
 	return l.refundAt(ctx, key, n, limits, 0, false)
 }
 
-// refundAt gives back the n units of key that the decision at at (µs; 0:
-// the newest) recorded; local: the failure mode's local store recorded them.
+// refundAt gives back the n units of key recorded at at (µs; 0: the newest),
+// by the local store when local.
 func (l *Limiter) refundAt(ctx context.Context, key string, n int64, limits []Limit, at int64, local bool) error {
 	l.forget(key)
 	r := l.request(key, n, limits, nil, l.timeout)
@@ -200,11 +190,10 @@ func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) error 
 	return l.guard.both(ctx, l.request(key, 1, nil, nil, l.timeout), block)
 }
 
-// decide validates, consults the deny cache, asks the store through the
-// guard and picks the binding limit; rule names the Rule for observers, pen
-// is its Penalty or nil. It also returns the µs the store decided at (0:
-// unknown). A call that failed without a reply goes again once within the
-// budget, unless a cached denial of the key, even expired, answers.
+// decide makes a decision for the Rule named rule (pen: its Penalty) and
+// returns the µs the store decided at (0: unknown). A call that failed
+// without a reply goes again once within the budget, unless a cached denial
+// of the key, even expired, answers.
 func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, limits []Limit, pen *Penalty) (Result, int64, error) {
 	if err := validate(key, n, limits); err != nil {
 		return Result{}, 0, err
@@ -389,8 +378,7 @@ func (l *Limiter) answer(ctx context.Context, req store.Request, limits []Limit,
 }
 
 // result turns d, a decision on limits, into a Result with its binding
-// limit: when denied, the longest retry (never is longest); when allowed or
-// tied, the fewest units remaining, then the latest reset, then the first.
+// limit (see binds), the first of those tied.
 func result(d *store.Decision, limits []Limit, backendErr error) Result {
 	b := 0
 	for i := 1; i < len(limits); i++ {
@@ -415,7 +403,8 @@ func result(d *store.Decision, limits []Limit, backendErr error) Result {
 	return r
 }
 
-// binds reports whether state s binds rather than cur (see result).
+// binds reports whether s binds rather than cur: when denied, the longest
+// retry (never is longest); else the fewest remaining, then latest reset.
 func binds(allowed bool, s, cur store.State) bool {
 	// as uint64, a Retry of -1 (never) is longer than any other
 	if r, c := uint64(s.Retry), uint64(cur.Retry); !allowed && r != c {
@@ -455,11 +444,10 @@ func Throttle[T any](ctx context.Context, l *Limiter, key string, limits []Limit
 // sleeps once: callers are served in order. Other algorithms poll.
 //
 // If the units cannot start before ctx's deadline, WaitN records nothing
-// and returns ErrWaitExceedsDeadline at once; if they never fit (n above a
-// Count), ErrNeverFits. If ctx is cancelled while waiting, the reservation
-// is given back and ctx's error returned. When Redis fails, the failure
-// mode decides: FailOpen returns nil at once (the observer sees the
-// failure), FailClosed the failure, FailLocal waits on this process's share.
+// and returns ErrWaitExceedsDeadline at once; if they never fit,
+// ErrNeverFits. If ctx ends while waiting, the units are given back and
+// ctx's error returned. When Redis fails, FailOpen returns nil at once,
+// FailClosed the failure, FailLocal waits on this process's share.
 func (l *Limiter) WaitN(ctx context.Context, key string, n int64, limits ...Limit) error {
 	return l.waitN(ctx, "", key, n, limits)
 }
@@ -518,8 +506,7 @@ func (l *Limiter) reserveAndSleep(ctx context.Context, r store.Request) (time.Du
 	return wait, res.failed, err
 }
 
-// poll asks until n units of key fit under limits, sleeping RetryAfter and
-// some jitter between tries.
+// poll asks until n units of key fit, sleeping RetryAfter and some jitter.
 func (l *Limiter) poll(ctx context.Context, key string, n int64, limits []Limit) (time.Duration, error, error) {
 	var waited time.Duration
 	var failed error

@@ -12,14 +12,12 @@ import (
 )
 
 // Policy is the transport-independent part of a rule, for requests of type
-// R: Rule is the policy of HTTP requests, grpcmw builds one for gRPC calls.
-// Its fields mean what the Rule fields of the same names mean.
+// R (grpcmw builds one for gRPC calls). Its fields mean what Rule's do.
 type Policy[R any] struct {
 	Name   string                  // the rule's namespace
 	Limits []Limit                 // must all admit a request for it to pass
 	Key    func(R) (string, error) // required
-	// FallbackKey keys a request whose Key failed; nil counts every such
-	// request under Name + ":nokey".
+	// FallbackKey keys a request whose Key failed; nil: Name + ":nokey".
 	FallbackKey  func(R) (string, error)
 	Cost         func(R) int64            // nil means 1
 	Skip         func(R) bool             // reports requests that pass uncounted
@@ -34,8 +32,8 @@ type Policy[R any] struct {
 	OnError func(R, error) bool
 }
 
-// Decider applies one Policy with one Limiter, for any transport, which
-// writes the Decision's answer. It is safe for concurrent use.
+// Decider applies one Policy with one Limiter, for a transport that writes
+// the Decision's answer. It is safe for concurrent use.
 type Decider[R any] struct {
 	l      *Limiter
 	p      Policy[R] // validated, with its own Limits and Penalty
@@ -123,9 +121,8 @@ const (
 	Pass Verdict = iota
 	// Denied: the limits refused it (HTTP 429, gRPC RESOURCE_EXHAUSTED).
 	Denied
-	// Unavailable: the Limiter fails closed, the decision was shed
-	// (ErrShed, whatever the failure mode), or the request's own context
-	// ended (HTTP 503 with Retry-After: 1, gRPC UNAVAILABLE).
+	// Unavailable: the Limiter fails closed, shed the decision (ErrShed) or
+	// the request's context ended (HTTP 503 with Retry-After: 1, gRPC UNAVAILABLE).
 	Unavailable
 	// Answered: OnError answered the request itself.
 	Answered
@@ -142,8 +139,7 @@ type Decision struct {
 	Result  Result  // the Limiter's decision; zero when skipped or none
 	Key     string  // the Limiter key the request was counted under, or ""
 	// Shown reports whether the rate-limit fields describe the request:
-	// false when it was skipped, got no decision, or the failure mode
-	// answered without one (FailOpen, FailClosed, a shed decision).
+	// false when skipped, undecided, or answered by FailOpen or FailClosed.
 	Shown bool
 
 	hdr     *headerSet
@@ -183,9 +179,8 @@ func (dec Decision) Policies() []string {
 // Charged reports whether the request's units were recorded (see GiveBack).
 func (dec Decision) Charged() bool { return dec.charged }
 
-// Decide decides r: Skip, the key, the cost and the limits, the Limiter's
-// decision, the failure mode; errors go to OnError (see Rule.OnError). ctx
-// is the request's own.
+// Decide decides r, ctx the request's own; errors go to OnError (see
+// Rule.OnError).
 func (d *Decider[R]) Decide(ctx context.Context, r R) Decision {
 	if d.p.Skip != nil && d.p.Skip(r) {
 		return Decision{}
@@ -280,10 +275,10 @@ func (d *Decider[R]) report(r R, err error, msg string) (answered bool) {
 	return d.p.OnError(r, err)
 }
 
-// SetFields sets in h the fields the HTTP rules give an answer to dec
-// (canonical names): for a Shown decision the rate-limit fields of style,
-// and for a denial Retry-After (whole seconds, rounded up; none when it
-// never passes); for Unavailable, Retry-After: 1. It replaces only those.
+// SetFields sets in h the fields of an HTTP answer to dec: for a Shown
+// decision the rate-limit fields of style, and for a denial Retry-After
+// (seconds rounded up, none when it never passes); for Unavailable,
+// Retry-After: 1. It replaces only those.
 func (d *Decider[R]) SetFields(h http.Header, style HeaderStyle, dec Decision) {
 	switch {
 	case dec.Verdict == Unavailable:
