@@ -40,9 +40,7 @@
 //
 // # Beyond allow and deny
 //
-// Refund gives units back (undo a charge); Block makes a key exhausted on
-// every replica for a while; Wait, WaitN and Throttle throttle instead of
-// rejecting. For HTTP, a Rule says which requests to limit and how to
-// answer, and an Enforcer applies it for every adapter (nethttp, chimw,
-// ginmw, echomw).
+// Refund gives units back; Block makes a key exhausted on every replica;
+// Wait, WaitN and Throttle throttle. For HTTP, a Rule says which requests
+// to limit and how to answer, and an Enforcer applies it for every adapter.
 package core

@@ -23,9 +23,8 @@ const (
 	hdrContentLen = "Content-Length"
 )
 
-// Problem types of draft-ietf-httpapi-ratelimit-headers-11 (section 5),
-// for application/problem+json bodies, which list the policies concerned
-// in their "violated-policies" member.
+// Problem types of draft-ietf-httpapi-ratelimit-headers-11 (section 5), for
+// problem+json bodies, which list the policies in "violated-policies".
 const (
 	// ProblemQuotaExceeded: a denial (429), listing the policies that denied.
 	ProblemQuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
@@ -42,8 +41,7 @@ const (
 	unavailableRetry        = "1"
 	partitionKeyBytes       = 12 // of the SHA-256 of the key, in pk
 	partitionKeyParamLength = len(";pk=::") + (partitionKeyBytes+2)/3*4
-	// The problem bodies up to their "violated-policies" member (see
-	// appendProblem), and that of a banned or blocked key, which has none.
+	// The problem bodies up to "violated-policies" (appendProblem), and one without.
 	quotaExceeded   = `{"type":"` + ProblemQuotaExceeded + `","title":"Request cannot be satisfied as assigned quota has been exceeded","status":429`
 	reducedCapacity = `{"type":"` + ProblemReducedCapacity + `","title":"Request cannot be satisfied due to temporary server capacity constraints","status":503`
 	abnormalUsage   = `{"type":"` + ProblemAbnormalUsage + `","title":"Request not satisfied due to detection of abnormal request pattern","status":429}`
@@ -52,7 +50,7 @@ const (
 // headerSet holds the header values of a rule's limits, computed once.
 type headerSet struct {
 	policy      string   // RateLimit-Policy: every limit of the rule
-	items       []string // its items, one per limit, for adding pk to each
+	items       []string // its items, to add pk to each
 	limits      []limitHeaders
 	unavailable []byte // the problem+json body of FailClosed's 503
 }
@@ -83,8 +81,7 @@ func newHeaderSet(limits []Limit) headerSet {
 	return hs
 }
 
-// appendProblem appends the application/problem+json body that starts with
-// head, listing policies.
+// appendProblem appends the problem+json body that starts with head, listing policies.
 func appendProblem(b []byte, head string, policies ...string) []byte {
 	b = append(append(b, head...), `,"violated-policies":[`...)
 	for i, p := range policies {
@@ -131,8 +128,10 @@ func (hs *headerSet) write(h http.Header, style HeaderStyle, res Result, pk stri
 	lh := hs.lookup(res.Limit)
 	remaining := max(res.Remaining, 0)
 	reset := ceilSeconds(res.ResetAfter)
+	t := reset // RateLimit's t: a denial's Retry-After
 	if !res.Allowed && !res.Never() {
-		reset = max(reset, retrySeconds(res.RetryAfter)) // full again no earlier than the request fits
+		t = retrySeconds(res.RetryAfter)
+		reset = max(reset, t) // full again no earlier than the request fits
 	}
 	var buf [160]byte // one string sliced per field: two allocations in all
 	b := buf[:0]
@@ -147,10 +146,7 @@ func (hs *headerSet) write(h http.Header, style HeaderStyle, res Result, pk stri
 	if style != XRateLimit {
 		b = append(b, lh.item...)
 		b = strconv.AppendInt(b, min(remaining, maxSFInteger), 10)
-		if t := reset; !res.Never() { // t of a denial: its Retry-After
-			if !res.Allowed {
-				t = retrySeconds(res.RetryAfter)
-			}
+		if !res.Never() {
 			b = strconv.AppendInt(append(b, ";t="...), min(t, maxSFInteger), 10)
 		}
 		b = append(b, pk...)
@@ -206,8 +202,7 @@ func writeDenied(w http.ResponseWriter, dec Decision, problem bool) {
 	}
 }
 
-// writeUnavailable answers FailClosed's 503 with Retry-After: a short
-// text, or the temporary-reduced-capacity problem when problem is set.
+// writeUnavailable answers FailClosed's 503 with Retry-After: a text or problem.
 func (hs *headerSet) writeUnavailable(w http.ResponseWriter, problem bool) {
 	w.Header()[hdrRetryAfter] = []string{unavailableRetry}
 	if problem {
@@ -217,8 +212,7 @@ func (hs *headerSet) writeUnavailable(w http.ResponseWriter, problem bool) {
 	}
 }
 
-// writeBody writes a response of status code, with size its length when
-// not "". A text/plain body is marked nosniff.
+// writeBody writes a response, size its length or "". Text is marked nosniff.
 func writeBody(w http.ResponseWriter, code int, ctype string, body []byte, size string) {
 	h := w.Header()
 	h["Content-Type"] = []string{ctype}
@@ -233,8 +227,7 @@ func writeBody(w http.ResponseWriter, code int, ctype string, body []byte, size 
 	_, _ = w.Write(body)
 }
 
-// partition returns the pk parameter of key's IETF fields, or "":
-// ";pk=:<base64>:", the first partitionKeyBytes of its SHA-256.
+// partition returns key's ";pk=:<base64 of SHA-256 prefix>:" parameter, or "".
 func (d *Decider[R]) partition(key string) string {
 	if !d.p.PartitionKey || key == "" {
 		return ""
@@ -254,8 +247,7 @@ func ceilSeconds(d time.Duration) int64 {
 	return int64((d-1)/time.Second) + 1
 }
 
-// retrySeconds is the Retry-After of a denial that passes after d: whole
-// seconds rounded up, at least 1.
+// retrySeconds is the Retry-After of a denial that passes after d: at least 1.
 func retrySeconds(d time.Duration) int64 { return max(ceilSeconds(d), 1) }
 
 // appendSFString appends s as a structured-field string (RFC 8941 3.3.3),
@@ -275,8 +267,7 @@ func appendSFString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
-// acceptsProblem reports whether the Accept field values list
-// application/problem+json with a weight above zero.
+// acceptsProblem reports whether Accept lists problem+json with a weight above 0.
 func acceptsProblem(accept []string) bool {
 	for _, v := range accept {
 	ranges:

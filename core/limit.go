@@ -18,8 +18,7 @@ const (
 	// units, RetryAfter is exact, and Wait reserves a slot in one round trip.
 	SlidingLog Algorithm = iota
 	// SlidingBuckets keeps one count per sub-window of Precision (default
-	// Window/60): it never over-admits, and may deny up to one Precision
-	// early.
+	// Window/60): it never over-admits, may deny up to one Precision early.
 	SlidingBuckets
 	// SlidingCounter keeps the counts of the previous and the current fixed
 	// window and weighs the previous by the part of it still in the window:
@@ -48,9 +47,8 @@ type Limit struct {
 	Count     int64         // units admitted in any Window; must be > 0
 	Window    time.Duration // from 1ms to MaxWindow
 	Algorithm Algorithm     // the zero value is SlidingLog
-	// Precision is the sub-window length of SlidingBuckets: zero means
-	// Window/60, at least 1ms; when set, from 1ms to Window, and at most
-	// MaxBuckets of them in Window. Other algorithms ignore it.
+	// Precision is the sub-window of SlidingBuckets: zero means Window/60
+	// (at least 1ms); else 1ms to Window, at most MaxBuckets in Window.
 	Precision time.Duration
 }
 

@@ -4,17 +4,15 @@ import "time"
 
 // Result is the outcome of a decision.
 type Result struct {
-	// Allowed reports whether the request may pass (for Peek, whether one
-	// unit would).
+	// Allowed reports whether the request may pass (Peek: whether one would).
 	Allowed bool
 	// Limit is the binding limit: the one that denied the request (with the
 	// longest RetryAfter), or when allowed the one with the fewest remaining.
 	Limit Limit
 	// Remaining is the units the binding limit still admits, after this one.
 	Remaining int64
-	// RetryAfter is 0 when allowed. When denied, it is how long until the
-	// same request would pass; negative when it never can (its cost
-	// exceeds the limit's Count).
+	// RetryAfter is 0 when allowed; when denied, how long until the same
+	// request would pass, negative when it never can (cost above Count).
 	RetryAfter time.Duration
 	// ResetAfter is how long until the binding limit is back to its Count.
 	ResetAfter time.Duration

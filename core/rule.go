@@ -18,14 +18,12 @@ import (
 type HeaderStyle uint8
 
 const (
-	// XRateLimit writes X-RateLimit-Limit, X-RateLimit-Remaining and
-	// X-RateLimit-Reset (seconds until the binding limit is full again,
-	// rounded up). It is the default.
+	// XRateLimit, the default, writes X-RateLimit-Limit, -Remaining and
+	// -Reset (seconds until the binding limit is full again, rounded up).
 	XRateLimit HeaderStyle = iota
-	// IETF writes the RateLimit-Policy and RateLimit fields of
-	// draft-ietf-httpapi-ratelimit-headers-11 (pk when Rule.PartitionKey
-	// is set): RateLimit-Policy: "100-per-1m";q=100;w=60 and
-	// RateLimit: "100-per-1m";r=42;t=60.
+	// IETF writes the fields of draft-ietf-httpapi-ratelimit-headers-11:
+	// RateLimit-Policy: "100-per-1m";q=100;w=60 and RateLimit:
+	// "100-per-1m";r=42;t=60 (pk when Rule.PartitionKey is set).
 	IETF
 	// Both writes the fields of XRateLimit and of IETF.
 	Both
@@ -47,18 +45,16 @@ var ErrInvalidRule = errors.New("ratewindow: invalid rule")
 // one that a rule stops (429 or 503) consumes nothing under any of them:
 // the rules it passed give their units back (Limiter.Refund).
 type Rule struct {
-	// Name is the rule's namespace: a request's Limiter key is Name + ":" +
-	// the key function's result, so two rules never share counters.
-	// Observers receive it as Event.Rule. Required: printable ASCII
-	// without spaces, ':', '{' or '}', at most 64 bytes.
+	// Name is the rule's namespace (keys are Name + ":" + Key's result) and
+	// Event.Rule. Required: printable ASCII without spaces, ':', '{' or
+	// '}', at most 64 bytes.
 	Name string
 	// Limits must all admit a request for it to pass (at least one). Their
 	// PolicyName must be printable ASCII, unique within the rule.
 	Limits []Limit
 	// Key returns the key a request is counted under. When it fails or
 	// returns "", the error goes to OnError and, unless OnError answers,
-	// the request is counted under FallbackKey. Default keyfuncs.IP(): the
-	// peer address, trusting no proxy.
+	// the request is counted under FallbackKey. Default keyfuncs.IP().
 	Key func(*http.Request) (string, error)
 	// FallbackKey keys a request whose Key failed: it is counted under
 	// Name + ":nokey:" + FallbackKey's result, or Name + ":nokey", shared,
@@ -66,9 +62,8 @@ type Rule struct {
 	// "~" is stored with "~" before it, so the two key spaces never meet.
 	// Default keyfuncs.IP(). To let requests without a key pass, use Skip.
 	FallbackKey func(*http.Request) (string, error)
-	// Cost returns the units a request takes, such as 10 for an expensive
-	// search. A cost below 1 is an error: it goes to OnError and, unless
-	// OnError answers, the request costs 1. Default 1.
+	// Cost returns the units a request takes (default 1). A cost below 1 is
+	// an error: it goes to OnError and, unless OnError answers, costs 1.
 	Cost func(*http.Request) int64
 	// Skip reports requests that pass uncounted, such as health checks.
 	Skip func(*http.Request) bool
@@ -80,30 +75,26 @@ type Rule struct {
 	Headers HeaderStyle
 	// OnDenied writes the status (normally 429) and body of a denial, its
 	// rate-limit fields and Retry-After already set. Default: 429 with a
-	// short text/plain body, or the quota-exceeded application/problem+json
-	// body when the client accepts it or ProblemJSON is set.
+	// short text/plain body, or problem+json (see ProblemJSON).
 	OnDenied func(http.ResponseWriter, *http.Request, Result)
 	// OnError is called with every error of the rule's functions (Key,
-	// Cost, LimitsFor) and of the backend; its text never reaches the
-	// client. If OnError writes a response, the request stops there.
-	// Otherwise the request is still limited: under FallbackKey, a Cost of
-	// 1 or Limits; by the failure mode after a backend error (FailClosed
-	// answers 503 with Retry-After). Default: log with log/slog, at most a
-	// line per second per rule. A request whose own context ends before
-	// its decision is answered 503, whatever the failure mode.
+	// Cost, LimitsFor) and of the backend, never shown to the client. If it
+	// writes a response, the request stops there; else the request is
+	// still limited: under FallbackKey, a Cost of 1 or Limits; by the
+	// failure mode (FailClosed answers 503 with Retry-After). Default: log
+	// with log/slog, at most a line per second per rule. A request whose
+	// own context ends before its decision is answered 503.
 	OnError func(http.ResponseWriter, *http.Request, error)
-	// DryRun decides, counts and reports every request (a would-be denial
-	// as an Event with Result.Allowed false) and sets the rate-limit
-	// fields, but never denies.
+	// DryRun decides, counts, reports (Event) and sets the rate-limit
+	// fields of every request, but never denies.
 	DryRun bool
 	// ProblemJSON answers every denial with an application/problem+json
-	// body, whatever the client's Accept header.
+	// body, not only when the client's Accept header lists it.
 	ProblemJSON bool
 
-	// LimitsFor, when set, chooses the limits of each request (by plan);
-	// none means Limits, which must still be valid. An error or invalid
-	// limits go to OnError and, unless OnError answers, the request is
-	// decided under Limits. nethttp.Transport uses Limits only.
+	// LimitsFor, when set, chooses each request's limits; none means
+	// Limits (which must still be valid). An error or invalid limits go to
+	// OnError and, unless it answers, mean Limits. nethttp.Transport uses Limits only.
 	LimitsFor func(*http.Request) ([]Limit, error)
 	// CountIf, when set, counts only the requests whose response status it
 	// accepts: a request is charged before the handler, and its units are
@@ -239,12 +230,10 @@ func (e *Enforcer) Name() string { return e.rule.Name }
 // Limits returns a copy of the rule's limits (Rule.Limits).
 func (e *Enforcer) Limits() []Limit { return e.d.Limits() }
 
-// Key returns the Limiter key of r under the rule (see Decider.Key). An
-// empty key is an error that matches keyfuncs.ErrNoKey.
+// Key returns the Limiter key of r under the rule (see Decider.Key).
 func (e *Enforcer) Key(r *http.Request) (string, error) { return e.d.Key(exchange{r: r}) }
 
-// Cost returns the units r takes under the rule. A cost below 1 is an error
-// that matches ErrInvalidCost.
+// Cost returns the units r takes under the rule (see Decider.Cost).
 func (e *Enforcer) Cost(r *http.Request) (int64, error) { return e.d.Cost(exchange{r: r}) }
 
 // Wait is Decider.Wait: the outbound side of a rule (nethttp.Transport).
@@ -261,8 +250,7 @@ func (e *Enforcer) Handle(w http.ResponseWriter, r *http.Request, route string) 
 	return e.HandleFrom(w, r, route, nil)
 }
 
-// HandleFrom is Handle for a framework with a request context of its own,
-// fc (*gin.Context, echo.Context), which FrameworkContext returns.
+// HandleFrom is Handle with fc, the framework's context (FrameworkContext).
 func (e *Enforcer) HandleFrom(w http.ResponseWriter, r *http.Request, route string, fc any) (*http.Request, bool) {
 	r, st := prepare(r, route)
 	st.framework = fc
@@ -309,14 +297,12 @@ func (s *shown) refund(r *http.Request) {
 }
 
 // Settles reports whether the rule settles a request's charge after its
-// handler (Rule.CountIf): an adapter then runs the next handlers through
-// SettleAfter, as ServeNext does.
+// handler (Rule.CountIf): run the next handlers through SettleAfter then.
 func (e *Enforcer) Settles() bool { return e.rule.CountIf != nil }
 
-// SettleAfter runs serve, which calls the next handlers of r (the request
-// Handle returned) and returns the response's status, then gives back the
-// units the rule charged r when Rule.CountIf rejects that status. A serve
-// that panics counts as 500, and the panic goes on up.
+// SettleAfter runs serve, the next handlers of r (as Handle returned it),
+// and gives back r's units when Rule.CountIf rejects the status serve
+// returns (500 if it panics; the panic goes on up).
 func (e *Enforcer) SettleAfter(r *http.Request, serve func() (status int)) {
 	status := http.StatusInternalServerError // unless serve returns
 	defer func() {
@@ -337,9 +323,8 @@ func (e *Enforcer) SettleAfter(r *http.Request, serve func() (status int)) {
 	status = serve()
 }
 
-// ServeNext serves r with next, for a request Handle passed. For a rule
-// with CountIf, it reads the status through a ResponseWriter that keeps
-// http.Flusher, http.Hijacker and io.ReaderFrom working, and settles by it.
+// ServeNext serves r with next, for a request Handle passed, and settles by
+// the status when the rule has CountIf (Flusher and Hijacker still work).
 func (e *Enforcer) ServeNext(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	if e.rule.CountIf == nil {
 		next.ServeHTTP(w, r)
@@ -424,9 +409,8 @@ func (s *shown) Value(key any) any {
 	return s.Context.Value(key)
 }
 
-// FrameworkContext returns the framework's own context of a request that an
-// adapter passed to Enforcer.HandleFrom (*gin.Context for ginmw,
-// echo.Context for echomw), or nil.
+// FrameworkContext returns the framework's own context of a request passed
+// to Enforcer.HandleFrom (*gin.Context, echo.Context), or nil.
 func FrameworkContext(r *http.Request) any { return r.Context().Value(frameworkKey{}) }
 
 // style returns the style a rule of style own writes in: None for None,
