@@ -21,32 +21,26 @@
 // # Limits and keys
 //
 // A Limit admits at most Count units in any window of length Window,
-// counted by one of three algorithms: SlidingLog (exact), SlidingBuckets
-// (never over-admits, may deny up to one Precision early) and
-// SlidingCounter (O(1) memory, approximate). A limit beyond MaxWindow,
-// MaxLogCount, MaxBuckets or MaxLimits is rejected with ErrInvalidLimit
+// counted by SlidingLog (exact), SlidingBuckets or SlidingCounter (O(1)
+// memory, approximate). Invalid limits are rejected with ErrInvalidLimit
 // before Redis is called.
 //
 // Each limit of a key is stored at "<prefix>{<key>}:v2:<algorithm><window>",
 // such as "rw:{ip:203.0.113.9}:v2:r1m": all limits of one key share the
-// Redis Cluster hash tag, so one script can touch them all. Keys longer than
-// 128 bytes, and keys with braces, are replaced by a fixed-length hash.
-// Every stored key expires about a window (at most two) after its last use.
+// Redis Cluster hash tag. Keys longer than 128 bytes, and keys with braces,
+// are hashed. Every stored key expires at most two windows after its use.
 //
 // # Failures
 //
 // Every call to Redis is bounded by WithTimeout. When Redis fails, the
-// failure mode (FailOpen, FailClosed or FailLocal) answers: that answer is
-// a decision, returned with a nil error and the failure in
-// Result.BackendErr. A circuit breaker stops paying the timeout on every
-// call while Redis is down (WithFailureMode), and a deny cache answers the
-// repeats of a denied key without a round trip (WithDenyCache).
+// failure mode (FailOpen, FailClosed or FailLocal) answers with a nil error
+// and the failure in Result.BackendErr. A circuit breaker skips Redis
+// while it is down, and a deny cache answers the repeats of a denied key
+// without a round trip (WithDenyCache).
 //
 // # Beyond allow and deny
 //
-// Refund gives units back (undo a charge); Block makes a key exhausted on
-// every replica for a while; Wait, WaitN and Throttle throttle instead of
-// rejecting. For HTTP, a Rule says which requests to limit and how to
-// answer, and an Enforcer applies it for every adapter (nethttp, chimw,
-// ginmw, echomw).
+// Refund gives units back; Block makes a key exhausted on every replica;
+// Wait, WaitN and Throttle throttle. For HTTP, a Rule says which requests
+// to limit and how to answer, and an Enforcer applies it for every adapter.
 package core

@@ -23,18 +23,14 @@ const (
 	hdrContentLen = "Content-Length"
 )
 
-// Problem types of draft-ietf-httpapi-ratelimit-headers-11 (section 5),
-// for application/problem+json bodies, which list the policies concerned
-// in their "violated-policies" member.
+// Problem types of draft-ietf-httpapi-ratelimit-headers-11 (section 5), for
+// problem+json bodies, which list the policies in "violated-policies".
 const (
-	// ProblemQuotaExceeded is the type of a denial (429), listing the
-	// policies that denied.
+	// ProblemQuotaExceeded: a denial (429), listing the policies that denied.
 	ProblemQuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
-	// ProblemReducedCapacity is the type of the 503 of a Limiter that fails
-	// closed, listing every policy of the rule.
+	// ProblemReducedCapacity: the 503 of FailClosed, listing every policy.
 	ProblemReducedCapacity = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
-	// ProblemAbnormalUsage is the type of the denial (429) of a key banned
-	// (Rule.Penalty) or blocked (Limiter.Block), listing no policy.
+	// ProblemAbnormalUsage: the 429 of a banned or blocked key, no policy.
 	ProblemAbnormalUsage = "https://iana.org/assignments/http-problem-types#abnormal-usage-detected"
 )
 
@@ -45,8 +41,7 @@ const (
 	unavailableRetry        = "1"
 	partitionKeyBytes       = 12 // of the SHA-256 of the key, in pk
 	partitionKeyParamLength = len(";pk=::") + (partitionKeyBytes+2)/3*4
-	// The problem bodies up to their "violated-policies" member (see
-	// appendProblem), and that of a banned or blocked key, which has none.
+	// The problem bodies up to "violated-policies" (appendProblem), and one without.
 	quotaExceeded   = `{"type":"` + ProblemQuotaExceeded + `","title":"Request cannot be satisfied as assigned quota has been exceeded","status":429`
 	reducedCapacity = `{"type":"` + ProblemReducedCapacity + `","title":"Request cannot be satisfied due to temporary server capacity constraints","status":503`
 	abnormalUsage   = `{"type":"` + ProblemAbnormalUsage + `","title":"Request not satisfied due to detection of abnormal request pattern","status":429}`
@@ -55,7 +50,7 @@ const (
 // headerSet holds the header values of a rule's limits, computed once.
 type headerSet struct {
 	policy      string   // RateLimit-Policy: every limit of the rule
-	items       []string // its items, one per limit, for adding pk to each
+	items       []string // its items, to add pk to each
 	limits      []limitHeaders
 	unavailable []byte // the problem+json body of FailClosed's 503
 }
@@ -86,8 +81,7 @@ func newHeaderSet(limits []Limit) headerSet {
 	return hs
 }
 
-// appendProblem appends the application/problem+json body that starts with
-// head, listing policies.
+// appendProblem appends the problem+json body that starts with head, listing policies.
 func appendProblem(b []byte, head string, policies ...string) []byte {
 	b = append(append(b, head...), `,"violated-policies":[`...)
 	for i, p := range policies {
@@ -101,21 +95,13 @@ func appendProblem(b []byte, head string, policies ...string) []byte {
 
 func newLimitHeaders(l Limit) limitHeaders {
 	name := l.PolicyName()
-	item := append(appendSFString(nil, name), ";r="...)
 	body := appendProblem(nil, quotaExceeded, name)
-	return limitHeaders{
-		limit:      l,
-		name:       name,
-		count:      strconv.FormatInt(max(l.Count, 0), 10),
-		item:       string(item),
-		problem:    body,
-		problemLen: strconv.Itoa(len(body)),
-	}
+	return limitHeaders{limit: l, name: name, count: strconv.FormatInt(max(l.Count, 0), 10),
+		item: string(append(appendSFString(nil, name), ";r="...)), problem: body, problemLen: strconv.Itoa(len(body))}
 }
 
 // lookup returns the values of the binding limit l, computed when l is not
-// the rule's: a limit FailLocal scaled takes the policy name of the rule's
-// limit of its algorithm and window, so that RateLimit names a listed one.
+// the rule's (FailLocal's scaled limit keeps its rule limit's name).
 func (hs *headerSet) lookup(l Limit) *limitHeaders {
 	for i := range hs.limits {
 		if hs.limits[i].limit == l {
@@ -133,8 +119,8 @@ func (hs *headerSet) lookup(l Limit) *limitHeaders {
 }
 
 // write sets the rate-limit fields of style for res: seconds rounded up, a
-// reset never before Retry-After, t of a denial its Retry-After (none when
-// it never passes), integers of at most 15 digits, pk on every IETF item.
+// reset never before Retry-After, t of a denial its Retry-After, integers
+// of at most 15 digits, pk on every IETF item.
 func (hs *headerSet) write(h http.Header, style HeaderStyle, res Result, pk string) {
 	if style == None || style > Both {
 		return
@@ -142,8 +128,10 @@ func (hs *headerSet) write(h http.Header, style HeaderStyle, res Result, pk stri
 	lh := hs.lookup(res.Limit)
 	remaining := max(res.Remaining, 0)
 	reset := ceilSeconds(res.ResetAfter)
+	t := reset // RateLimit's t: a denial's Retry-After
 	if !res.Allowed && !res.Never() {
-		reset = max(reset, retrySeconds(res.RetryAfter)) // full again no earlier than the request fits
+		t = retrySeconds(res.RetryAfter)
+		reset = max(reset, t) // full again no earlier than the request fits
 	}
 	var buf [160]byte // one string sliced per field: two allocations in all
 	b := buf[:0]
@@ -158,10 +146,7 @@ func (hs *headerSet) write(h http.Header, style HeaderStyle, res Result, pk stri
 	if style != XRateLimit {
 		b = append(b, lh.item...)
 		b = strconv.AppendInt(b, min(remaining, maxSFInteger), 10)
-		if t := reset; !res.Never() { // t of a denial: its Retry-After
-			if !res.Allowed {
-				t = retrySeconds(res.RetryAfter)
-			}
+		if !res.Never() {
 			b = strconv.AppendInt(append(b, ";t="...), min(t, maxSFInteger), 10)
 		}
 		b = append(b, pk...)
@@ -200,10 +185,8 @@ func clearRateHeaders(h http.Header) {
 	}
 }
 
-// writeDenied writes the default answer to dec, a denial: 429 with a
-// short text body, or with problem set, the quota-exceeded problem listing
-// the policies that denied, or for a banned or blocked key the
-// abnormal-usage one.
+// writeDenied writes the default 429 of dec: a short text, or with problem
+// set, the quota-exceeded problem (abnormal-usage for a banned key).
 func writeDenied(w http.ResponseWriter, dec Decision, problem bool) {
 	const code = http.StatusTooManyRequests
 	switch {
@@ -212,27 +195,24 @@ func writeDenied(w http.ResponseWriter, dec Decision, problem bool) {
 	case dec.Result.blocked:
 		writeBody(w, code, problemType, []byte(abnormalUsage), "")
 	case bits.OnesCount16(dec.Result.violated) > 1:
-		body := appendProblem(nil, quotaExceeded, dec.Policies()...)
-		writeBody(w, code, problemType, body, "")
+		writeBody(w, code, problemType, appendProblem(nil, quotaExceeded, dec.Policies()...), "")
 	default:
 		lh := dec.hdr.lookup(dec.Result.Limit)
 		writeBody(w, code, problemType, lh.problem, lh.problemLen)
 	}
 }
 
-// writeUnavailable answers FailClosed's 503 with Retry-After: a short
-// text, or the temporary-reduced-capacity problem when problem is set.
+// writeUnavailable answers FailClosed's 503 with Retry-After: a text or problem.
 func (hs *headerSet) writeUnavailable(w http.ResponseWriter, problem bool) {
 	w.Header()[hdrRetryAfter] = []string{unavailableRetry}
 	if problem {
 		writeBody(w, http.StatusServiceUnavailable, problemType, hs.unavailable, "")
-		return
+	} else {
+		writeBody(w, http.StatusServiceUnavailable, textType, []byte("Service Unavailable\n"), "")
 	}
-	writeBody(w, http.StatusServiceUnavailable, textType, []byte("Service Unavailable\n"), "")
 }
 
-// writeBody writes a response of status code, with size its length when
-// not "". A text/plain body is marked nosniff.
+// writeBody writes a response, size its length or "". Text is marked nosniff.
 func writeBody(w http.ResponseWriter, code int, ctype string, body []byte, size string) {
 	h := w.Header()
 	h["Content-Type"] = []string{ctype}
@@ -247,8 +227,7 @@ func writeBody(w http.ResponseWriter, code int, ctype string, body []byte, size 
 	_, _ = w.Write(body)
 }
 
-// partition returns the pk parameter of key's IETF fields, or "":
-// ";pk=:<base64>:", the first partitionKeyBytes of its SHA-256.
+// partition returns key's ";pk=:<base64 of SHA-256 prefix>:" parameter, or "".
 func (d *Decider[R]) partition(key string) string {
 	if !d.p.PartitionKey || key == "" {
 		return ""
@@ -268,13 +247,11 @@ func ceilSeconds(d time.Duration) int64 {
 	return int64((d-1)/time.Second) + 1
 }
 
-// retrySeconds is the Retry-After of a denial that passes after d: whole
-// seconds rounded up, at least 1.
+// retrySeconds is the Retry-After of a denial that passes after d: at least 1.
 func retrySeconds(d time.Duration) int64 { return max(ceilSeconds(d), 1) }
 
 // appendSFString appends s as a structured-field string (RFC 8941 3.3.3),
-// which is also a JSON string: '"' and '\' escaped, bytes outside %x20-7E
-// (which Rule.Validate rejects in policy names) as '?'.
+// also a JSON string: '"' and '\' escaped, bytes outside %x20-7E as '?'.
 func appendSFString(b []byte, s string) []byte {
 	b = append(b, '"')
 	for i := 0; i < len(s); i++ {
@@ -290,8 +267,7 @@ func appendSFString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
-// acceptsProblem reports whether the Accept field values list
-// application/problem+json with a weight above zero.
+// acceptsProblem reports whether Accept lists problem+json with a weight above 0.
 func acceptsProblem(accept []string) bool {
 	for _, v := range accept {
 	ranges:

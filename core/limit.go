@@ -14,20 +14,15 @@ type Algorithm uint8
 
 const (
 	// SlidingLog keeps the time of every admitted unit still in the window
-	// (at most Count), 1 to 7 bytes each. It is exact: no window of length
-	// Window ever holds more than Count units, RetryAfter is the exact time
-	// until the request fits, and Wait reserves a future slot in one round
-	// trip.
+	// (at most Count). It is exact: no window ever holds more than Count
+	// units, RetryAfter is exact, and Wait reserves a slot in one round trip.
 	SlidingLog Algorithm = iota
 	// SlidingBuckets keeps one count per sub-window of Precision (default
-	// Window/60). A unit counts from its bucket's start until the bucket's
-	// end plus Window, so it never over-admits; it may deny up to one
-	// Precision early.
+	// Window/60): it never over-admits, may deny up to one Precision early.
 	SlidingBuckets
 	// SlidingCounter keeps the counts of the previous and the current fixed
-	// window and estimates the sliding count as previous × (Window −
-	// elapsed)/Window + current: O(1) memory, approximate. A sliding window
-	// may hold up to nearly 2×Count, or deny what an exact log would admit.
+	// window and weighs the previous by the part of it still in the window:
+	// O(1) memory, approximate (a window may hold nearly 2×Count).
 	SlidingCounter
 )
 
@@ -52,18 +47,15 @@ type Limit struct {
 	Count     int64         // units admitted in any Window; must be > 0
 	Window    time.Duration // from 1ms to MaxWindow
 	Algorithm Algorithm     // the zero value is SlidingLog
-	// Precision is the sub-window length of SlidingBuckets: zero means
-	// Window/60, at least 1ms; when set, from 1ms to Window, and at most
-	// MaxBuckets of them in Window. Other algorithms ignore it.
+	// Precision is the sub-window of SlidingBuckets: zero means Window/60
+	// (at least 1ms); else 1ms to Window, at most MaxBuckets in Window.
 	Precision time.Duration
 }
 
-// Bounds of a Limit, and of the limits of one call: they keep every
-// script's work and every number in range.
+// Bounds of a Limit, and of the limits of one call.
 const (
-	// MaxLogCount is the largest Count of a SlidingLog limit, 16,384, so
-	// that a call reading the log unit by unit holds Redis a few ms at
-	// most. Larger limits belong to SlidingBuckets.
+	// MaxLogCount is the largest Count of a SlidingLog limit, so that a call
+	// holds Redis a few ms at most. Larger limits belong to SlidingBuckets.
 	MaxLogCount  = 1 << 14
 	MaxWindow    = 366 * 24 * time.Hour // the longest Window: a year (and a day)
 	MaxBuckets   = 1024                 // the most Precision sub-windows of a SlidingBuckets Window
@@ -129,9 +121,8 @@ func (l Limit) PolicyName() string {
 	return strconv.FormatInt(l.Count, 10) + "-per-" + string(store.AppendDuration(nil, l.Window))
 }
 
-// ownLimits returns a copy of limits to keep, with names of its own in one
-// allocation: a caller's name may be cut from a larger string (a request's
-// header), which keeping it would keep whole.
+// ownLimits returns a copy of limits to keep, with its names copied in one
+// allocation (a caller's may be cut from a larger string).
 func ownLimits(limits []Limit) []Limit {
 	own := slices.Clone(limits)
 	size := 0

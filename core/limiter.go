@@ -18,19 +18,12 @@ import (
 )
 
 // Limiter decides whether requests pass. It is safe for concurrent use by
-// many goroutines; create one per process and share it.
-//
-// Each decision is validated, answered from the deny cache while a denial
-// is known to stand, and otherwise asked of the store (Redis, or memory for
-// NewMemory) within the Limiter's timeout; when Redis fails, the failure
-// mode answers (see WithTimeout and WithFailureMode).
+// many goroutines; create one per process and share it. When Redis fails,
+// the failure mode answers (see WithTimeout and WithFailureMode).
 type Limiter struct {
-	// layers: the Limiter (validation, deny cache, observer, binding limit),
-	// its guard (breaker, health rule, failure mode), the store
-	guard    *guard
+	guard    *guard        // breaker, health rule, failure mode; then the store
 	timeout  time.Duration // bounds each decision's call to Redis
 	waitTime time.Duration // bounds each call of Wait
-	mode     FailureMode
 	clock    func() time.Time
 	cache    *denyCache
 	observer Observer  // nil: none
@@ -39,12 +32,9 @@ type Limiter struct {
 
 // New returns a Limiter that keeps its counts in Redis. rdb may be a
 // *redis.Client, *redis.ClusterClient, *redis.Ring or a failover client:
-// every call is one script run on the keys of one hash slot.
-//
-// New adds no hook to rdb and does not contact Redis: call Check at
-// start-up (and in readiness probes) to learn whether Redis is reachable,
-// authorised, takes writes and never evicts the Limiter's keys. A nil rdb,
-// or a nil pointer in it, is an error.
+// every call is one script run on the keys of one hash slot. New adds no
+// hook to rdb and does not contact Redis (see Check). A nil rdb, or a nil
+// pointer in it, is an error.
 func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
 	if v := reflect.ValueOf(rdb); rdb == nil || v.Kind() == reflect.Pointer && v.IsNil() {
 		return nil, errors.New("ratewindow: nil redis client")
@@ -64,10 +54,9 @@ func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
 }
 
 // NewMemory returns a Limiter that keeps its counts in this process's
-// memory, with the same algorithms as Redis: limits hold per process, not
-// across replicas. It applies WithClock and WithObserver and ignores every
-// other option, invalid values included, so a Redis Limiter's options can
-// be passed as they are, as in tests that swap Redis for memory.
+// memory: limits hold per process, not across replicas. It applies
+// WithClock and WithObserver and ignores every other option, invalid ones
+// included.
 func NewMemory(opts ...Option) *Limiter {
 	c := configure(opts)
 	c.mode, c.cacheSize = FailOpen, 0
@@ -77,7 +66,7 @@ func NewMemory(opts ...Option) *Limiter {
 }
 
 func newLimiter(c config) *Limiter {
-	l := &Limiter{clock: c.clock, mode: c.mode, observer: c.observer, timeout: c.timeout, waitTime: c.waitTime}
+	l := &Limiter{clock: c.clock, observer: c.observer, timeout: c.timeout, waitTime: c.waitTime}
 	if c.cacheSize > 0 {
 		l.cache = newDenyCache(c.cacheSize)
 	}
@@ -95,7 +84,7 @@ func (l *Limiter) now() time.Time {
 // micros is the time in µs since the epoch on the Limiter's clock.
 func (l *Limiter) micros() int64 { return l.now().UnixMicro() }
 
-// storeTime is the store's Now: the injected clock, or 0 for Redis's TIME.
+// storeTime is the store's Now: the injected clock, or 0 (Redis's TIME).
 func (l *Limiter) storeTime() int64 {
 	if l.clock == nil {
 		return 0
@@ -104,24 +93,14 @@ func (l *Limiter) storeTime() int64 {
 }
 
 // Check reports whether the Limiter can do its job: nil only when Redis is
-// reachable, accepts this client's credentials, lets it run the scripts
-// (EVAL, EVALSHA) on keys under the Limiter's prefix, takes a write there
-// (a small key with a 1s TTL), loads the scripts decisions run (about 130
-// KB), and will not evict the Limiter's keys: maxmemory is 0 or
-// maxmemory-policy is noeviction (every key has a TTL, so volatile-*
-// policies evict them too, and an evicted key lets more requests through).
-// Call it at start-up and in readiness probes: New does not contact Redis,
-// and the failure mode hides a Redis that refuses every call. On a Cluster
-// it checks every master, on a Ring every shard; the memory Limiter always
-// passes.
-//
-// A refused write or script load (memory above maxmemory under
-// noeviction, a read-only replica, a failed save) matches ErrNoWrites and
-// says what to do; a policy that would evict matches ErrEvictionPolicy; a
-// policy that cannot be read (an ACL forbids CONFIG GET and INFO, or the
-// server has neither, as miniredis) matches ErrCheckIncomplete and says
-// why. Other errors wrap Redis's own (WRONGPASS, NOPERM, a refused dial).
-// A nil ctx is an error.
+// reachable, lets this client run the scripts on keys under its prefix,
+// takes a write there (a key with a 1s TTL), loads the scripts, and will
+// not evict the Limiter's keys (maxmemory 0 or noeviction). Call it at
+// start-up and in readiness probes. It checks every master of a Cluster,
+// every shard of a Ring; the memory Limiter always passes. A refused write
+// matches ErrNoWrites, an evicting policy ErrEvictionPolicy, an unreadable
+// one ErrCheckIncomplete; other errors wrap Redis's own (WRONGPASS,
+// NOPERM). A nil ctx is an error.
 func (l *Limiter) Check(ctx context.Context) error {
 	if ctx == nil {
 		return errors.New("ratewindow: check: nil context")
@@ -131,9 +110,8 @@ func (l *Limiter) Check(ctx context.Context) error {
 
 // Allow reports whether one unit under every limit fits now, and records it
 // under all of them when it does; a denial records nothing. The error is
-// non-nil only when no decision was made: invalid arguments, or ctx ending
-// first. When Redis fails, the failure mode decides and the error is nil:
-// Result.BackendErr holds the failure.
+// non-nil only when no decision was made (invalid arguments, ctx ending);
+// when Redis fails, the failure mode decides and Result.BackendErr says why.
 func (l *Limiter) Allow(ctx context.Context, key string, limits ...Limit) (Result, error) {
 	return l.AllowN(ctx, key, 1, limits...)
 }
@@ -154,8 +132,7 @@ func (l *Limiter) Peek(ctx context.Context, key string, limits ...Limit) (Result
 
 // Reset forgets every unit recorded for key under limits, lifts the key's
 // Block, and forgets this Limiter's cached denials of key (another
-// replica's within a second, see WithDenyCache). A Redis failure is
-// returned: no failure mode answers for Reset.
+// replica's within a second). A Redis failure is returned.
 func (l *Limiter) Reset(ctx context.Context, key string, limits ...Limit) error {
 	if err := validate(key, 1, limits); err != nil {
 		return err
@@ -166,12 +143,10 @@ func (l *Limiter) Reset(ctx context.Context, key string, limits ...Limit) error 
 }
 
 // Refund gives back n units of key under every limit: units recorded
-// within the last window, the newest first (on a sliding log maybe another
-// overlapping request's: the limit frees up no later), never reservations
-// in the future, never below empty. It undoes a charge, as Rule.CountIf
-// does. Redis reflects it at once for every replica; this Limiter forgets
-// its cached denials of key, another replica within a second (see
-// WithDenyCache). A Redis failure is returned: no failure mode answers.
+// within the last window, the newest first, never reservations in the
+// future, never below empty. It undoes a charge, as Rule.CountIf does, and
+// forgets this Limiter's cached denials of key (see Reset). A Redis
+// failure is returned: no failure mode answers.
 func (l *Limiter) Refund(ctx context.Context, key string, n int64, limits ...Limit) error {
 	if err := validate(key, n, limits); err != nil {
 		return err
@@ -179,8 +154,8 @@ func (l *Limiter) Refund(ctx context.Context, key string, n int64, limits ...Lim
 	return l.refundAt(ctx, key, n, limits, 0, false)
 }
 
-// refundAt gives back the n units of key that the decision at at (µs; 0:
-// the newest) recorded; local: the failure mode's local store recorded them.
+// refundAt gives back the n units of key recorded at at (µs; 0: the newest),
+// by the local store when local.
 func (l *Limiter) refundAt(ctx context.Context, key string, n int64, limits []Limit, at int64, local bool) error {
 	l.forget(key)
 	r := l.request(key, n, limits, nil, l.timeout)
@@ -200,12 +175,10 @@ const MaxBlock = MaxWindow
 
 // Block makes key exhausted under any limits for d, on every replica:
 // until then Allow, AllowN and Peek deny it with RetryAfter of at least the
-// time left, Wait and WaitN wait it out (or return ErrWaitExceedsDeadline
-// at once when it outlasts ctx's deadline), and reservations are placed
-// after it. A later Block never shortens an earlier one; Reset lifts it. It
-// is stored beside the key's limits (same Cluster hash tag) and expires
-// when it ends. d must be in (0, MaxBlock]; a Redis failure is returned
-// (no failure mode answers). Under FailLocal the local store is blocked too.
+// time left, and Wait and WaitN wait it out (or return
+// ErrWaitExceedsDeadline at once when it outlasts ctx's deadline). A later
+// Block never shortens an earlier one; Reset lifts it. d must be in (0,
+// MaxBlock]; a Redis failure is returned (no failure mode answers).
 func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) error {
 	switch {
 	case key == "":
@@ -217,14 +190,10 @@ func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) error 
 	return l.guard.both(ctx, l.request(key, 1, nil, nil, l.timeout), block)
 }
 
-// decide validates, consults the deny cache, asks the store through the
-// guard and picks the binding limit; rule names the Rule for observers, pen
-// is its Penalty or nil. It also returns the µs the store decided at (0:
-// unknown). One budget runs from when the decision is asked (WithTimeout):
-// a call that failed without a reply goes again once while budget is left,
-// so one broken connection is not taken for an outage, but a cached denial
-// of the key, even an expired one, answers at once, so a limit holds under
-// a flood.
+// decide makes a decision for the Rule named rule (pen: its Penalty) and
+// returns the µs the store decided at (0: unknown). A call that failed
+// without a reply goes again once within the budget, unless a cached denial
+// of the key, even expired, answers.
 func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, limits []Limit, pen *Penalty) (Result, int64, error) {
 	if err := validate(key, n, limits); err != nil {
 		return Result{}, 0, err
@@ -279,7 +248,7 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 			}
 		}
 		// FailLocal's answer is a limit of its own: it answers at once
-		if try == 1 || l.mode == FailLocal || ctx.Err() != nil || !deadline.IsZero() && !time.Now().Before(deadline) {
+		if try == 1 || l.guard.mode == FailLocal || ctx.Err() != nil || !deadline.IsZero() && !time.Now().Before(deadline) {
 			break
 		}
 	}
@@ -299,19 +268,17 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 		case r.BackendErr != nil && k == overloaded:
 			ev.Err, ev.Shed = r.BackendErr, true
 		case r.BackendErr != nil:
-			ev.Err, ev.Failed, ev.Fallback = r.BackendErr, true, l.mode
+			ev.Err, ev.Failed, ev.Fallback = r.BackendErr, true, l.guard.mode
 		}
 		l.observe(ev, start)
 	}
 	return r, d.At, err
 }
 
-// cached answers a denial of (key, n, limits) from the deny cache (key in
-// its held form) while it stands, and true. Once expired, one caller asks
-// the store (its probe, returned: settle it after) while the others wait
-// for that answer until their deadline (zero: none), then take the last
-// denial: the probe met a failing or slow Redis. Under a penalty only a ban
-// answers: the store must count every other denial. The error is ctx's.
+// cached answers a denial from the deny cache while it stands, and true.
+// Once expired, one caller asks the store (its probe, returned: settle it
+// after) while the others wait for its answer until deadline, then take the
+// last denial. Under a penalty only a ban answers. The error is ctx's.
 func (l *Limiter) cached(ctx context.Context, key string, n int64, limits []Limit, pen *Penalty, deadline time.Time) (Result, bool, *probe, error) {
 	var bound <-chan time.Time
 	for {
@@ -343,20 +310,20 @@ func (l *Limiter) cached(ctx context.Context, key string, n int64, limits []Limi
 	}
 }
 
-// started is a decision's start for its observer: zero, no clock read, without one.
-func (l *Limiter) started() (t time.Time) {
-	if l.observer != nil {
-		t = time.Now()
-	}
-	return t
-}
-
 // observe hands ev to the observer, if any, with its latency since start.
 func (l *Limiter) observe(ev Event, start time.Time) {
 	if l.observer != nil {
 		ev.Latency = time.Since(start)
 		l.observer(ev)
 	}
+}
+
+// started is a decision's start for its observer: zero, no clock read, without one.
+func (l *Limiter) started() (t time.Time) {
+	if l.observer != nil {
+		t = time.Now()
+	}
+	return t
 }
 
 // scratch is the room of a decision's Request: limits and states.
@@ -366,8 +333,7 @@ type scratch struct {
 }
 
 // request returns the store's Request for n units of key under limits,
-// bounded by within (0: not), its limits and states' room in sc (nil: its
-// limits in a slice of their own).
+// bounded by within (0: not), in sc's room (nil: a slice of its own).
 func (l *Limiter) request(key string, n int64, limits []Limit, sc *scratch, within time.Duration) store.Request {
 	r := store.Request{Key: key, N: n, Now: l.storeTime()}
 	if within > 0 {
@@ -385,8 +351,8 @@ func (l *Limiter) request(key string, n int64, limits []Limit, sc *scratch, with
 }
 
 // answer turns a decision's call (req on limits, kind k) into its Result:
-// the store's decision *d, or the failure mode's, put in *d (FailLocal's
-// names the limits with their Counts scaled). The error is ctx's.
+// the store's decision *d, or the failure mode's, put in *d. The error is
+// ctx's.
 func (l *Limiter) answer(ctx context.Context, req store.Request, limits []Limit, d *store.Decision, k kind, err error) (Result, error) {
 	switch k {
 	case succeeded:
@@ -401,7 +367,7 @@ func (l *Limiter) answer(ctx context.Context, req store.Request, limits []Limit,
 	if *d, failure, err = l.guard.fail(ctx, req, err); err != nil {
 		return Result{}, err
 	}
-	if l.mode == FailLocal {
+	if l.guard.mode == FailLocal {
 		var buf [MaxLimits]Limit
 		limits = append(buf[:0], limits...)
 		for i := range limits {
@@ -412,8 +378,7 @@ func (l *Limiter) answer(ctx context.Context, req store.Request, limits []Limit,
 }
 
 // result turns d, a decision on limits, into a Result with its binding
-// limit: when denied, the longest retry (never is longest); when allowed or
-// tied, the fewest units remaining, then the latest reset, then the first.
+// limit (see binds), the first of those tied.
 func result(d *store.Decision, limits []Limit, backendErr error) Result {
 	b := 0
 	for i := 1; i < len(limits); i++ {
@@ -438,7 +403,8 @@ func result(d *store.Decision, limits []Limit, backendErr error) Result {
 	return r
 }
 
-// binds reports whether state s binds rather than cur (see result).
+// binds reports whether s binds rather than cur: when denied, the longest
+// retry (never is longest); else the fewest remaining, then latest reset.
 func binds(allowed bool, s, cur store.State) bool {
 	// as uint64, a Retry of -1 (never) is longer than any other
 	if r, c := uint64(s.Retry), uint64(cur.Retry); !allowed && r != c {
@@ -457,9 +423,8 @@ func (l *Limiter) Wait(ctx context.Context, key string, limits ...Limit) error {
 }
 
 // Throttle calls fn(ctx) once Wait lets one unit of key through, and returns
-// its result: the throttler for any function, such as a call to an API whose
-// quota every replica shares. When Wait gives up, fn is not called and
-// Wait's error is returned. For several units, call WaitN, then fn.
+// its result. When Wait gives up, fn is not called and Wait's error is
+// returned. For several units, call WaitN, then fn.
 func Throttle[T any](ctx context.Context, l *Limiter, key string, limits []Limit, fn func(context.Context) (T, error)) (T, error) {
 	var zero T
 	switch {
@@ -475,17 +440,14 @@ func Throttle[T any](ctx context.Context, l *Limiter, key string, limits []Limit
 }
 
 // WaitN blocks until n units fit under every limit, and records them. When
-// every limit is SlidingLog, one script call records the units at the
-// earliest time they fit, counting every replica's reservations, and WaitN
-// sleeps once: callers are served in order. Other algorithms poll, sleeping
-// RetryAfter plus a little jitter.
+// every limit is SlidingLog, it reserves the earliest time they fit and
+// sleeps once: callers are served in order. Other algorithms poll.
 //
 // If the units cannot start before ctx's deadline, WaitN records nothing
-// and returns ErrWaitExceedsDeadline at once; if they never fit (n above a
-// Count), ErrNeverFits. If ctx is cancelled while waiting, the reservation
-// is given back and ctx's error returned. When Redis fails, the failure
-// mode decides: FailOpen returns nil at once (the observer sees the
-// failure), FailClosed the failure, FailLocal waits on this process's share.
+// and returns ErrWaitExceedsDeadline at once; if they never fit,
+// ErrNeverFits. If ctx ends while waiting, the units are given back and
+// ctx's error returned. When Redis fails, FailOpen returns nil at once,
+// FailClosed the failure, FailLocal waits on this process's share.
 func (l *Limiter) WaitN(ctx context.Context, key string, n int64, limits ...Limit) error {
 	return l.waitN(ctx, "", key, n, limits)
 }
@@ -506,7 +468,7 @@ func (l *Limiter) waitN(ctx context.Context, rule, key string, n int64, limits [
 	if l.observer != nil {
 		ev := Event{Op: OpWait, Rule: rule, Key: key, Result: Result{Allowed: err == nil, Limit: limits[0], RetryAfter: wait, BackendErr: failed}, Err: err}
 		if failed != nil {
-			ev.Err, ev.Failed, ev.Fallback = failed, true, l.mode
+			ev.Err, ev.Failed, ev.Fallback = failed, true, l.guard.mode
 		}
 		l.observe(ev, start)
 	}
@@ -544,8 +506,7 @@ func (l *Limiter) reserveAndSleep(ctx context.Context, r store.Request) (time.Du
 	return wait, res.failed, err
 }
 
-// poll asks until n units of key fit under limits, sleeping RetryAfter and
-// some jitter between tries.
+// poll asks until n units of key fit, sleeping RetryAfter and some jitter.
 func (l *Limiter) poll(ctx context.Context, key string, n int64, limits []Limit) (time.Duration, error, error) {
 	var waited time.Duration
 	var failed error
@@ -560,7 +521,7 @@ func (l *Limiter) poll(ctx context.Context, key string, n int64, limits []Limit)
 		}
 		if r.BackendErr != nil {
 			failed = r.BackendErr
-			if l.mode == FailClosed {
+			if l.guard.mode == FailClosed {
 				return waited, failed, failed
 			}
 		}

@@ -6,13 +6,11 @@ import (
 	"sync"
 )
 
-// maxLimitSets bounds the sets a rule keeps; beyond, a new set is
-// validated on every request.
+// maxLimitSets bounds the sets a rule keeps; beyond, each is validated anew.
 const maxLimitSets = 1024
 
-// limitSets keeps the sets of limits a rule's LimitsFor returned, validated,
-// with their header values, found by a hash of their contents so that a
-// lookup allocates nothing.
+// limitSets keeps the validated sets of limits LimitsFor returned, with
+// their headers, found by a hash of their contents: a lookup allocates nothing.
 type limitSets struct {
 	seed maphash.Seed
 	mu   sync.RWMutex

@@ -34,8 +34,8 @@ func TestNewMemoryOptions(t *testing.T) {
 	opts = append(opts, WithPrefix(""), WithClock(func() time.Time { return now }),
 		WithObserver(func(e Event) { events = append(events, e) }))
 	l := NewMemory(opts...)
-	if l.cache != nil || l.mode != FailOpen {
-		t.Fatalf("NewMemory: deny cache %v, mode %s; want none and fail-open", l.cache, l.mode)
+	if l.cache != nil || l.guard.mode != FailOpen {
+		t.Fatalf("NewMemory: deny cache %v, mode %s; want none and fail-open", l.cache, l.guard.mode)
 	}
 	ctx := context.Background()
 	lim := PerMinute(2)

@@ -63,8 +63,7 @@ func parseLimit(item string) (Limit, error) {
 	return lim, nil
 }
 
-// parseWindow reads a window: a unit alone is one of it; "d" is 24h; any
-// other window is read as time.ParseDuration reads it (".5s" is 500ms).
+// parseWindow reads a window: a unit alone is one of it; "d" is 24h.
 func parseWindow(s string) (time.Duration, error) {
 	if s == "" {
 		return 0, fmt.Errorf("empty; want a unit (ms, s, m, h, d) or a duration such as 15m")

@@ -12,14 +12,12 @@ import (
 )
 
 // Policy is the transport-independent part of a rule, for requests of type
-// R: Rule is the policy of HTTP requests, grpcmw builds one for gRPC calls.
-// Its fields mean what the Rule fields of the same names mean.
+// R (grpcmw builds one for gRPC calls). Its fields mean what Rule's do.
 type Policy[R any] struct {
 	Name   string                  // the rule's namespace
 	Limits []Limit                 // must all admit a request for it to pass
 	Key    func(R) (string, error) // required
-	// FallbackKey keys a request whose Key failed; nil counts every such
-	// request under Name + ":nokey".
+	// FallbackKey keys a request whose Key failed; nil: Name + ":nokey".
 	FallbackKey  func(R) (string, error)
 	Cost         func(R) int64            // nil means 1
 	Skip         func(R) bool             // reports requests that pass uncounted
@@ -29,14 +27,13 @@ type Policy[R any] struct {
 	Headers      HeaderStyle              // the style of the rate-limit fields (SetFields)
 	PartitionKey bool                     // adds pk to the IETF fields
 	// OnError is called with every error of the functions above and of
-	// the backend, and reports whether it answered the request itself,
-	// which then stops (Verdict Answered). Nil: errors are logged with
-	// log/slog's default logger, at most one line a second.
+	// the backend, and reports whether it answered the request itself
+	// (Verdict Answered). Nil: errors are logged, at most a line a second.
 	OnError func(R, error) bool
 }
 
-// Decider applies one Policy with one Limiter, for any transport, which
-// writes the Decision's answer. It is safe for concurrent use.
+// Decider applies one Policy with one Limiter, for a transport that writes
+// the Decision's answer. It is safe for concurrent use.
 type Decider[R any] struct {
 	l      *Limiter
 	p      Policy[R] // validated, with its own Limits and Penalty
@@ -71,9 +68,8 @@ func (d *Decider[R]) Name() string { return d.p.Name }
 // Limits returns a copy of the policy's limits.
 func (d *Decider[R]) Limits() []Limit { return slices.Clone(d.p.Limits) }
 
-// Key returns the Limiter key of r: the policy's Name, ":", and Key's
-// result, escaped as Rule.FallbackKey says. An empty result is an error
-// that matches keyfuncs.ErrNoKey.
+// Key returns the Limiter key of r: Name, ":", and Key's result, escaped as
+// Rule.FallbackKey says. An empty result matches keyfuncs.ErrNoKey.
 func (d *Decider[R]) Key(r R) (string, error) {
 	k, err := d.p.Key(r)
 	switch {
@@ -87,8 +83,7 @@ func (d *Decider[R]) Key(r R) (string, error) {
 	return d.prefix + k, nil
 }
 
-// fallbackKey returns the Limiter key of a request whose key function
-// failed: Name + ":nokey:" + FallbackKey's result, else Name + ":nokey".
+// fallbackKey returns the Limiter key of a request whose Key failed.
 func (d *Decider[R]) fallbackKey(r R) string {
 	if d.p.FallbackKey != nil {
 		if k, err := d.p.FallbackKey(r); err == nil && k != "" {
@@ -111,9 +106,8 @@ func (d *Decider[R]) Cost(r R) (int64, error) {
 	return n, nil
 }
 
-// Wait blocks until n units of key fit under the policy's limits and
-// records them: Limiter.WaitN, with observers told the rule's name. key is
-// what Key returned.
+// Wait is Limiter.WaitN of key (what Key returned) under the policy's
+// limits, with observers told the rule's name.
 func (d *Decider[R]) Wait(ctx context.Context, key string, n int64) error {
 	return d.l.waitN(ctx, d.p.Name, key, n, d.p.Limits)
 }
@@ -127,9 +121,8 @@ const (
 	Pass Verdict = iota
 	// Denied: the limits refused it (HTTP 429, gRPC RESOURCE_EXHAUSTED).
 	Denied
-	// Unavailable: the Limiter fails closed, the decision was shed
-	// (ErrShed, whatever the failure mode), or the request's own context
-	// ended (HTTP 503 with Retry-After: 1, gRPC UNAVAILABLE).
+	// Unavailable: the Limiter fails closed, shed the decision (ErrShed) or
+	// the request's context ended (HTTP 503 with Retry-After: 1, gRPC UNAVAILABLE).
 	Unavailable
 	// Answered: OnError answered the request itself.
 	Answered
@@ -146,8 +139,7 @@ type Decision struct {
 	Result  Result  // the Limiter's decision; zero when skipped or none
 	Key     string  // the Limiter key the request was counted under, or ""
 	// Shown reports whether the rate-limit fields describe the request:
-	// false when it was skipped, got no decision, or the failure mode
-	// answered without one (FailOpen, FailClosed, a shed decision).
+	// false when skipped, undecided, or answered by FailOpen or FailClosed.
 	Shown bool
 
 	hdr     *headerSet
@@ -166,9 +158,8 @@ type units struct {
 // Banned reports whether a denial is a ban (Penalty) or a Limiter.Block.
 func (dec Decision) Banned() bool { return dec.Result.blocked }
 
-// Policies returns the policy names a Denied decision concerns: those of
-// the limits that denied (never the key), none for a ban; of an
-// Unavailable one, every limit of the request's.
+// Policies returns the policy names of the limits a Denied decision's
+// denied (none for a ban), or of an Unavailable one, every limit.
 func (dec Decision) Policies() []string {
 	if dec.hdr == nil || dec.Verdict == Denied && dec.Result.blocked {
 		return nil
@@ -188,25 +179,22 @@ func (dec Decision) Policies() []string {
 // Charged reports whether the request's units were recorded (see GiveBack).
 func (dec Decision) Charged() bool { return dec.charged }
 
-// Decide decides r: Skip, the key (the fallback key after an error), the
-// cost and the limits, the Limiter's decision, the failure mode; errors go
-// to OnError on the way (see Rule.OnError). ctx is the request's own.
+// Decide decides r, ctx the request's own; errors go to OnError (see
+// Rule.OnError).
 func (d *Decider[R]) Decide(ctx context.Context, r R) Decision {
 	if d.p.Skip != nil && d.p.Skip(r) {
 		return Decision{}
 	}
 	key, err := d.Key(r)
-	if err != nil {
-		if d.report(r, err, fallbackMessage) {
-			return Decision{Verdict: Answered}
-		}
+	if err != nil && d.report(r, err, fallbackMessage) {
+		return Decision{Verdict: Answered}
+	} else if err != nil {
 		key = d.fallbackKey(r)
 	}
 	n, err := d.Cost(r)
-	if err != nil {
-		if d.report(r, err, fallbackMessage) {
-			return Decision{Verdict: Answered}
-		}
+	if err != nil && d.report(r, err, fallbackMessage) {
+		return Decision{Verdict: Answered}
+	} else if err != nil {
 		n = 1
 	}
 	limits, hs := d.p.Limits, &d.hdr
@@ -235,15 +223,13 @@ func (d *Decider[R]) Decide(ctx context.Context, r R) Decision {
 		dec.Verdict = Answered
 		return dec
 	}
-	dec.Verdict, dec.Shown = verdict(res, d.l.mode, d.p.DryRun)
-	dec.charged = dec.Verdict == Pass && res.Allowed && (res.BackendErr == nil || d.l.mode == FailLocal)
+	dec.Verdict, dec.Shown = verdict(res, d.l.guard.mode, d.p.DryRun)
+	dec.charged = dec.Verdict == Pass && res.Allowed && (res.BackendErr == nil || d.l.guard.mode == FailLocal)
 	return dec
 }
 
 // verdict answers res under failure mode mode, and reports whether its
-// rate-limit fields are shown. With res.BackendErr set: FailOpen passes,
-// FailClosed (and ErrShed, whatever the mode) answers Unavailable unless a
-// dry run, FailLocal's decision is answered as Redis's.
+// rate-limit fields are shown (see Verdict).
 func verdict(res Result, mode FailureMode, dryRun bool) (Verdict, bool) {
 	if res.BackendErr != nil {
 		if errors.Is(res.BackendErr, ErrShed) {
@@ -262,10 +248,9 @@ func verdict(res Result, mode FailureMode, dryRun bool) (Verdict, bool) {
 	return Denied, true
 }
 
-// GiveBack gives back the units dec recorded (when Charged), such as after
-// a later rule denied the request; call it at most once per Decision. why
-// is quoted in the error OnError receives when the refund fails. ctx's
-// cancellation is ignored: the units go back even when the client is gone.
+// GiveBack gives back the units dec recorded (when Charged), at most once
+// per Decision. why is quoted in the error OnError receives when the refund
+// fails. ctx's cancellation is ignored.
 func (d *Decider[R]) GiveBack(ctx context.Context, r R, dec Decision, why string) {
 	if dec.charged {
 		d.giveBack(ctx, r, dec.Key, dec.units, why)
@@ -279,21 +264,21 @@ func (d *Decider[R]) giveBack(ctx context.Context, r R, key string, u units, why
 	}
 }
 
-// report hands err to OnError, or logs it with msg (what the rule did
-// about it), and reports whether OnError answered the request.
+// report hands err to OnError, or logs it with msg, and reports whether
+// OnError answered the request.
 func (d *Decider[R]) report(r R, err error, msg string) (answered bool) {
 	err = ruleError{d.p.Name, err}
 	if d.p.OnError == nil {
-		d.logs.log(err, msg, d.l.mode)
+		d.logs.log(err, msg, d.l.guard.mode)
 		return false
 	}
 	return d.p.OnError(r, err)
 }
 
-// SetFields sets in h the fields the HTTP rules give an answer to dec
-// (canonical names): for a Shown decision the rate-limit fields of style,
-// and for a denial Retry-After (whole seconds, rounded up; none when it
-// never passes); for Unavailable, Retry-After: 1. It replaces only those.
+// SetFields sets in h the fields of an HTTP answer to dec: for a Shown
+// decision the rate-limit fields of style, and for a denial Retry-After
+// (seconds rounded up, none when it never passes); for Unavailable,
+// Retry-After: 1. It replaces only those.
 func (d *Decider[R]) SetFields(h http.Header, style HeaderStyle, dec Decision) {
 	switch {
 	case dec.Verdict == Unavailable:
@@ -308,9 +293,7 @@ func (d *Decider[R]) SetFields(h http.Header, style HeaderStyle, dec Decision) {
 	}
 }
 
-// noKey names the keys of requests whose key function failed; a key
-// function's result that starts with noKey or keyEscape is stored with
-// keyEscape before it (see Rule.FallbackKey).
+// The key of a request whose Key failed, and the escape (Rule.FallbackKey).
 const (
 	noKey     = "nokey"
 	keyEscape = "~"

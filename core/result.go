@@ -4,27 +4,22 @@ import "time"
 
 // Result is the outcome of a decision.
 type Result struct {
-	// Allowed reports whether the request may pass (for Peek, whether one
-	// unit would).
+	// Allowed reports whether the request may pass (Peek: whether one would).
 	Allowed bool
 	// Limit is the binding limit: the one that denied the request (with the
-	// longest RetryAfter), or when allowed the one with the fewest units
-	// remaining.
+	// longest RetryAfter), or when allowed the one with the fewest remaining.
 	Limit Limit
-	// Remaining is the units the binding limit still admits, after this
-	// request.
+	// Remaining is the units the binding limit still admits, after this one.
 	Remaining int64
-	// RetryAfter is 0 when allowed. When denied, it is how long until the
-	// same request would pass; negative when it never can (its cost
-	// exceeds the limit's Count).
+	// RetryAfter is 0 when allowed; when denied, how long until the same
+	// request would pass, negative when it never can (cost above Count).
 	RetryAfter time.Duration
 	// ResetAfter is how long until the binding limit is back to its Count.
 	ResetAfter time.Duration
 	// BackendErr is the Redis failure (an error reply, a lost connection,
-	// the timeout, ErrCircuitOpen) that the failure mode answered, or nil.
-	// The rest of the Result is then the failure mode's answer: FailOpen
-	// allowed, FailClosed denied with a RetryAfter of a second, FailLocal
-	// the local decision. Log it; branch on Allowed.
+	// the timeout, ErrCircuitOpen) that the failure mode answered, or nil:
+	// FailOpen allowed, FailClosed denied with a RetryAfter of a second,
+	// FailLocal the local decision. Log it; branch on Allowed.
 	BackendErr error
 
 	violated uint16 // bit i: the call's limit i denied (MaxLimits fit)

@@ -18,16 +18,12 @@ import (
 type HeaderStyle uint8
 
 const (
-	// XRateLimit writes X-RateLimit-Limit, X-RateLimit-Remaining and
-	// X-RateLimit-Reset (seconds until the binding limit is full again,
-	// rounded up). It is the default.
+	// XRateLimit, the default, writes X-RateLimit-Limit, -Remaining and
+	// -Reset (seconds until the binding limit is full again, rounded up).
 	XRateLimit HeaderStyle = iota
-	// IETF writes the RateLimit-Policy and RateLimit fields of
-	// draft-ietf-httpapi-ratelimit-headers-11, with pk when
-	// Rule.PartitionKey is set and without qu ("requests", the default):
-	//
-	//	RateLimit-Policy: "100-per-1m";q=100;w=60, "5-per-1s";q=5;w=1
-	//	RateLimit: "100-per-1m";r=42;t=60
+	// IETF writes the fields of draft-ietf-httpapi-ratelimit-headers-11:
+	// RateLimit-Policy: "100-per-1m";q=100;w=60 and RateLimit:
+	// "100-per-1m";r=42;t=60 (pk when Rule.PartitionKey is set).
 	IETF
 	// Both writes the fields of XRateLimit and of IETF.
 	Both
@@ -44,103 +40,80 @@ var headerStyles = [...]string{"x-ratelimit", "ietf", "both", "none"}
 var ErrInvalidRule = errors.New("ratewindow: invalid rule")
 
 // Rule describes which HTTP requests to limit and how to answer, for every
-// adapter (nethttp, chimw, ginmw, echomw). Its middleware's constructor
-// validates it, so a bad rule is reported at start-up.
-//
-// Several rules may apply to one request: it passes only when each admits
-// it, and a request one of them stops (a denial, or the failure mode's
-// 503) consumes nothing under any of them: the rules it passed give their
-// units back (Limiter.Refund, a round trip each).
+// adapter (nethttp, chimw, ginmw, echomw), which validates it at start-up.
+// When several rules apply, a request passes only when each admits it, and
+// one that a rule stops (429 or 503) consumes nothing under any of them:
+// the rules it passed give their units back (Limiter.Refund).
 type Rule struct {
-	// Name is the rule's namespace: a request's Limiter key is Name + ":" +
-	// the key function's result, so two rules never share counters.
-	// Observers receive it as Event.Rule. Required: printable ASCII
-	// without spaces, ':', '{' or '}', at most 64 bytes.
+	// Name is the rule's namespace (keys are Name + ":" + Key's result) and
+	// Event.Rule. Required: printable ASCII without spaces, ':', '{' or
+	// '}', at most 64 bytes.
 	Name string
 	// Limits must all admit a request for it to pass (at least one). Their
 	// PolicyName must be printable ASCII, unique within the rule.
 	Limits []Limit
 	// Key returns the key a request is counted under. When it fails or
 	// returns "", the error goes to OnError and, unless OnError answers,
-	// the request is counted under FallbackKey. Default keyfuncs.IP(): the
-	// peer address, trusting no proxy.
+	// the request is counted under FallbackKey. Default keyfuncs.IP().
 	Key func(*http.Request) (string, error)
 	// FallbackKey keys a request whose Key failed: it is counted under
-	// Name + ":nokey:" + FallbackKey's result ("login:nokey:ip:203.0.113.5"),
-	// or under Name + ":nokey", shared, if FallbackKey fails too. A result
-	// of Key that starts with "nokey" or "~" is stored with "~" before it
-	// ("login:~nokey:ip:203.0.113.5"), so the two key spaces never meet.
-	// Default keyfuncs.IP(): behind proxies, set the keyfuncs.IPWith of
-	// Key's proxies. To let requests without a key pass uncounted, use Skip.
+	// Name + ":nokey:" + FallbackKey's result, or Name + ":nokey", shared,
+	// if FallbackKey fails too. A result of Key that starts with "nokey" or
+	// "~" is stored with "~" before it, so the two key spaces never meet.
+	// Default keyfuncs.IP(). To let requests without a key pass, use Skip.
 	FallbackKey func(*http.Request) (string, error)
-	// Cost returns the units a request takes, such as 10 for an expensive
-	// search. A cost below 1 is an error: it goes to OnError and, unless
-	// OnError answers, the request costs 1. Default 1.
+	// Cost returns the units a request takes (default 1). A cost below 1 is
+	// an error: it goes to OnError and, unless OnError answers, costs 1.
 	Cost func(*http.Request) int64
 	// Skip reports requests that pass uncounted, such as health checks.
 	Skip func(*http.Request) bool
 	// Headers selects the rate-limit header fields. Default XRateLimit.
-	// When several rules apply, the response shows one decision: the
-	// denying rule's, else the most restrictive shown (fewest remaining,
-	// then the latest reset), in the style of the first rule on the
-	// request's way whose Headers is not None (set it on the outermost
-	// rule). A rule with None shows nothing.
+	// When several rules apply, the response shows the denying rule's
+	// decision, else the most restrictive (fewest remaining, then the
+	// latest reset), in the style of the first rule whose Headers is not
+	// None. A rule with None shows nothing.
 	Headers HeaderStyle
 	// OnDenied writes the status (normally 429) and body of a denial, its
 	// rate-limit fields and Retry-After already set. Default: 429 with a
-	// short text/plain body, or the quota-exceeded application/problem+json
-	// body when the client accepts it or ProblemJSON is set.
+	// short text/plain body, or problem+json (see ProblemJSON).
 	OnDenied func(http.ResponseWriter, *http.Request, Result)
 	// OnError is called with every error of the rule's functions (Key,
-	// Cost, LimitsFor) and of the backend; its text never reaches the
-	// client. If OnError writes a response, the request stops there.
-	// Otherwise the request is still limited: under FallbackKey, a Cost of
-	// 1 or Limits after an error of the rule's functions; by the failure
-	// mode after a backend error (FailOpen passes it without rate-limit
-	// fields, FailClosed answers 503 with Retry-After, FailLocal answers
-	// the local decision). Default: log with log/slog's default logger, at
-	// most one line per second per rule. A request whose own context ends
-	// before its decision is no error: it is answered 503, whatever the
-	// failure mode, and the observer sees an Event with Err set.
+	// Cost, LimitsFor) and of the backend, never shown to the client. If it
+	// writes a response, the request stops there; else the request is
+	// still limited: under FallbackKey, a Cost of 1 or Limits; by the
+	// failure mode (FailClosed answers 503 with Retry-After). Default: log
+	// with log/slog, at most a line per second per rule. A request whose
+	// own context ends before its decision is answered 503.
 	OnError func(http.ResponseWriter, *http.Request, error)
-	// DryRun decides, counts and reports every request (a would-be denial
-	// as an Event with Result.Allowed false) and sets the rate-limit
-	// fields, but never denies.
+	// DryRun decides, counts, reports (Event) and sets the rate-limit
+	// fields of every request, but never denies.
 	DryRun bool
 	// ProblemJSON answers every denial with an application/problem+json
-	// body, whatever the client's Accept header.
+	// body, not only when the client's Accept header lists it.
 	ProblemJSON bool
 
-	// LimitsFor, when set, chooses the limits of each request (by plan, a
-	// token's claim); none means Limits, which must still be valid. An
-	// error or invalid limits go to OnError and, unless OnError answers,
-	// the request is decided under Limits. Limits of the same algorithm and
-	// window share stored state, so a plan changed mid-window keeps its
-	// history. nethttp.Transport uses Limits only.
+	// LimitsFor, when set, chooses each request's limits; none means
+	// Limits (which must still be valid). An error or invalid limits go to
+	// OnError and, unless it answers, mean Limits. nethttp.Transport uses Limits only.
 	LimitsFor func(*http.Request) ([]Limit, error)
 	// CountIf, when set, counts only the requests whose response status it
-	// accepts: a request is charged before the handler as usual, and its
-	// units are given back after it (Limiter.Refund; its error goes to
-	// OnError) when CountIf(status) is false. A handler that panics counts
-	// as 500. Such a rule shows its rate-limit fields only on its own
-	// denials. For failed logins only:
-	//
-	//	CountIf: func(status int) bool { return status == 401 || status == 403 },
+	// accepts: a request is charged before the handler, and its units are
+	// given back after it when CountIf(status) is false. A handler that
+	// panics counts as 500. Such a rule shows its rate-limit fields only on
+	// its own denials.
 	CountIf func(status int) bool
 	// Penalty, when set, bans a key that keeps being denied: see Penalty.
 	Penalty *Penalty
 	// PartitionKey adds the partition key (pk) to the IETF fields: the
-	// first 12 bytes of the SHA-256 of the request's key, which for a small
-	// key space (IP addresses) can be reversed by trying every value.
+	// first 12 bytes of the SHA-256 of the request's key (reversible for a
+	// small key space, such as IP addresses).
 	PartitionKey bool
 }
 
-// Penalty bans a key that keeps hitting its limits (a penalty box): after
-// Denials denials of one key within Within, the key is banned for Ban on
-// every replica. While banned, every request of the key is denied with a
-// Retry-After of the ban's time left (problem type ProblemAbnormalUsage)
-// and counted nowhere. A ban is a Limiter.Block: Reset lifts it. The first
-// denial counted starts the Within period; a ban starts the count afresh.
+// Penalty bans a key that keeps hitting its limits: after Denials denials
+// of one key within Within (from the first), the key is banned for Ban on
+// every replica: denied with a Retry-After of the ban's time left (problem
+// type ProblemAbnormalUsage), counted nowhere. A ban is a Limiter.Block.
 type Penalty struct {
 	Denials int64         // the denials that ban the key: at least 1
 	Within  time.Duration // from the first denial counted: 1ms to MaxWindow
@@ -178,8 +151,7 @@ func validateRule(name string, limits []Limit, headers HeaderStyle, pen *Penalty
 	return nil
 }
 
-// ruleLimits checks a rule's limits: those of every call (validateLimits),
-// with printable policy names, unique within the rule.
+// ruleLimits checks a rule's limits: validateLimits, and policy names.
 func ruleLimits(limits []Limit) error {
 	if err := validateLimits(limits); err != nil {
 		return err
@@ -196,15 +168,13 @@ func ruleLimits(limits []Limit) error {
 	return nil
 }
 
-// printable reports whether s is non-empty printable ASCII (%x20-7E), the
-// characters of a structured-field string.
+// printable reports whether s is non-empty printable ASCII (%x20-7E).
 func printable(s string) bool {
 	return s != "" && !strings.ContainsFunc(s, func(r rune) bool { return r < ' ' || r > '~' })
 }
 
 // Enforcer applies one Rule with one Limiter to HTTP requests, for every
-// adapter, which only translates its framework's request and response to
-// Handle. It is safe for concurrent use.
+// adapter. It is safe for concurrent use.
 type Enforcer struct {
 	rule Rule // validated, with default keys
 	d    *Decider[exchange]
@@ -260,33 +230,27 @@ func (e *Enforcer) Name() string { return e.rule.Name }
 // Limits returns a copy of the rule's limits (Rule.Limits).
 func (e *Enforcer) Limits() []Limit { return e.d.Limits() }
 
-// Key returns the Limiter key of r under the rule (see Decider.Key). An
-// empty key is an error that matches keyfuncs.ErrNoKey.
+// Key returns the Limiter key of r under the rule (see Decider.Key).
 func (e *Enforcer) Key(r *http.Request) (string, error) { return e.d.Key(exchange{r: r}) }
 
-// Cost returns the units r takes under the rule. A cost below 1 is an error
-// that matches ErrInvalidCost.
+// Cost returns the units r takes under the rule (see Decider.Cost).
 func (e *Enforcer) Cost(r *http.Request) (int64, error) { return e.d.Cost(exchange{r: r}) }
 
-// Wait blocks until n units of key fit under the rule's limits and records
-// them: Limiter.WaitN, with observers told the rule's name. key is what Key
-// returned. It is the outbound side of a rule, used by nethttp.Transport.
+// Wait is Decider.Wait: the outbound side of a rule (nethttp.Transport).
 func (e *Enforcer) Wait(ctx context.Context, key string, n int64) error { return e.d.Wait(ctx, key, n) }
 
 var errEmptyKey = fmt.Errorf("%w: the key function returned an empty key", keyfuncs.ErrNoKey)
 
 // Handle decides r under the rule. When the request stops here, it writes
 // the response (429 for a denial, 503 when the backend failed and the
-// Limiter fails closed) and returns nil and false. Otherwise it returns
-// the request for the next handler, with the route and the decision in its
-// context, and true. route is the framework's route pattern
+// Limiter fails closed) and returns nil and false; otherwise the request
+// for the next handler and true. route is the framework's route pattern
 // ("/users/{id}") or "", stored with keyfuncs.WithRoute.
 func (e *Enforcer) Handle(w http.ResponseWriter, r *http.Request, route string) (*http.Request, bool) {
 	return e.HandleFrom(w, r, route, nil)
 }
 
-// HandleFrom is Handle for a framework with a request context of its own,
-// fc (*gin.Context, echo.Context), which FrameworkContext returns.
+// HandleFrom is Handle with fc, the framework's context (FrameworkContext).
 func (e *Enforcer) HandleFrom(w http.ResponseWriter, r *http.Request, route string, fc any) (*http.Request, bool) {
 	r, st := prepare(r, route)
 	st.framework = fc
@@ -333,14 +297,12 @@ func (s *shown) refund(r *http.Request) {
 }
 
 // Settles reports whether the rule settles a request's charge after its
-// handler (Rule.CountIf): an adapter then runs the next handlers through
-// SettleAfter, as ServeNext does.
+// handler (Rule.CountIf): run the next handlers through SettleAfter then.
 func (e *Enforcer) Settles() bool { return e.rule.CountIf != nil }
 
-// SettleAfter runs serve, which calls the next handlers of r (the request
-// Handle returned) and returns the response's status, then gives back the
-// units the rule charged r when Rule.CountIf rejects that status. A serve
-// that panics counts as 500, and the panic goes on up.
+// SettleAfter runs serve, the next handlers of r (as Handle returned it),
+// and gives back r's units when Rule.CountIf rejects the status serve
+// returns (500 if it panics; the panic goes on up).
 func (e *Enforcer) SettleAfter(r *http.Request, serve func() (status int)) {
 	status := http.StatusInternalServerError // unless serve returns
 	defer func() {
@@ -361,9 +323,8 @@ func (e *Enforcer) SettleAfter(r *http.Request, serve func() (status int)) {
 	status = serve()
 }
 
-// ServeNext serves r with next, for a request Handle passed. For a rule
-// with CountIf, it reads the status through a ResponseWriter that keeps
-// http.Flusher, http.Hijacker and io.ReaderFrom working, and settles by it.
+// ServeNext serves r with next, for a request Handle passed, and settles by
+// the status when the rule has CountIf (Flusher and Hijacker still work).
 func (e *Enforcer) ServeNext(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	if e.rule.CountIf == nil {
 		next.ServeHTTP(w, r)
@@ -415,10 +376,9 @@ type (
 	frameworkKey struct{}
 )
 
-// shown is the request's context, shared by the rules on its way: it holds
-// the decision whose rate-limit fields the response carries (replaced only
-// by a more restrictive one, so rule order does not matter), the
-// framework's context and the charges, in one allocation.
+// shown is the request's context, shared by the rules on its way: the
+// decision whose fields the response carries, the framework's context and
+// the charges, in one allocation.
 type shown struct {
 	context.Context
 	e         *Enforcer
@@ -449,9 +409,8 @@ func (s *shown) Value(key any) any {
 	return s.Context.Value(key)
 }
 
-// FrameworkContext returns the framework's own context of a request that an
-// adapter passed to Enforcer.HandleFrom (*gin.Context for ginmw,
-// echo.Context for echomw), or nil.
+// FrameworkContext returns the framework's own context of a request passed
+// to Enforcer.HandleFrom (*gin.Context, echo.Context), or nil.
 func FrameworkContext(r *http.Request) any { return r.Context().Value(frameworkKey{}) }
 
 // style returns the style a rule of style own writes in: None for None,
@@ -507,8 +466,7 @@ func prepare(r *http.Request, route string) (*http.Request, *shown) {
 }
 
 // ByIP returns the Rule of the adapters' LimitByIP: n requests per window
-// for each client IP (keyfuncs.IP, no trusted proxy), named after the limit
-// ("ip-100-per-1m"), so two such rules with the same limit share counters.
+// for each client IP (keyfuncs.IP), named after the limit ("ip-100-per-1m").
 func ByIP(n int64, window time.Duration) Rule {
 	lim := Per(n, window)
 	return Rule{Name: "ip-" + lim.PolicyName(), Limits: []Limit{lim}, Key: keyfuncs.IP()}

@@ -7,8 +7,7 @@ import (
 	"net/http"
 )
 
-// statusWriter records the status of a response, for Rule.CountIf, keeping
-// Flush, Hijack, ReadFrom (sendfile), and Unwrap for every other method.
+// statusWriter records the status of a response, for Rule.CountIf.
 type statusWriter struct {
 	http.ResponseWriter
 	status int
@@ -40,8 +39,7 @@ func (w *statusWriter) ReadFrom(src io.Reader) (int64, error) {
 	return io.Copy(struct{ io.Writer }{w.ResponseWriter}, src) // hides ReadFrom from io.Copy
 }
 
-// Flush sends what is buffered (http.Flusher).
-func (w *statusWriter) Flush() { _ = w.FlushError() }
+func (w *statusWriter) Flush() { _ = w.FlushError() } // http.Flusher
 
 // FlushError is Flush with its error, for http.ResponseController.
 func (w *statusWriter) FlushError() error {
@@ -49,8 +47,7 @@ func (w *statusWriter) FlushError() error {
 	return http.NewResponseController(w.ResponseWriter).Flush()
 }
 
-// Hijack hands the connection over (http.Hijacker); a hijacked response
-// counts as 101 unless a status was written.
+// Hijack hands the connection over (http.Hijacker): 101 unless a status was written.
 func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	c, rw, err := http.NewResponseController(w.ResponseWriter).Hijack()
 	if err == nil && w.status == 0 {
@@ -59,5 +56,4 @@ func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	return c, rw, err
 }
 
-// Unwrap returns the wrapped ResponseWriter, for http.ResponseController.
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter } // for http.ResponseController

@@ -19,9 +19,8 @@ func validate(key string, n int64, limits []Limit) error {
 	return validateLimits(limits)
 }
 
-// validateLimits checks each limit, that there are at most MaxLimits, and
-// that no two would share storage (the same algorithm and window). Limits
-// are numbered from 0: "ratewindow: invalid limit #1: count 0 must be > 0".
+// validateLimits checks each limit (numbered from 0), that there are at most
+// MaxLimits, and that no two would share storage (algorithm and window).
 func validateLimits(limits []Limit) error {
 	if len(limits) > MaxLimits {
 		return fmt.Errorf("%w: %d limits in one call, above MaxLimits %d", ErrInvalidLimit, len(limits), MaxLimits)
@@ -37,8 +36,7 @@ func validateLimits(limits []Limit) error {
 	return nil
 }
 
-// unprefixed is err without its leading "ratewindow: ", for wrapping by an
-// error that has the prefix already; errors.Is still finds the sentinel.
+// unprefixed is err without its leading "ratewindow: ", for wrapping.
 type unprefixed struct{ err error }
 
 func (e unprefixed) Error() string { return strings.TrimPrefix(e.err.Error(), "ratewindow: ") }
