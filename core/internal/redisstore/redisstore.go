@@ -65,7 +65,7 @@ func New(rdb redis.Scripter, prefix string) *Store {
 		if algorithms {
 			src = algorithmsLua + body
 		}
-		sc := newScript(src)
+		sc := &script{Script: redis.NewScript(src)}
 		scripts = append(scripts, libraryScript{sc, name, body, algorithms})
 		return sc
 	}

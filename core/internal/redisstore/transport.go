@@ -72,17 +72,13 @@ type call struct {
 	timer   *time.Timer   // the timer of limit (see await); nil until needed
 }
 
-// script is a Lua script, its source (sent again after NOSCRIPT) and its
-// function's name in the library.
+// script is a Lua script and its function's name in the library.
 type script struct {
 	*redis.Script
-	src   string
 	fn    string
 	fnArg any  // fn, boxed once
 	ints  bool // the reply is a flat array of integers: FCALL reads it as []int64
 }
-
-func newScript(src string) *script { return &script{Script: redis.NewScript(src), src: src} }
 
 func newTransport(rdb redis.Scripter) *transport {
 	t := &transport{rdb: rdb, born: time.Now(), lanes: map[string][]*call{}}
@@ -233,11 +229,7 @@ func (t *transport) recycle(c *call) {
 // on a timer kept in its pooled call, not a context.WithTimeout, which
 // costs 4 allocations and a runtime timer a call.
 func (t *transport) run(ctx context.Context, c *call, deadline time.Time) (any, error) {
-	err := ctx.Err()
-	if err == nil && !deadline.IsZero() && !time.Now().Before(deadline) {
-		err = context.DeadlineExceeded
-	}
-	if err != nil {
+	if err := ended(ctx, deadline); err != nil {
 		t.recycle(c)
 		return nil, err
 	}
@@ -264,6 +256,15 @@ func (t *transport) run(ctx context.Context, c *call, deadline time.Time) (any, 
 	return t.await(ctx, c, deadline)
 }
 
+// ended returns ctx's error, or DeadlineExceeded once deadline (zero:
+// none) has passed.
+func ended(ctx context.Context, deadline time.Time) error {
+	if err := ctx.Err(); err != nil || deadline.IsZero() || time.Now().Before(deadline) {
+		return err
+	}
+	return context.DeadlineExceeded
+}
+
 // runLane runs c alone unless a decision on its lane is in flight, else queues it.
 func (t *transport) runLane(ctx context.Context, c *call, deadline time.Time) (any, error) {
 	if c.lane == "" {
@@ -283,54 +284,45 @@ func (t *transport) runLane(ctx context.Context, c *call, deadline time.Time) (a
 	return t.runAlone(ctx, c, deadline)
 }
 
-// handOffLane hands the decisions queued on lane to a flusher, else ends it.
+// handOffLane ends lane, or hands the decisions queued on it to a flusher.
 func (t *transport) handOffLane(lane string) {
+	if batch := t.takeLane(lane); batch != nil {
+		go t.flushLane(lane, batch)
+	}
+}
+
+// flushLane sends lane's queue, batch after batch, until it is empty. A
+// lane's decisions go merged: through direct with their latest deadline,
+// else through the client, whose ReadTimeout ends a wait.
+func (t *transport) flushLane(lane string, batch []*call) {
+	for ; batch != nil; batch = t.takeLane(lane) {
+		for _, s := range t.plan(t.live(batch)) {
+			ctx, rdb := context.WithoutCancel(s.calls[0].ctx), t.rdb
+			cancel := context.CancelFunc(func() {})
+			if t.direct != nil {
+				rdb = t.direct
+				if deadline := latest(s.calls); !deadline.IsZero() {
+					ctx, cancel = context.WithDeadline(ctx, deadline)
+				}
+			}
+			t.runSent(ctx, rdb, s)
+			cancel()
+		}
+	}
+}
+
+// takeLane returns lane's queue, the lane staying in flight, or when
+// nothing is queued ends the lane and returns nil.
+func (t *transport) takeLane(lane string) []*call {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if !t.endLane(lane) {
-		go t.flushLane(lane)
+	batch := t.lanes[lane]
+	if len(batch) == 0 {
+		delete(t.lanes, lane)
+		return nil
 	}
-}
-
-// flushLane sends lane's queue, batch after batch, until it is empty.
-func (t *transport) flushLane(lane string) {
-	for {
-		t.mu.Lock()
-		if t.endLane(lane) {
-			t.mu.Unlock()
-			return
-		}
-		batch := t.lanes[lane]
-		t.lanes[lane] = nil
-		t.mu.Unlock()
-		t.sendLane(batch)
-	}
-}
-
-// endLane ends lane if nothing is queued on it; t.mu is held.
-func (t *transport) endLane(lane string) bool {
-	if len(t.lanes[lane]) > 0 {
-		return false
-	}
-	delete(t.lanes, lane)
-	return true
-}
-
-// sendLane sends a lane's decisions merged: through direct with their
-// latest deadline, else through the client, whose ReadTimeout ends a wait.
-func (t *transport) sendLane(batch []*call) {
-	for _, s := range t.plan(t.live(batch)) {
-		ctx, rdb := context.WithoutCancel(s.calls[0].ctx), t.rdb
-		cancel := context.CancelFunc(func() {})
-		if t.direct != nil {
-			rdb = t.direct
-			if deadline := latest(s.calls); !deadline.IsZero() {
-				ctx, cancel = context.WithDeadline(ctx, deadline)
-			}
-		}
-		t.runSent(ctx, rdb, s)
-		cancel()
-	}
+	t.lanes[lane] = nil
+	return batch
 }
 
 // latest returns the latest deadline of calls (not empty); zero when one
@@ -440,17 +432,7 @@ func (t *transport) finish(c *call, reply any, err error) {
 // else (or when FCALL is refused) EVALSHA, then EVAL after NOSCRIPT.
 func (t *transport) runOne(ctx context.Context, rdb redis.Scripter, c *call) (any, error) {
 	if t.lib != nil && t.lib.usable() {
-		var reply any
-		var err error
-		if p, ok := rdb.(processor); ok && c.script.ints {
-			// read as []int64: FCall's reply would box every value
-			cmd := fcallIntsCmd(ctx, c.script, c.keys, c.args)
-			if err = p.Process(ctx, cmd); err == nil {
-				reply = cmd
-			}
-		} else {
-			reply, err = rdb.(functionCaller).FCall(ctx, c.script.fn, c.keys, c.args...).Result()
-		}
+		reply, err := result(fcall(ctx, rdb, c.script, c.keys, c.args))
 		if !t.lib.refused(err) {
 			t.answered(err)
 			return reply, err
@@ -461,10 +443,15 @@ func (t *transport) runOne(ctx context.Context, rdb redis.Scripter, c *call) (an
 	return reply, err
 }
 
-// fcallIntsCmd returns FCALL of sc's function, its reply read as []int64,
-// built as go-redis's FCall builds it (first key position set, so a
-// Cluster routes it by that key).
-func fcallIntsCmd(ctx context.Context, sc *script, keys []string, args []any) *redis.IntSliceCmd {
+// fcall runs (or in a pipeline queues) FCALL of sc's function on rdb, a
+// script with ints read as []int64 (FCall's reply would box every value),
+// built as go-redis's FCall builds it: first key position set, so that a
+// Cluster routes it by that key.
+func fcall(ctx context.Context, rdb redis.Scripter, sc *script, keys []string, args []any) redis.Cmder {
+	p, ok := rdb.(processor)
+	if !ok || !sc.ints {
+		return rdb.(functionCaller).FCall(ctx, sc.fn, keys, args...)
+	}
 	all := make([]any, 0, 3+len(keys)+len(args))
 	all = append(all, "fcall", sc.fnArg, len(keys))
 	for _, k := range keys {
@@ -472,10 +459,11 @@ func fcallIntsCmd(ctx context.Context, sc *script, keys []string, args []any) *r
 	}
 	cmd := redis.NewIntSliceCmd(ctx, append(all, args...)...)
 	cmd.SetFirstKeyPos(3)
+	_ = p.Process(ctx, cmd) // its error is cmd's
 	return cmd
 }
 
-// processor is a Client or ClusterClient.
+// processor is a Client, ClusterClient, or their pipelines.
 type processor interface {
 	Process(ctx context.Context, cmd redis.Cmder) error
 }
