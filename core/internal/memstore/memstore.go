@@ -237,11 +237,11 @@ func (st *memState) add(n, t, now int64) int64 {
 // expire sets when the state is empty again: 0 when it holds nothing.
 func (st *memState) expire() {
 	switch {
-	case st.alg != store.SlidingCounter && len(st.buckets) > 0:
+	case len(st.buckets) > 0: // a sliding log or buckets
 		st.expires = (st.buckets[len(st.buckets)-1].index+1)*st.prec + st.window
-	case st.alg == store.SlidingCounter && st.cur > 0:
+	case st.cur > 0: // a sliding counter
 		st.expires = (st.w + 2) * st.window
-	case st.alg == store.SlidingCounter && st.prev > 0:
+	case st.prev > 0:
 		st.expires = (st.w + 1) * st.window
 	default:
 		st.expires = 0
@@ -322,11 +322,8 @@ func floorDiv(a, b int64) int64 {
 	return q
 }
 
-// Allow decides r as decide in algorithms.lua does: every limit is checked,
-// then r.N units are recorded under all (r.Commit set, every limit admits)
-// or none. A blocked key is denied under every limit, with a retry and
-// reset of at least the block's time left. A committed denial of a key not
-// blocked counts towards r.Penalty; the one that reaches it bans the key.
+// Allow mirrors decide in algorithms.lua: a blocked key is denied under
+// every limit, with a retry and reset of at least the block's time left.
 func (s *Store) Allow(_ context.Context, r store.Request) (store.Decision, error) {
 	sh, key, now := s.lock(r.Key, r.Now)
 	defer sh.unlock(key, now)
@@ -360,8 +357,7 @@ func (s *Store) Allow(_ context.Context, r store.Request) (store.Decision, error
 	return d, nil
 }
 
-// penalize mirrors penalize in algorithms.lua: it counts a denial of key,
-// banning the key at the penalty's count; it returns the ban's µs (0: none).
+// penalize mirrors penalize in algorithms.lua; it returns the ban's µs (0: none).
 func (sh *memShard) penalize(key string, p store.Penalty, now int64) int64 {
 	mk := sh.keys[key]
 	if mk.denialsEnd <= now {
@@ -375,8 +371,7 @@ func (sh *memShard) penalize(key string, p store.Penalty, now int64) int64 {
 	return mk.blocked - now
 }
 
-// Refund mirrors refund.lua: it gives back up to r.N units of r.Key under
-// every limit, those at r.At or with r.At 0 the newest up to now.
+// Refund mirrors refund.lua.
 func (s *Store) Refund(_ context.Context, r store.Request) error {
 	sh, key, now := s.lock(r.Key, r.Now)
 	defer sh.unlock(key, now)
@@ -423,10 +418,7 @@ func (st *memState) refund(count, n, now, at int64) {
 	st.expire()
 }
 
-// Reserve mirrors reserve.lua: it records r.N units at the earliest time
-// they fit under every limit (all store.SlidingLog), counting reservations
-// already made and after any block of the key, unless that is more than
-// longest µs from now (longest < 0: no bound).
+// Reserve mirrors reserve.lua: the units wait for any block of the key too.
 func (s *Store) Reserve(_ context.Context, r store.Request, longest int64) (store.Reservation, error) {
 	sh, key, now := s.lock(r.Key, r.Now)
 	defer sh.unlock(key, now)
@@ -449,8 +441,7 @@ func (s *Store) Reserve(_ context.Context, r store.Request, longest int64) (stor
 	return store.Reservation{OK: true, Wait: at - now, At: at}, nil
 }
 
-// Release mirrors release.lua: it removes up to r.N units at res.At under
-// every limit of r.
+// Release mirrors release.lua.
 func (s *Store) Release(_ context.Context, r store.Request, res store.Reservation) error {
 	sh, key, now := s.lock(r.Key, r.Now)
 	defer sh.unlock(key, now)
@@ -468,8 +459,7 @@ func (s *Store) Release(_ context.Context, r store.Request, res store.Reservatio
 	return nil
 }
 
-// Block mirrors block.lua: r.Key is exhausted under any limits for d from
-// now, unless it is blocked longer already.
+// Block mirrors block.lua.
 func (s *Store) Block(_ context.Context, r store.Request, d time.Duration) error {
 	sh, key, now := s.lock(r.Key, r.Now)
 	defer sh.unlock(key, now)
@@ -478,8 +468,7 @@ func (s *Store) Block(_ context.Context, r store.Request, d time.Duration) error
 	return nil
 }
 
-// Reset mirrors reset.lua: it forgets every unit of r.Key under r.Limits,
-// its block and its penalty's denials.
+// Reset mirrors reset.lua.
 func (s *Store) Reset(_ context.Context, r store.Request) error {
 	sh, key, now := s.lock(r.Key, r.Now)
 	defer sh.unlock(key, now)
@@ -513,8 +502,8 @@ func (s *Store) Keys(now int64) []string {
 	return keys
 }
 
-// Units returns, for tests, how many units key's sliding log of l holds,
-// reservations and expired ones not yet dropped included.
+// Units returns, for tests, the units of key's sliding log of l, reserved
+// and expired ones included.
 func (s *Store) Units(key string, l store.Limit) int64 {
 	key = store.HeldKey(key)
 	sh := s.shard(key)
