@@ -43,21 +43,13 @@ const (
 	libraryTimeout = 5 * time.Second  // bounds one load
 )
 
-// libraryScript is one script of a library: its function's name suffix,
-// its own source, and whether it runs after algorithms.lua.
-type libraryScript struct {
-	s          *script
-	name, body string
-	algorithms bool
-}
-
 // libraryFunctions are algorithms.lua's functions that the scripts call,
 // each named as its script; a script that calls any other fails under
 // FCALL (TestLibrary).
 var libraryFunctions = [...]string{"allow", "allow_batch", "reserve", "release", "refund", "block"}
 
 // newLibrary builds the library of scripts (setting their fn) for rdb.
-func newLibrary(rdb redis.Scripter, algorithms string, scripts []libraryScript) *library {
+func newLibrary(rdb redis.Scripter, algorithms string, scripts []*script) *library {
 	h := sha1.New()
 	h.Write([]byte(algorithms))
 	for _, sc := range scripts {
@@ -77,9 +69,9 @@ func newLibrary(rdb redis.Scripter, algorithms string, scripts []libraryScript) 
 	}
 	b.WriteString("}\nend\n")
 	for _, sc := range scripts {
-		sc.s.fn = name + "_" + sc.name
-		sc.s.fnArg = sc.s.fn
-		fmt.Fprintf(&b, "\nredis.register_function('%s', function(KEYS, ARGV)\n", sc.s.fn)
+		sc.fn = name + "_" + sc.name
+		sc.fnArg = sc.fn
+		fmt.Fprintf(&b, "\nredis.register_function('%s', function(KEYS, ARGV)\n", sc.fn)
 		if sc.algorithms {
 			fmt.Fprintf(&b, "  api = api or build()\n  local %s = api.%s\n", sc.name, sc.name)
 		}

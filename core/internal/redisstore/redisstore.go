@@ -43,8 +43,7 @@ type Store struct {
 	prefix    string
 	t         *transport
 	limitArgs limitArgs
-	known     context.Context      // ended: a lookup with it sends nothing (see Node)
-	cluster   *redis.ClusterClient // nil: not a Cluster
+	known     context.Context // ended: a lookup with it sends nothing (see Node)
 
 	allowS, allowBatchS, reserveS, releaseS, resetS, blockS, refundS *script
 }
@@ -55,18 +54,17 @@ var _ store.Remote = (*Store)(nil)
 // *redis.Ring or failover client), its keys under prefix.
 func New(rdb redis.Scripter, prefix string) *Store {
 	s := &Store{rdb: rdb, prefix: prefix, t: newTransport(rdb)}
-	s.cluster, _ = rdb.(*redis.ClusterClient)
 	known, cancel := context.WithCancel(context.Background())
 	cancel()
 	s.known = known
-	var scripts []libraryScript
+	var scripts []*script
 	add := func(name, body string, algorithms bool) *script {
 		src := body
 		if algorithms {
 			src = algorithmsLua + body
 		}
-		sc := &script{Script: redis.NewScript(src)}
-		scripts = append(scripts, libraryScript{sc, name, body, algorithms})
+		sc := &script{Script: redis.NewScript(src), name: name, body: body, algorithms: algorithms}
+		scripts = append(scripts, sc)
 		return sc
 	}
 	s.allowS = add("allow", allowLua, true)
@@ -94,11 +92,12 @@ func (s *Store) AnsweredSince(sent int64) bool { return s.t.answeredSince(sent) 
 // the client knows it without a round trip; "" when not a Cluster, before
 // Redis first answered, or when unknown.
 func (s *Store) Node(key string) string {
-	if s.cluster == nil || !s.t.answeredSince(1) {
+	cluster, ok := s.rdb.(*redis.ClusterClient)
+	if !ok || !s.t.answeredSince(1) {
 		return ""
 	}
 	var buf [256]byte
-	m, err := s.cluster.MasterForKey(s.known, string(appendTag(buf[:0], s.prefix, key)))
+	m, err := cluster.MasterForKey(s.known, string(appendTag(buf[:0], s.prefix, key)))
 	if err != nil {
 		return ""
 	}
@@ -121,9 +120,6 @@ func (s *Store) Allow(ctx context.Context, r store.Request) (store.Decision, err
 	}
 	c := s.newCall(s.allowS, r, own)
 	c.merged, c.answers = s.allowBatchS, 3+3*len(r.Limits)
-	if s.t.pipe == nil { // a Cluster or Ring: by key (see transport)
-		c.lane = c.keys[0][:len(c.keys[0])-len(blockName)] // "rw:{k}:block"
-	}
 	c.args = append(c.args, s.spec(r), r.N)
 	if r.Now != 0 {
 		c.args = append(c.args, r.Now)
@@ -262,9 +258,7 @@ func (s *Store) scriptError(ctx context.Context, op string, err error) error {
 
 // explainRefusal wraps err with what to do when it is an error reply that
 // fails every decision until someone acts on Redis (see refusals); any
-// other error is returned as it is. Without the password, Redis answers a
-// command of more than 10 arguments with "Protocol error: unauthenticated
-// multibulk length", not NOAUTH.
+// other error is returned as it is.
 func explainRefusal(err error) error {
 	for _, r := range refusals {
 		if redis.HasErrorPrefix(err, r.prefix) {
@@ -285,7 +279,7 @@ var refusals = [...]struct {
 	{"MISCONF", "redis refuses writes: its last RDB save failed and stop-writes-on-bgsave-error is yes: fix the save (disk space, permissions of dir)", store.ErrNoWrites},
 	{"NOREPLICAS", "redis refuses writes: fewer replicas are connected than min-replicas-to-write requires", store.ErrNoWrites},
 	{"NOAUTH", "redis requires authentication (NOAUTH): set the client's Password (and Username for an ACL user)", nil},
-	{"Protocol error: unauthenticated", "redis requires authentication (NOAUTH): set the client's Password (and Username for an ACL user)", nil},
+	{"Protocol error: unauthenticated", "redis requires authentication (NOAUTH): set the client's Password (and Username for an ACL user)", nil}, // a command of over 10 arguments without the password
 }
 
 // refusal is an error reply of Redis explained by explainRefusal.
@@ -315,8 +309,7 @@ func (s *Store) spec(r store.Request) any {
 		}
 		return a.peek
 	}
-	b := make([]byte, 0, 16+32*len(r.Limits))
-	b = appendSpecHead(b, r.Commit, r.Penalty)
+	b := appendSpecHead(make([]byte, 0, 16+32*len(r.Limits)), r.Commit, r.Penalty)
 	for _, l := range r.Limits {
 		b = appendLimitSpec(b, l)
 	}
@@ -351,11 +344,9 @@ type limitArgs [limitArgSlots]atomic.Pointer[limitArg]
 const limitArgSlots = 32 // a service's rules use a few limits
 
 type limitArg struct {
-	count             int64
-	window, precision time.Duration
-	algorithm         store.Algorithm
-	args              [4]any
-	commit, peek      any // the spec of a decision under this limit alone
+	limit        store.Limit
+	args         [4]any
+	commit, peek any // the spec of a decision under this limit alone
 }
 
 func (c *limitArgs) of(l store.Limit) *[4]any { return &c.entry(l).args }
@@ -364,14 +355,12 @@ func (c *limitArgs) entry(l store.Limit) *limitArg {
 	h := uint64(l.Count)*0x9e3779b97f4a7c15 ^ uint64(l.Window)*0xbf58476d1ce4e5b9 ^
 		uint64(l.Precision)*0x94d049bb133111eb ^ uint64(l.Algorithm)
 	slot := &c[(h>>32)%limitArgSlots]
-	if a := slot.Load(); a != nil && a.count == l.Count && a.window == l.Window && a.precision == l.Precision && a.algorithm == l.Algorithm {
+	if a := slot.Load(); a != nil && a.limit == l {
 		return a
 	}
-	a := &limitArg{count: l.Count, window: l.Window, precision: l.Precision, algorithm: l.Algorithm,
-		args: [4]any{int(l.Algorithm), l.Count, micros(l.Window), micros(l.Step())}}
-	limit := appendLimitSpec(nil, l)
-	a.commit = string(append(appendSpecHead(nil, true, store.Penalty{}), limit...))
-	a.peek = string(append(appendSpecHead(nil, false, store.Penalty{}), limit...))
+	a := &limitArg{limit: l, args: [4]any{int(l.Algorithm), l.Count, micros(l.Window), micros(l.Step())}}
+	commit := string(appendLimitSpec(appendSpecHead(nil, true, store.Penalty{}), l))
+	a.commit, a.peek = commit, "0"+commit[1:]
 	slot.Store(a)
 	return a
 }

@@ -18,19 +18,16 @@ import (
 
 // transport sends one Limiter's script calls to Redis. A call alone (on a
 // single server: none in flight; on a Cluster or Ring: no decision in
-// flight on its hash tag) goes out on its caller's goroutine through
-// direct, which closes a connection whose read its deadline cut short.
+// flight on its hash tag) goes out on its caller's goroutine through direct.
 // Otherwise it is queued, and a flusher sends the queue at once, decisions
-// merged into allow_batch calls; its caller leaves at its deadline while
-// the flusher reads the reply to the end, so a slow moment costs no
-// connection. The transport adds no hook to the client.
+// merged into allow_batch calls, reading the replies to the end after their
+// callers left at their deadlines. It adds no hook to the client.
 type transport struct {
 	rdb  redis.Scripter
 	pipe func() redis.Pipeliner // a *redis.Client's: calls queue and merge; nil: lanes
-	// direct ends a call at its context's deadline wherever go-redis waits:
-	// rdb with ContextTimeoutEnabled, or for a *redis.Client without it a
-	// clone with it (sharing its connections, running none of its hooks);
-	// nil: a Cluster or Ring without it
+	// direct ends a call at its context's deadline: rdb with
+	// ContextTimeoutEnabled, or a *redis.Client's clone with it (the same
+	// connections, none of its hooks); nil: a Cluster or Ring without it
 	direct redis.Scripter
 	lib    *library // runs the scripts as FCALL once loaded; nil: EVALSHA
 
@@ -68,16 +65,18 @@ type call struct {
 	err     error
 	done    chan struct{} // buffered: whoever fills the call never blocks on it
 	limit   time.Time     // a queued call's deadline beside ctx's; zero: none
-	lane    string        // Cluster/Ring: the decision's hash tag ("rw:{k}:"); "": none
 	timer   *time.Timer   // the timer of limit (see await); nil until needed
 }
 
-// script is a Lua script and its function's name in the library.
+// script is a Lua script, and in the library: its name's suffix, its own
+// source, whether it runs after algorithms.lua, and its function's name.
 type script struct {
 	*redis.Script
-	fn    string
-	fnArg any  // fn, boxed once
-	ints  bool // the reply is a flat array of integers: FCALL reads it as []int64
+	name, body string
+	algorithms bool
+	fn         string
+	fnArg      any  // fn, boxed once
+	ints       bool // the reply is a flat array of integers: FCALL reads it as []int64
 }
 
 func newTransport(rdb redis.Scripter) *transport {
@@ -226,8 +225,7 @@ func (t *transport) recycle(c *call) {
 
 // run sends c and returns the script's reply, by deadline at the latest
 // (zero: ctx's alone). c must not be used afterwards. A queued caller waits
-// on a timer kept in its pooled call, not a context.WithTimeout, which
-// costs 4 allocations and a runtime timer a call.
+// on a timer kept in its pooled call (see await), not a context.WithTimeout.
 func (t *transport) run(ctx context.Context, c *call, deadline time.Time) (any, error) {
 	if err := ended(ctx, deadline); err != nil {
 		t.recycle(c)
@@ -265,12 +263,13 @@ func ended(ctx context.Context, deadline time.Time) error {
 	return context.DeadlineExceeded
 }
 
-// runLane runs c alone unless a decision on its lane is in flight, else queues it.
+// runLane runs c alone unless a decision on its lane (its hash tag
+// "rw:{k}:", of its block key "rw:{k}:block") is in flight, else queues it.
 func (t *transport) runLane(ctx context.Context, c *call, deadline time.Time) (any, error) {
-	if c.lane == "" {
+	if c.merged == nil {
 		return t.runAlone(ctx, c, deadline)
 	}
-	lane := c.lane
+	lane := c.keys[0][:len(c.keys[0])-len(blockName)]
 	t.mu.Lock()
 	if q, busy := t.lanes[lane]; busy {
 		c.ctx, c.limit = ctx, deadline
@@ -443,10 +442,9 @@ func (t *transport) runOne(ctx context.Context, rdb redis.Scripter, c *call) (an
 	return reply, err
 }
 
-// fcall runs (or in a pipeline queues) FCALL of sc's function on rdb, a
-// script with ints read as []int64 (FCall's reply would box every value),
-// built as go-redis's FCall builds it: first key position set, so that a
-// Cluster routes it by that key.
+// fcall runs (in a pipeline: queues) FCALL of sc's function on rdb; with
+// ints read as []int64 (FCall's reply boxes every value), its first key
+// position set as FCall sets it, so that a Cluster routes it by that key.
 func fcall(ctx context.Context, rdb redis.Scripter, sc *script, keys []string, args []any) redis.Cmder {
 	p, ok := rdb.(processor)
 	if !ok || !sc.ints {
