@@ -114,27 +114,22 @@ func (t *transport) answer(s *sent, reply any, err error) (failed []*call) {
 	if err == nil && replyLen(reply) != total {
 		err = fmt.Errorf("%w: a merged call returned %T of %d values for %d calls", store.ErrUnexpectedReply, reply, replyLen(reply), len(s.calls))
 	}
-	at := 0
-	var parts [][]int64 // the calls' integer answers (see share)
-	if _, ints := reply.(*redis.IntSliceCmd); ints && err == nil {
-		parts = make([][]int64, len(s.calls))
-	}
-	for i, c := range s.calls {
-		if err != nil {
+	if err != nil {
+		for _, c := range s.calls {
 			t.finish(c, nil, err)
-			continue
 		}
-		var part *[]int64
-		if parts != nil {
-			part = &parts[i]
-		}
-		v, ok := share(reply, at, c.answers, part)
+		return nil
+	}
+	at := 0
+	parts := make([][]int64, len(s.calls)) // the calls' integer answers (see share)
+	for i, c := range s.calls {
+		v, ok := share(reply, at, c.answers, &parts[i])
 		at += c.answers
-		if !ok {
+		if ok {
+			t.finish(c, v, nil)
+		} else {
 			failed = append(failed, c)
-			continue
 		}
-		t.finish(c, v, nil)
 	}
 	return failed
 }
