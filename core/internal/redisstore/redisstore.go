@@ -240,9 +240,8 @@ func (s *Store) exec(ctx context.Context, op string, c *call, deadline time.Time
 func micros(d time.Duration) int64 { return int64(d / time.Microsecond) }
 
 // scriptError is the error of script op failing with err: the caller's
-// own context's end as it is, else a *store.Error. A failure without a
-// reply starts a health check (unless a failed dial itself) and is
-// explained by the last one's finding.
+// own context's end as it is, else a *store.Error; one without a reply
+// explained (see checkDial).
 func (s *Store) scriptError(ctx context.Context, op string, err error) error {
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		return err
@@ -250,9 +249,7 @@ func (s *Store) scriptError(ctx context.Context, op string, err error) error {
 	if replied(err) {
 		return &store.Error{Replied: true, Err: fmt.Errorf("ratewindow: %s script: %w", op, explainRefusal(err))}
 	}
-	if !s.t.noteDial(err) {
-		s.t.checkDial()
-	}
+	s.t.checkDial(err)
 	return &store.Error{Err: s.t.explain(fmt.Errorf("ratewindow: %s script: %w", op, err))}
 }
 

@@ -156,9 +156,15 @@ type dialError struct {
 // dialErrorAge is how long a failed health check explains later failures.
 const dialErrorAge = 10 * time.Second
 
-// checkDial starts a health check in the background, at most one at a
-// time, whose error explains the failures that follow (see explain).
-func (t *transport) checkDial() {
+// checkDial has the failures that follow err, a call's failure without a
+// reply, explained (see explain): by err when it is the call's own failed
+// dial (not a timeout), else by a health check it starts in the
+// background, at most one at a time.
+func (t *transport) checkDial(err error) {
+	if op := (*net.OpError)(nil); errors.As(err, &op) && op.Op == "dial" && !op.Timeout() {
+		t.dialErr.Store(&dialError{err, time.Now()})
+		return
+	}
 	if t.health == nil || !t.checking.CompareAndSwap(false, true) {
 		return
 	}
@@ -177,17 +183,6 @@ func (t *transport) checkDial() {
 
 // errUnhealthy: the health check tells nothing new; the last explanation stays.
 var errUnhealthy = errors.New("unhealthy")
-
-// noteDial keeps err, and reports true, when it is a call's own failed
-// dial (not a timeout): it explains later failures as a health check's.
-func (t *transport) noteDial(err error) bool {
-	var op *net.OpError
-	if !errors.As(err, &op) || op.Op != "dial" || op.Timeout() {
-		return false
-	}
-	t.dialErr.Store(&dialError{err, time.Now()})
-	return true
-}
 
 // explain returns err with the health check's recent failure, if any.
 func (t *transport) explain(err error) error {
