@@ -76,7 +76,7 @@ func New(rdb redis.Scripter, prefix string) *Store {
 	s.refundS = add("refund", refundLua, true)
 	s.allowBatchS = add("allow_batch", allowBatchLua, true)
 	s.allowBatchS.ints = true
-	if _, ok := rdb.(functionCaller); ok {
+	if _, ok := rdb.(processor); ok {
 		s.t.lib = newLibrary(rdb, algorithmsLua, scripts)
 	}
 	return s

@@ -285,9 +285,9 @@ func (t *transport) handOffLane(lane string) {
 	}
 }
 
-// flushLane sends lane's queue, batch after batch, until it is empty. A
-// lane's decisions go merged: through direct with their latest deadline,
-// else through the client, whose ReadTimeout ends a wait.
+// flushLane sends lane's queue, batch after batch, until it is empty,
+// decisions merged: through direct (by their latest deadline, if all have
+// one), else through the client, whose ReadTimeout ends a wait.
 func (t *transport) flushLane(lane string, batch []*call) {
 	for ; batch != nil; batch = t.takeLane(lane) {
 		for _, s := range t.plan(t.live(batch)) {
@@ -295,8 +295,9 @@ func (t *transport) flushLane(lane string, batch []*call) {
 			cancel := context.CancelFunc(func() {})
 			if t.direct != nil {
 				rdb = t.direct
-				if deadline := latest(s.calls); !deadline.IsZero() {
-					ctx, cancel = context.WithDeadline(ctx, deadline)
+				if !slices.ContainsFunc(s.calls, func(c *call) bool { return c.limit.IsZero() }) {
+					latest := slices.MaxFunc(s.calls, func(a, b *call) int { return a.limit.Compare(b.limit) })
+					ctx, cancel = context.WithDeadline(ctx, latest.limit)
 				}
 			}
 			t.runSent(ctx, rdb, s)
@@ -317,15 +318,6 @@ func (t *transport) takeLane(lane string) []*call {
 	}
 	t.lanes[lane] = nil
 	return batch
-}
-
-// latest returns the latest deadline of calls (not empty); zero when one
-// has none.
-func latest(calls []*call) time.Time {
-	if slices.ContainsFunc(calls, func(c *call) bool { return c.limit.IsZero() }) {
-		return time.Time{}
-	}
-	return slices.MaxFunc(calls, func(a, b *call) int { return a.limit.Compare(b.limit) }).limit
 }
 
 // runAlone sends c on its own: through direct on the caller's goroutine,
@@ -426,7 +418,7 @@ func (t *transport) finish(c *call, reply any, err error) {
 // else (or when FCALL is refused) EVALSHA, then EVAL after NOSCRIPT.
 func (t *transport) runOne(ctx context.Context, rdb redis.Scripter, c *call) (any, error) {
 	if t.lib != nil && t.lib.usable() {
-		reply, err := result(fcall(ctx, rdb, c.script, c.keys, c.args))
+		reply, err := result(fcall(ctx, rdb.(processor), c.script, c.keys, c.args))
 		if !t.lib.refused(err) {
 			t.answered(err)
 			return reply, err
@@ -437,31 +429,28 @@ func (t *transport) runOne(ctx context.Context, rdb redis.Scripter, c *call) (an
 	return reply, err
 }
 
-// fcall runs (in a pipeline: queues) FCALL of sc's function on rdb; with
-// ints read as []int64 (FCall's reply boxes every value), its first key
-// position set as FCall sets it, so that a Cluster routes it by that key.
-func fcall(ctx context.Context, rdb redis.Scripter, sc *script, keys []string, args []any) redis.Cmder {
-	p, ok := rdb.(processor)
-	if !ok || !sc.ints {
-		return rdb.(functionCaller).FCall(ctx, sc.fn, keys, args...)
-	}
+// fcall runs (in a pipeline: queues) FCALL of sc's function on p, built
+// as FCall builds it (the first key position set, so that a Cluster routes
+// it by that key); with ints its reply is read as []int64, not boxed.
+func fcall(ctx context.Context, p processor, sc *script, keys []string, args []any) redis.Cmder {
 	all := make([]any, 0, 3+len(keys)+len(args))
 	all = append(all, "fcall", sc.fnArg, len(keys))
 	for _, k := range keys {
 		all = append(all, k)
 	}
-	cmd := redis.NewIntSliceCmd(ctx, append(all, args...)...)
+	all = append(all, args...)
+	var cmd redis.Cmder
+	if sc.ints {
+		cmd = redis.NewIntSliceCmd(ctx, all...)
+	} else {
+		cmd = redis.NewCmd(ctx, all...)
+	}
 	cmd.SetFirstKeyPos(3)
 	_ = p.Process(ctx, cmd) // its error is cmd's
 	return cmd
 }
 
-// processor is a Client, ClusterClient, or their pipelines.
+// processor runs a command: a Client, ClusterClient, or their pipelines.
 type processor interface {
 	Process(ctx context.Context, cmd redis.Cmder) error
-}
-
-// functionCaller runs FCALL: a Client, ClusterClient, or their pipelines.
-type functionCaller interface {
-	FCall(ctx context.Context, function string, keys []string, args ...any) *redis.Cmd
 }
