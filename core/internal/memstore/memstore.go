@@ -74,9 +74,8 @@ func (s *Store) shard(key string) *memShard {
 	return &s.shards[maphash.String(s.seed, key)%memShards]
 }
 
-// lock returns the shard of key locked, the key in its held form, and the
-// call's time: now, or with now 0 the store's clock. Every sweepEvery-th
-// call first sweeps the next shard in turn, so idle shards are swept too.
+// lock returns key's shard locked, the key held, and the call's time (now,
+// or the clock's); every sweepEvery-th call first sweeps the next shard.
 func (s *Store) lock(key string, now int64) (*memShard, string, int64) {
 	key = store.HeldKey(key)
 	if now == 0 {
@@ -93,9 +92,8 @@ func (s *Store) lock(key string, now int64) (*memShard, string, int64) {
 	return sh, key, now
 }
 
-// sweep drops expired keys as Redis's active expiry does: it samples
-// sweepKeys keys (in random map order), again while more than a quarter
-// of a sample had expired, at most sweepRounds times.
+// sweep drops expired keys as Redis's active expiry does: sweepKeys keys
+// at a time, again while over a quarter had expired, at most sweepRounds times.
 func (sh *memShard) sweep(now int64) {
 	for range sweepRounds {
 		sampled, expired := 0, 0

@@ -134,10 +134,9 @@ func (t *transport) answer(s *sent, reply any, err error) (failed []*call) {
 	return failed
 }
 
-// again sends the decisions that failed in a merged call (-1) alone, so
-// that each caller gets Redis's own error (WRONGTYPE...). A decision fails
-// before it records anything, and a run on the same keys fails alike: the
-// run's first error answers the rest.
+// again sends the decisions that failed in a merged call (-1) alone, for
+// Redis's own error (WRONGTYPE...). A decision fails before it records
+// anything, and alike on the same keys: a run's first error answers the rest.
 func (t *transport) again(failed []*call) {
 	var keys []string
 	var err error

@@ -333,9 +333,8 @@ func appendSpaced(b []byte, vs ...int64) []byte {
 	return b
 }
 
-// limitArgs caches the boxed script arguments (boxing allocates) and
-// single-limit specs of recent limits: one slot a limit, by its hash,
-// taken over on a miss; read and written without a lock.
+// limitArgs caches the boxed script arguments and single-limit specs of
+// recent limits: a slot a limit, by its hash, taken over on a miss; no lock.
 type limitArgs [limitArgSlots]atomic.Pointer[limitArg]
 
 const limitArgSlots = 32 // a service's rules use a few limits
