@@ -47,12 +47,13 @@ type memKey struct {
 	expires             int64 // the latest of its states', block's and denials' ends
 }
 
-// memState is one limit's state: the fields of its algorithm are used.
+// memState is one limit's state: the fields of its algorithm are used. A
+// sliding log is buckets of 1µs, its units at t in the one ending at t
+// (see bucketOf), so that it is checked, added to and refunded alike.
 type memState struct {
 	alg          store.Algorithm
 	window, prec int64    // µs
-	log          []int64  // sliding log: unit times, ascending
-	buckets      []bucket // sliding buckets: ascending by index
+	buckets      []bucket // sliding log and buckets: ascending by index
 	w, prev, cur int64    // sliding counter
 	expires      int64    // µs; zero when empty
 }
@@ -73,9 +74,8 @@ func (s *Store) shard(key string) *memShard {
 	return &s.shards[maphash.String(s.seed, key)%memShards]
 }
 
-// lock returns the shard of key locked, the key in its held form, and the
-// call's time: now, or with now 0 the store's clock. Every sweepEvery-th
-// call first sweeps the next shard in turn, so idle shards are swept too.
+// lock returns key's shard locked, the key held, and the call's time (now,
+// or the clock's); every sweepEvery-th call first sweeps the next shard.
 func (s *Store) lock(key string, now int64) (*memShard, string, int64) {
 	key = store.HeldKey(key)
 	if now == 0 {
@@ -92,9 +92,8 @@ func (s *Store) lock(key string, now int64) (*memShard, string, int64) {
 	return sh, key, now
 }
 
-// sweep drops expired keys as Redis's active expiry does: it samples
-// sweepKeys keys (in random map order), again while more than a quarter
-// of a sample had expired, at most sweepRounds times.
+// sweep drops expired keys as Redis's active expiry does: sweepKeys keys
+// at a time, again while over a quarter had expired, at most sweepRounds times.
 func (sh *memShard) sweep(now int64) {
 	for range sweepRounds {
 		sampled, expired := 0, 0
@@ -159,12 +158,29 @@ func (mk *memKey) find(l store.Limit) *memState {
 	return nil
 }
 
-// statePrecision is SlidingBuckets' bucket length in µs, else 0.
+// statePrecision is the bucket length in µs: 1 for SlidingLog, 0 for
+// SlidingCounter.
 func statePrecision(l store.Limit) int64 {
-	if l.Algorithm == store.SlidingBuckets {
+	switch l.Algorithm {
+	case store.SlidingLog:
+		return 1
+	case store.SlidingBuckets:
 		return l.Step().Microseconds()
 	}
 	return 0
+}
+
+// bucketOf returns the index of the bucket of the µs t.
+func (st *memState) bucketOf(t int64) int64 {
+	if st.alg == store.SlidingLog {
+		t-- // the bucket ending at t
+	}
+	return floorDiv(t, st.prec)
+}
+
+// seek returns where the bucket of index b is in st.buckets, or goes.
+func (st *memState) seek(b int64) (int, bool) {
+	return slices.BinarySearchFunc(st.buckets, b, func(x bucket, b int64) int { return cmp.Compare(x.index, b) })
 }
 
 // unlock ends every call that locked the shard: it updates key's expiry
@@ -188,20 +204,16 @@ func (sh *memShard) unlock(key string, now int64) {
 }
 
 func (st *memState) clear() {
-	st.log = st.log[:0]
 	st.buckets = st.buckets[:0]
 	st.w, st.prev, st.cur, st.expires = 0, 0, 0, 0
 }
 
 // check mirrors the *_check functions of algorithms.lua.
 func (st *memState) check(count, n, now int64) (free, retry, reset int64) {
-	switch st.alg {
-	case store.SlidingLog:
-		free, retry = st.logCheck(count, n, now)
-	case store.SlidingBuckets:
-		free, retry = st.bucketsCheck(count, n, now)
-	default:
+	if st.alg == store.SlidingCounter {
 		free, retry = st.counterCheck(count, n, now)
+	} else {
+		free, retry = st.bucketsCheck(count, n, now)
 	}
 	st.expire()
 	return free, retry, max(st.expires-now, 0)
@@ -209,23 +221,12 @@ func (st *memState) check(count, n, now int64) (free, retry, reset int64) {
 
 // add mirrors the *_add functions of algorithms.lua; it returns the reset.
 func (st *memState) add(n, t, now int64) int64 {
-	switch st.alg {
-	case store.SlidingLog:
-		i, _ := slices.BinarySearch(st.log, t+1) // after the units at t
-		st.log = append(st.log, make([]int64, n)...)
-		copy(st.log[i+int(n):], st.log[i:])
-		for j := range n {
-			st.log[i+int(j)] = t
-		}
-	case store.SlidingBuckets:
-		b := floorDiv(now, st.prec)
-		if i, found := slices.BinarySearchFunc(st.buckets, b, func(x bucket, b int64) int { return cmp.Compare(x.index, b) }); found {
-			st.buckets[i].count += n
-		} else {
-			st.buckets = slices.Insert(st.buckets, i, bucket{b, n})
-		}
-	default:
+	if st.alg == store.SlidingCounter {
 		st.w, st.cur = st.roll(now), st.cur+n
+	} else if i, found := st.seek(st.bucketOf(t)); found {
+		st.buckets[i].count += n
+	} else {
+		st.buckets = slices.Insert(st.buckets, i, bucket{st.bucketOf(t), n})
 	}
 	st.expire()
 	return st.expires - now
@@ -234,42 +235,24 @@ func (st *memState) add(n, t, now int64) int64 {
 // expire sets when the state is empty again: 0 when it holds nothing.
 func (st *memState) expire() {
 	switch {
-	case st.alg == store.SlidingLog && len(st.log) > 0:
-		st.expires = st.log[len(st.log)-1] + st.window
-	case st.alg == store.SlidingBuckets && len(st.buckets) > 0:
+	case len(st.buckets) > 0: // a sliding log or buckets
 		st.expires = (st.buckets[len(st.buckets)-1].index+1)*st.prec + st.window
-	case st.alg == store.SlidingCounter && st.cur > 0:
+	case st.cur > 0: // a sliding counter
 		st.expires = (st.w + 2) * st.window
-	case st.alg == store.SlidingCounter && st.prev > 0:
+	case st.prev > 0:
 		st.expires = (st.w + 1) * st.window
 	default:
 		st.expires = 0
 	}
 }
 
-// logCheck, bucketsCheck and counterCheck drop what left the window and
-// return the units free and the retry; check sets the expiry.
-func (st *memState) logCheck(count, n, now int64) (free, retry int64) {
-	// Scan from the front rather than bisect: usually no unit or one has
+// bucketsCheck and counterCheck drop what left the window and return the
+// units free and the retry; check sets the expiry.
+func (st *memState) bucketsCheck(count, n, now int64) (free, retry int64) {
+	// Scan from the front rather than bisect: usually no bucket or one has
 	// left since the last call.
 	i := 0
-	for i < len(st.log) && st.log[i] <= now-st.window {
-		i++
-	}
-	st.log = slices.Delete(st.log, 0, i)
-	used := int64(len(st.log))
-	if k := count - n + 1; k <= 0 {
-		retry = -1
-	} else if used >= k {
-		retry = st.log[used-k] + st.window - now
-	}
-	return max(count-used, 0), retry
-}
-
-func (st *memState) bucketsCheck(count, n, now int64) (free, retry int64) {
-	oldest := floorDiv(now-st.window, st.prec)
-	i := 0 // from the front, as in logCheck
-	for i < len(st.buckets) && st.buckets[i].index < oldest {
+	for i < len(st.buckets) && (st.buckets[i].index+1)*st.prec <= now-st.window {
 		i++
 	}
 	st.buckets = slices.Delete(st.buckets, 0, i)
@@ -337,11 +320,8 @@ func floorDiv(a, b int64) int64 {
 	return q
 }
 
-// Allow decides r as decide in algorithms.lua does: every limit is checked,
-// then r.N units are recorded under all (r.Commit set, every limit admits)
-// or none. A blocked key is denied under every limit, with a retry and
-// reset of at least the block's time left. A committed denial of a key not
-// blocked counts towards r.Penalty; the one that reaches it bans the key.
+// Allow mirrors decide in algorithms.lua: a blocked key is denied under
+// every limit, with a retry and reset of at least the block's time left.
 func (s *Store) Allow(_ context.Context, r store.Request) (store.Decision, error) {
 	sh, key, now := s.lock(r.Key, r.Now)
 	defer sh.unlock(key, now)
@@ -375,8 +355,7 @@ func (s *Store) Allow(_ context.Context, r store.Request) (store.Decision, error
 	return d, nil
 }
 
-// penalize mirrors penalize in algorithms.lua: it counts a denial of key,
-// banning the key at the penalty's count; it returns the ban's µs (0: none).
+// penalize mirrors penalize in algorithms.lua; it returns the ban's µs (0: none).
 func (sh *memShard) penalize(key string, p store.Penalty, now int64) int64 {
 	mk := sh.keys[key]
 	if mk.denialsEnd <= now {
@@ -390,8 +369,7 @@ func (sh *memShard) penalize(key string, p store.Penalty, now int64) int64 {
 	return mk.blocked - now
 }
 
-// Refund mirrors refund.lua: it gives back up to r.N units of r.Key under
-// every limit, those at r.At or with r.At 0 the newest up to now.
+// Refund mirrors refund.lua.
 func (s *Store) Refund(_ context.Context, r store.Request) error {
 	sh, key, now := s.lock(r.Key, r.Now)
 	defer sh.unlock(key, now)
@@ -407,26 +385,12 @@ func (s *Store) Refund(_ context.Context, r store.Request) error {
 // refund is Refund for one limit's state.
 func (st *memState) refund(count, n, now, at int64) {
 	var given int64
-	switch st.alg {
-	case store.SlidingLog:
-		st.logCheck(count, 1, now) // drops the units that left
-		lo, hi := now-st.window, now
-		if at > 0 {
-			if at <= lo || at > now {
-				return
-			}
-			lo, hi = at-1, at
-		}
-		// the newest n units in (lo, hi]
-		i, _ := slices.BinarySearch(st.log, lo+1)
-		j, _ := slices.BinarySearch(st.log, hi+1)
-		st.log = slices.Delete(st.log, max(i, j-int(min(n, int64(j)))), j)
-	case store.SlidingBuckets:
+	if st.alg != store.SlidingCounter {
 		st.bucketsCheck(count, 1, now) // drops the buckets that left
-		current := floorDiv(now, st.prec)
+		current := st.bucketOf(now)
 		for i := len(st.buckets) - 1; i >= 0 && given < n; i-- {
 			b := &st.buckets[i]
-			if b.index > current || (at > 0 && b.index != floorDiv(at, st.prec)) {
+			if b.index > current || (at > 0 && b.index != st.bucketOf(at)) {
 				continue
 			}
 			take := min(n-given, b.count)
@@ -434,7 +398,7 @@ func (st *memState) refund(count, n, now, at int64) {
 			given += take
 		}
 		st.buckets = slices.DeleteFunc(st.buckets, func(b bucket) bool { return b.count == 0 })
-	default:
+	} else {
 		c := st.roll(now)
 		fromCur, fromPrev := true, true
 		if at > 0 {
@@ -452,10 +416,7 @@ func (st *memState) refund(count, n, now, at int64) {
 	st.expire()
 }
 
-// Reserve mirrors reserve.lua: it records r.N units at the earliest time
-// they fit under every limit (all store.SlidingLog), counting reservations
-// already made and after any block of the key, unless that is more than
-// longest µs from now (longest < 0: no bound).
+// Reserve mirrors reserve.lua: the units wait for any block of the key too.
 func (s *Store) Reserve(_ context.Context, r store.Request, longest int64) (store.Reservation, error) {
 	sh, key, now := s.lock(r.Key, r.Now)
 	defer sh.unlock(key, now)
@@ -478,25 +439,25 @@ func (s *Store) Reserve(_ context.Context, r store.Request, longest int64) (stor
 	return store.Reservation{OK: true, Wait: at - now, At: at}, nil
 }
 
-// Release mirrors release.lua: it removes up to r.N units at res.At under
-// every limit of r.
+// Release mirrors release.lua.
 func (s *Store) Release(_ context.Context, r store.Request, res store.Reservation) error {
 	sh, key, now := s.lock(r.Key, r.Now)
 	defer sh.unlock(key, now)
 	mk := sh.keys[key]
 	for _, l := range r.Limits {
 		if st := mk.find(l); st != nil {
-			i, _ := slices.BinarySearch(st.log, res.At)
-			j, _ := slices.BinarySearch(st.log, res.At+1)
-			st.log = slices.Delete(st.log, max(i, j-int(r.N)), j) // r.N of the units at res.At
+			if i, found := st.seek(st.bucketOf(res.At)); found { // r.N of the units at res.At
+				if st.buckets[i].count -= min(r.N, st.buckets[i].count); st.buckets[i].count == 0 {
+					st.buckets = slices.Delete(st.buckets, i, i+1)
+				}
+			}
 			st.expire()
 		}
 	}
 	return nil
 }
 
-// Block mirrors block.lua: r.Key is exhausted under any limits for d from
-// now, unless it is blocked longer already.
+// Block mirrors block.lua.
 func (s *Store) Block(_ context.Context, r store.Request, d time.Duration) error {
 	sh, key, now := s.lock(r.Key, r.Now)
 	defer sh.unlock(key, now)
@@ -505,8 +466,7 @@ func (s *Store) Block(_ context.Context, r store.Request, d time.Duration) error
 	return nil
 }
 
-// Reset mirrors reset.lua: it forgets every unit of r.Key under r.Limits,
-// its block and its penalty's denials.
+// Reset mirrors reset.lua.
 func (s *Store) Reset(_ context.Context, r store.Request) error {
 	sh, key, now := s.lock(r.Key, r.Now)
 	defer sh.unlock(key, now)
@@ -540,17 +500,20 @@ func (s *Store) Keys(now int64) []string {
 	return keys
 }
 
-// Units returns, for tests, how many units key's sliding log of l holds,
-// reservations and expired ones not yet dropped included.
+// Units returns, for tests, the units of key's sliding log of l, reserved
+// and expired ones included.
 func (s *Store) Units(key string, l store.Limit) int64 {
 	key = store.HeldKey(key)
 	sh := s.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	var units int64
 	if st := sh.keys[key].find(l); st != nil {
-		return int64(len(st.log))
+		for _, b := range st.buckets {
+			units += b.count
+		}
 	}
-	return 0
+	return units
 }
 
 // Check reports nil: the memory store has nothing to check.

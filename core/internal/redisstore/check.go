@@ -19,10 +19,9 @@ var checkLua string
 // checkKey is check.lua's key, with tag as its hash tag.
 func checkKey(prefix, tag string) string { return prefix + "{" + tag + "}:check" }
 
-// Check runs core.Limiter.Check on every node of s's client: each
-// answers, runs the scripts, takes a write and will not evict; then it
-// loads the scripts, so that a Redis near maxmemory fails here and not at
-// the first decision.
+// Check runs core.Limiter.Check on every node of s's client: each answers,
+// runs the scripts, takes a write and will not evict; then it loads the
+// scripts, so that a Redis near maxmemory fails here, not at a decision.
 func (s *Store) Check(ctx context.Context) error {
 	err := s.checkNodes(ctx)
 	if err != nil && !errors.Is(err, store.ErrCheckIncomplete) {

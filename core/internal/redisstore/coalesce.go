@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -30,17 +29,12 @@ type sent struct {
 // live returns, in batch's array, the calls still awaited; it answers the rest.
 func (t *transport) live(batch []*call) []*call {
 	live := batch[:0]
-	now := time.Now()
 	for _, c := range batch {
-		if err := c.ctx.Err(); err != nil {
+		if err := ended(c.ctx, c.limit); err != nil {
 			t.finish(c, nil, err)
-			continue
+		} else {
+			live = append(live, c)
 		}
-		if !c.limit.IsZero() && !now.Before(c.limit) {
-			t.finish(c, nil, context.DeadlineExceeded)
-			continue
-		}
-		live = append(live, c)
 	}
 	return live
 }
@@ -66,15 +60,11 @@ func (t *transport) send(batch []*call) {
 		return
 	}
 	pipe := t.pipe()
-	fcall := t.lib != nil && t.lib.usable()
+	lib := t.lib != nil && t.lib.usable()
 	for _, s := range cmds {
-		switch {
-		case fcall && s.script.ints:
-			s.cmd = fcallIntsCmd(ctx, s.script, s.keys, s.args)
-			_ = pipe.Process(ctx, s.cmd)
-		case fcall:
-			s.cmd = pipe.FCall(ctx, s.script.fn, s.keys, s.args...)
-		default:
+		if lib {
+			s.cmd = fcall(ctx, pipe, s.script, s.keys, s.args)
+		} else {
 			s.cmd = pipe.EvalSha(ctx, s.script.Hash(), s.keys, s.args...)
 		}
 	}
@@ -84,11 +74,11 @@ func (t *transport) send(batch []*call) {
 	var again redis.Pipeliner
 	for _, s := range cmds {
 		// (nil first: HasErrorPrefix allocates even for a nil error)
-		if err := s.cmd.Err(); err != nil && (redis.HasErrorPrefix(err, "NOSCRIPT") || fcall && t.lib.refused(err)) {
+		if err := s.cmd.Err(); err != nil && (redis.HasErrorPrefix(err, "NOSCRIPT") || lib && t.lib.refused(err)) {
 			if again == nil {
 				again = t.pipe()
 			}
-			s.cmd = again.Eval(ctx, s.script.src, s.keys, s.args...)
+			s.cmd = s.script.Eval(ctx, again, s.keys, s.args...)
 		}
 	}
 	if again != nil {
@@ -124,35 +114,29 @@ func (t *transport) answer(s *sent, reply any, err error) (failed []*call) {
 	if err == nil && replyLen(reply) != total {
 		err = fmt.Errorf("%w: a merged call returned %T of %d values for %d calls", store.ErrUnexpectedReply, reply, replyLen(reply), len(s.calls))
 	}
-	at := 0
-	var parts [][]int64 // the calls' integer answers (see share)
-	if _, ints := reply.(*redis.IntSliceCmd); ints && err == nil {
-		parts = make([][]int64, len(s.calls))
-	}
-	for i, c := range s.calls {
-		if err != nil {
+	if err != nil {
+		for _, c := range s.calls {
 			t.finish(c, nil, err)
-			continue
 		}
-		var part *[]int64
-		if parts != nil {
-			part = &parts[i]
-		}
-		v, ok := share(reply, at, c.answers, part)
+		return nil
+	}
+	at := 0
+	parts := make([][]int64, len(s.calls)) // the calls' integer answers (see share)
+	for i, c := range s.calls {
+		v, ok := share(reply, at, c.answers, &parts[i])
 		at += c.answers
-		if !ok {
+		if ok {
+			t.finish(c, v, nil)
+		} else {
 			failed = append(failed, c)
-			continue
 		}
-		t.finish(c, v, nil)
 	}
 	return failed
 }
 
-// again sends the decisions that failed in a merged call (-1) alone, so
-// that each caller gets Redis's own error (WRONGTYPE...). A decision fails
-// before it records anything, and a run on the same keys fails alike: the
-// run's first error answers the rest.
+// again sends the decisions that failed in a merged call (-1) alone, for
+// Redis's own error (WRONGTYPE...). A decision fails before it records
+// anything, and alike on the same keys: a run's first error answers the rest.
 func (t *transport) again(failed []*call) {
 	var keys []string
 	var err error

@@ -15,13 +15,12 @@ import (
 
 // library holds the scripts as one Redis 7 function library, so that
 // algorithms.lua's definitions run once at load rather than on every EVAL.
-// Calls use EVALSHA until it is loaded (in the background, never in a
-// call's way), and for good where Redis has no functions (Redis 6,
-// miniredis) or the client may not load them (an ACL, a Ring). Its name
-// carries a hash of its source, so that versions side by side in a rolling
-// upgrade each call their own. A call that finds its function missing
-// (FUNCTION FLUSH, a restart, a new Cluster node) runs as EVALSHA, and the
-// library loads again, at most once every libraryRetry.
+// Calls use EVALSHA until it is loaded in the background, and for good where
+// Redis has no functions (Redis 6, miniredis) or the client may not load
+// them (an ACL, a Ring). Its name carries a hash of its source: versions side
+// by side in a rolling upgrade each call their own. A call finding its
+// function missing (FUNCTION FLUSH, a restart, a new Cluster node) runs as
+// EVALSHA, and the library loads again, at most once every libraryRetry.
 type library struct {
 	name  string // ratewindow_<hash>
 	src   string // FUNCTION LOAD's argument
@@ -43,21 +42,13 @@ const (
 	libraryTimeout = 5 * time.Second  // bounds one load
 )
 
-// libraryScript is one script of a library: its function's name suffix,
-// its own source, and whether it runs after algorithms.lua.
-type libraryScript struct {
-	s          *script
-	name, body string
-	algorithms bool
-}
-
 // libraryFunctions are algorithms.lua's functions that the scripts call,
 // each named as its script; a script that calls any other fails under
 // FCALL (TestLibrary).
 var libraryFunctions = [...]string{"allow", "allow_batch", "reserve", "release", "refund", "block"}
 
 // newLibrary builds the library of scripts (setting their fn) for rdb.
-func newLibrary(rdb redis.Scripter, algorithms string, scripts []libraryScript) *library {
+func newLibrary(rdb redis.Scripter, algorithms string, scripts []*script) *library {
 	h := sha1.New()
 	h.Write([]byte(algorithms))
 	for _, sc := range scripts {
@@ -65,26 +56,22 @@ func newLibrary(rdb redis.Scripter, algorithms string, scripts []libraryScript) 
 	}
 	name := "ratewindow_" + hex.EncodeToString(h.Sum(nil)[:8])
 	var b strings.Builder
-	fmt.Fprintf(&b, "#!lua name=%s\n", name)
-	b.WriteString("local api -- algorithms.lua's functions, built by the first call\n")
-	b.WriteString("-- The standard libraries cannot be reached while a library loads, so\n")
-	b.WriteString("-- algorithms.lua runs in build, on the first call, and once.\n")
-	b.WriteString("local function build()\n")
-	b.WriteString(algorithms)
-	b.WriteString("\nreturn {")
+	fmt.Fprintf(&b, "#!lua name=%s\nlocal api -- algorithms.lua's functions, built by the first call\n"+
+		"-- The standard libraries cannot be reached while a library loads, so\n"+
+		"-- algorithms.lua runs in build, on the first call, and once.\n"+
+		"local function build()\n%s\nreturn {", name, algorithms)
 	for _, n := range libraryFunctions {
 		fmt.Fprintf(&b, "%s = %s, ", n, n)
 	}
 	b.WriteString("}\nend\n")
 	for _, sc := range scripts {
-		sc.s.fn = name + "_" + sc.name
-		sc.s.fnArg = sc.s.fn
-		fmt.Fprintf(&b, "\nredis.register_function('%s', function(KEYS, ARGV)\n", sc.s.fn)
+		sc.fn = name + "_" + sc.name
+		sc.fnArg = sc.fn
+		fmt.Fprintf(&b, "\nredis.register_function('%s', function(KEYS, ARGV)\n", sc.fn)
 		if sc.algorithms {
 			fmt.Fprintf(&b, "  api = api or build()\n  local %s = api.%s\n", sc.name, sc.name)
 		}
-		b.WriteString(sc.body)
-		b.WriteString("\nend)\n")
+		fmt.Fprintf(&b, "%s\nend)\n", sc.body)
 	}
 	l := &library{name: name, src: b.String()}
 	switch c := rdb.(type) {

@@ -13,10 +13,9 @@ const (
 	penaltyName = "penalty"
 )
 
-// keyFormat versions the layouts of the values in limit keys
-// ("rw:{ip:203.0.113.9}:v2:r1m"), so that two versions on one Redis (a
-// rolling deploy) never read each other's (see docs/redis.md). The block
-// and penalty keys keep their names and format, so that a ban holds for all.
+// keyFormat versions the layouts of the values in limit keys ("rw:{k}:v2:r1m"),
+// so that two versions on one Redis (a rolling deploy) never read each
+// other's (see docs/redis.md); the block and penalty keys stay, for all.
 const keyFormat = "v2:"
 
 // Which of a key's own keys appendKeys puts before its limits' keys.

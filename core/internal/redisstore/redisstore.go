@@ -43,8 +43,7 @@ type Store struct {
 	prefix    string
 	t         *transport
 	limitArgs limitArgs
-	known     context.Context      // ended: a lookup with it sends nothing (see Node)
-	cluster   *redis.ClusterClient // nil: not a Cluster
+	known     context.Context // ended: a lookup with it sends nothing (see Node)
 
 	allowS, allowBatchS, reserveS, releaseS, resetS, blockS, refundS *script
 }
@@ -55,18 +54,17 @@ var _ store.Remote = (*Store)(nil)
 // *redis.Ring or failover client), its keys under prefix.
 func New(rdb redis.Scripter, prefix string) *Store {
 	s := &Store{rdb: rdb, prefix: prefix, t: newTransport(rdb)}
-	s.cluster, _ = rdb.(*redis.ClusterClient)
 	known, cancel := context.WithCancel(context.Background())
 	cancel()
 	s.known = known
-	var scripts []libraryScript
+	var scripts []*script
 	add := func(name, body string, algorithms bool) *script {
 		src := body
 		if algorithms {
 			src = algorithmsLua + body
 		}
-		sc := newScript(src)
-		scripts = append(scripts, libraryScript{sc, name, body, algorithms})
+		sc := &script{Script: redis.NewScript(src), name: name, body: body, algorithms: algorithms}
+		scripts = append(scripts, sc)
 		return sc
 	}
 	s.allowS = add("allow", allowLua, true)
@@ -78,7 +76,7 @@ func New(rdb redis.Scripter, prefix string) *Store {
 	s.refundS = add("refund", refundLua, true)
 	s.allowBatchS = add("allow_batch", allowBatchLua, true)
 	s.allowBatchS.ints = true
-	if _, ok := rdb.(functionCaller); ok {
+	if _, ok := rdb.(processor); ok {
 		s.t.lib = newLibrary(rdb, algorithmsLua, scripts)
 	}
 	return s
@@ -94,11 +92,12 @@ func (s *Store) AnsweredSince(sent int64) bool { return s.t.answeredSince(sent) 
 // the client knows it without a round trip; "" when not a Cluster, before
 // Redis first answered, or when unknown.
 func (s *Store) Node(key string) string {
-	if s.cluster == nil || !s.t.answeredSince(1) {
+	cluster, ok := s.rdb.(*redis.ClusterClient)
+	if !ok || !s.t.answeredSince(1) {
 		return ""
 	}
 	var buf [256]byte
-	m, err := s.cluster.MasterForKey(s.known, string(appendTag(buf[:0], s.prefix, key)))
+	m, err := cluster.MasterForKey(s.known, string(appendTag(buf[:0], s.prefix, key)))
 	if err != nil {
 		return ""
 	}
@@ -121,9 +120,6 @@ func (s *Store) Allow(ctx context.Context, r store.Request) (store.Decision, err
 	}
 	c := s.newCall(s.allowS, r, own)
 	c.merged, c.answers = s.allowBatchS, 3+3*len(r.Limits)
-	if s.t.pipe == nil { // a Cluster or Ring: by key (see transport)
-		c.lane = c.keys[0][:len(c.keys[0])-len(blockName)] // "rw:{k}:block"
-	}
 	c.args = append(c.args, s.spec(r), r.N)
 	if r.Now != 0 {
 		c.args = append(c.args, r.Now)
@@ -244,9 +240,8 @@ func (s *Store) exec(ctx context.Context, op string, c *call, deadline time.Time
 func micros(d time.Duration) int64 { return int64(d / time.Microsecond) }
 
 // scriptError is the error of script op failing with err: the caller's
-// own context's end as it is, else a *store.Error. A failure without a
-// reply starts a health check (unless a failed dial itself) and is
-// explained by the last one's finding.
+// own context's end as it is, else a *store.Error; one without a reply
+// explained (see checkDial).
 func (s *Store) scriptError(ctx context.Context, op string, err error) error {
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		return err
@@ -254,17 +249,13 @@ func (s *Store) scriptError(ctx context.Context, op string, err error) error {
 	if replied(err) {
 		return &store.Error{Replied: true, Err: fmt.Errorf("ratewindow: %s script: %w", op, explainRefusal(err))}
 	}
-	if !s.t.noteDial(err) {
-		s.t.checkDial()
-	}
+	s.t.checkDial(err)
 	return &store.Error{Err: s.t.explain(fmt.Errorf("ratewindow: %s script: %w", op, err))}
 }
 
 // explainRefusal wraps err with what to do when it is an error reply that
 // fails every decision until someone acts on Redis (see refusals); any
-// other error is returned as it is. Without the password, Redis answers a
-// command of more than 10 arguments with "Protocol error: unauthenticated
-// multibulk length", not NOAUTH.
+// other error is returned as it is.
 func explainRefusal(err error) error {
 	for _, r := range refusals {
 		if redis.HasErrorPrefix(err, r.prefix) {
@@ -285,7 +276,7 @@ var refusals = [...]struct {
 	{"MISCONF", "redis refuses writes: its last RDB save failed and stop-writes-on-bgsave-error is yes: fix the save (disk space, permissions of dir)", store.ErrNoWrites},
 	{"NOREPLICAS", "redis refuses writes: fewer replicas are connected than min-replicas-to-write requires", store.ErrNoWrites},
 	{"NOAUTH", "redis requires authentication (NOAUTH): set the client's Password (and Username for an ACL user)", nil},
-	{"Protocol error: unauthenticated", "redis requires authentication (NOAUTH): set the client's Password (and Username for an ACL user)", nil},
+	{"Protocol error: unauthenticated", "redis requires authentication (NOAUTH): set the client's Password (and Username for an ACL user)", nil}, // a command of over 10 arguments without the password
 }
 
 // refusal is an error reply of Redis explained by explainRefusal.
@@ -315,8 +306,7 @@ func (s *Store) spec(r store.Request) any {
 		}
 		return a.peek
 	}
-	b := make([]byte, 0, 16+32*len(r.Limits))
-	b = appendSpecHead(b, r.Commit, r.Penalty)
+	b := appendSpecHead(make([]byte, 0, 16+32*len(r.Limits)), r.Commit, r.Penalty)
 	for _, l := range r.Limits {
 		b = appendLimitSpec(b, l)
 	}
@@ -343,19 +333,16 @@ func appendSpaced(b []byte, vs ...int64) []byte {
 	return b
 }
 
-// limitArgs caches the boxed script arguments (boxing allocates) and
-// single-limit specs of recent limits: one slot a limit, by its hash,
-// taken over on a miss; read and written without a lock.
+// limitArgs caches the boxed script arguments and single-limit specs of
+// recent limits: a slot a limit, by its hash, taken over on a miss; no lock.
 type limitArgs [limitArgSlots]atomic.Pointer[limitArg]
 
 const limitArgSlots = 32 // a service's rules use a few limits
 
 type limitArg struct {
-	count             int64
-	window, precision time.Duration
-	algorithm         store.Algorithm
-	args              [4]any
-	commit, peek      any // the spec of a decision under this limit alone
+	limit        store.Limit
+	args         [4]any
+	commit, peek any // the spec of a decision under this limit alone
 }
 
 func (c *limitArgs) of(l store.Limit) *[4]any { return &c.entry(l).args }
@@ -364,14 +351,12 @@ func (c *limitArgs) entry(l store.Limit) *limitArg {
 	h := uint64(l.Count)*0x9e3779b97f4a7c15 ^ uint64(l.Window)*0xbf58476d1ce4e5b9 ^
 		uint64(l.Precision)*0x94d049bb133111eb ^ uint64(l.Algorithm)
 	slot := &c[(h>>32)%limitArgSlots]
-	if a := slot.Load(); a != nil && a.count == l.Count && a.window == l.Window && a.precision == l.Precision && a.algorithm == l.Algorithm {
+	if a := slot.Load(); a != nil && a.limit == l {
 		return a
 	}
-	a := &limitArg{count: l.Count, window: l.Window, precision: l.Precision, algorithm: l.Algorithm,
-		args: [4]any{int(l.Algorithm), l.Count, micros(l.Window), micros(l.Step())}}
-	limit := appendLimitSpec(nil, l)
-	a.commit = string(append(appendSpecHead(nil, true, store.Penalty{}), limit...))
-	a.peek = string(append(appendSpecHead(nil, false, store.Penalty{}), limit...))
+	a := &limitArg{limit: l, args: [4]any{int(l.Algorithm), l.Count, micros(l.Window), micros(l.Step())}}
+	commit := string(appendLimitSpec(appendSpecHead(nil, true, store.Penalty{}), l))
+	a.commit, a.peek = commit, "0"+commit[1:]
 	slot.Store(a)
 	return a
 }

@@ -18,19 +18,16 @@ import (
 
 // transport sends one Limiter's script calls to Redis. A call alone (on a
 // single server: none in flight; on a Cluster or Ring: no decision in
-// flight on its hash tag) goes out on its caller's goroutine through
-// direct, which closes a connection whose read its deadline cut short.
+// flight on its hash tag) goes out on its caller's goroutine through direct.
 // Otherwise it is queued, and a flusher sends the queue at once, decisions
-// merged into allow_batch calls; its caller leaves at its deadline while
-// the flusher reads the reply to the end, so a slow moment costs no
-// connection. The transport adds no hook to the client.
+// merged into allow_batch calls, reading the replies to the end after their
+// callers left at their deadlines. It adds no hook to the client.
 type transport struct {
 	rdb  redis.Scripter
 	pipe func() redis.Pipeliner // a *redis.Client's: calls queue and merge; nil: lanes
-	// direct ends a call at its context's deadline wherever go-redis waits:
-	// rdb with ContextTimeoutEnabled, or for a *redis.Client without it a
-	// clone with it (sharing its connections, running none of its hooks);
-	// nil: a Cluster or Ring without it
+	// direct ends a call at its context's deadline: rdb with
+	// ContextTimeoutEnabled, or a *redis.Client's clone with it (the same
+	// connections, none of its hooks); nil: a Cluster or Ring without it
 	direct redis.Scripter
 	lib    *library // runs the scripts as FCALL once loaded; nil: EVALSHA
 
@@ -68,21 +65,19 @@ type call struct {
 	err     error
 	done    chan struct{} // buffered: whoever fills the call never blocks on it
 	limit   time.Time     // a queued call's deadline beside ctx's; zero: none
-	lane    string        // Cluster/Ring: the decision's hash tag ("rw:{k}:"); "": none
 	timer   *time.Timer   // the timer of limit (see await); nil until needed
 }
 
-// script is a Lua script, its source (sent again after NOSCRIPT) and its
-// function's name in the library.
+// script is a Lua script, and in the library: its name's suffix, its own
+// source, whether it runs after algorithms.lua, and its function's name.
 type script struct {
 	*redis.Script
-	src   string
-	fn    string
-	fnArg any  // fn, boxed once
-	ints  bool // the reply is a flat array of integers: FCALL reads it as []int64
+	name, body string
+	algorithms bool
+	fn         string
+	fnArg      any  // fn, boxed once
+	ints       bool // the reply is a flat array of integers: FCALL reads it as []int64
 }
-
-func newScript(src string) *script { return &script{Script: redis.NewScript(src), src: src} }
 
 func newTransport(rdb redis.Scripter) *transport {
 	t := &transport{rdb: rdb, born: time.Now(), lanes: map[string][]*call{}}
@@ -161,9 +156,15 @@ type dialError struct {
 // dialErrorAge is how long a failed health check explains later failures.
 const dialErrorAge = 10 * time.Second
 
-// checkDial starts a health check in the background, at most one at a
-// time, whose error explains the failures that follow (see explain).
-func (t *transport) checkDial() {
+// checkDial has the failures that follow err, a call's failure without a
+// reply, explained (see explain): by err when it is the call's own failed
+// dial (not a timeout), else by a health check it starts in the
+// background, at most one at a time.
+func (t *transport) checkDial(err error) {
+	if op := (*net.OpError)(nil); errors.As(err, &op) && op.Op == "dial" && !op.Timeout() {
+		t.dialErr.Store(&dialError{err, time.Now()})
+		return
+	}
 	if t.health == nil || !t.checking.CompareAndSwap(false, true) {
 		return
 	}
@@ -182,17 +183,6 @@ func (t *transport) checkDial() {
 
 // errUnhealthy: the health check tells nothing new; the last explanation stays.
 var errUnhealthy = errors.New("unhealthy")
-
-// noteDial keeps err, and reports true, when it is a call's own failed
-// dial (not a timeout): it explains later failures as a health check's.
-func (t *transport) noteDial(err error) bool {
-	var op *net.OpError
-	if !errors.As(err, &op) || op.Op != "dial" || op.Timeout() {
-		return false
-	}
-	t.dialErr.Store(&dialError{err, time.Now()})
-	return true
-}
 
 // explain returns err with the health check's recent failure, if any.
 func (t *transport) explain(err error) error {
@@ -230,14 +220,9 @@ func (t *transport) recycle(c *call) {
 
 // run sends c and returns the script's reply, by deadline at the latest
 // (zero: ctx's alone). c must not be used afterwards. A queued caller waits
-// on a timer kept in its pooled call, not a context.WithTimeout, which
-// costs 4 allocations and a runtime timer a call.
+// on a timer kept in its pooled call (see await), not a context.WithTimeout.
 func (t *transport) run(ctx context.Context, c *call, deadline time.Time) (any, error) {
-	err := ctx.Err()
-	if err == nil && !deadline.IsZero() && !time.Now().Before(deadline) {
-		err = context.DeadlineExceeded
-	}
-	if err != nil {
+	if err := ended(ctx, deadline); err != nil {
 		t.recycle(c)
 		return nil, err
 	}
@@ -264,12 +249,22 @@ func (t *transport) run(ctx context.Context, c *call, deadline time.Time) (any, 
 	return t.await(ctx, c, deadline)
 }
 
-// runLane runs c alone unless a decision on its lane is in flight, else queues it.
+// ended returns ctx's error, or DeadlineExceeded once deadline (zero:
+// none) has passed.
+func ended(ctx context.Context, deadline time.Time) error {
+	if err := ctx.Err(); err != nil || deadline.IsZero() || time.Now().Before(deadline) {
+		return err
+	}
+	return context.DeadlineExceeded
+}
+
+// runLane runs c alone unless a decision on its lane (its hash tag
+// "rw:{k}:", of its block key "rw:{k}:block") is in flight, else queues it.
 func (t *transport) runLane(ctx context.Context, c *call, deadline time.Time) (any, error) {
-	if c.lane == "" {
+	if c.merged == nil {
 		return t.runAlone(ctx, c, deadline)
 	}
-	lane := c.lane
+	lane := c.keys[0][:len(c.keys[0])-len(blockName)]
 	t.mu.Lock()
 	if q, busy := t.lanes[lane]; busy {
 		c.ctx, c.limit = ctx, deadline
@@ -283,63 +278,46 @@ func (t *transport) runLane(ctx context.Context, c *call, deadline time.Time) (a
 	return t.runAlone(ctx, c, deadline)
 }
 
-// handOffLane hands the decisions queued on lane to a flusher, else ends it.
+// handOffLane ends lane, or hands the decisions queued on it to a flusher.
 func (t *transport) handOffLane(lane string) {
+	if batch := t.takeLane(lane); batch != nil {
+		go t.flushLane(lane, batch)
+	}
+}
+
+// flushLane sends lane's queue, batch after batch, until it is empty,
+// decisions merged: through direct (by their latest deadline, if all have
+// one), else through the client, whose ReadTimeout ends a wait.
+func (t *transport) flushLane(lane string, batch []*call) {
+	for ; batch != nil; batch = t.takeLane(lane) {
+		for _, s := range t.plan(t.live(batch)) {
+			ctx, rdb := context.WithoutCancel(s.calls[0].ctx), t.rdb
+			cancel := context.CancelFunc(func() {})
+			if t.direct != nil {
+				rdb = t.direct
+				if !slices.ContainsFunc(s.calls, func(c *call) bool { return c.limit.IsZero() }) {
+					latest := slices.MaxFunc(s.calls, func(a, b *call) int { return a.limit.Compare(b.limit) })
+					ctx, cancel = context.WithDeadline(ctx, latest.limit)
+				}
+			}
+			t.runSent(ctx, rdb, s)
+			cancel()
+		}
+	}
+}
+
+// takeLane returns lane's queue, the lane staying in flight, or when
+// nothing is queued ends the lane and returns nil.
+func (t *transport) takeLane(lane string) []*call {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if !t.endLane(lane) {
-		go t.flushLane(lane)
+	batch := t.lanes[lane]
+	if len(batch) == 0 {
+		delete(t.lanes, lane)
+		return nil
 	}
-}
-
-// flushLane sends lane's queue, batch after batch, until it is empty.
-func (t *transport) flushLane(lane string) {
-	for {
-		t.mu.Lock()
-		if t.endLane(lane) {
-			t.mu.Unlock()
-			return
-		}
-		batch := t.lanes[lane]
-		t.lanes[lane] = nil
-		t.mu.Unlock()
-		t.sendLane(batch)
-	}
-}
-
-// endLane ends lane if nothing is queued on it; t.mu is held.
-func (t *transport) endLane(lane string) bool {
-	if len(t.lanes[lane]) > 0 {
-		return false
-	}
-	delete(t.lanes, lane)
-	return true
-}
-
-// sendLane sends a lane's decisions merged: through direct with their
-// latest deadline, else through the client, whose ReadTimeout ends a wait.
-func (t *transport) sendLane(batch []*call) {
-	for _, s := range t.plan(t.live(batch)) {
-		ctx, rdb := context.WithoutCancel(s.calls[0].ctx), t.rdb
-		cancel := context.CancelFunc(func() {})
-		if t.direct != nil {
-			rdb = t.direct
-			if deadline := latest(s.calls); !deadline.IsZero() {
-				ctx, cancel = context.WithDeadline(ctx, deadline)
-			}
-		}
-		t.runSent(ctx, rdb, s)
-		cancel()
-	}
-}
-
-// latest returns the latest deadline of calls (not empty); zero when one
-// has none.
-func latest(calls []*call) time.Time {
-	if slices.ContainsFunc(calls, func(c *call) bool { return c.limit.IsZero() }) {
-		return time.Time{}
-	}
-	return slices.MaxFunc(calls, func(a, b *call) int { return a.limit.Compare(b.limit) }).limit
+	t.lanes[lane] = nil
+	return batch
 }
 
 // runAlone sends c on its own: through direct on the caller's goroutine,
@@ -440,17 +418,7 @@ func (t *transport) finish(c *call, reply any, err error) {
 // else (or when FCALL is refused) EVALSHA, then EVAL after NOSCRIPT.
 func (t *transport) runOne(ctx context.Context, rdb redis.Scripter, c *call) (any, error) {
 	if t.lib != nil && t.lib.usable() {
-		var reply any
-		var err error
-		if p, ok := rdb.(processor); ok && c.script.ints {
-			// read as []int64: FCall's reply would box every value
-			cmd := fcallIntsCmd(ctx, c.script, c.keys, c.args)
-			if err = p.Process(ctx, cmd); err == nil {
-				reply = cmd
-			}
-		} else {
-			reply, err = rdb.(functionCaller).FCall(ctx, c.script.fn, c.keys, c.args...).Result()
-		}
+		reply, err := result(fcall(ctx, rdb.(processor), c.script, c.keys, c.args))
 		if !t.lib.refused(err) {
 			t.answered(err)
 			return reply, err
@@ -461,26 +429,28 @@ func (t *transport) runOne(ctx context.Context, rdb redis.Scripter, c *call) (an
 	return reply, err
 }
 
-// fcallIntsCmd returns FCALL of sc's function, its reply read as []int64,
-// built as go-redis's FCall builds it (first key position set, so a
-// Cluster routes it by that key).
-func fcallIntsCmd(ctx context.Context, sc *script, keys []string, args []any) *redis.IntSliceCmd {
+// fcall runs (in a pipeline: queues) FCALL of sc's function on p, built
+// as FCall builds it (the first key position set, so that a Cluster routes
+// it by that key); with ints its reply is read as []int64, not boxed.
+func fcall(ctx context.Context, p processor, sc *script, keys []string, args []any) redis.Cmder {
 	all := make([]any, 0, 3+len(keys)+len(args))
 	all = append(all, "fcall", sc.fnArg, len(keys))
 	for _, k := range keys {
 		all = append(all, k)
 	}
-	cmd := redis.NewIntSliceCmd(ctx, append(all, args...)...)
+	all = append(all, args...)
+	var cmd redis.Cmder
+	if sc.ints {
+		cmd = redis.NewIntSliceCmd(ctx, all...)
+	} else {
+		cmd = redis.NewCmd(ctx, all...)
+	}
 	cmd.SetFirstKeyPos(3)
+	_ = p.Process(ctx, cmd) // its error is cmd's
 	return cmd
 }
 
-// processor is a Client or ClusterClient.
+// processor runs a command: a Client, ClusterClient, or their pipelines.
 type processor interface {
 	Process(ctx context.Context, cmd redis.Cmder) error
-}
-
-// functionCaller runs FCALL: a Client, ClusterClient, or their pipelines.
-type functionCaller interface {
-	FCall(ctx context.Context, function string, keys []string, args ...any) *redis.Cmd
 }

@@ -97,7 +97,7 @@ func TestTransportMergedError(t *testing.T) {
 	}
 	ctx := context.Background()
 	for _, sc := range []*script{s.allowS, s.allowBatchS} {
-		if err := rdb.ScriptLoad(ctx, sc.src).Err(); err != nil {
+		if err := sc.Load(ctx, rdb).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
