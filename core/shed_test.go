@@ -17,20 +17,27 @@ import (
 	"github.com/ratewindow/ratewindow/internal/stall"
 )
 
-// overloadedStore is a Redis store that answers other calls while a
-// decision's call gets no reply: Allow notes a reply (of another call),
-// then waits until the decision's deadline and fails as a call that got no
-// reply in time does.
-type overloadedStore struct{ *fakeRemote }
+// silentStore is a Redis store whose calls all get no reply: Allow waits
+// until the decision's deadline and fails as a call that got no reply in
+// time does; no other call is answered meanwhile.
+type silentStore struct{ *fakeRemote }
 
-func (s overloadedStore) Allow(ctx context.Context, r store.Request) (store.Decision, error) {
-	s.answer() // Redis answered another call of this client
+func (s silentStore) Allow(ctx context.Context, r store.Request) (store.Decision, error) {
 	select {
 	case <-time.After(time.Until(r.Deadline)):
 	case <-ctx.Done():
 		return store.Decision{}, ctx.Err()
 	}
 	return store.Decision{}, &store.Error{Err: context.DeadlineExceeded}
+}
+
+// overloadedStore is a silentStore that answers other calls meanwhile:
+// Allow notes a reply (of another call), then gets none itself.
+type overloadedStore struct{ silentStore }
+
+func (s overloadedStore) Allow(ctx context.Context, r store.Request) (store.Decision, error) {
+	s.answer() // Redis answered another call of this client
+	return s.silentStore.Allow(ctx, r)
 }
 
 // TestOverloadIsShed: a decision that runs out of its budget while Redis
@@ -44,7 +51,7 @@ func TestOverloadIsShed(t *testing.T) {
 	for _, mode := range []FailureMode{FailOpen, FailClosed, FailLocal} {
 		t.Run(mode.String(), func(t *testing.T) {
 			rs := redisstore.New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), "shed:")
-			fake := overloadedStore{&fakeRemote{Remote: rs}}
+			fake := overloadedStore{silentStore{&fakeRemote{Remote: rs}}}
 			var events []Event
 			l, err := New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), WithTimeout(timeout), WithFailureMode(mode), WithLocalShare(1),
 				WithObserver(func(e Event) { events = append(events, e) }))
@@ -68,20 +75,6 @@ func TestOverloadIsShed(t *testing.T) {
 			beyond(t, stalls, took, timeout+50*time.Millisecond, "the shed decision")
 		})
 	}
-}
-
-// silentStore is a Redis store whose calls all get no reply: Allow waits
-// until the decision's deadline and fails as a call that got no reply in
-// time does; no other call is answered meanwhile.
-type silentStore struct{ *fakeRemote }
-
-func (s silentStore) Allow(ctx context.Context, r store.Request) (store.Decision, error) {
-	select {
-	case <-time.After(time.Until(r.Deadline)):
-	case <-ctx.Done():
-		return store.Decision{}, ctx.Err()
-	}
-	return store.Decision{}, &store.Error{Err: context.DeadlineExceeded}
 }
 
 // TestStarvedTimeoutNotCounted: a call out of time without a reply while
