@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ratewindow/ratewindow/core/internal/store"
@@ -129,11 +130,12 @@ func ownLimits(limits []Limit) []Limit {
 	for _, l := range own {
 		size += len(l.Name)
 	}
-	names := make([]byte, 0, size)
+	var names strings.Builder
+	names.Grow(size)
 	for _, l := range own {
-		names = append(names, l.Name...)
+		names.WriteString(l.Name)
 	}
-	all := string(names)
+	all := names.String()
 	for i := range own {
 		n := len(own[i].Name)
 		own[i].Name, all = all[:n], all[n:]
