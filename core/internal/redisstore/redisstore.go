@@ -124,32 +124,21 @@ func (s *Store) Allow(ctx context.Context, r store.Request) (store.Decision, err
 	if r.Now != 0 {
 		c.args = append(c.args, r.Now)
 	}
-	reply, err := s.t.run(ctx, c, r.Deadline)
+	reply, err := s.run(ctx, c, r.Deadline)
 	if err != nil {
-		return store.Decision{}, s.scriptError(ctx, "allow", err)
+		return store.Decision{}, err
 	}
 	return parseAllow(reply, r.Room())
 }
 
 // parseAllow reads allow.lua's reply {allowed, blocked, now, then per
-// limit remaining, retry, reset} into a Decision with states: an
-// IntSliceCmd (FCALL), *[]int64 (a merged call's share) or []any (EVALSHA).
+// limit remaining, retry, reset} into a Decision with states.
 func parseAllow(reply any, states []store.State) (store.Decision, error) {
 	n := len(states)
 	var buf [3 + 3*4]int64
-	var ints []int64
-	switch vals := reply.(type) {
-	case *redis.IntSliceCmd:
-		ints = vals.Val()
-	case *[]int64:
-		ints = *vals
-	case []any:
-		var err error
-		if ints, err = appendInts(buf[:0], vals); err != nil {
-			return store.Decision{}, err
-		}
-	default:
-		return store.Decision{}, fmt.Errorf("%w: allow returned %T", store.ErrUnexpectedReply, reply)
+	ints, err := replyInts("allow", reply, buf[:0])
+	if err != nil {
+		return store.Decision{}, err
 	}
 	if len(ints) != 3+3*n {
 		return store.Decision{}, fmt.Errorf("%w: allow returned %d values for %d limits", store.ErrUnexpectedReply, len(ints), n)
@@ -168,15 +157,11 @@ func (s *Store) Reserve(ctx context.Context, r store.Request, longest int64) (st
 	for _, l := range r.Limits {
 		c.args = append(c.args, l.Count, micros(l.Window))
 	}
-	reply, err := s.t.run(ctx, c, r.Deadline)
+	reply, err := s.run(ctx, c, r.Deadline)
 	if err != nil {
-		return store.Reservation{}, s.scriptError(ctx, "reserve", err)
+		return store.Reservation{}, err
 	}
-	vals, ok := reply.([]any)
-	if !ok {
-		return store.Reservation{}, fmt.Errorf("%w: reserve returned %T", store.ErrUnexpectedReply, reply)
-	}
-	ints, err := appendInts(nil, vals)
+	ints, err := replyInts("reserve", reply, nil)
 	switch {
 	case err != nil:
 		return store.Reservation{}, err
@@ -197,19 +182,19 @@ func (s *Store) Release(ctx context.Context, r store.Request, res store.Reservat
 	for _, l := range r.Limits {
 		c.args = append(c.args, micros(l.Window))
 	}
-	return s.exec(ctx, "release", c, r.Deadline)
+	return s.exec(ctx, c, r.Deadline)
 }
 
 // Reset forgets r.Key under r.Limits, its block and penalty (reset.lua).
 func (s *Store) Reset(ctx context.Context, r store.Request) error {
-	return s.exec(ctx, "reset", s.newCall(s.resetS, r, withBlock|withPenalty), r.Deadline)
+	return s.exec(ctx, s.newCall(s.resetS, r, withBlock|withPenalty), r.Deadline)
 }
 
 // Block blocks r.Key for d (block.lua).
 func (s *Store) Block(ctx context.Context, r store.Request, d time.Duration) error {
 	c := s.newCall(s.blockS, store.Request{Key: r.Key}, withBlock)
 	c.args = append(c.args, r.Now, micros(d))
-	return s.exec(ctx, "block", c, r.Deadline)
+	return s.exec(ctx, c, r.Deadline)
 }
 
 // Refund gives back units (refund.lua).
@@ -219,9 +204,9 @@ func (s *Store) Refund(ctx context.Context, r store.Request) error {
 	for _, l := range r.Limits {
 		c.args = append(c.args, s.limitArgs.of(l)[:]...) // algorithm, count, window, precision
 	}
-	reply, err := s.t.run(ctx, c, r.Deadline)
+	reply, err := s.run(ctx, c, r.Deadline)
 	if err != nil {
-		return s.scriptError(ctx, "refund", err)
+		return err
 	}
 	if vals, ok := reply.([]any); !ok || len(vals) != len(r.Limits) {
 		return fmt.Errorf("%w: refund returned %v for %d limits", store.ErrUnexpectedReply, reply, len(r.Limits))
@@ -229,28 +214,28 @@ func (s *Store) Refund(ctx context.Context, r store.Request) error {
 	return nil
 }
 
-// exec runs c, a script named op whose reply tells nothing.
-func (s *Store) exec(ctx context.Context, op string, c *call, deadline time.Time) error {
-	if _, err := s.t.run(ctx, c, deadline); err != nil {
-		return s.scriptError(ctx, op, err)
-	}
-	return nil
-}
-
 func micros(d time.Duration) int64 { return int64(d / time.Microsecond) }
 
-// scriptError is the error of script op failing with err: the caller's
-// own context's end as it is, else a *store.Error; one without a reply
-// explained (see checkDial).
-func (s *Store) scriptError(ctx context.Context, op string, err error) error {
-	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-		return err
-	}
-	if replied(err) {
-		return &store.Error{Replied: true, Err: fmt.Errorf("ratewindow: %s script: %w", op, explainRefusal(err))}
+// run runs c, by deadline at the latest, and returns its script's reply. It
+// fails with the caller's own context's end as it is, else a *store.Error;
+// one without a reply explained (see checkDial).
+func (s *Store) run(ctx context.Context, c *call, deadline time.Time) (any, error) {
+	op := c.script.name // read now: c goes back to the pool in t.run
+	reply, err := s.t.run(ctx, c, deadline)
+	switch {
+	case err == nil || ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		return reply, err
+	case replied(err):
+		return nil, &store.Error{Replied: true, Err: fmt.Errorf("ratewindow: %s script: %w", op, explainRefusal(err))}
 	}
 	s.t.checkDial(err)
-	return &store.Error{Err: s.t.explain(fmt.Errorf("ratewindow: %s script: %w", op, err))}
+	return nil, &store.Error{Err: s.t.explain(fmt.Errorf("ratewindow: %s script: %w", op, err))}
+}
+
+// exec runs c, a script whose reply tells nothing (see run).
+func (s *Store) exec(ctx context.Context, c *call, deadline time.Time) error {
+	_, err := s.run(ctx, c, deadline)
+	return err
 }
 
 // explainRefusal wraps err with what to do when it is an error reply that
@@ -361,22 +346,31 @@ func (c *limitArgs) entry(l store.Limit) *limitArg {
 	return a
 }
 
-// appendInts appends a script's reply as integers to dst; anything but a
-// number is an unexpected reply, never a panic.
-func appendInts(dst []int64, reply []any) ([]int64, error) {
-	for i, v := range reply {
-		switch v := v.(type) {
-		case int64:
-			dst = append(dst, v)
-		case string:
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				return nil, fmt.Errorf("%w: value %d is %q", store.ErrUnexpectedReply, i, v)
+// replyInts returns script op's reply as integers: an IntSliceCmd (FCALL
+// with script.ints), *[]int64 (a merged call's share), or []any (EVALSHA)
+// appended to buf; anything but numbers is an unexpected reply, never a panic.
+func replyInts(op string, reply any, buf []int64) ([]int64, error) {
+	switch reply := reply.(type) {
+	case *redis.IntSliceCmd:
+		return reply.Val(), nil
+	case *[]int64:
+		return *reply, nil
+	case []any:
+		for i, v := range reply {
+			switch v := v.(type) {
+			case int64:
+				buf = append(buf, v)
+			case string:
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					return nil, fmt.Errorf("%w: value %d is %q", store.ErrUnexpectedReply, i, v)
+				}
+				buf = append(buf, n)
+			default:
+				return nil, fmt.Errorf("%w: value %d is %T", store.ErrUnexpectedReply, i, v)
 			}
-			dst = append(dst, n)
-		default:
-			return nil, fmt.Errorf("%w: value %d is %T", store.ErrUnexpectedReply, i, v)
 		}
+		return buf, nil
 	}
-	return dst, nil
+	return nil, fmt.Errorf("%w: %s returned %T", store.ErrUnexpectedReply, op, reply)
 }
