@@ -47,7 +47,7 @@ func (s *Store) loadScripts(ctx context.Context) error {
 		}
 		lib.state.Store(libraryUnusable)
 	}
-	for _, sc := range []*script{s.allowS, s.allowBatchS, s.reserveS, s.releaseS, s.resetS, s.blockS, s.refundS} {
+	for _, sc := range s.scripts {
 		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
 			return fmt.Errorf("ratewindow: check: loading the scripts (SCRIPT LOAD): %w", explainRefusal(err))
 		}

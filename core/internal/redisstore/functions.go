@@ -26,7 +26,7 @@ type library struct {
 	src   string // FUNCTION LOAD's argument
 	state atomic.Int32
 	retry atomic.Int64                    // unix ns before which no load starts after a failure
-	load  func(ctx context.Context) error // on every master; nil: the client cannot
+	load  func(ctx context.Context) error // on every master
 }
 
 // The states of a library.
@@ -47,33 +47,10 @@ const (
 // FCALL (TestLibrary).
 var libraryFunctions = [...]string{"allow", "allow_batch", "reserve", "release", "refund", "block"}
 
-// newLibrary builds the library of scripts (setting their fn) for rdb.
+// newLibrary builds the library of scripts (setting their fn) for rdb;
+// nil when rdb cannot load it (a Ring).
 func newLibrary(rdb redis.Scripter, algorithms string, scripts []*script) *library {
-	h := sha1.New()
-	h.Write([]byte(algorithms))
-	for _, sc := range scripts {
-		fmt.Fprintf(h, "\x00%s\x00%v\x00%s", sc.name, sc.algorithms, sc.body)
-	}
-	name := "ratewindow_" + hex.EncodeToString(h.Sum(nil)[:8])
-	var b strings.Builder
-	fmt.Fprintf(&b, "#!lua name=%s\nlocal api -- algorithms.lua's functions, built by the first call\n"+
-		"-- The standard libraries cannot be reached while a library loads, so\n"+
-		"-- algorithms.lua runs in build, on the first call, and once.\n"+
-		"local function build()\n%s\nreturn {", name, algorithms)
-	for _, n := range libraryFunctions {
-		fmt.Fprintf(&b, "%s = %s, ", n, n)
-	}
-	b.WriteString("}\nend\n")
-	for _, sc := range scripts {
-		sc.fn = name + "_" + sc.name
-		sc.fnArg = sc.fn
-		fmt.Fprintf(&b, "\nredis.register_function('%s', function(KEYS, ARGV)\n", sc.fn)
-		if sc.algorithms {
-			fmt.Fprintf(&b, "  api = api or build()\n  local %s = api.%s\n", sc.name, sc.name)
-		}
-		fmt.Fprintf(&b, "%s\nend)\n", sc.body)
-	}
-	l := &library{name: name, src: b.String()}
+	l := &library{}
 	switch c := rdb.(type) {
 	case *redis.Client: // also NewFailoverClient
 		l.load = func(ctx context.Context) error { return loadLibrary(ctx, c, l.src) }
@@ -82,8 +59,32 @@ func newLibrary(rdb redis.Scripter, algorithms string, scripts []*script) *libra
 			return c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return loadLibrary(ctx, m, l.src) })
 		}
 	default:
-		l.state.Store(libraryUnusable)
+		return nil
 	}
+	h := sha1.New()
+	h.Write([]byte(algorithms))
+	for _, sc := range scripts {
+		fmt.Fprintf(h, "\x00%s\x00%v\x00%s", sc.name, sc.algorithms, sc.body)
+	}
+	l.name = "ratewindow_" + hex.EncodeToString(h.Sum(nil)[:8])
+	var b strings.Builder
+	fmt.Fprintf(&b, "#!lua name=%s\nlocal api -- algorithms.lua's functions, built by the first call\n"+
+		"-- The standard libraries cannot be reached while a library loads, so\n"+
+		"-- algorithms.lua runs in build, on the first call, and once.\n"+
+		"local function build()\n%s\nreturn {", l.name, algorithms)
+	for _, n := range libraryFunctions {
+		fmt.Fprintf(&b, "%s = %s, ", n, n)
+	}
+	b.WriteString("}\nend\n")
+	for _, sc := range scripts {
+		sc.fn = l.name + "_" + sc.name
+		fmt.Fprintf(&b, "\nredis.register_function('%s', function(KEYS, ARGV)\n", sc.fn)
+		if sc.algorithms {
+			fmt.Fprintf(&b, "  api = api or build()\n  local %s = api.%s\n", sc.name, sc.name)
+		}
+		fmt.Fprintf(&b, "%s\nend)\n", sc.body)
+	}
+	l.src = b.String()
 	return l
 }
 

@@ -44,6 +44,7 @@ type Store struct {
 	t         *transport
 	limitArgs limitArgs
 	known     context.Context // ended: a lookup with it sends nothing (see Node)
+	scripts   []*script       // every script below, in the library's order
 
 	allowS, allowBatchS, reserveS, releaseS, resetS, blockS, refundS *script
 }
@@ -57,14 +58,13 @@ func New(rdb redis.Scripter, prefix string) *Store {
 	known, cancel := context.WithCancel(context.Background())
 	cancel()
 	s.known = known
-	var scripts []*script
 	add := func(name, body string, algorithms bool) *script {
 		src := body
 		if algorithms {
 			src = algorithmsLua + body
 		}
 		sc := &script{Script: redis.NewScript(src), name: name, body: body, algorithms: algorithms}
-		scripts = append(scripts, sc)
+		s.scripts = append(s.scripts, sc)
 		return sc
 	}
 	s.allowS = add("allow", allowLua, true)
@@ -76,9 +76,7 @@ func New(rdb redis.Scripter, prefix string) *Store {
 	s.refundS = add("refund", refundLua, true)
 	s.allowBatchS = add("allow_batch", allowBatchLua, true)
 	s.allowBatchS.ints = true
-	if _, ok := rdb.(processor); ok {
-		s.t.lib = newLibrary(rdb, algorithmsLua, scripts)
-	}
+	s.t.lib = newLibrary(rdb, algorithmsLua, s.scripts)
 	return s
 }
 

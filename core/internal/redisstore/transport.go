@@ -74,8 +74,7 @@ type script struct {
 	*redis.Script
 	name, body string
 	algorithms bool
-	fn         string
-	fnArg      any  // fn, boxed once
+	fn         any  // its function's name (a string), boxed once
 	ints       bool // the reply is a flat array of integers: FCALL reads it as []int64
 }
 
@@ -434,7 +433,7 @@ func (t *transport) runOne(ctx context.Context, rdb redis.Scripter, c *call) (an
 // it by that key); with ints its reply is read as []int64, not boxed.
 func fcall(ctx context.Context, p processor, sc *script, keys []string, args []any) redis.Cmder {
 	all := make([]any, 0, 3+len(keys)+len(args))
-	all = append(all, "fcall", sc.fnArg, len(keys))
+	all = append(all, "fcall", sc.fn, len(keys))
 	for _, k := range keys {
 		all = append(all, k)
 	}
