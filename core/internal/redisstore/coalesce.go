@@ -17,13 +17,11 @@ import (
 // maxMerged bounds a merged call, so that it never holds the server long.
 const maxMerged = 256
 
-// sent is one command of a batch: one call's script, or many calls merged.
+// sent is one command of a batch: one caller's call, or many merged.
 type sent struct {
-	cmd    redis.Cmder // a Cmd, or an IntSliceCmd (see script.ints)
-	script *script
-	keys   []string
-	args   []any
-	calls  []*call // more than one: merged
+	cmd   redis.Cmder // a Cmd, or an IntSliceCmd (see script.ints)
+	out   *call       // what goes out: calls[0], or an allow_batch call merging calls
+	calls []*call
 }
 
 // live returns, in batch's array, the calls still awaited; it answers the rest.
@@ -63,9 +61,9 @@ func (t *transport) send(batch []*call) {
 	lib := t.lib != nil && t.lib.usable()
 	for _, s := range cmds {
 		if lib {
-			s.cmd = fcall(ctx, pipe, s.script, s.keys, s.args)
+			s.cmd = fcall(ctx, pipe, s.out)
 		} else {
-			s.cmd = pipe.EvalSha(ctx, s.script.Hash(), s.keys, s.args...)
+			s.cmd = pipe.EvalSha(ctx, s.out.script.Hash(), s.out.keys, s.out.args...)
 		}
 	}
 	_, _ = pipe.Exec(ctx) // every command carries its own error
@@ -78,7 +76,7 @@ func (t *transport) send(batch []*call) {
 			if again == nil {
 				again = t.pipe()
 			}
-			s.cmd = s.script.Eval(ctx, again, s.keys, s.args...)
+			s.cmd = s.out.script.Eval(ctx, again, s.out.keys, s.out.args...)
 		}
 	}
 	if again != nil {
@@ -97,13 +95,13 @@ func (t *transport) send(batch []*call) {
 
 // runSent runs s alone on rdb and hands its callers their replies.
 func (t *transport) runSent(ctx context.Context, rdb redis.Scripter, s *sent) {
-	reply, err := t.runOne(ctx, rdb, &call{script: s.script, keys: s.keys, args: s.args})
+	reply, err := t.runOne(ctx, rdb, s.out)
 	t.again(t.answer(s, reply, err))
 }
 
 // answer hands s's callers their replies; it returns the merged ones that failed.
 func (t *transport) answer(s *sent, reply any, err error) (failed []*call) {
-	if s.script != s.calls[0].merged {
+	if s.out == s.calls[0] { // not merged
 		t.finish(s.calls[0], reply, err)
 		return nil
 	}
@@ -197,7 +195,7 @@ func (t *transport) plan(live []*call) []*sent {
 	var group []*call
 	for _, c := range live {
 		if c.merged == nil {
-			cmds = append(cmds, &sent{script: c.script, keys: c.keys, args: c.args, calls: []*call{c}})
+			cmds = append(cmds, &sent{out: c, calls: []*call{c}})
 			continue
 		}
 		if group = append(group, c); len(group) == maxMerged {
@@ -215,7 +213,7 @@ func (t *transport) plan(live []*call) []*sent {
 func merge(calls []*call) *sent {
 	c := calls[0]
 	if len(calls) == 1 {
-		return &sent{script: c.script, keys: c.keys, args: c.args, calls: calls}
+		return &sent{out: c, calls: calls}
 	}
 	var specsBuf [8]any
 	specs := specsBuf[:0] // allow.lua's ARGV[1], each once
@@ -229,8 +227,7 @@ func merge(calls []*call) *sent {
 		}
 		nkeys += len(c.keys)
 	}
-	g := &sent{script: c.merged, calls: calls, keys: make([]string, 0, nkeys),
-		args: make([]any, 0, 2+len(specs)+3*len(calls))}
+	g := &call{script: c.merged, keys: make([]string, 0, nkeys), args: make([]any, 0, 2+len(specs)+3*len(calls))}
 	g.args = append(g.args, len(calls), len(specs))
 	g.args = append(g.args, specs...)
 	for i, c := range calls {
@@ -241,5 +238,5 @@ func merge(calls []*call) *sent {
 		}
 		g.args = append(g.args, index[i], c.args[1], now)
 	}
-	return g
+	return &sent{out: g, calls: calls}
 }

@@ -417,7 +417,7 @@ func (t *transport) finish(c *call, reply any, err error) {
 // else (or when FCALL is refused) EVALSHA, then EVAL after NOSCRIPT.
 func (t *transport) runOne(ctx context.Context, rdb redis.Scripter, c *call) (any, error) {
 	if t.lib != nil && t.lib.usable() {
-		reply, err := result(fcall(ctx, rdb.(processor), c.script, c.keys, c.args))
+		reply, err := result(fcall(ctx, rdb.(processor), c))
 		if !t.lib.refused(err) {
 			t.answered(err)
 			return reply, err
@@ -428,18 +428,18 @@ func (t *transport) runOne(ctx context.Context, rdb redis.Scripter, c *call) (an
 	return reply, err
 }
 
-// fcall runs (in a pipeline: queues) FCALL of sc's function on p, built
+// fcall runs (in a pipeline: queues) FCALL of c's function on p, built
 // as FCall builds it (the first key position set, so that a Cluster routes
 // it by that key); with ints its reply is read as []int64, not boxed.
-func fcall(ctx context.Context, p processor, sc *script, keys []string, args []any) redis.Cmder {
-	all := make([]any, 0, 3+len(keys)+len(args))
-	all = append(all, "fcall", sc.fn, len(keys))
-	for _, k := range keys {
+func fcall(ctx context.Context, p processor, c *call) redis.Cmder {
+	all := make([]any, 0, 3+len(c.keys)+len(c.args))
+	all = append(all, "fcall", c.script.fn, len(c.keys))
+	for _, k := range c.keys {
 		all = append(all, k)
 	}
-	all = append(all, args...)
+	all = append(all, c.args...)
 	var cmd redis.Cmder
-	if sc.ints {
+	if c.script.ints {
 		cmd = redis.NewIntSliceCmd(ctx, all...)
 	} else {
 		cmd = redis.NewCmd(ctx, all...)
