@@ -28,29 +28,22 @@ const (
 // the storage key of every limit, such as "rw:{ip:203.0.113.9}:v2:r1m".
 // The keys share one string: one allocation in all.
 func appendKeys(dst []string, prefix, key string, limits []store.Limit, own int) []string {
-	var buf [256]byte
-	b := appendTag(buf[:0], prefix, key)
-	tag := len(b)
+	var tagBuf, buf [256]byte
+	tag := appendTag(tagBuf[:0], prefix, key)
+	b := buf[:0]
 	var endsBuf [2 + store.MaxLimits]int
 	ends := endsBuf[:0] // where each key ends in b
 	for _, k := range [...]struct {
 		flag int
 		name string
 	}{{withBlock, blockName}, {withPenalty, penaltyName}} {
-		if own&k.flag == 0 {
-			continue
+		if own&k.flag != 0 {
+			b = append(append(b, tag...), k.name...)
+			ends = append(ends, len(b))
 		}
-		if len(ends) > 0 {
-			b = append(b, b[:tag]...)
-		}
-		b = append(b, k.name...)
-		ends = append(ends, len(b))
 	}
 	for _, l := range limits {
-		if len(ends) > 0 {
-			b = append(b, b[:tag]...)
-		}
-		b = appendLimit(b, l)
+		b = appendLimit(append(b, tag...), l)
 		ends = append(ends, len(b))
 	}
 	all := string(b)
