@@ -42,11 +42,6 @@ const (
 	libraryTimeout = 5 * time.Second  // bounds one load
 )
 
-// libraryFunctions are algorithms.lua's functions that the scripts call,
-// each named as its script; a script that calls any other fails under
-// FCALL (TestLibrary).
-var libraryFunctions = [...]string{"allow", "allow_batch", "reserve", "release", "refund", "block"}
-
 // newLibrary builds the library of scripts (setting their fn) for rdb;
 // nil when rdb cannot load it (a Ring).
 func newLibrary(rdb redis.Scripter, algorithms string, scripts []*script) *library {
@@ -72,8 +67,10 @@ func newLibrary(rdb redis.Scripter, algorithms string, scripts []*script) *libra
 		"-- The standard libraries cannot be reached while a library loads, so\n"+
 		"-- algorithms.lua runs in build, on the first call, and once.\n"+
 		"local function build()\n%s\nreturn {", l.name, algorithms)
-	for _, n := range libraryFunctions {
-		fmt.Fprintf(&b, "%s = %s, ", n, n)
+	for _, sc := range scripts {
+		if sc.algorithms { // it calls algorithms.lua's function of its name
+			fmt.Fprintf(&b, "%s = %s, ", sc.name, sc.name)
+		}
 	}
 	b.WriteString("}\nend\n")
 	for _, sc := range scripts {
