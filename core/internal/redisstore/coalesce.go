@@ -109,8 +109,12 @@ func (t *transport) answer(s *sent, reply any, err error) (failed []*call) {
 	for _, c := range s.calls {
 		total += c.answers
 	}
-	if err == nil && replyLen(reply) != total {
-		err = fmt.Errorf("%w: a merged call returned %T of %d values for %d calls", store.ErrUnexpectedReply, reply, replyLen(reply), len(s.calls))
+	var ints []int64 // the calls' answers, in turn
+	if err == nil {
+		ints, err = replyInts("a merged call", reply, nil)
+	}
+	if err == nil && len(ints) != total {
+		err = fmt.Errorf("%w: a merged call returned %T of %d values for %d calls", store.ErrUnexpectedReply, reply, len(ints), len(s.calls))
 	}
 	if err != nil {
 		for _, c := range s.calls {
@@ -118,15 +122,13 @@ func (t *transport) answer(s *sent, reply any, err error) (failed []*call) {
 		}
 		return nil
 	}
-	at := 0
-	parts := make([][]int64, len(s.calls)) // the calls' integer answers (see share)
+	parts := make([][]int64, len(s.calls)) // a call's reply is &parts[i]: a pointer boxes without allocating
 	for i, c := range s.calls {
-		v, ok := share(reply, at, c.answers, &parts[i])
-		at += c.answers
-		if ok {
-			t.finish(c, v, nil)
-		} else {
+		parts[i], ints = ints[:c.answers:c.answers], ints[c.answers:]
+		if parts[i][0] == -1 { // it failed
 			failed = append(failed, c)
+		} else {
+			t.finish(c, &parts[i], nil)
 		}
 	}
 	return failed
@@ -160,33 +162,6 @@ func result(cmd redis.Cmder) (any, error) {
 		return nil, err
 	}
 	return cmd, nil
-}
-
-// replyLen is the length of a merged call's reply; -1: not an array.
-func replyLen(reply any) int {
-	switch v := reply.(type) {
-	case *redis.IntSliceCmd:
-		return len(v.Val())
-	case []any:
-		return len(v)
-	}
-	return -1
-}
-
-// share returns one decision's size values of a merged reply from at,
-// and false when it failed (-1). Integers go out as part, kept in *part (a
-// pointer boxes without allocating).
-func share(reply any, at, size int, part *[]int64) (any, bool) {
-	switch v := reply.(type) {
-	case *redis.IntSliceCmd:
-		*part = v.Val()[at : at+size : at+size]
-		return part, (*part)[0] != -1
-	case []any:
-		part := v[at : at+size : at+size]
-		n, isInt := part[0].(int64)
-		return part, !isInt || n != -1
-	}
-	return nil, false
 }
 
 // plan turns a batch into commands: mergeable calls by maxMerged, others alone.
