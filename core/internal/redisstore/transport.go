@@ -64,7 +64,7 @@ type call struct {
 	reply   any
 	err     error
 	done    chan struct{} // buffered: whoever fills the call never blocks on it
-	limit   time.Time     // a queued call's deadline beside ctx's; zero: none
+	limit   time.Time     // the call's deadline beside ctx's; zero: none
 	timer   *time.Timer   // the timer of limit (see await); nil until needed
 }
 
@@ -225,17 +225,17 @@ func (t *transport) run(ctx context.Context, c *call, deadline time.Time) (any, 
 		t.recycle(c)
 		return nil, err
 	}
+	c.ctx, c.limit = ctx, deadline
 	if t.pipe == nil {
-		return t.runLane(ctx, c, deadline)
+		return t.runLane(c)
 	}
 	t.mu.Lock()
 	if t.inflight == 0 {
 		t.inflight++
 		t.mu.Unlock()
 		defer t.handOff()
-		return t.runAlone(ctx, c, deadline)
+		return t.runAlone(c)
 	}
-	c.ctx, c.limit = ctx, deadline
 	t.queue = append(t.queue, c)
 	free := t.inflight < maxInFlight
 	if free {
@@ -245,7 +245,7 @@ func (t *transport) run(ctx context.Context, c *call, deadline time.Time) (any, 
 	if free {
 		go t.flush()
 	}
-	return t.await(ctx, c, deadline)
+	return t.await(c)
 }
 
 // ended returns ctx's error, or DeadlineExceeded once deadline (zero:
@@ -259,22 +259,21 @@ func ended(ctx context.Context, deadline time.Time) error {
 
 // runLane runs c alone unless a decision on its lane (its hash tag
 // "rw:{k}:", of its block key "rw:{k}:block") is in flight, else queues it.
-func (t *transport) runLane(ctx context.Context, c *call, deadline time.Time) (any, error) {
+func (t *transport) runLane(c *call) (any, error) {
 	if c.merged == nil {
-		return t.runAlone(ctx, c, deadline)
+		return t.runAlone(c)
 	}
 	lane := c.keys[0][:len(c.keys[0])-len(blockName)]
 	t.mu.Lock()
 	if q, busy := t.lanes[lane]; busy {
-		c.ctx, c.limit = ctx, deadline
 		t.lanes[lane] = append(q, c)
 		t.mu.Unlock()
-		return t.await(ctx, c, deadline)
+		return t.await(c)
 	}
 	t.lanes[lane] = nil // in flight, nothing queued
 	t.mu.Unlock()
 	defer t.handOffLane(lane)
-	return t.runAlone(ctx, c, deadline)
+	return t.runAlone(c)
 }
 
 // handOffLane ends lane, or hands the decisions queued on it to a flusher.
@@ -321,18 +320,18 @@ func (t *transport) takeLane(lane string) []*call {
 
 // runAlone sends c on its own: through direct on the caller's goroutine,
 // else to the end on a goroutine that the caller leaves at the deadline.
-func (t *transport) runAlone(ctx context.Context, c *call, deadline time.Time) (any, error) {
+func (t *transport) runAlone(c *call) (any, error) {
 	if t.direct == nil {
-		c.ctx = ctx
 		go func() {
-			reply, err := t.runOne(context.WithoutCancel(ctx), t.rdb, c)
+			reply, err := t.runOne(context.WithoutCancel(c.ctx), t.rdb, c)
 			t.finish(c, reply, err)
 		}()
-		return t.await(ctx, c, deadline)
+		return t.await(c)
 	}
-	if dl, ok := ctx.Deadline(); !deadline.IsZero() && (!ok || deadline.Before(dl)) {
+	ctx := c.ctx
+	if dl, ok := ctx.Deadline(); !c.limit.IsZero() && (!ok || c.limit.Before(dl)) {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, deadline)
+		ctx, cancel = context.WithDeadline(ctx, c.limit)
 		defer cancel()
 	}
 	reply, err := t.runOne(ctx, t.direct, c)
@@ -340,23 +339,23 @@ func (t *transport) runAlone(ctx context.Context, c *call, deadline time.Time) (
 	return reply, err
 }
 
-// await waits for c's reply, or ctx's end or limit (zero: none). A caller
+// await waits for c's reply, or the end of c.ctx or c.limit. A caller
 // that leaves first leaves c to whoever fills it.
-func (t *transport) await(ctx context.Context, c *call, limit time.Time) (any, error) {
+func (t *transport) await(c *call) (any, error) {
 	var timeout <-chan time.Time
-	if !limit.IsZero() {
+	if !c.limit.IsZero() {
 		if c.timer == nil {
-			c.timer = time.NewTimer(time.Until(limit))
+			c.timer = time.NewTimer(time.Until(c.limit))
 		} else {
-			c.timer.Reset(time.Until(limit))
+			c.timer.Reset(time.Until(c.limit))
 		}
 		timeout = c.timer.C
 	}
 	var gone error
 	select {
 	case <-c.done:
-	case <-ctx.Done():
-		gone = ctx.Err()
+	case <-c.ctx.Done():
+		gone = c.ctx.Err()
 	case <-timeout:
 		gone = context.DeadlineExceeded
 	}
