@@ -278,9 +278,9 @@ func (e *refusal) Unwrap() []error {
 	return []error{e.sentinel, e.err}
 }
 
-// spec returns allow.lua's ARGV[1] for r (see spec_of there): commit,
-// the penalty, then each limit's 4 values. A single limit's without
-// penalty, nearly every decision's, is made once (see limitArgs).
+// spec returns allow.lua's ARGV[1] for r (see appendSpec). A single
+// limit's without penalty, nearly every decision's, is made once (see
+// limitArgs).
 func (s *Store) spec(r store.Request) any {
 	if len(r.Limits) == 1 && r.Penalty.Denials == 0 {
 		a := s.limitArgs.entry(r.Limits[0])
@@ -289,23 +289,21 @@ func (s *Store) spec(r store.Request) any {
 		}
 		return a.peek
 	}
-	b := appendSpecHead(make([]byte, 0, 16+32*len(r.Limits)), r.Commit, r.Penalty)
-	for _, l := range r.Limits {
-		b = appendLimitSpec(b, l)
-	}
-	return string(b)
+	return string(appendSpec(make([]byte, 0, 16+32*len(r.Limits)), r.Commit, r.Penalty, r.Limits))
 }
 
-func appendSpecHead(b []byte, commit bool, p store.Penalty) []byte {
+// appendSpec appends allow.lua's spec (see spec_of there): commit, the
+// penalty, then each limit's 4 values.
+func appendSpec(b []byte, commit bool, p store.Penalty, limits []store.Limit) []byte {
 	c := byte('0')
 	if commit {
 		c = '1'
 	}
-	return appendSpaced(append(b, c), p.Denials, micros(p.Within), micros(p.Ban))
-}
-
-func appendLimitSpec(b []byte, l store.Limit) []byte {
-	return appendSpaced(b, int64(l.Algorithm), l.Count, micros(l.Window), micros(l.Step()))
+	b = appendSpaced(append(b, c), p.Denials, micros(p.Within), micros(p.Ban))
+	for _, l := range limits {
+		b = appendSpaced(b, int64(l.Algorithm), l.Count, micros(l.Window), micros(l.Step()))
+	}
+	return b
 }
 
 // appendSpaced appends " <v>" for each of vs.
@@ -338,7 +336,7 @@ func (c *limitArgs) entry(l store.Limit) *limitArg {
 		return a
 	}
 	a := &limitArg{limit: l, args: [4]any{int(l.Algorithm), l.Count, micros(l.Window), micros(l.Step())}}
-	commit := string(appendLimitSpec(appendSpecHead(nil, true, store.Penalty{}), l))
+	commit := string(appendSpec(nil, true, store.Penalty{}, []store.Limit{l}))
 	a.commit, a.peek = commit, "0"+commit[1:]
 	slot.Store(a)
 	return a
