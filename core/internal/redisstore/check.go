@@ -86,9 +86,7 @@ func (s *Store) checkNodes(ctx context.Context) error {
 		return err
 	}
 	if r, ok := s.rdb.(*redis.Ring); ok {
-		return r.ForEachShard(ctx, func(ctx context.Context, shard *redis.Client) error {
-			return checkEviction(ctx, shard, shard.Options().Addr)
-		})
+		return r.ForEachShard(ctx, checkEviction)
 	}
 	return fmt.Errorf("%w: a %T cannot be asked for its eviction policy", store.ErrCheckIncomplete, s.rdb)
 }
@@ -101,7 +99,7 @@ func checkNode(ctx context.Context, c *redis.Client, sc *redis.Script, key strin
 	if err := checkScript(ctx, c, sc, key); err != nil {
 		return fmt.Errorf("%w (redis at %s)", err, addr)
 	}
-	return checkEviction(ctx, c, addr)
+	return checkEviction(ctx, c)
 }
 
 // checkScript runs check.lua with EVAL, then EVALSHA: a Limiter uses both.
@@ -117,7 +115,8 @@ func checkScript(ctx context.Context, c redis.Scripter, sc *redis.Script, key st
 
 // checkEviction fails when the server would evict keys, as CONFIG GET
 // says, or INFO memory where CONFIG is forbidden or renamed (managed Redis).
-func checkEviction(ctx context.Context, c *redis.Client, addr string) error {
+func checkEviction(ctx context.Context, c *redis.Client) error {
+	addr := c.Options().Addr
 	maxmemory, policy, cfgErr := configEviction(ctx, c)
 	if cfgErr != nil {
 		var infoErr error
