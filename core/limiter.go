@@ -22,7 +22,6 @@ import (
 // the failure mode answers (see WithTimeout and WithFailureMode).
 type Limiter struct {
 	guard    *guard        // breaker, health rule, failure mode; then the store
-	timeout  time.Duration // bounds each decision's call to Redis
 	waitTime time.Duration // bounds each call of Wait
 	clock    func() time.Time
 	cache    *denyCache
@@ -66,7 +65,7 @@ func NewMemory(opts ...Option) *Limiter {
 }
 
 func newLimiter(c config) *Limiter {
-	l := &Limiter{clock: c.clock, observer: c.observer, timeout: c.timeout, waitTime: c.waitTime}
+	l := &Limiter{clock: c.clock, observer: c.observer, waitTime: c.waitTime}
 	if c.cacheSize > 0 {
 		l.cache = newDenyCache(c.cacheSize)
 	}
@@ -139,7 +138,7 @@ func (l *Limiter) Reset(ctx context.Context, key string, limits ...Limit) error 
 	}
 	l.forget(key)
 	reset := func(s store.Store, r store.Request) error { return s.Reset(ctx, r) }
-	return l.guard.both(ctx, l.request(key, 1, limits, nil, l.timeout), reset)
+	return l.guard.both(ctx, l.request(key, 1, limits, nil, l.guard.budget), reset)
 }
 
 // Refund gives back n units of key under every limit: units recorded
@@ -158,7 +157,7 @@ func (l *Limiter) Refund(ctx context.Context, key string, n int64, limits ...Lim
 // by the local store when local.
 func (l *Limiter) refundAt(ctx context.Context, key string, n int64, limits []Limit, at int64, local bool) error {
 	l.forget(key)
-	r := l.request(key, n, limits, nil, l.timeout)
+	r := l.request(key, n, limits, nil, l.guard.budget)
 	r.At = at
 	return l.guard.refund(ctx, r, local)
 }
@@ -187,7 +186,7 @@ func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) error 
 		return fmt.Errorf("%w: block for %s; it must be in [1µs, %s]", ErrInvalidDuration, d, MaxBlock)
 	}
 	block := func(s store.Store, r store.Request) error { return s.Block(ctx, r, d) }
-	return l.guard.both(ctx, l.request(key, 1, nil, nil, l.timeout), block)
+	return l.guard.both(ctx, l.request(key, 1, nil, nil, l.guard.budget), block)
 }
 
 // decide makes a decision for the Rule named rule (pen: its Penalty) and
@@ -199,11 +198,11 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 		return Result{}, 0, err
 	}
 	var start, deadline time.Time
-	if l.observer != nil || l.timeout > 0 {
+	if l.observer != nil || l.guard.budget > 0 {
 		start = time.Now()
 	}
-	if l.timeout > 0 {
-		deadline = start.Add(l.timeout)
+	if l.guard.budget > 0 {
+		deadline = start.Add(l.guard.budget)
 	}
 	commit, ck := op != OpPeek, key // ck: the deny cache's form of key
 	var (
