@@ -490,10 +490,10 @@ func (l *Limiter) reserveAndSleep(ctx context.Context, r store.Request) (time.Du
 	case res.Wait < 0:
 		return -1, res.failed, fmt.Errorf("%w: %d units", ErrNeverFits, r.N)
 	case !res.OK:
-		return wait, res.failed, fmt.Errorf("%w: the units fit in %s", ErrWaitExceedsDeadline, wait)
+		return wait, res.failed, exceedsDeadline(wait)
 	}
 	if hasDL && time.Until(dl) < wait { // the reply took the slack
-		err = fmt.Errorf("%w: the units fit in %s", ErrWaitExceedsDeadline, wait)
+		err = exceedsDeadline(wait)
 	} else {
 		err = sleep(ctx, wait)
 	}
@@ -532,8 +532,8 @@ func (l *Limiter) poll(ctx context.Context, key string, n int64, limits []Limit)
 		}
 		d := r.RetryAfter + rand.N(r.RetryAfter/10+time.Millisecond)
 		if dl, ok := ctx.Deadline(); ok {
-			if time.Now().Add(r.RetryAfter).After(dl) {
-				return waited, failed, fmt.Errorf("%w: the units fit in %s", ErrWaitExceedsDeadline, r.RetryAfter)
+			if time.Until(dl) < r.RetryAfter {
+				return waited, failed, exceedsDeadline(r.RetryAfter)
 			}
 			// the jitter must not push the next try past the deadline
 			d = max(min(d, time.Until(dl)-time.Millisecond), r.RetryAfter)
@@ -543,6 +543,11 @@ func (l *Limiter) poll(ctx context.Context, key string, n int64, limits []Limit)
 		}
 		waited += d
 	}
+}
+
+// exceedsDeadline is Wait's error for units that fit in wait, after ctx's deadline.
+func exceedsDeadline(wait time.Duration) error {
+	return fmt.Errorf("%w: the units fit in %s", ErrWaitExceedsDeadline, wait)
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
