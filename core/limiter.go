@@ -457,15 +457,13 @@ func (l *Limiter) waitN(ctx context.Context, rule, key string, n int64, limits [
 		return err
 	}
 	start := l.started()
-	var wait time.Duration
-	var failed, err error // failed: the failure the failure mode answered
+	wait := l.poll
 	if !slices.ContainsFunc(limits, func(l Limit) bool { return l.Algorithm != SlidingLog }) {
-		wait, failed, err = l.reserveAndSleep(ctx, l.request(key, n, limits, nil, l.waitTime))
-	} else {
-		wait, failed, err = l.poll(ctx, key, n, limits)
+		wait = l.reserveAndSleep
 	}
+	waited, failed, err := wait(ctx, key, n, limits) // failed: the failure the failure mode answered
 	if l.observer != nil {
-		ev := Event{Op: OpWait, Rule: rule, Key: key, Result: Result{Allowed: err == nil, Limit: limits[0], RetryAfter: wait, BackendErr: failed}, Err: err}
+		ev := Event{Op: OpWait, Rule: rule, Key: key, Result: Result{Allowed: err == nil, Limit: limits[0], RetryAfter: waited, BackendErr: failed}, Err: err}
 		if failed != nil {
 			ev.Err, ev.Failed, ev.Fallback = failed, true, l.guard.mode
 		}
@@ -475,7 +473,8 @@ func (l *Limiter) waitN(ctx context.Context, rule, key string, n int64, limits [
 }
 
 // reserveAndSleep makes one reservation and sleeps until its time.
-func (l *Limiter) reserveAndSleep(ctx context.Context, r store.Request) (time.Duration, error, error) {
+func (l *Limiter) reserveAndSleep(ctx context.Context, key string, n int64, limits []Limit) (time.Duration, error, error) {
+	r := l.request(key, n, limits, nil, l.waitTime)
 	dl, hasDL := ctx.Deadline()
 	longest := int64(-1) // the wait ctx allows in µs; -1: no bound
 	if hasDL {
@@ -488,7 +487,7 @@ func (l *Limiter) reserveAndSleep(ctx context.Context, r store.Request) (time.Du
 	wait := usec(res.Wait)
 	switch {
 	case res.Wait < 0:
-		return -1, res.failed, fmt.Errorf("%w: %d units", ErrNeverFits, r.N)
+		return -1, res.failed, fmt.Errorf("%w: %d units", ErrNeverFits, n)
 	case !res.OK:
 		return wait, res.failed, exceedsDeadline(wait)
 	}
