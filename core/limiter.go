@@ -262,14 +262,8 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 		l.cache.settle(ck, n, limits, probing)
 	}
 	if l.observer != nil {
-		ev := Event{Op: op, Rule: rule, Key: key, Result: r, Err: err, Banned: d.Banned, CacheHit: cacheHit}
-		switch {
-		case r.BackendErr != nil && k == overloaded:
-			ev.Err, ev.Shed = r.BackendErr, true
-		case r.BackendErr != nil:
-			ev.Err, ev.Failed, ev.Fallback = r.BackendErr, true, l.guard.mode
-		}
-		l.observe(ev, start)
+		l.observe(Event{Op: op, Rule: rule, Key: key, Result: r, Err: err, Banned: d.Banned, CacheHit: cacheHit,
+			Shed: r.BackendErr != nil && k == overloaded}, start)
 	}
 	return r, d.At, err
 }
@@ -309,12 +303,21 @@ func (l *Limiter) cached(ctx context.Context, key string, n int64, limits []Limi
 	}
 }
 
-// observe hands ev to the observer, if any, with its latency since start.
+// observe hands ev to the observer, if any, with its latency since start. A
+// failure the failure mode answered (Result.BackendErr) is ev's Err, and
+// Failed, with its Fallback, unless the decision was Shed.
 func (l *Limiter) observe(ev Event, start time.Time) {
-	if l.observer != nil {
-		ev.Latency = time.Since(start)
-		l.observer(ev)
+	if l.observer == nil {
+		return
 	}
+	if err := ev.Result.BackendErr; err != nil {
+		ev.Err = err
+		if !ev.Shed {
+			ev.Failed, ev.Fallback = true, l.guard.mode
+		}
+	}
+	ev.Latency = time.Since(start)
+	l.observer(ev)
 }
 
 // started is a decision's start for its observer: zero, no clock read, without one.
@@ -463,11 +466,7 @@ func (l *Limiter) waitN(ctx context.Context, rule, key string, n int64, limits [
 	}
 	waited, failed, err := wait(ctx, key, n, limits) // failed: the failure the failure mode answered
 	if l.observer != nil {
-		ev := Event{Op: OpWait, Rule: rule, Key: key, Result: Result{Allowed: err == nil, Limit: limits[0], RetryAfter: waited, BackendErr: failed}, Err: err}
-		if failed != nil {
-			ev.Err, ev.Failed, ev.Fallback = failed, true, l.guard.mode
-		}
-		l.observe(ev, start)
+		l.observe(Event{Op: OpWait, Rule: rule, Key: key, Result: Result{Allowed: err == nil, Limit: limits[0], RetryAfter: waited, BackendErr: failed}, Err: err}, start)
 	}
 	return err
 }
