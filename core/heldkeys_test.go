@@ -260,8 +260,8 @@ func TestLimitNameBound(t *testing.T) {
 			t.Fatalf("a LimitsFor set with a name of %d bytes: %v", len(huge.Name), err)
 		}
 	}
-	if sets.n != 0 {
-		t.Fatalf("%d sets with overlong names kept", sets.n)
+	if len(sets.m) != 0 {
+		t.Fatalf("%d sets with overlong names kept", len(sets.m))
 	}
 }
 
@@ -321,8 +321,8 @@ func TestHeldLimitNames(t *testing.T) {
 			}
 			after := heapAfterGC()
 			runtime.KeepAlive(&sets)
-			if sets.n != maxLimitSets {
-				t.Fatalf("%d sets kept, want %d", sets.n, maxLimitSets)
+			if len(sets.m) != maxLimitSets {
+				t.Fatalf("%d sets kept, want %d", len(sets.m), maxLimitSets)
 			}
 			per := (float64(after) - float64(before)) / maxLimitSets
 			t.Logf("%d sets: %.0f bytes each", maxLimitSets, per)

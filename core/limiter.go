@@ -22,7 +22,6 @@ import (
 // the failure mode answers (see WithTimeout and WithFailureMode).
 type Limiter struct {
 	guard    *guard        // breaker, health rule, failure mode; then the store
-	timeout  time.Duration // bounds each decision's call to Redis
 	waitTime time.Duration // bounds each call of Wait
 	clock    func() time.Time
 	cache    *denyCache
@@ -66,7 +65,7 @@ func NewMemory(opts ...Option) *Limiter {
 }
 
 func newLimiter(c config) *Limiter {
-	l := &Limiter{clock: c.clock, observer: c.observer, timeout: c.timeout, waitTime: c.waitTime}
+	l := &Limiter{clock: c.clock, observer: c.observer, waitTime: c.waitTime}
 	if c.cacheSize > 0 {
 		l.cache = newDenyCache(c.cacheSize)
 	}
@@ -139,7 +138,7 @@ func (l *Limiter) Reset(ctx context.Context, key string, limits ...Limit) error 
 	}
 	l.forget(key)
 	reset := func(s store.Store, r store.Request) error { return s.Reset(ctx, r) }
-	return l.guard.both(ctx, l.request(key, 1, limits, nil, l.timeout), reset)
+	return l.guard.both(ctx, l.request(key, 1, limits, nil, l.guard.budget), reset)
 }
 
 // Refund gives back n units of key under every limit: units recorded
@@ -158,7 +157,7 @@ func (l *Limiter) Refund(ctx context.Context, key string, n int64, limits ...Lim
 // by the local store when local.
 func (l *Limiter) refundAt(ctx context.Context, key string, n int64, limits []Limit, at int64, local bool) error {
 	l.forget(key)
-	r := l.request(key, n, limits, nil, l.timeout)
+	r := l.request(key, n, limits, nil, l.guard.budget)
 	r.At = at
 	return l.guard.refund(ctx, r, local)
 }
@@ -187,7 +186,7 @@ func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) error 
 		return fmt.Errorf("%w: block for %s; it must be in [1µs, %s]", ErrInvalidDuration, d, MaxBlock)
 	}
 	block := func(s store.Store, r store.Request) error { return s.Block(ctx, r, d) }
-	return l.guard.both(ctx, l.request(key, 1, nil, nil, l.timeout), block)
+	return l.guard.both(ctx, l.request(key, 1, nil, nil, l.guard.budget), block)
 }
 
 // decide makes a decision for the Rule named rule (pen: its Penalty) and
@@ -199,11 +198,11 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 		return Result{}, 0, err
 	}
 	var start, deadline time.Time
-	if l.observer != nil || l.timeout > 0 {
+	if l.observer != nil || l.guard.budget > 0 {
 		start = time.Now()
 	}
-	if l.timeout > 0 {
-		deadline = start.Add(l.timeout)
+	if l.guard.budget > 0 {
+		deadline = start.Add(l.guard.budget)
 	}
 	commit, ck := op != OpPeek, key // ck: the deny cache's form of key
 	var (
@@ -263,14 +262,8 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 		l.cache.settle(ck, n, limits, probing)
 	}
 	if l.observer != nil {
-		ev := Event{Op: op, Rule: rule, Key: key, Result: r, Err: err, Banned: d.Banned, CacheHit: cacheHit}
-		switch {
-		case r.BackendErr != nil && k == overloaded:
-			ev.Err, ev.Shed = r.BackendErr, true
-		case r.BackendErr != nil:
-			ev.Err, ev.Failed, ev.Fallback = r.BackendErr, true, l.guard.mode
-		}
-		l.observe(ev, start)
+		l.observe(Event{Op: op, Rule: rule, Key: key, Result: r, Err: err, Banned: d.Banned, CacheHit: cacheHit,
+			Shed: r.BackendErr != nil && k == overloaded}, start)
 	}
 	return r, d.At, err
 }
@@ -310,12 +303,21 @@ func (l *Limiter) cached(ctx context.Context, key string, n int64, limits []Limi
 	}
 }
 
-// observe hands ev to the observer, if any, with its latency since start.
+// observe hands ev to the observer, if any, with its latency since start. A
+// failure the failure mode answered (Result.BackendErr) is ev's Err, and
+// Failed, with its Fallback, unless the decision was Shed.
 func (l *Limiter) observe(ev Event, start time.Time) {
-	if l.observer != nil {
-		ev.Latency = time.Since(start)
-		l.observer(ev)
+	if l.observer == nil {
+		return
 	}
+	if err := ev.Result.BackendErr; err != nil {
+		ev.Err = err
+		if !ev.Shed {
+			ev.Failed, ev.Fallback = true, l.guard.mode
+		}
+	}
+	ev.Latency = time.Since(start)
+	l.observer(ev)
 }
 
 // started is a decision's start for its observer: zero, no clock read, without one.
@@ -458,25 +460,20 @@ func (l *Limiter) waitN(ctx context.Context, rule, key string, n int64, limits [
 		return err
 	}
 	start := l.started()
-	var wait time.Duration
-	var failed, err error // failed: the failure the failure mode answered
+	wait := l.poll
 	if !slices.ContainsFunc(limits, func(l Limit) bool { return l.Algorithm != SlidingLog }) {
-		wait, failed, err = l.reserveAndSleep(ctx, l.request(key, n, limits, nil, l.waitTime))
-	} else {
-		wait, failed, err = l.poll(ctx, key, n, limits)
+		wait = l.reserveAndSleep
 	}
+	waited, failed, err := wait(ctx, key, n, limits) // failed: the failure the failure mode answered
 	if l.observer != nil {
-		ev := Event{Op: OpWait, Rule: rule, Key: key, Result: Result{Allowed: err == nil, Limit: limits[0], RetryAfter: wait, BackendErr: failed}, Err: err}
-		if failed != nil {
-			ev.Err, ev.Failed, ev.Fallback = failed, true, l.guard.mode
-		}
-		l.observe(ev, start)
+		l.observe(Event{Op: OpWait, Rule: rule, Key: key, Result: Result{Allowed: err == nil, Limit: limits[0], RetryAfter: waited, BackendErr: failed}, Err: err}, start)
 	}
 	return err
 }
 
 // reserveAndSleep makes one reservation and sleeps until its time.
-func (l *Limiter) reserveAndSleep(ctx context.Context, r store.Request) (time.Duration, error, error) {
+func (l *Limiter) reserveAndSleep(ctx context.Context, key string, n int64, limits []Limit) (time.Duration, error, error) {
+	r := l.request(key, n, limits, nil, l.waitTime)
 	dl, hasDL := ctx.Deadline()
 	longest := int64(-1) // the wait ctx allows in µs; -1: no bound
 	if hasDL {
@@ -489,12 +486,12 @@ func (l *Limiter) reserveAndSleep(ctx context.Context, r store.Request) (time.Du
 	wait := usec(res.Wait)
 	switch {
 	case res.Wait < 0:
-		return -1, res.failed, fmt.Errorf("%w: %d units", ErrNeverFits, r.N)
+		return -1, res.failed, fmt.Errorf("%w: %d units", ErrNeverFits, n)
 	case !res.OK:
-		return wait, res.failed, fmt.Errorf("%w: the units fit in %s", ErrWaitExceedsDeadline, wait)
+		return wait, res.failed, exceedsDeadline(wait)
 	}
 	if hasDL && time.Until(dl) < wait { // the reply took the slack
-		err = fmt.Errorf("%w: the units fit in %s", ErrWaitExceedsDeadline, wait)
+		err = exceedsDeadline(wait)
 	} else {
 		err = sleep(ctx, wait)
 	}
@@ -533,8 +530,8 @@ func (l *Limiter) poll(ctx context.Context, key string, n int64, limits []Limit)
 		}
 		d := r.RetryAfter + rand.N(r.RetryAfter/10+time.Millisecond)
 		if dl, ok := ctx.Deadline(); ok {
-			if time.Now().Add(r.RetryAfter).After(dl) {
-				return waited, failed, fmt.Errorf("%w: the units fit in %s", ErrWaitExceedsDeadline, r.RetryAfter)
+			if time.Until(dl) < r.RetryAfter {
+				return waited, failed, exceedsDeadline(r.RetryAfter)
 			}
 			// the jitter must not push the next try past the deadline
 			d = max(min(d, time.Until(dl)-time.Millisecond), r.RetryAfter)
@@ -544,6 +541,11 @@ func (l *Limiter) poll(ctx context.Context, key string, n int64, limits []Limit)
 		}
 		waited += d
 	}
+}
+
+// exceedsDeadline is Wait's error for units that fit in wait, after ctx's deadline.
+func exceedsDeadline(wait time.Duration) error {
+	return fmt.Errorf("%w: the units fit in %s", ErrWaitExceedsDeadline, wait)
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

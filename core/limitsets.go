@@ -14,8 +14,7 @@ const maxLimitSets = 1024
 type limitSets struct {
 	seed maphash.Seed
 	mu   sync.RWMutex
-	m    map[uint64][]*limitSet
-	n    int
+	m    map[uint64][]*limitSet // by hash: two sets share one only if their hashes collide
 }
 
 // limitSet is one set of limits and its header values.
@@ -50,12 +49,11 @@ func (ls *limitSets) get(limits []Limit) (*limitSet, error) {
 			return o, nil // another request kept it first
 		}
 	}
-	if ls.n < maxLimitSets {
+	if len(ls.m) < maxLimitSets {
 		if ls.m == nil {
 			ls.m = make(map[uint64][]*limitSet)
 		}
 		ls.m[h] = append(ls.m[h], s)
-		ls.n++
 	}
 	return s, nil
 }

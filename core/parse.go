@@ -39,7 +39,7 @@ func ParseLimits(s string) ([]Limit, error) {
 // parseLimit reads one "<count>/<window>".
 func parseLimit(item string) (Limit, error) {
 	count, window, ok := strings.Cut(item, "/")
-	if item == "" || !ok {
+	if !ok {
 		return Limit{}, fmt.Errorf("%q is not <count>/<window>, such as 10/s or 5/15m", item)
 	}
 	if strings.Contains(window, "/") {
