@@ -101,15 +101,14 @@ func newLimitHeaders(l Limit) limitHeaders {
 }
 
 // lookup returns the values of the binding limit l, computed when l is not
-// the rule's (FailLocal's scaled limit keeps its rule limit's name).
+// the rule's (FailLocal's scaled limit keeps its rule limit's name). No two
+// limits of a rule share algorithm and window.
 func (hs *headerSet) lookup(l Limit) *limitHeaders {
 	for i := range hs.limits {
-		if hs.limits[i].limit == l {
-			return &hs.limits[i]
-		}
-	}
-	for i := range hs.limits {
 		if o := hs.limits[i].limit; o.Algorithm == l.Algorithm && o.Window == l.Window {
+			if o == l {
+				return &hs.limits[i]
+			}
 			l.Name = o.PolicyName()
 			break
 		}

@@ -47,14 +47,15 @@ type memKey struct {
 	expires             int64 // the latest of its states', block's and denials' ends
 }
 
-// memState is one limit's state: the fields of its algorithm are used. A
-// sliding log is buckets of 1µs, its units at t in the one ending at t
-// (see bucketOf), so that it is checked, added to and refunded alike.
+// memState is one limit's state: buckets of prec µs. A sliding log's are
+// 1µs, its units at t in the one ending at t (see bucketOf); a sliding
+// counter's are its fixed windows, the previous and the current one. So
+// every algorithm is added to, refunded and expired alike.
 type memState struct {
 	alg          store.Algorithm
 	window, prec int64    // µs
-	buckets      []bucket // sliding log and buckets: ascending by index
-	w, prev, cur int64    // sliding counter
+	buckets      []bucket // ascending by index
+	w            int64    // a sliding counter's window at its last check
 	expires      int64    // µs; zero when empty
 }
 
@@ -158,8 +159,8 @@ func (mk *memKey) find(l store.Limit) *memState {
 	return nil
 }
 
-// statePrecision is the bucket length in µs: 1 for SlidingLog, 0 for
-// SlidingCounter.
+// statePrecision is the bucket length in µs: 1 for SlidingLog, the window
+// for SlidingCounter.
 func statePrecision(l store.Limit) int64 {
 	switch l.Algorithm {
 	case store.SlidingLog:
@@ -167,7 +168,7 @@ func statePrecision(l store.Limit) int64 {
 	case store.SlidingBuckets:
 		return l.Step().Microseconds()
 	}
-	return 0
+	return l.Window.Microseconds()
 }
 
 // bucketOf returns the index of the bucket of the µs t.
@@ -204,12 +205,12 @@ func (sh *memShard) unlock(key string, now int64) {
 }
 
 func (st *memState) clear() {
-	st.buckets = st.buckets[:0]
-	st.w, st.prev, st.cur, st.expires = 0, 0, 0, 0
+	st.buckets, st.w, st.expires = st.buckets[:0], 0, 0
 }
 
 // check mirrors the *_check functions of algorithms.lua.
 func (st *memState) check(count, n, now int64) (free, retry, reset int64) {
+	st.drop(now)
 	if st.alg == store.SlidingCounter {
 		free, retry = st.counterCheck(count, n, now)
 	} else {
@@ -221,9 +222,7 @@ func (st *memState) check(count, n, now int64) (free, retry, reset int64) {
 
 // add mirrors the *_add functions of algorithms.lua; it returns the reset.
 func (st *memState) add(n, t, now int64) int64 {
-	if st.alg == store.SlidingCounter {
-		st.w, st.cur = st.roll(now), st.cur+n
-	} else if i, found := st.seek(st.bucketOf(t)); found {
+	if i, found := st.seek(st.bucketOf(t)); found {
 		st.buckets[i].count += n
 	} else {
 		st.buckets = slices.Insert(st.buckets, i, bucket{st.bucketOf(t), n})
@@ -232,23 +231,18 @@ func (st *memState) add(n, t, now int64) int64 {
 	return st.expires - now
 }
 
-// expire sets when the state is empty again: 0 when it holds nothing.
+// expire sets when the state is empty again: the end of its newest
+// bucket's window, 0 when it holds nothing.
 func (st *memState) expire() {
-	switch {
-	case len(st.buckets) > 0: // a sliding log or buckets
+	st.expires = 0
+	if len(st.buckets) > 0 {
 		st.expires = (st.buckets[len(st.buckets)-1].index+1)*st.prec + st.window
-	case st.cur > 0: // a sliding counter
-		st.expires = (st.w + 2) * st.window
-	case st.prev > 0:
-		st.expires = (st.w + 1) * st.window
-	default:
-		st.expires = 0
 	}
 }
 
-// bucketsCheck and counterCheck drop what left the window and return the
-// units free and the retry; check sets the expiry.
-func (st *memState) bucketsCheck(count, n, now int64) (free, retry int64) {
+// drop forgets the buckets that left the window at now. A counter last
+// checked in a later window than now's (the clock went back) starts afresh.
+func (st *memState) drop(now int64) {
 	// Scan from the front rather than bisect: usually no bucket or one has
 	// left since the last call.
 	i := 0
@@ -256,6 +250,18 @@ func (st *memState) bucketsCheck(count, n, now int64) (free, retry int64) {
 		i++
 	}
 	st.buckets = slices.Delete(st.buckets, 0, i)
+	if st.alg == store.SlidingCounter {
+		c := st.bucketOf(now)
+		if st.w > c {
+			st.buckets = st.buckets[:0]
+		}
+		st.w = c
+	}
+}
+
+// bucketsCheck and counterCheck return the units free and the retry of
+// what drop left; check sets the expiry.
+func (st *memState) bucketsCheck(count, n, now int64) (free, retry int64) {
 	var used int64
 	for _, b := range st.buckets {
 		used += b.count
@@ -273,25 +279,18 @@ func (st *memState) bucketsCheck(count, n, now int64) (free, retry int64) {
 	return max(count-used, 0), retry
 }
 
-// roll moves the counter to the fixed window of now and returns its index.
-func (st *memState) roll(now int64) int64 {
-	c := floorDiv(now, st.window)
-	if st.w != c {
-		if st.w == c-1 {
-			st.prev, st.cur = st.cur, 0
-		} else {
-			st.prev, st.cur = 0, 0
-		}
-		st.w = c
-	}
-	return c
-}
-
 // counterCheck computes in float64, as the Lua script does in its doubles:
 // Count × Window in µs overflows int64 for large limits.
 func (st *memState) counterCheck(count, n, now int64) (free, retry int64) {
-	c := st.roll(now)
-	w, prev, cur := st.window, st.prev, st.cur
+	c, w := st.bucketOf(now), st.window
+	var prev, cur int64
+	for _, b := range st.buckets { // the windows c-1 and c
+		if b.index == c {
+			cur = b.count
+		} else {
+			prev = b.count
+		}
+	}
 	elapsed := now - c*w
 	fw, fcount := float64(w), float64(count)
 	weighted := float64(prev) * float64(w-elapsed)
@@ -376,44 +375,33 @@ func (s *Store) Refund(_ context.Context, r store.Request) error {
 	mk := sh.keys[key]
 	for _, l := range r.Limits {
 		if st := mk.find(l); st != nil && (st.expires == 0 || st.expires > now) {
-			st.refund(l.Count, r.N, now, r.At)
+			st.refund(r.N, now, r.At)
 		}
 	}
 	return nil
 }
 
-// refund is Refund for one limit's state.
-func (st *memState) refund(count, n, now, at int64) {
-	var given int64
-	if st.alg != store.SlidingCounter {
-		st.bucketsCheck(count, 1, now) // drops the buckets that left
-		current := st.bucketOf(now)
-		for i := len(st.buckets) - 1; i >= 0 && given < n; i-- {
-			b := &st.buckets[i]
-			if b.index > current || (at > 0 && b.index != st.bucketOf(at)) {
-				continue
-			}
-			take := min(n-given, b.count)
-			b.count -= take
-			given += take
-		}
-		st.buckets = slices.DeleteFunc(st.buckets, func(b bucket) bool { return b.count == 0 })
-	} else {
-		c := st.roll(now)
-		fromCur, fromPrev := true, true
-		if at > 0 {
-			w := floorDiv(at, st.window)
-			fromCur, fromPrev = w == c, w == c-1
-		}
-		if fromCur {
-			given = min(n, st.cur)
-			st.cur -= given
-		}
-		if fromPrev {
-			st.prev -= min(n-given, st.prev)
+// refund is Refund for one limit's state: the newest units first.
+func (st *memState) refund(n, now, at int64) {
+	st.drop(now)
+	current := st.bucketOf(now)
+	for i := len(st.buckets) - 1; i >= 0 && n > 0; i-- {
+		if b := st.buckets[i].index; b <= current && (at == 0 || b == st.bucketOf(at)) {
+			n -= st.take(i, n)
 		}
 	}
 	st.expire()
+}
+
+// take takes up to n units from bucket i, dropping it when emptied, and
+// returns how many it took.
+func (st *memState) take(i int, n int64) int64 {
+	b := &st.buckets[i]
+	took := min(n, b.count)
+	if b.count -= took; b.count == 0 {
+		st.buckets = slices.Delete(st.buckets, i, i+1)
+	}
+	return took
 }
 
 // Reserve mirrors reserve.lua: the units wait for any block of the key too.
@@ -447,9 +435,7 @@ func (s *Store) Release(_ context.Context, r store.Request, res store.Reservatio
 	for _, l := range r.Limits {
 		if st := mk.find(l); st != nil {
 			if i, found := st.seek(st.bucketOf(res.At)); found { // r.N of the units at res.At
-				if st.buckets[i].count -= min(r.N, st.buckets[i].count); st.buckets[i].count == 0 {
-					st.buckets = slices.Delete(st.buckets, i, i+1)
-				}
+				st.take(i, r.N)
 			}
 			st.expire()
 		}
