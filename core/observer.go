@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"strconv"
 	"time"
 )
 
@@ -17,12 +18,13 @@ const (
 	OpRefused
 )
 
-// String returns "allow", "peek", "wait" or "refused".
+// String returns "allow", "peek", "wait" or "refused"; for a value that
+// names none of them, "Op(n)".
 func (o Op) String() string {
 	if int(o) < len(ops) {
 		return ops[o]
 	}
-	return "allow"
+	return "Op(" + strconv.Itoa(int(o)) + ")"
 }
 
 var ops = [...]string{"allow", "peek", "wait", "refused"}

@@ -180,3 +180,21 @@ func decisionErr(r Result, err error) error {
 	}
 	return r.BackendErr
 }
+
+func TestOpString(t *testing.T) {
+	for _, tc := range []struct {
+		op   Op
+		want string
+	}{
+		{OpAllow, "allow"},
+		{OpPeek, "peek"},
+		{OpWait, "wait"},
+		{OpRefused, "refused"},
+		{Op(4), "Op(4)"},
+		{Op(255), "Op(255)"},
+	} {
+		if got := tc.op.String(); got != tc.want {
+			t.Errorf("Op(%d).String() = %q, want %q", uint8(tc.op), got, tc.want)
+		}
+	}
+}
