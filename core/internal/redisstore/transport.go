@@ -18,13 +18,18 @@ import (
 
 // transport sends one Limiter's script calls to Redis. A call alone (on a
 // single server: none in flight; on a Cluster or Ring: no decision in
-// flight on its hash tag) goes out on its caller's goroutine through direct.
-// Otherwise it is queued, and a flusher sends the queue at once, decisions
-// merged into allow_batch calls, reading the replies to the end after their
-// callers left at their deadlines. It adds no hook to the client.
+// flight on its lane, see laneOf) goes out on its caller's goroutine
+// through direct. Otherwise it is queued, and a flusher sends the queue at
+// once, decisions merged into allow_batch calls, reading the replies to the
+// end after their callers left at their deadlines. It adds no hook to the
+// client.
 type transport struct {
 	rdb  redis.Scripter
-	pipe func() redis.Pipeliner // a *redis.Client's: calls queue and merge; nil: lanes
+	pipe func() redis.Pipeliner // the client's pipeline
+	// laneOf names the lane of a decision's hash tag on a Cluster (its
+	// master, while the client knows it, else the tag) or Ring (the tag): a
+	// pipeline to one node holds no other node's replies. nil: one server.
+	laneOf func(tag string) string
 	// direct ends a call at its context's deadline: rdb with
 	// ContextTimeoutEnabled, or a *redis.Client's clone with it (the same
 	// connections, none of its hooks); nil: a Cluster or Ring without it
@@ -93,6 +98,7 @@ func newTransport(rdb redis.Scripter) *transport {
 	case *redis.Ring: // its shards' addresses: a down shard takes no command
 		opt := c.Options()
 		t.health = dialHealth(opt.Dialer, opt.DialTimeout, "tcp", slices.Collect(maps.Values(opt.Addrs))...)
+		t.pipe, t.laneOf = c.Pipeline, func(tag string) string { return tag }
 		if opt.ContextTimeoutEnabled {
 			t.direct = c
 		}
@@ -107,6 +113,14 @@ func newTransport(rdb redis.Scripter) *transport {
 		}
 		if c.Options().ContextTimeoutEnabled {
 			t.direct = c
+		}
+		known, cancel := context.WithCancel(context.Background())
+		cancel() // a lookup with it sends nothing
+		t.pipe, t.laneOf = c.Pipeline, func(tag string) string {
+			if m, err := c.MasterForKey(known, tag); err == nil {
+				return m.Options().Addr
+			}
+			return tag
 		}
 	}
 	t.calls.New = func() any { return &call{done: make(chan struct{}, 1)} }
@@ -226,7 +240,7 @@ func (t *transport) run(ctx context.Context, c *call, deadline time.Time) (any, 
 		return nil, err
 	}
 	c.ctx, c.limit = ctx, deadline
-	if t.pipe == nil {
+	if t.laneOf != nil {
 		return t.runLane(c)
 	}
 	t.mu.Lock()
@@ -257,13 +271,13 @@ func ended(ctx context.Context, deadline time.Time) error {
 	return context.DeadlineExceeded
 }
 
-// runLane runs c alone unless a decision on its lane (its hash tag
-// "rw:{k}:", of its block key "rw:{k}:block") is in flight, else queues it.
+// runLane runs c alone unless a decision on its lane is in flight, else
+// queues it.
 func (t *transport) runLane(c *call) (any, error) {
 	if c.merged == nil {
 		return t.runAlone(c)
 	}
-	lane := c.keys[0][:len(c.keys[0])-len(blockName)]
+	lane := t.laneOf(tag(c))
 	t.mu.Lock()
 	if q, busy := t.lanes[lane]; busy {
 		t.lanes[lane] = append(q, c)
@@ -283,26 +297,16 @@ func (t *transport) handOffLane(lane string) {
 	}
 }
 
-// flushLane sends lane's queue, batch after batch, until it is empty,
-// decisions merged: through direct (by their latest deadline, if all have
-// one), else through the client, whose ReadTimeout ends a wait.
+// flushLane sends lane's queue, batch after batch, until it is empty.
 func (t *transport) flushLane(lane string, batch []*call) {
 	for ; batch != nil; batch = t.takeLane(lane) {
-		for _, s := range t.plan(t.live(batch)) {
-			ctx, rdb := context.WithoutCancel(s.calls[0].ctx), t.rdb
-			cancel := context.CancelFunc(func() {})
-			if t.direct != nil {
-				rdb = t.direct
-				if !slices.ContainsFunc(s.calls, func(c *call) bool { return c.limit.IsZero() }) {
-					latest := slices.MaxFunc(s.calls, func(a, b *call) int { return a.limit.Compare(b.limit) })
-					ctx, cancel = context.WithDeadline(ctx, latest.limit)
-				}
-			}
-			t.runSent(ctx, rdb, s)
-			cancel()
-		}
+		t.send(batch)
 	}
 }
+
+// tag returns the hash tag "rw:{k}:" of a decision c, of its block key
+// "rw:{k}:block": what c's keys share.
+func tag(c *call) string { return c.keys[0][:len(c.keys[0])-len(blockName)] }
 
 // takeLane returns lane's queue, the lane staying in flight, or when
 // nothing is queued ends the lane and returns nil.
