@@ -50,7 +50,7 @@ type transport struct {
 	queue    []*call
 	spare    []*call            // the last batch sent, reused as the next queue
 	inflight int                // round trips in flight, the flushers' included
-	lanes    map[string][]*call // Cluster/Ring: tags in flight, with the decisions queued behind
+	lanes    map[string][]*call // Cluster/Ring: lanes in flight, with the decisions queued behind
 	calls    sync.Pool
 }
 
