@@ -30,6 +30,7 @@ type transport struct {
 	// master, while the client knows it, else the tag) or Ring (the tag): a
 	// pipeline to one node holds no other node's replies. nil: one server.
 	laneOf func(tag string) string
+	known  context.Context // ended: a lookup with it sends nothing (see master)
 	// direct ends a call at its context's deadline: rdb with
 	// ContextTimeoutEnabled, or a *redis.Client's clone with it (the same
 	// connections, none of its hooks); nil: a Cluster or Ring without it
@@ -85,6 +86,9 @@ type script struct {
 
 func newTransport(rdb redis.Scripter) *transport {
 	t := &transport{rdb: rdb, born: time.Now(), lanes: map[string][]*call{}}
+	known, cancel := context.WithCancel(context.Background())
+	cancel()
+	t.known = known
 	switch c := rdb.(type) {
 	case *redis.Client: // a failover client too
 		opt := c.Options()
@@ -114,17 +118,29 @@ func newTransport(rdb redis.Scripter) *transport {
 		if c.Options().ContextTimeoutEnabled {
 			t.direct = c
 		}
-		known, cancel := context.WithCancel(context.Background())
-		cancel() // a lookup with it sends nothing
 		t.pipe, t.laneOf = c.Pipeline, func(tag string) string {
-			if m, err := c.MasterForKey(known, tag); err == nil {
-				return m.Options().Addr
+			if m := t.master(tag); m != "" {
+				return m
 			}
 			return tag
 		}
 	}
 	t.calls.New = func() any { return &call{done: make(chan struct{}, 1)} }
 	return t
+}
+
+// master returns the address of the Cluster master serving tag's slot, as
+// the client knows it without a round trip; "" when not a Cluster or unknown.
+func (t *transport) master(tag string) string {
+	c, ok := t.rdb.(*redis.ClusterClient)
+	if !ok {
+		return ""
+	}
+	m, err := c.MasterForKey(t.known, tag)
+	if err != nil {
+		return ""
+	}
+	return m.Options().Addr
 }
 
 // clock is the monotonic time in ns since the transport was made; never 0.
