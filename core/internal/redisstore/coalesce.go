@@ -164,22 +164,38 @@ func result(cmd redis.Cmder) (any, error) {
 	return cmd, nil
 }
 
-// plan turns a batch into commands: mergeable calls by maxMerged, others alone.
+// plan turns a batch into commands: mergeable calls by maxMerged (on a
+// Cluster or Ring, a group per hash tag: a script touches one slot),
+// others alone.
 func (t *transport) plan(live []*call) []*sent {
 	var cmds []*sent
-	var group []*call
+	groups := [][]*call{nil} // one server: one group
+	var at map[string]int    // a tag's group
 	for _, c := range live {
 		if c.merged == nil {
 			cmds = append(cmds, &sent{out: c, calls: []*call{c}})
 			continue
 		}
-		if group = append(group, c); len(group) == maxMerged {
-			cmds = append(cmds, merge(group))
-			group = nil
+		i := 0
+		if t.laneOf != nil {
+			var ok bool
+			if i, ok = at[tag(c)]; !ok {
+				if at == nil {
+					at = map[string]int{}
+				}
+				i, groups = len(groups), append(groups, nil)
+				at[tag(c)] = i
+			}
+		}
+		if groups[i] = append(groups[i], c); len(groups[i]) == maxMerged {
+			cmds = append(cmds, merge(groups[i]))
+			groups[i] = nil
 		}
 	}
-	if len(group) > 0 {
-		cmds = append(cmds, merge(group))
+	for _, g := range groups {
+		if len(g) > 0 {
+			cmds = append(cmds, merge(g))
+		}
 	}
 	return cmds
 }

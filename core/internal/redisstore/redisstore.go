@@ -43,8 +43,7 @@ type Store struct {
 	prefix    string
 	t         *transport
 	limitArgs limitArgs
-	known     context.Context // ended: a lookup with it sends nothing (see Node)
-	scripts   []*script       // every script below, in the library's order
+	scripts   []*script // every script below, in the library's order
 
 	allowS, allowBatchS, reserveS, releaseS, resetS, blockS, refundS *script
 }
@@ -55,9 +54,6 @@ var _ store.Remote = (*Store)(nil)
 // *redis.Ring or failover client), its keys under prefix.
 func New(rdb redis.Scripter, prefix string) *Store {
 	s := &Store{rdb: rdb, prefix: prefix, t: newTransport(rdb)}
-	known, cancel := context.WithCancel(context.Background())
-	cancel()
-	s.known = known
 	add := func(name, body string, algorithms bool) *script {
 		src := body
 		if algorithms {
@@ -90,16 +86,11 @@ func (s *Store) AnsweredSince(sent int64) bool { return s.t.answeredSince(sent) 
 // the client knows it without a round trip; "" when not a Cluster, before
 // Redis first answered, or when unknown.
 func (s *Store) Node(key string) string {
-	cluster, ok := s.rdb.(*redis.ClusterClient)
-	if !ok || !s.t.answeredSince(1) {
+	if !s.t.answeredSince(1) {
 		return ""
 	}
 	var buf [256]byte
-	m, err := cluster.MasterForKey(s.known, string(appendTag(buf[:0], s.prefix, key)))
-	if err != nil {
-		return ""
-	}
-	return m.Options().Addr
+	return s.t.master(string(appendTag(buf[:0], s.prefix, key)))
 }
 
 // newCall returns a call of sc with r's storage keys (see appendKeys).

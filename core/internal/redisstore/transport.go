@@ -18,13 +18,19 @@ import (
 
 // transport sends one Limiter's script calls to Redis. A call alone (on a
 // single server: none in flight; on a Cluster or Ring: no decision in
-// flight on its hash tag) goes out on its caller's goroutine through direct.
-// Otherwise it is queued, and a flusher sends the queue at once, decisions
-// merged into allow_batch calls, reading the replies to the end after their
-// callers left at their deadlines. It adds no hook to the client.
+// flight on its lane, see laneOf) goes out on its caller's goroutine
+// through direct. Otherwise it is queued, and a flusher sends the queue at
+// once, decisions merged into allow_batch calls, reading the replies to the
+// end after their callers left at their deadlines. It adds no hook to the
+// client.
 type transport struct {
 	rdb  redis.Scripter
-	pipe func() redis.Pipeliner // a *redis.Client's: calls queue and merge; nil: lanes
+	pipe func() redis.Pipeliner // the client's pipeline
+	// laneOf names the lane of a decision's hash tag on a Cluster (its
+	// master, while the client knows it, else the tag) or Ring (the tag): a
+	// pipeline to one node holds no other node's replies. nil: one server.
+	laneOf func(tag string) string
+	known  context.Context // ended: a lookup with it sends nothing (see master)
 	// direct ends a call at its context's deadline: rdb with
 	// ContextTimeoutEnabled, or a *redis.Client's clone with it (the same
 	// connections, none of its hooks); nil: a Cluster or Ring without it
@@ -45,7 +51,7 @@ type transport struct {
 	queue    []*call
 	spare    []*call            // the last batch sent, reused as the next queue
 	inflight int                // round trips in flight, the flushers' included
-	lanes    map[string][]*call // Cluster/Ring: tags in flight, with the decisions queued behind
+	lanes    map[string][]*call // Cluster/Ring: lanes in flight, with the decisions queued behind
 	calls    sync.Pool
 }
 
@@ -80,6 +86,9 @@ type script struct {
 
 func newTransport(rdb redis.Scripter) *transport {
 	t := &transport{rdb: rdb, born: time.Now(), lanes: map[string][]*call{}}
+	known, cancel := context.WithCancel(context.Background())
+	cancel()
+	t.known = known
 	switch c := rdb.(type) {
 	case *redis.Client: // a failover client too
 		opt := c.Options()
@@ -93,6 +102,7 @@ func newTransport(rdb redis.Scripter) *transport {
 	case *redis.Ring: // its shards' addresses: a down shard takes no command
 		opt := c.Options()
 		t.health = dialHealth(opt.Dialer, opt.DialTimeout, "tcp", slices.Collect(maps.Values(opt.Addrs))...)
+		t.pipe, t.laneOf = c.Pipeline, func(tag string) string { return tag }
 		if opt.ContextTimeoutEnabled {
 			t.direct = c
 		}
@@ -108,9 +118,29 @@ func newTransport(rdb redis.Scripter) *transport {
 		if c.Options().ContextTimeoutEnabled {
 			t.direct = c
 		}
+		t.pipe, t.laneOf = c.Pipeline, func(tag string) string {
+			if m := t.master(tag); m != "" {
+				return m
+			}
+			return tag
+		}
 	}
 	t.calls.New = func() any { return &call{done: make(chan struct{}, 1)} }
 	return t
+}
+
+// master returns the address of the Cluster master serving tag's slot, as
+// the client knows it without a round trip; "" when not a Cluster or unknown.
+func (t *transport) master(tag string) string {
+	c, ok := t.rdb.(*redis.ClusterClient)
+	if !ok {
+		return ""
+	}
+	m, err := c.MasterForKey(t.known, tag)
+	if err != nil {
+		return ""
+	}
+	return m.Options().Addr
 }
 
 // clock is the monotonic time in ns since the transport was made; never 0.
@@ -226,7 +256,7 @@ func (t *transport) run(ctx context.Context, c *call, deadline time.Time) (any, 
 		return nil, err
 	}
 	c.ctx, c.limit = ctx, deadline
-	if t.pipe == nil {
+	if t.laneOf != nil {
 		return t.runLane(c)
 	}
 	t.mu.Lock()
@@ -257,13 +287,13 @@ func ended(ctx context.Context, deadline time.Time) error {
 	return context.DeadlineExceeded
 }
 
-// runLane runs c alone unless a decision on its lane (its hash tag
-// "rw:{k}:", of its block key "rw:{k}:block") is in flight, else queues it.
+// runLane runs c alone unless a decision on its lane is in flight, else
+// queues it.
 func (t *transport) runLane(c *call) (any, error) {
 	if c.merged == nil {
 		return t.runAlone(c)
 	}
-	lane := c.keys[0][:len(c.keys[0])-len(blockName)]
+	lane := t.laneOf(tag(c))
 	t.mu.Lock()
 	if q, busy := t.lanes[lane]; busy {
 		t.lanes[lane] = append(q, c)
@@ -283,26 +313,16 @@ func (t *transport) handOffLane(lane string) {
 	}
 }
 
-// flushLane sends lane's queue, batch after batch, until it is empty,
-// decisions merged: through direct (by their latest deadline, if all have
-// one), else through the client, whose ReadTimeout ends a wait.
+// flushLane sends lane's queue, batch after batch, until it is empty.
 func (t *transport) flushLane(lane string, batch []*call) {
 	for ; batch != nil; batch = t.takeLane(lane) {
-		for _, s := range t.plan(t.live(batch)) {
-			ctx, rdb := context.WithoutCancel(s.calls[0].ctx), t.rdb
-			cancel := context.CancelFunc(func() {})
-			if t.direct != nil {
-				rdb = t.direct
-				if !slices.ContainsFunc(s.calls, func(c *call) bool { return c.limit.IsZero() }) {
-					latest := slices.MaxFunc(s.calls, func(a, b *call) int { return a.limit.Compare(b.limit) })
-					ctx, cancel = context.WithDeadline(ctx, latest.limit)
-				}
-			}
-			t.runSent(ctx, rdb, s)
-			cancel()
-		}
+		t.send(batch)
 	}
 }
+
+// tag returns the hash tag "rw:{k}:" of a decision c, of its block key
+// "rw:{k}:block": what c's keys share.
+func tag(c *call) string { return c.keys[0][:len(c.keys[0])-len(blockName)] }
 
 // takeLane returns lane's queue, the lane staying in flight, or when
 // nothing is queued ends the lane and returns nil.
