@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -255,6 +257,83 @@ func TestClusterStalledMaster(t *testing.T) {
 	}
 	t.Logf("cluster master stalled %v: %d fail-closed answers, worst decision %v, back on redis %v after the stall began",
 		pause, errs, slowest.Round(time.Millisecond), back.Round(time.Millisecond))
+}
+
+// TestClusterStalledMasterSparesOthers: while one master stops answering
+// writes, many goroutines decide at once on keys of every master. The
+// decisions queued for the stalled master wait behind its call in flight,
+// and leave at the timeout; those of the other masters, queued and sent to
+// their own masters, are answered by Redis, exactly, and in time.
+func TestClusterStalledMasterSparesOthers(t *testing.T) {
+	_, cc := settledCluster(t)
+	prefix := uniquePrefix(t)
+	l, _ := faultLimiter(t, cc, FailClosed, 1, WithPrefix(prefix), WithDenyCache(0))
+	ctx := context.Background()
+	lim := PerMinute(MaxLogCount)
+	master := func(key string) string {
+		m, err := cc.MasterForKey(ctx, storageKey(keyTag(prefix, key), lim))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.Options().Addr
+	}
+	stalled := master("k0")
+	var mine, others []string // keys of the stalled master, of the others
+	for i := 0; len(mine) < 16 || len(others) < 16; i++ {
+		key := fmt.Sprint("k", i)
+		if master(key) == stalled {
+			mine = append(mine, key)
+		} else {
+			others = append(others, key)
+		}
+	}
+	mine, others = mine[:16], others[:16]
+	for _, key := range append(slices.Clone(mine), others...) { // the slot map is known everywhere
+		if _, err, _ := faultAllow(ctx, l, key, lim); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pauser := redis.NewClient(&redis.Options{Addr: stalled})
+	defer pauser.Close()
+	const pause = 600 * time.Millisecond
+	if err := pauser.Do(ctx, "CLIENT", "PAUSE", pause.Milliseconds(), "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	stop := time.Now().Add(pause - 150*time.Millisecond)
+	stalls := stall.Start(t)
+	var failed, decided atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 32 {
+		key, theirs := mine[i%16], i >= 16
+		if theirs {
+			key = others[i%16]
+		}
+		wg.Go(func() {
+			remaining := lim.Count - 1 // a goroutine's own key: one decision before
+			for time.Now().Before(stop) {
+				r, err, d := faultAllow(ctx, l, key, lim)
+				beyond(t, stalls, d, DefaultTimeout+250*time.Millisecond, "a decision while a master stalled")
+				switch {
+				case theirs && (err != nil || !r.Allowed || r.Remaining != remaining-1):
+					t.Errorf("%s, on a master that answers: %+v %v, want %d remaining", key, r, err, remaining-1)
+					return
+				case theirs:
+					remaining--
+					decided.Add(1)
+				case err == nil || r.Allowed:
+					t.Errorf("%s, on the stalled master: %+v %v, want FailClosed's answer", key, r, err)
+					return
+				default:
+					failed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if decided.Load() == 0 || failed.Load() == 0 {
+		t.Fatalf("%d decisions by Redis on the other masters, %d by the failure mode on the stalled one", decided.Load(), failed.Load())
+	}
+	t.Logf("%d decisions by Redis on the other masters, %d by the failure mode on the stalled one", decided.Load(), failed.Load())
 }
 
 // TestClusterResharding moves the slot of a key with three limits to
