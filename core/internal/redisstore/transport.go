@@ -26,9 +26,10 @@ import (
 type transport struct {
 	rdb  redis.Scripter
 	pipe func() redis.Pipeliner // the client's pipeline
-	// laneOf names the lane of a decision's hash tag on a Cluster (its
-	// master, while the client knows it, else the tag) or Ring (the tag): a
-	// pipeline to one node holds no other node's replies. nil: one server.
+	// laneOf names the lane of a decision's hash tag on a Cluster or Ring:
+	// the node that serves it (a Cluster's master while the client knows it,
+	// a Ring's shard), else the tag; a pipeline to one node holds no other
+	// node's replies. nil: one server.
 	laneOf func(tag string) string
 	known  context.Context // ended: a lookup with it sends nothing (see master)
 	// direct ends a call at its context's deadline: rdb with
@@ -102,7 +103,12 @@ func newTransport(rdb redis.Scripter) *transport {
 	case *redis.Ring: // its shards' addresses: a down shard takes no command
 		opt := c.Options()
 		t.health = dialHealth(opt.Dialer, opt.DialTimeout, "tcp", slices.Collect(maps.Values(opt.Addrs))...)
-		t.pipe, t.laneOf = c.Pipeline, func(tag string) string { return tag }
+		t.pipe, t.laneOf = c.Pipeline, func(tag string) string {
+			if shard, err := c.GetShardClientForKey(tag); err == nil {
+				return shard.Options().Addr
+			}
+			return tag
+		}
 		if opt.ContextTimeoutEnabled {
 			t.direct = c
 		}

@@ -724,9 +724,9 @@ func TestClusterMergesHotKey(t *testing.T) {
 }
 
 // pipelineHook records the pipelines a client sends: their sizes, and how
-// many held keys of more than one master.
+// many held keys of more than one node (node: the address serving a key).
 type pipelineHook struct {
-	cc             *redis.ClusterClient
+	node           func(key string) string
 	pipelines      atomic.Int64
 	commands       atomic.Int64
 	mixed, largest atomic.Int64
@@ -737,13 +737,11 @@ func (h *pipelineHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { r
 
 func (h *pipelineHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		masters := map[string]bool{}
+		nodes := map[string]bool{}
 		for _, cmd := range cmds {
-			if m, err := h.cc.MasterForKey(ctx, fmt.Sprint(cmd.Args()[3])); err == nil {
-				masters[m.Options().Addr] = true
-			}
+			nodes[h.node(fmt.Sprint(cmd.Args()[3]))] = true
 		}
-		if len(masters) > 1 {
+		if len(nodes) > 1 {
 			h.mixed.Add(1)
 		}
 		h.pipelines.Add(1)
@@ -758,46 +756,72 @@ func (h *pipelineHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 	}
 }
 
-// On a Cluster the decisions queued behind one in flight to a master go to
-// that master in one pipeline, and only to it: many goroutines deciding on
-// many keys send pipelines of several calls, none holding another master's
-// keys (whose slowness would hold this one's replies), and every decision is
-// exact.
-func TestClusterPipelinesPerMaster(t *testing.T) {
+// On a Cluster or Ring the decisions queued behind one in flight to a node
+// (a master, a shard) go to that node in one pipeline, and only to it: many
+// goroutines deciding on many keys send pipelines of several calls, none
+// holding another node's keys (whose slowness would hold this one's
+// replies), and every decision is exact.
+func TestPipelinesPerNode(t *testing.T) {
 	cc := settledCluster(t)
-	h := &pipelineHook{cc: cc}
-	cc.AddHook(h)
-	s := New(cc, uniquePrefix(t))
-	ctx := context.Background()
-	const goroutines, keys = 64, 3000
-	var admitted, denied atomic.Int64
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range goroutines {
-		wg.Go(func() {
-			for i := next.Add(1) - 1; i < 2*keys; i = next.Add(1) - 1 {
-				d, err := s.Allow(ctx, within(decision(fmt.Sprint("user:", i%keys), perHour(1)), patient))
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if d.Allowed {
-					admitted.Add(1)
-				} else {
-					denied.Add(1)
-				}
+	p1, p2 := redistest.Start(t), redistest.Start(t)
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": p1.Addr, "b": p2.Addr}})
+	defer ring.Close()
+	for _, tc := range []struct {
+		name string
+		rdb  redis.UniversalClient
+		node func(key string) string
+	}{
+		{"cluster", cc, func(key string) string {
+			m, err := cc.MasterForKey(context.Background(), key)
+			if err != nil {
+				return err.Error()
 			}
+			return m.Options().Addr
+		}},
+		{"ring", ring, func(key string) string {
+			shard, err := ring.GetShardClientForKey(key)
+			if err != nil {
+				return err.Error()
+			}
+			return shard.Options().Addr
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &pipelineHook{node: tc.node}
+			tc.rdb.AddHook(h)
+			s := New(tc.rdb, uniquePrefix(t))
+			ctx := context.Background()
+			const goroutines, keys = 64, 3000
+			var admitted, denied atomic.Int64
+			var next atomic.Int64
+			var wg sync.WaitGroup
+			for range goroutines {
+				wg.Go(func() {
+					for i := next.Add(1) - 1; i < 2*keys; i = next.Add(1) - 1 {
+						d, err := s.Allow(ctx, within(decision(fmt.Sprint("user:", i%keys), perHour(1)), patient))
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if d.Allowed {
+							admitted.Add(1)
+						} else {
+							denied.Add(1)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			if a, d := admitted.Load(), denied.Load(); a != keys || d != keys {
+				t.Errorf("%d admitted and %d denied, want %d each (one a key)", a, d, keys)
+			}
+			if h.largest.Load() < 2 {
+				t.Errorf("the largest pipeline held %d calls: want the queued decisions sent together", h.largest.Load())
+			}
+			if m := h.mixed.Load(); m != 0 {
+				t.Errorf("%d of %d pipelines held keys of more than one node", m, h.pipelines.Load())
+			}
+			t.Logf("%d pipelines of %d calls, the largest %d", h.pipelines.Load(), h.commands.Load(), h.largest.Load())
 		})
 	}
-	wg.Wait()
-	if a, d := admitted.Load(), denied.Load(); a != keys || d != keys {
-		t.Errorf("%d admitted and %d denied, want %d each (one a key)", a, d, keys)
-	}
-	if h.largest.Load() < 2 {
-		t.Errorf("the largest pipeline held %d calls: want the queued decisions sent together", h.largest.Load())
-	}
-	if m := h.mixed.Load(); m != 0 {
-		t.Errorf("%d of %d pipelines held keys of more than one master", m, h.pipelines.Load())
-	}
-	t.Logf("%d pipelines of %d calls, the largest %d", h.pipelines.Load(), h.commands.Load(), h.largest.Load())
 }
