@@ -90,11 +90,11 @@ type outcome struct {
 // would.
 func holdSends(s *Store) (release func()) {
 	s.t.mu.Lock()
-	s.t.inflight += maxInFlight
+	s.t.one.inflight += maxInFlight
 	s.t.mu.Unlock()
 	return func() {
 		s.t.mu.Lock()
-		s.t.inflight -= maxInFlight
+		s.t.one.inflight -= maxInFlight
 		s.t.mu.Unlock()
 	}
 }
@@ -104,7 +104,7 @@ func holdSends(s *Store) (release func()) {
 // outcome arrives on.
 func queueAllow(ctx context.Context, s *Store, r store.Request) <-chan outcome {
 	s.t.mu.Lock()
-	n := len(s.t.queue)
+	n := len(s.t.one.queue)
 	s.t.mu.Unlock()
 	out := make(chan outcome, 1)
 	go func() {
@@ -113,7 +113,7 @@ func queueAllow(ctx context.Context, s *Store, r store.Request) <-chan outcome {
 	}()
 	for { // set-up: wait until the call is queued
 		s.t.mu.Lock()
-		queued := len(s.t.queue) > n
+		queued := len(s.t.one.queue) > n
 		s.t.mu.Unlock()
 		if queued {
 			return out
@@ -125,8 +125,8 @@ func queueAllow(ctx context.Context, s *Store, r store.Request) <-chan outcome {
 // sendQueued sends the calls queued in s as one batch, as a flusher would.
 func sendQueued(s *Store) {
 	s.t.mu.Lock()
-	batch := s.t.queue
-	s.t.queue = nil
+	batch := s.t.one.queue
+	s.t.one.queue = nil
 	s.t.mu.Unlock()
 	s.t.send(batch)
 }
