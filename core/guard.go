@@ -40,11 +40,11 @@ const (
 	// rejected: Redis answered an error; alive, so the breaker does not count it.
 	rejected
 	// overloaded: no reply, while Redis answered other calls since the
-	// decision began (or, this process short of CPU meanwhile, ever): slow,
-	// not down. Not counted; the decision is shed.
+	// decision began: slow, not down. Not counted; the decision is shed.
 	overloaded
 	// timedOut: no reply in time, and no other reply since the decision
-	// began. Counted, unless this process was short of CPU meanwhile.
+	// began. Counted, unless this process was short of CPU meanwhile (then,
+	// once Redis ever answered this client, overloaded).
 	timedOut
 	// failed: a connection failure with no other reply since the decision
 	// began (counted), or the breaker is open (not counted again).
