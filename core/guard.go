@@ -43,8 +43,7 @@ const (
 	// decision began: slow, not down. Not counted; the decision is shed.
 	overloaded
 	// timedOut: no reply in time, and no other reply since the decision
-	// began. Counted, unless this process was short of CPU meanwhile (then,
-	// once Redis ever answered this client, overloaded).
+	// began. Counted, unless this process was short of CPU meanwhile.
 	timedOut
 	// failed: a connection failure with no other reply since the decision
 	// began (counted), or the breaker is open (not counted again).
@@ -124,8 +123,8 @@ func (g *guard) end(ctx context.Context, a attempt, err error) (kind, error) {
 		// short of CPU, the reply may have gone unread: not counted (cpuMeter)
 		starved := g.starvedSince(a)
 		k, counted = timedOut, !starved
-		if starved && g.answeredAfter(a, 1) {
-			k = overloaded // Redis answered this client before: shed
+		if starved && g.answeredAfter(a, max(a.sent-int64(g.budget), 1)) {
+			k = overloaded // Redis answered a moment before: shed
 		}
 	default:
 		k, counted = failed, true
@@ -355,8 +354,8 @@ func (e backendError) Unwrap() error { return e.err }
 // would read the reply waits in the run queue while its caller, woken by its
 // timer, sees none. Such calls once let floods through and opened the
 // breaker on a healthy Redis, so the breaker does not count them, and when
-// Redis answered this client before, the decision is shed. It is looked at
-// when the Limiter is made and when a call ran out of time without a reply.
+// Redis answered a moment before, the decision is shed. It is looked at when
+// the Limiter is made and when a call ran out of time without a reply.
 type cpuMeter struct {
 	mu     sync.Mutex
 	sample [2]metrics.Sample
@@ -368,7 +367,8 @@ type cpuMeter struct {
 const slice = 10 * time.Millisecond
 
 // starvedSince reports whether this process was short of CPU since a's
-// call was sent.
+// call was sent. A Redis silent for longer than a budget before is a
+// failure however busy the process.
 func (g *guard) starvedSince(a attempt) bool {
 	now, wait := g.remote.Clock(), g.starved()
 	if wait <= 0 {
