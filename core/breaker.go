@@ -15,6 +15,9 @@ type breaker struct {
 	openUntil atomic.Int64 // ns on the store's clock; 0: closed
 	probing   atomic.Bool
 	lastReply atomic.Int64 // a Cluster master's last reply (guard.answeredAfter)
+	// silence: when the first call went of those out of time without a
+	// reply since Redis last answered (guard.silentSince).
+	silence atomic.Int64
 }
 
 const (

@@ -275,7 +275,9 @@ const starved = -1
 // TestGuardKinds: the one health rule, what a call's outcome says about
 // Redis. A reply, or an error reply of the server, shows Redis alive; no
 // reply is overload when Redis answered this client since the call was
-// sent, else a timeout or a connection failure, which the breaker counts.
+// sent, else a timeout or a connection failure, which the breaker counts;
+// a timeout while this process was short of CPU is overload when Redis
+// answered before and fell silent (if it did) less than a budget before.
 func TestGuardKinds(t *testing.T) {
 	serverErr := redistest.New(t).Client(t).Do(context.Background(), "NOSUCHCOMMAND").Err()
 	gone, cancel := context.WithCancel(context.Background())
@@ -284,7 +286,7 @@ func TestGuardKinds(t *testing.T) {
 		name     string
 		ctx      context.Context
 		err      error
-		answered int // 0: never; 1: before the call; 2: since
+		answered int // 0: never; 1: before the call; 2: since; 3: a second before
 		want     kind
 		counted  bool          // the breaker counts it
 		spent    time.Duration // of the decision's 100ms budget before its call
@@ -306,7 +308,10 @@ func TestGuardKinds(t *testing.T) {
 		// this process was short of CPU since the call was sent (starved):
 		// its reply may have waited to be read
 		{"timeout, answered a moment before, starved", context.Background(), context.DeadlineExceeded, 1, overloaded, false, starved},
+		{"timeout, answered a second before, starved", context.Background(), context.DeadlineExceeded, 3, overloaded, false, starved},
 		{"timeout, never answered, starved", context.Background(), context.DeadlineExceeded, 0, timedOut, false, starved},
+		// Redis fell silent a budget before: a call sent then went unanswered
+		{"timeout, answered a second before, silent a budget, starved", context.Background(), context.DeadlineExceeded, 4, timedOut, false, starved},
 		{"network, never answered, starved", context.Background(), errors.New("connection refused"), 0, failed, true, starved},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -314,8 +319,11 @@ func TestGuardKinds(t *testing.T) {
 			r := &fakeRemote{Remote: rs}
 			r.now.Store(int64(time.Second)) // the decision began after the clock's start
 			g := &guard{next: r, remote: r}
-			if c.answered == 1 {
+			switch c.answered {
+			case 1:
 				r.answer()
+			case 3, 4:
+				r.reply.Store(1) // the clock reads a second now
 			}
 			var deadline time.Time
 			switch {
@@ -330,8 +338,11 @@ func TestGuardKinds(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if c.answered == 2 {
+			switch c.answered {
+			case 2:
 				r.answer()
+			case 4:
+				g.br.silence.Store(a.sent - int64(g.budget))
 			}
 			if k, _ := g.end(c.ctx, a, c.err); k != c.want {
 				t.Fatalf("kind %d, want %d", k, c.want)

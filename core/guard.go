@@ -43,7 +43,8 @@ const (
 	// decision began: slow, not down. Not counted; the decision is shed.
 	overloaded
 	// timedOut: no reply in time, and no other reply since the decision
-	// began. Counted, unless this process was short of CPU meanwhile.
+	// began. Counted, unless this process was short of CPU meanwhile (then
+	// overloaded, if sent within a budget of Redis's silence, see cpuMeter).
 	timedOut
 	// failed: a connection failure with no other reply since the decision
 	// began (counted), or the breaker is open (not counted again).
@@ -123,8 +124,8 @@ func (g *guard) end(ctx context.Context, a attempt, err error) (kind, error) {
 		// short of CPU, the reply may have gone unread: not counted (cpuMeter)
 		starved := g.starvedSince(a)
 		k, counted = timedOut, !starved
-		if starved && g.answeredAfter(a, max(a.sent-int64(g.budget), 1)) {
-			k = overloaded // Redis answered a moment before: shed
+		if starved && g.answeredAfter(a, 1) && a.sent < g.silentSince(a)+int64(g.budget) {
+			k = overloaded // sent as Redis fell silent, if it did: shed
 		}
 	default:
 		k, counted = failed, true
@@ -354,8 +355,13 @@ func (e backendError) Unwrap() error { return e.err }
 // would read the reply waits in the run queue while its caller, woken by its
 // timer, sees none. Such calls once let floods through and opened the
 // breaker on a healthy Redis, so the breaker does not count them, and when
-// Redis answered a moment before, the decision is shed. It is looked at when
-// the Limiter is made and when a call ran out of time without a reply.
+// Redis has answered this client and the call went within a budget of the
+// first call out of time since Redis last answered (Redis fell silent then,
+// if it did), the decision is shed: a starved process's first calls after
+// a quiet spell are shed, not admitted, and a Redis that stopped answering
+// gets the failure mode for the calls sent a budget after it fell silent.
+// It is looked at when the Limiter is made and when a call ran out of time
+// without a reply.
 type cpuMeter struct {
 	mu     sync.Mutex
 	sample [2]metrics.Sample
@@ -366,9 +372,23 @@ type cpuMeter struct {
 // slice is the scheduler's time slice.
 const slice = 10 * time.Millisecond
 
+// silentSince returns when Redis fell silent for a's node, a's call out of
+// time without a reply: when the first call went of those out of time since
+// Redis last answered (a's, or an earlier).
+func (g *guard) silentSince(a attempt) int64 {
+	for {
+		s := a.br.silence.Load()
+		if s != 0 && s <= a.sent && !g.answeredAfter(a, s) {
+			return s // the silence goes on
+		}
+		if a.br.silence.CompareAndSwap(s, a.sent) {
+			return a.sent // a new silence, or a's call went before the one noted
+		}
+	}
+}
+
 // starvedSince reports whether this process was short of CPU since a's
-// call was sent. A Redis silent for longer than a budget before is a
-// failure however busy the process.
+// call was sent.
 func (g *guard) starvedSince(a attempt) bool {
 	now, wait := g.remote.Clock(), g.starved()
 	if wait <= 0 {

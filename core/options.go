@@ -57,7 +57,9 @@ func WithClock(now func() time.Time) Option { return Option{func(c *config) { c.
 //
 // When the budget runs out without Redis's answer, a cached denial of the
 // key, even expired, answers. Else, if Redis answered this client's other
-// calls meanwhile or this process was short of CPU, the decision is shed:
+// calls meanwhile, or this process was short of CPU and Redis had answered
+// it before and not fallen silent a timeout or more before the call (see
+// docs/redis.md), the decision is shed:
 // denied as FailClosed denies, whatever the failure mode, with a
 // Result.BackendErr matching ErrShed; the breaker does not count it, and
 // Redis may have. Otherwise the failure mode answers and the timeout counts
