@@ -32,7 +32,8 @@ var (
 	// ErrCircuitOpen is the Result.BackendErr while the circuit breaker skips Redis.
 	ErrCircuitOpen = errors.New("ratewindow: redis unavailable, circuit open")
 	// ErrShed is the Result.BackendErr of a decision shed for overload (its
-	// time ran out while Redis answered other calls): denied whatever the
-	// failure mode; Redis may have counted it.
+	// time ran out while Redis answered other calls, or while this process
+	// was short of CPU, see WithTimeout): denied whatever the failure mode;
+	// Redis may have counted it.
 	ErrShed = errors.New("ratewindow: decision shed: redis answered other calls but not this one in time")
 )
