@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -26,9 +27,9 @@ type sent struct {
 
 // live returns, in batch's array, the calls still awaited; it answers the rest.
 func (t *transport) live(batch []*call) []*call {
-	live := batch[:0]
+	live, now := batch[:0], time.Now()
 	for _, c := range batch {
-		if err := ended(c.ctx, c.limit); err != nil {
+		if err := ended(c.ctx, c.limit, now); err != nil {
 			t.finish(c, nil, err)
 		} else {
 			live = append(live, c)

@@ -86,7 +86,7 @@ func (s *Store) AnsweredSince(sent int64) bool { return s.t.answeredSince(sent) 
 // the client knows it without a round trip; "" when not a Cluster, before
 // Redis first answered, or when unknown.
 func (s *Store) Node(key string) string {
-	if !s.t.answeredSince(1) {
+	if _, ok := s.rdb.(*redis.ClusterClient); !ok || !s.t.answeredSince(1) {
 		return ""
 	}
 	var buf [256]byte

@@ -66,11 +66,14 @@ type lane struct {
 }
 
 // maxInFlight bounds a single server's round trips in flight (see
-// docs/performance.md): one leaves Redis idle, many give up merging. A
-// Cluster's or Ring's node takes one at a time: its nodes already work in
-// parallel, and 8 a node measured slower (100,000 keys on 3 masters, 64
-// goroutines: 0.87× ulule against 1.07×).
-const maxInFlight = 8
+// docs/performance.md): one leaves Redis idle while a reply travels, more
+// split the queue into smaller merged calls, each a round trip's cost to
+// both sides (8 measured 0.79–0.85× the rueidis log at 64 goroutines on
+// 100,000 keys, against 2's 0.88–1.00×, and 2.5× ulule on one hot key at
+// 256, against 2.9–3.0×). A Cluster's or Ring's node takes one at a time:
+// its nodes already work in parallel, and 8 a node measured slower
+// (100,000 keys on 3 masters, 64 goroutines: 0.87× ulule against 1.07×).
+const maxInFlight = 2
 
 // call is one script run on behalf of one caller.
 type call struct {
@@ -269,7 +272,8 @@ func (t *transport) recycle(c *call) {
 // (zero: ctx's alone). c must not be used afterwards. A queued caller waits
 // on a timer kept in its pooled call (see await), not a context.WithTimeout.
 func (t *transport) run(ctx context.Context, c *call, deadline time.Time) (any, error) {
-	if err := ended(ctx, deadline); err != nil {
+	now := time.Now()
+	if err := ended(ctx, deadline, now); err != nil {
 		t.recycle(c)
 		return nil, err
 	}
@@ -277,7 +281,7 @@ func (t *transport) run(ctx context.Context, c *call, deadline time.Time) (any, 
 	name := ""
 	if t.laneOf != nil {
 		if c.merged == nil {
-			return t.runAlone(c)
+			return t.runAlone(c, now)
 		}
 		name = t.laneOf(tag(c))
 	}
@@ -287,7 +291,7 @@ func (t *transport) run(ctx context.Context, c *call, deadline time.Time) (any, 
 		l.inflight++
 		t.mu.Unlock()
 		defer t.handOff(name, l)
-		return t.runAlone(c)
+		return t.runAlone(c, now)
 	}
 	l.queue = append(l.queue, c)
 	free := l.inflight < t.depth
@@ -298,7 +302,7 @@ func (t *transport) run(ctx context.Context, c *call, deadline time.Time) (any, 
 	if free {
 		go t.flush(name, l)
 	}
-	return t.await(c)
+	return t.await(c, now)
 }
 
 // lane returns the lane named name, t.mu held: a single server's, else the
@@ -315,10 +319,10 @@ func (t *transport) lane(name string) *lane {
 	return l
 }
 
-// ended returns ctx's error, or DeadlineExceeded once deadline (zero:
-// none) has passed.
-func ended(ctx context.Context, deadline time.Time) error {
-	if err := ctx.Err(); err != nil || deadline.IsZero() || time.Now().Before(deadline) {
+// ended returns ctx's error, or DeadlineExceeded when deadline (zero:
+// none) has passed at now.
+func ended(ctx context.Context, deadline, now time.Time) error {
+	if err := ctx.Err(); err != nil || deadline.IsZero() || now.Before(deadline) {
 		return err
 	}
 	return context.DeadlineExceeded
@@ -329,14 +333,15 @@ func ended(ctx context.Context, deadline time.Time) error {
 func tag(c *call) string { return c.keys[0][:len(c.keys[0])-len(blockName)] }
 
 // runAlone sends c on its own: through direct on the caller's goroutine,
-// else to the end on a goroutine that the caller leaves at the deadline.
-func (t *transport) runAlone(c *call) (any, error) {
+// else to the end on a goroutine that the caller leaves at the deadline
+// (see await: now is the time of the call).
+func (t *transport) runAlone(c *call, now time.Time) (any, error) {
 	if t.direct == nil {
 		go func() {
 			reply, err := t.runOne(context.WithoutCancel(c.ctx), t.rdb, c)
 			t.finish(c, reply, err)
 		}()
-		return t.await(c)
+		return t.await(c, now)
 	}
 	ctx := c.ctx
 	if dl, ok := ctx.Deadline(); !c.limit.IsZero() && (!ok || c.limit.Before(dl)) {
@@ -349,15 +354,15 @@ func (t *transport) runAlone(c *call) (any, error) {
 	return reply, err
 }
 
-// await waits for c's reply, or the end of c.ctx or c.limit. A caller
-// that leaves first leaves c to whoever fills it.
-func (t *transport) await(c *call) (any, error) {
+// await waits for c's reply, or the end of c.ctx or c.limit (timed from
+// now, a moment ago). A caller that leaves first leaves c to whoever fills it.
+func (t *transport) await(c *call, now time.Time) (any, error) {
 	var timeout <-chan time.Time
 	if !c.limit.IsZero() {
 		if c.timer == nil {
-			c.timer = time.NewTimer(time.Until(c.limit))
+			c.timer = time.NewTimer(c.limit.Sub(now))
 		} else {
-			c.timer.Reset(time.Until(c.limit))
+			c.timer.Reset(c.limit.Sub(now))
 		}
 		timeout = c.timer.C
 	}
