@@ -216,12 +216,12 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 	)
 	if l.cache != nil && commit {
 		ck = store.HeldKey(key)
-		r, hit, p, at, err := l.cached(ctx, ck, n, limits, pen, deadline)
+		r, hit, p, err := l.cached(ctx, ck, n, limits, pen, deadline)
 		if hit || err != nil { // err: ctx's, and r is zero
 			l.observe(Event{Op: op, Rule: rule, Key: key, Result: r, Err: err, CacheHit: hit}, start)
 			return r, 0, err
 		}
-		probing, cachedAt = p, at
+		probing, cachedAt = p, l.now().UnixNano()
 	}
 	buf := l.scratch.Get().(*scratch)
 	req := l.request(key, n, limits, buf, 0)
@@ -271,23 +271,21 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 // cached answers a denial from the deny cache while it stands, and true.
 // Once expired, one caller asks the store (its probe, returned: settle it
 // after) while the others wait for its answer until deadline, then take the
-// last denial. Under a penalty only a ban answers. It returns the time
-// (ns) of its last look. The error is ctx's.
-func (l *Limiter) cached(ctx context.Context, key string, n int64, limits []Limit, pen *Penalty, deadline time.Time) (Result, bool, *probe, int64, error) {
+// last denial. Under a penalty only a ban answers. The error is ctx's.
+func (l *Limiter) cached(ctx context.Context, key string, n int64, limits []Limit, pen *Penalty, deadline time.Time) (Result, bool, *probe, error) {
 	var bound <-chan time.Time
 	for {
-		now := l.now().UnixNano()
-		r, ok, p, wait := l.cache.get(key, n, limits, now)
+		r, ok, p, wait := l.cache.get(key, n, limits, l.now().UnixNano())
 		switch {
 		case ok && (pen == nil || r.blocked):
-			return r, true, nil, now, nil
+			return r, true, nil, nil
 		case pen != nil && p != nil && !wait:
 			l.cache.settle(key, n, limits, p)
-			return Result{}, false, nil, now, nil
+			return Result{}, false, nil, nil
 		case pen != nil || p == nil:
-			return Result{}, false, nil, now, nil
+			return Result{}, false, nil, nil
 		case !wait:
-			return Result{}, false, p, now, nil
+			return Result{}, false, p, nil
 		}
 		if bound == nil && !deadline.IsZero() {
 			t := time.NewTimer(time.Until(deadline))
@@ -297,11 +295,10 @@ func (l *Limiter) cached(ctx context.Context, key string, n int64, limits []Limi
 		select { // another request of the key asks: its answer is ours
 		case <-p.done:
 		case <-ctx.Done():
-			return Result{}, false, nil, 0, ctx.Err()
+			return Result{}, false, nil, ctx.Err()
 		case <-bound:
-			now := l.now().UnixNano()
-			r, ok := l.cache.last(key, n, limits, now)
-			return r, ok, nil, now, nil
+			r, ok := l.cache.last(key, n, limits, l.now().UnixNano())
+			return r, ok, nil, nil
 		}
 	}
 }

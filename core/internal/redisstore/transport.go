@@ -272,8 +272,7 @@ func (t *transport) recycle(c *call) {
 // (zero: ctx's alone). c must not be used afterwards. A queued caller waits
 // on a timer kept in its pooled call (see await), not a context.WithTimeout.
 func (t *transport) run(ctx context.Context, c *call, deadline time.Time) (any, error) {
-	now := time.Now()
-	if err := ended(ctx, deadline, now); err != nil {
+	if err := ended(ctx, deadline, time.Now()); err != nil {
 		t.recycle(c)
 		return nil, err
 	}
@@ -281,7 +280,7 @@ func (t *transport) run(ctx context.Context, c *call, deadline time.Time) (any, 
 	name := ""
 	if t.laneOf != nil {
 		if c.merged == nil {
-			return t.runAlone(c, now)
+			return t.runAlone(c)
 		}
 		name = t.laneOf(tag(c))
 	}
@@ -291,7 +290,7 @@ func (t *transport) run(ctx context.Context, c *call, deadline time.Time) (any, 
 		l.inflight++
 		t.mu.Unlock()
 		defer t.handOff(name, l)
-		return t.runAlone(c, now)
+		return t.runAlone(c)
 	}
 	l.queue = append(l.queue, c)
 	free := l.inflight < t.depth
@@ -302,7 +301,7 @@ func (t *transport) run(ctx context.Context, c *call, deadline time.Time) (any, 
 	if free {
 		go t.flush(name, l)
 	}
-	return t.await(c, now)
+	return t.await(c)
 }
 
 // lane returns the lane named name, t.mu held: a single server's, else the
@@ -333,15 +332,14 @@ func ended(ctx context.Context, deadline, now time.Time) error {
 func tag(c *call) string { return c.keys[0][:len(c.keys[0])-len(blockName)] }
 
 // runAlone sends c on its own: through direct on the caller's goroutine,
-// else to the end on a goroutine that the caller leaves at the deadline
-// (see await: now is the time of the call).
-func (t *transport) runAlone(c *call, now time.Time) (any, error) {
+// else to the end on a goroutine that the caller leaves at the deadline.
+func (t *transport) runAlone(c *call) (any, error) {
 	if t.direct == nil {
 		go func() {
 			reply, err := t.runOne(context.WithoutCancel(c.ctx), t.rdb, c)
 			t.finish(c, reply, err)
 		}()
-		return t.await(c, now)
+		return t.await(c)
 	}
 	ctx := c.ctx
 	if dl, ok := ctx.Deadline(); !c.limit.IsZero() && (!ok || c.limit.Before(dl)) {
@@ -354,15 +352,15 @@ func (t *transport) runAlone(c *call, now time.Time) (any, error) {
 	return reply, err
 }
 
-// await waits for c's reply, or the end of c.ctx or c.limit (timed from
-// now, a moment ago). A caller that leaves first leaves c to whoever fills it.
-func (t *transport) await(c *call, now time.Time) (any, error) {
+// await waits for c's reply, or the end of c.ctx or c.limit. A caller
+// that leaves first leaves c to whoever fills it.
+func (t *transport) await(c *call) (any, error) {
 	var timeout <-chan time.Time
 	if !c.limit.IsZero() {
 		if c.timer == nil {
-			c.timer = time.NewTimer(c.limit.Sub(now))
+			c.timer = time.NewTimer(time.Until(c.limit))
 		} else {
-			c.timer.Reset(c.limit.Sub(now))
+			c.timer.Reset(time.Until(c.limit))
 		}
 		timeout = c.timer.C
 	}
