@@ -124,7 +124,7 @@ func (g *guard) end(ctx context.Context, a attempt, err error) (kind, error) {
 		// short of CPU, the reply may have gone unread: not counted (cpuMeter)
 		starved := g.starvedSince(a)
 		k, counted = timedOut, !starved
-		if starved && a.sent < g.silentSince(a)+int64(g.budget) {
+		if starved && g.answeredAfter(a, 1) && a.sent < g.silentSince(a)+int64(g.budget) {
 			k = overloaded // sent as Redis fell silent, if it did: shed
 		}
 	default:
@@ -355,12 +355,11 @@ func (e backendError) Unwrap() error { return e.err }
 // would read the reply waits in the run queue while its caller, woken by its
 // timer, sees none. Such calls once let floods through and opened the
 // breaker on a healthy Redis, so the breaker does not count them, and when
-// the call went within a budget of the first call out of time since Redis
-// last answered (or since the Limiter was made: Redis fell silent then, if
-// it did), the decision is shed: a starved process's first calls after a
-// quiet spell, its first calls of all included, are shed, not admitted, and
-// a Redis that stopped answering gets the failure mode for the calls sent a
-// budget after it fell silent.
+// Redis has answered this client and the call went within a budget of the
+// first call out of time since Redis last answered (Redis fell silent then,
+// if it did), the decision is shed: a starved process's first calls after
+// a quiet spell are shed, not admitted, and a Redis that stopped answering
+// gets the failure mode for the calls sent a budget after it fell silent.
 // It is looked at when the Limiter is made and when a call ran out of time
 // without a reply.
 type cpuMeter struct {

@@ -57,8 +57,8 @@ func WithClock(now func() time.Time) Option { return Option{func(c *config) { c.
 //
 // When the budget runs out without Redis's answer, a cached denial of the
 // key, even expired, answers. Else, if Redis answered this client's other
-// calls meanwhile, or this process was short of CPU and Redis had not
-// fallen silent for it a timeout or more before the call (see
+// calls meanwhile, or this process was short of CPU and Redis had answered
+// it before and not fallen silent a timeout or more before the call (see
 // docs/redis.md), the decision is shed:
 // denied as FailClosed denies, whatever the failure mode, with a
 // Result.BackendErr matching ErrShed; the breaker does not count it, and
