@@ -68,10 +68,11 @@ type lane struct {
 // maxInFlight bounds a single server's round trips in flight (see
 // docs/performance.md): one leaves Redis idle while a reply travels, more
 // split the queue into smaller merged calls, each a round trip's cost to
-// both sides (8 measured 0.79–0.85× the rueidis log at 64 goroutines on
-// 100,000 keys, against 2's 0.88–1.00×, and 2.5× ulule on one hot key at
-// 256, against 2.9–3.0×). A Cluster's or Ring's node takes one at a time:
-// its nodes already work in parallel, and 8 a node measured slower
+// both sides (medians of 12–18 rounds against 2's: 8 gave the log 0.90×
+// the rueidis log at 64 goroutines on 100,000 keys against 0.96×, and one
+// hot key at 256 goroutines 2.6× ulule against 3.0×; 1.15× rueidis at 256
+// on 100,000 keys against 1.07×). A Cluster's or Ring's node takes one at
+// a time: its nodes already work in parallel, and 8 a node measured slower
 // (100,000 keys on 3 masters, 64 goroutines: 0.87× ulule against 1.07×).
 const maxInFlight = 2
 
