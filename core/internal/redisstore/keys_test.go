@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/ratewindow/ratewindow/core/internal/store"
 )
 
@@ -67,5 +69,21 @@ func TestAppendKeys(t *testing.T) {
 	dst := make([]string, 0, 8)
 	if n := testing.AllocsPerRun(100, func() { dst = appendKeys(dst[:0], testPrefix, "k", limits, withBlock|withPenalty) }); n != 1 {
 		t.Errorf("%v allocations, want 1", n)
+	}
+}
+
+// TestNodeOffCluster: off a Cluster, Node answers "" without building the
+// key's hash tag: no allocation on every decision's way.
+func TestNodeOffCluster(t *testing.T) {
+	for _, rdb := range []redis.Scripter{
+		redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}),
+		redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}}),
+	} {
+		s := New(rdb, testPrefix)
+		s.t.lastReply.Store(1) // Redis answered
+		var node string
+		if n := testing.AllocsPerRun(100, func() { node = s.Node("a key of forty bytes, long enough to tell") }); n != 0 || node != "" {
+			t.Errorf("%T: Node returned %q with %v allocations, want \"\" and none", rdb, node, n)
+		}
 	}
 }
