@@ -2,6 +2,7 @@ package core
 
 import (
 	"hash/maphash"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -31,7 +32,8 @@ const (
 type denyShard struct {
 	mu      sync.Mutex
 	m       map[string][]denial
-	n, size int // denials held, and the most it may hold
+	n, size int    // denials held, and the most it may hold
+	hits    uint32 // denials answered (see get)
 }
 
 type denial struct {
@@ -62,15 +64,23 @@ func (c *denyCache) shard(key string) *denyShard {
 
 // get returns the denial of (key, n, limits) at now (ns), counted down.
 // Expired, it returns a probe: wait false, this caller asks the backend
-// and must settle p; wait true, it waits for another's p.
+// and must settle p; wait true, it waits for another's p. A shard's
+// answers yield now and then (see instantYield).
 func (c *denyCache) get(key string, n int64, limits []Limit, now int64) (r Result, ok bool, p *probe, wait bool) {
 	sh, d := c.locked(key, n, limits)
+	if d != nil && now < d.until {
+		r, sh.hits = d.countedDown(now, 0), sh.hits+1
+		yield := sh.hits%instantYield == 0
+		sh.mu.Unlock()
+		if yield {
+			runtime.Gosched()
+		}
+		return r, true, nil, false
+	}
 	defer sh.mu.Unlock()
 	switch {
 	case d == nil:
 		return Result{}, false, nil, false
-	case now < d.until:
-		return d.countedDown(now, 0), true, nil, false
 	case d.probe != nil:
 		return Result{}, false, d.probe, true
 	}

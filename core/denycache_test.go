@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -369,4 +370,54 @@ func (c *denyCache) len() int {
 		sh.mu.Unlock()
 	}
 	return total
+}
+
+// TestInstantAnswersYield: a goroutine answered without I/O in a loop (by
+// the deny cache, by an open breaker) yields its processor every
+// instantYield answers, so that the goroutines behind it run (without the
+// yield it keeps it until preempted, some 10ms: hundreds of thousands of
+// answers). Not parallel: it runs on one processor.
+func TestInstantAnswersYield(t *testing.T) {
+	c := newDenyCache(10)
+	limits := []Limit{PerMinute(1)}
+	now := time.Now().UnixNano()
+	c.put("hot", 1, limits, now, Result{Limit: limits[0], RetryAfter: time.Minute, ResetAfter: time.Minute})
+	var b breaker
+	b.failure(1, 2)
+	b.failure(3, 4)
+	b.failure(5, 6) // open until 6 + breakerPause
+	for _, tc := range []struct {
+		name   string
+		answer func() bool // reports whether it answered without I/O
+	}{
+		{"deny cache", func() bool { _, ok, _, _ := c.get("hot", 1, limits, now); return ok }},
+		{"open breaker", func() bool { ok, _ := b.allow(7); return !ok }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+			var answered, stop atomic.Int64
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for stop.Load() == 0 {
+					if !tc.answer() {
+						t.Error("not answered without I/O")
+						return
+					}
+					answered.Add(1)
+				}
+			}()
+			for answered.Load() == 0 {
+				runtime.Gosched()
+			}
+			before := answered.Load()
+			runtime.Gosched() // the loop runs until it yields
+			n := answered.Load() - before
+			stop.Store(1)
+			<-done
+			if n > 4*instantYield { // a yield may go to another goroutine than this one
+				t.Fatalf("the loop answered %d times before this goroutine ran again, want at most %d", n, 4*instantYield)
+			}
+		})
+	}
 }
