@@ -113,7 +113,7 @@ type backend struct {
 var testPrefixes sync.Map
 
 // uniquePrefix isolates tests that share one Redis.
-func uniquePrefix(t *testing.T) string {
+func uniquePrefix(testing.TB) string {
 	p := fmt.Sprintf("t%d:", time.Now().UnixNano())
 	for {
 		if _, dup := testPrefixes.LoadOrStore(p, true); !dup {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ratewindow/ratewindow/internal/redistest"
+	"github.com/ratewindow/ratewindow/internal/stall"
 )
 
 // TestFlood: three Limiters (three replicas, each with its own client and
@@ -153,5 +154,61 @@ func TestDenyCacheProbe(t *testing.T) {
 	wg.Wait()
 	if trips.Load() != 1 || allowed.Load() != 0 {
 		t.Fatalf("%d round trips and %d admitted for 50 requests of a denied key, want 1 and 0", trips.Load(), allowed.Load())
+	}
+}
+
+// BenchmarkFlatOutFlood is 36's flood without any fault: a Limiter made as
+// the flood starts, g goroutines deciding flat out on one denied hot key
+// (answered by the deny cache) and 200 more on keys of their own (answered
+// by Redis), WithTimeout(100ms), for 2s. It reports the slowest decision,
+// the decisions the failure mode answered and the scheduler's lateness (a
+// 1ms timer's, see internal/stall); run it beside two busy loops:
+//
+//	go test -run '^$' -bench FlatOutFlood -benchtime 1x ./core/
+func BenchmarkFlatOutFlood(b *testing.B) {
+	srv := redistest.New(b)
+	for _, g := range []int{64, 256} {
+		b.Run("g="+strconv.Itoa(g)+"+200", func(b *testing.B) {
+			var slowest, failed, decisions atomic.Int64
+			var stalls time.Duration
+			for range b.N {
+				l, err := New(srv.Client(b), WithTimeout(100*time.Millisecond), WithPrefix(uniquePrefix(b)))
+				if err != nil {
+					b.Fatal(err)
+				}
+				meter := stall.Start(b)
+				stop := time.Now().Add(2 * time.Second)
+				var wg sync.WaitGroup
+				for i := range g + 200 {
+					key, lim := "hot", PerSecond(100)
+					if i >= g {
+						key, lim = "own"+strconv.Itoa(i), PerSecond(MaxLogCount)
+					}
+					wg.Go(func() {
+						for time.Now().Before(stop) {
+							start := time.Now()
+							r, err := l.Allow(context.Background(), key, lim)
+							took := int64(time.Since(start))
+							if err != nil {
+								b.Error(err)
+								return
+							}
+							decisions.Add(1)
+							if r.BackendErr != nil && !errors.Is(r.BackendErr, ErrShed) {
+								failed.Add(1)
+							}
+							for old := slowest.Load(); took > old && !slowest.CompareAndSwap(old, took); old = slowest.Load() {
+							}
+						}
+					})
+				}
+				wg.Wait()
+				stalls = max(stalls, meter.Finish())
+			}
+			b.ReportMetric(float64(slowest.Load())/1e6, "slowest-ms")
+			b.ReportMetric(float64(failed.Load()), "by-failure-mode")
+			b.ReportMetric(float64(decisions.Load())/float64(b.N), "decisions")
+			b.ReportMetric(float64(stalls)/1e6, "stall-ms")
+		})
 	}
 }
