@@ -30,7 +30,7 @@ type breaker struct {
 // for a scheduler slice (10ms) while the goroutines behind it, their timers
 // and Redis's replies wait: in a flood of 64 or 256 goroutines on a denied
 // hot key and 200 on keys of their own, beside two busy loops, the slowest
-// decision took 0.6-1.0s of a 100ms timeout; 102-109ms with a yield every
+// decision took 0.6-1.0s of a 100ms timeout; 102-116ms with a yield every
 // 128th answer. Every 64th did as well, but the 1% of answers that yield
 // then made the p99 of a flood on one key 1ms (1-4µs at 128); every 256th
 // let the slowest reach 130ms, every 1,024th 480ms.
