@@ -197,10 +197,7 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 	if err := validate(key, n, limits); err != nil {
 		return Result{}, 0, err
 	}
-	var start, deadline time.Time
-	if l.observer != nil || l.guard.budget > 0 {
-		start = time.Now()
-	}
+	start, deadline := time.Now(), time.Time{} // start: the decision's one clock read but an injected clock's
 	if l.guard.budget > 0 {
 		deadline = start.Add(l.guard.budget)
 	}
@@ -216,12 +213,16 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 	)
 	if l.cache != nil && commit {
 		ck = store.HeldKey(key)
-		r, hit, p, err := l.cached(ctx, ck, n, limits, pen, deadline)
+		cachedAt = start.UnixNano()
+		if l.clock != nil {
+			cachedAt = l.clock().UnixNano()
+		}
+		r, hit, p, err := l.cached(ctx, ck, n, limits, pen, deadline, cachedAt)
 		if hit || err != nil { // err: ctx's, and r is zero
 			l.observe(Event{Op: op, Rule: rule, Key: key, Result: r, Err: err, CacheHit: hit}, start)
 			return r, 0, err
 		}
-		probing, cachedAt = p, l.now().UnixNano()
+		probing = p
 	}
 	buf := l.scratch.Get().(*scratch)
 	req := l.request(key, n, limits, buf, 0)
@@ -271,11 +272,12 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 // cached answers a denial from the deny cache while it stands, and true.
 // Once expired, one caller asks the store (its probe, returned: settle it
 // after) while the others wait for its answer until deadline, then take the
-// last denial. Under a penalty only a ban answers. The error is ctx's.
-func (l *Limiter) cached(ctx context.Context, key string, n int64, limits []Limit, pen *Penalty, deadline time.Time) (Result, bool, *probe, error) {
+// last denial. Under a penalty only a ban answers. now is the Limiter's
+// clock in ns at the start. The error is ctx's.
+func (l *Limiter) cached(ctx context.Context, key string, n int64, limits []Limit, pen *Penalty, deadline time.Time, now int64) (Result, bool, *probe, error) {
 	var bound <-chan time.Time
-	for {
-		r, ok, p, wait := l.cache.get(key, n, limits, l.now().UnixNano())
+	for ; ; now = l.now().UnixNano() {
+		r, ok, p, wait := l.cache.get(key, n, limits, now)
 		switch {
 		case ok && (pen == nil || r.blocked):
 			return r, true, nil, nil
