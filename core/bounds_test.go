@@ -31,6 +31,13 @@ func TestBounds(t *testing.T) {
 		{"the largest duration", []Limit{Per(1, math.MaxInt64).With(SlidingBuckets)}},
 		{"buckets above MaxBuckets", []Limit{{Count: 10, Window: 10 * time.Second, Algorithm: SlidingBuckets, Precision: time.Millisecond}}},
 		{"name above MaxLimitName", []Limit{{Name: strings.Repeat("n", MaxLimitName+1), Count: 1, Window: time.Second}}},
+		{"count above MaxCount", []Limit{Per(MaxCount+1, time.Second).With(SlidingBuckets)}},
+		{"the largest count", []Limit{Per(math.MaxInt64, time.Second).With(SlidingCounter)}},
+		{"sliding logs above MaxLogCount together", []Limit{Per(MaxLogCount/2+1, time.Minute), Per(MaxLogCount/2, time.Hour)}},
+		{"sliding buckets above MaxBuckets together", []Limit{
+			{Count: 10, Window: time.Minute, Algorithm: SlidingBuckets, Precision: 100 * time.Millisecond}, // 600 buckets
+			{Count: 10, Window: time.Hour, Algorithm: SlidingBuckets, Precision: 6 * time.Second},          // 600 more
+		}},
 	}
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
@@ -61,6 +68,26 @@ func TestBounds(t *testing.T) {
 			}
 			r, err = e.lim.Allow(ctx, "many", atMost...)
 			e.expect("after Reset", r, err, want{true, 0, 0, MaxLimits * time.Second})
+			// sliding logs of MaxLogCount units together, sliding buckets
+			// of MaxBuckets buckets together, beside a counter: one call
+			sums := []Limit{Per(MaxLogCount/2, time.Minute), Per(MaxLogCount/2, time.Hour),
+				{Count: 10, Window: time.Minute, Algorithm: SlidingBuckets, Precision: 120 * time.Millisecond}, // 500 buckets
+				{Count: 10, Window: time.Hour, Algorithm: SlidingBuckets, Precision: 6875 * time.Millisecond},  // 524 more
+				Per(10, time.Second).With(SlidingCounter)}
+			r, err = e.lim.AllowN(ctx, "sums", 10, sums...)
+			if err != nil || !r.Allowed || r.Remaining != 0 || r.Limit != sums[3] || r.ResetAfter <= time.Hour || r.ResetAfter > time.Hour+sums[3].Precision {
+				t.Fatalf("the limits' sums at their maxima: %+v, %v; want allowed, 0 remaining, bound by %s to the end of its bucket", r, err, sums[3])
+			}
+			// a count of MaxCount is exact: it all fits, and not one more
+			for _, a := range []Algorithm{SlidingBuckets, SlidingCounter} {
+				lim, key := Per(MaxCount, time.Minute).With(a), "max-count-"+a.String()
+				if r, err := e.lim.AllowN(ctx, key, MaxCount, lim); err != nil || !r.Allowed || r.Remaining != 0 || r.BackendErr != nil {
+					t.Fatalf("%s: AllowN(MaxCount): %+v, %v", lim, r, err)
+				}
+				if r, err := e.lim.Allow(ctx, key, lim); err != nil || r.Allowed || r.BackendErr != nil {
+					t.Fatalf("%s: one more than MaxCount: %+v, %v", lim, r, err)
+				}
+			}
 			// a window of MaxWindow: exact and positive
 			for _, lim := range []Limit{Per(1, MaxWindow), Per(1, MaxWindow).With(SlidingBuckets)} {
 				key := "year-" + lim.Algorithm.String()
@@ -114,6 +141,37 @@ func TestBucketsAtMaxBuckets(t *testing.T) {
 			e.advance(2 * lim.Window)
 			r, err = e.lim.Allow(ctx, "k", lim)
 			e.expect("every bucket stale", r, err, want{true, n - 1, 0, lim.Window + prec})
+		})
+	}
+}
+
+// TestNilContext: every method of a Limiter given a nil context returns an
+// error naming it, and panics nowhere, on every backend.
+func TestNilContext(t *testing.T) {
+	var nilCtx context.Context
+	lim := PerSecond(1)
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			e := b.new(t)
+			calls := map[string]error{
+				"Allow":  func() error { _, err := e.lim.Allow(nilCtx, "k", lim); return err }(),
+				"AllowN": func() error { _, err := e.lim.AllowN(nilCtx, "k", 2, lim); return err }(),
+				"Peek":   func() error { _, err := e.lim.Peek(nilCtx, "k", lim); return err }(),
+				"Wait":   e.lim.Wait(nilCtx, "k", lim),
+				"WaitN":  e.lim.WaitN(nilCtx, "k", 1, lim.With(SlidingBuckets)),
+				"Reset":  e.lim.Reset(nilCtx, "k", lim),
+				"Refund": e.lim.Refund(nilCtx, "k", 1, lim),
+				"Block":  e.lim.Block(nilCtx, "k", time.Second),
+				"Check":  e.lim.Check(nilCtx),
+			}
+			for call, err := range calls {
+				if !errors.Is(err, errNilContext) || err.Error() != "ratewindow: nil context" {
+					t.Errorf("%s(nil ctx): %v, want %q", call, err, errNilContext)
+				}
+			}
+			if keys := e.storedKeys(); len(keys) != 0 {
+				t.Fatalf("calls with a nil context stored %v", keys)
+			}
 		})
 	}
 }

@@ -27,7 +27,7 @@ var (
 	// ErrNoWrites is returned by Check, and matched by Result.BackendErr,
 	// when Redis refuses writes (OOM, READONLY, ...); it says what to do.
 	ErrNoWrites = store.ErrNoWrites
-	// ErrInvalidDuration is returned by Block for a duration outside (0, MaxBlock].
+	// ErrInvalidDuration is returned by Block for a duration outside [1µs, MaxBlock].
 	ErrInvalidDuration = errors.New("ratewindow: invalid duration")
 	// ErrCircuitOpen is the Result.BackendErr while the circuit breaker skips Redis.
 	ErrCircuitOpen = errors.New("ratewindow: redis unavailable, circuit open")

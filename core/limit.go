@@ -55,13 +55,20 @@ type Limit struct {
 
 // Bounds of a Limit, and of the limits of one call.
 const (
-	// MaxLogCount is the largest Count of a SlidingLog limit, so that a call
-	// holds Redis a few ms at most. Larger limits belong to SlidingBuckets.
-	MaxLogCount  = 1 << 14
-	MaxWindow    = 366 * 24 * time.Hour // the longest Window: a year (and a day)
-	MaxBuckets   = 1024                 // the most Precision sub-windows of a SlidingBuckets Window
-	MaxLimits    = 16                   // the most limits of one call or Rule
-	MaxLimitName = 64                   // the longest Name of a Limit, in bytes
+	// MaxLogCount is the largest Count of a SlidingLog limit, and of the
+	// SlidingLog limits of one call together (the sum of their Counts), so
+	// that a call holds Redis a few ms at most. Larger limits belong to
+	// SlidingBuckets.
+	MaxLogCount = 1 << 14
+	// MaxCount is the largest Count of any limit: 2^53 - 1, the largest
+	// integer the scripts' numbers (doubles) hold exactly.
+	MaxCount  = 1<<53 - 1
+	MaxWindow = 366 * 24 * time.Hour // the longest Window: a year (and a day)
+	// MaxBuckets is the most Precision sub-windows of a SlidingBuckets
+	// Window, and of the SlidingBuckets limits of one call together.
+	MaxBuckets   = 1024
+	MaxLimits    = 16 // the most limits of one call or Rule
+	MaxLimitName = 64 // the longest Name of a Limit, in bytes
 )
 
 // Per returns a SlidingLog limit of n units per window.
@@ -97,6 +104,8 @@ func (l Limit) problem() string {
 	switch {
 	case l.Count <= 0:
 		return fmt.Sprintf("count %d must be > 0", l.Count)
+	case l.Count > MaxCount:
+		return fmt.Sprintf("count %d is above MaxCount %d, the largest the scripts count exactly", l.Count, int64(MaxCount))
 	case l.Window < time.Millisecond || l.Window > MaxWindow:
 		return fmt.Sprintf("window %s must be from 1ms to MaxWindow (%s)", l.Window, MaxWindow)
 	case l.Algorithm > SlidingCounter:
@@ -105,8 +114,8 @@ func (l Limit) problem() string {
 		return fmt.Sprintf("count %d is above MaxLogCount %d for a sliding log; use SlidingBuckets", l.Count, MaxLogCount)
 	case l.Precision != 0 && (l.Precision < time.Millisecond || l.Precision > l.Window):
 		return fmt.Sprintf("precision %s must be between 1ms and the window %s", l.Precision, l.Window)
-	case l.Algorithm == SlidingBuckets && (l.Window+l.precision()-1)/l.precision() > MaxBuckets:
-		return fmt.Sprintf("a window of %s holds %d buckets of %s, above MaxBuckets %d: use a longer Precision", l.Window, (l.Window+l.precision()-1)/l.precision(), l.precision(), MaxBuckets)
+	case l.Algorithm == SlidingBuckets && l.buckets() > MaxBuckets:
+		return fmt.Sprintf("a window of %s holds %d buckets of %s, above MaxBuckets %d: use a longer Precision", l.Window, l.buckets(), l.precision(), MaxBuckets)
 	case len(l.Name) > MaxLimitName:
 		return fmt.Sprintf("a name of %d bytes is longer than MaxLimitName %d", len(l.Name), MaxLimitName)
 	}
@@ -150,6 +159,9 @@ func (l Limit) spec() store.Limit {
 
 // precision returns the sub-window length used by SlidingBuckets.
 func (l Limit) precision() time.Duration { return l.spec().Step() }
+
+// buckets returns how many sub-windows of SlidingBuckets its Window holds.
+func (l Limit) buckets() int64 { return int64((l.Window + l.precision() - 1) / l.precision()) }
 
 // usec converts microseconds to a Duration.
 func usec(us int64) time.Duration { return time.Duration(us) * time.Microsecond }

@@ -102,14 +102,14 @@ func (l *Limiter) storeTime() int64 {
 // NOPERM). A nil ctx is an error.
 func (l *Limiter) Check(ctx context.Context) error {
 	if ctx == nil {
-		return errors.New("ratewindow: check: nil context")
+		return errNilContext
 	}
 	return l.guard.next.Check(ctx)
 }
 
 // Allow reports whether one unit under every limit fits now, and records it
 // under all of them when it does; a denial records nothing. The error is
-// non-nil only when no decision was made (invalid arguments, ctx ending);
+// non-nil only when no decision was made (invalid arguments, a nil or ended ctx);
 // when Redis fails, the failure mode decides and Result.BackendErr says why.
 func (l *Limiter) Allow(ctx context.Context, key string, limits ...Limit) (Result, error) {
 	return l.AllowN(ctx, key, 1, limits...)
@@ -133,7 +133,7 @@ func (l *Limiter) Peek(ctx context.Context, key string, limits ...Limit) (Result
 // Block, and forgets this Limiter's cached denials of key (another
 // replica's within a second). A Redis failure is returned.
 func (l *Limiter) Reset(ctx context.Context, key string, limits ...Limit) error {
-	if err := validate(key, 1, limits); err != nil {
+	if err := validate(ctx, key, 1, limits); err != nil {
 		return err
 	}
 	l.forget(key)
@@ -147,7 +147,7 @@ func (l *Limiter) Reset(ctx context.Context, key string, limits ...Limit) error 
 // forgets this Limiter's cached denials of key (see Reset). A Redis
 // failure is returned: no failure mode answers.
 func (l *Limiter) Refund(ctx context.Context, key string, n int64, limits ...Limit) error {
-	if err := validate(key, n, limits); err != nil {
+	if err := validate(ctx, key, n, limits); err != nil {
 		return err
 	}
 	return l.refundAt(ctx, key, n, limits, 0, false)
@@ -176,10 +176,12 @@ const MaxBlock = MaxWindow
 // until then Allow, AllowN and Peek deny it with RetryAfter of at least the
 // time left, and Wait and WaitN wait it out (or return
 // ErrWaitExceedsDeadline at once when it outlasts ctx's deadline). A later
-// Block never shortens an earlier one; Reset lifts it. d must be in (0,
+// Block never shortens an earlier one; Reset lifts it. d must be in [1µs,
 // MaxBlock]; a Redis failure is returned (no failure mode answers).
 func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) error {
 	switch {
+	case ctx == nil:
+		return errNilContext
 	case key == "":
 		return fmt.Errorf("%w: empty key", ErrInvalidKey)
 	case d < time.Microsecond || d > MaxBlock:
@@ -194,7 +196,7 @@ func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) error 
 // without a reply goes again once within the budget, unless a cached denial
 // of the key, even expired, answers.
 func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, limits []Limit, pen *Penalty) (Result, int64, error) {
-	if err := validate(key, n, limits); err != nil {
+	if err := validate(ctx, key, n, limits); err != nil {
 		return Result{}, 0, err
 	}
 	start, deadline := time.Now(), time.Time{} // start: the decision's one clock read but an injected clock's
@@ -458,7 +460,7 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64, limits ...Limi
 
 // waitN is WaitN for the rule named rule.
 func (l *Limiter) waitN(ctx context.Context, rule, key string, n int64, limits []Limit) error {
-	if err := validate(key, n, limits); err != nil {
+	if err := validate(ctx, key, n, limits); err != nil {
 		return err
 	}
 	start := l.started()

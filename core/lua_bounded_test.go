@@ -104,7 +104,8 @@ func longLog(t *testing.T, rdb *redis.Client, key string, units int64, from, ste
 // full log's units left the window; a denial of AllowN(MaxLogCount/2) on a
 // full log, whose retry is the unit in its middle; a CountIf refund (at
 // the time of the decision) of its oldest unit; a refund of every unit,
-// and of every unit but one; a reset. Every call's answer is checked. Each call's cost is the CPU time
+// and of every unit but one; a reset; the half-gone decision and a refund
+// across MaxLimits logs of MaxLogCount units together. Every call's answer is checked. Each call's cost is the CPU time
 // Redis's main thread spent while it ran (where /proc can be read; else
 // Redis's SLOWLOG, its wall time). Measured on a quiet machine, the
 // slowest (the half-gone log read from its nearer end) took about 2 ms.
@@ -177,6 +178,29 @@ func TestLongLogBoundedCalls(t *testing.T) {
 		r, err := l.Allow(ctx, "half", lim)
 		return want(r, err, true, c/2-1, 0)
 	})
+
+	// the same across MaxLimits logs of MaxLogCount units together (a
+	// call's work grows with the units of all its logs)
+	var logs []core.Limit
+	for i := range core.MaxLimits {
+		wi := w + time.Duration(i)*time.Second
+		logs = append(logs, core.Per(c/core.MaxLimits, wi))
+		name := fmt.Sprintf("rw:{logs}:v2:r%ds", int64(wi/time.Second))
+		if i == 0 {
+			name = "rw:{logs}:v2:r1h"
+		}
+		longLog(t, rdb, name, c/core.MaxLimits/2, us, 1)
+		longLog(t, rdb, name, c/core.MaxLimits/2, us+int64(wi/time.Microsecond)/2, 1)
+	}
+	now = t0.Add(w).Add(core.MaxLimits * time.Second).Add(time.Duration(c) * time.Microsecond)
+	measure("a decision with half of MaxLimits full logs gone", func() error {
+		r, err := l.Allow(ctx, "logs", logs...)
+		return want(r, err, true, c/core.MaxLimits/2-1, 0)
+	})
+	measure("a refund of every unit of MaxLimits logs but one", func() error { return l.Refund(ctx, "logs", c/core.MaxLimits/2, logs...) })
+	if r, err := l.Peek(ctx, "logs", logs...); want(r, err, true, c/core.MaxLimits-1, 0) != nil {
+		t.Fatal(want(r, err, true, c/core.MaxLimits-1, 0))
+	}
 
 	now = t0
 	oldest := us - c - 1000
@@ -387,8 +411,8 @@ func TestSortedLogMatchesMemory(t *testing.T) {
 	w := newTwins(t)
 	rng := rand.New(rand.NewPCG(28, 2))
 	// about 22,000 units a window asked: sorted, and its oldest units
-	// leaving all the time
-	long, longer := core.Per(12000, 20*time.Second), core.Per(core.MaxLogCount, time.Minute)
+	// leaving all the time; the two logs count MaxLogCount units together
+	long, longer := core.Per(12000, 20*time.Second), core.Per(core.MaxLogCount-12000, time.Minute)
 	sorted := 0 // the steps after which the long log was a sorted set
 	for step := range 1500 {
 		lims := []core.Limit{long}
