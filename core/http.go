@@ -179,10 +179,13 @@ func (hs *headerSet) write(h http.Header, style HeaderStyle, res Result, pk stri
 
 // clearRateHeaders deletes every rate-limit field.
 func clearRateHeaders(h http.Header) {
-	for _, k := range [...]string{hdrXLimit, hdrXRemaining, hdrXReset, hdrPolicy, hdrRateLimit} {
+	for _, k := range rateHeaders {
 		delete(h, k)
 	}
 }
+
+// rateHeaders are the rate-limit fields a rule writes.
+var rateHeaders = [...]string{hdrXLimit, hdrXRemaining, hdrXReset, hdrPolicy, hdrRateLimit}
 
 // writeDenied writes the default 429 of dec: a short text, or with problem
 // set, the quota-exceeded problem (abnormal-usage for a banned key).

@@ -220,7 +220,7 @@ func (d *Decider[R]) Decide(ctx context.Context, r R) Decision {
 		}
 		return dec
 	case res.BackendErr != nil && d.report(r, res.BackendErr, failureMessage):
-		dec.Verdict = Answered
+		dec.Verdict, dec.charged = Answered, res.Allowed && d.l.guard.mode == FailLocal
 		return dec
 	}
 	dec.Verdict, dec.Shown = verdict(res, d.l.guard.mode, d.p.DryRun)

@@ -42,8 +42,9 @@ var ErrInvalidRule = errors.New("ratewindow: invalid rule")
 // Rule describes which HTTP requests to limit and how to answer, for every
 // adapter (nethttp, chimw, ginmw, echomw), which validates it at start-up.
 // When several rules apply, a request passes only when each admits it, and
-// one that a rule stops (429 or 503) consumes nothing under any of them:
-// the rules it passed give their units back (Limiter.Refund).
+// one that a rule stops (429, 503, or its OnError's answer) consumes
+// nothing under any of them (the rules it passed give their units back:
+// Limiter.Refund); of its rate-limit fields, only a denial shows its own.
 type Rule struct {
 	// Name is the rule's namespace (keys are Name + ":" + Key's result) and
 	// Event.Rule. Required: printable ASCII without spaces, ':', '{' or
@@ -212,8 +213,21 @@ func NewEnforcer(l *Limiter, rule Rule) (*Enforcer, error) {
 	}
 	if onError := rule.OnError; onError != nil {
 		p.OnError = func(x exchange, err error) bool {
+			// the earlier rules' fields: none on OnError's answer (their
+			// units go back), kept when it does not answer
+			h := x.w.Header()
+			var shown [len(rateHeaders)][]string
+			for i, k := range rateHeaders {
+				shown[i] = h[k]
+			}
+			clearRateHeaders(h)
 			ew := &errorWriter{ResponseWriter: x.w}
 			onError(ew, x.r, err)
+			for i, k := range rateHeaders {
+				if v := shown[i]; v != nil && !ew.wrote {
+					h[k] = v
+				}
+			}
 			return ew.wrote
 		}
 	}
@@ -273,9 +287,10 @@ func (e *Enforcer) HandleFrom(w http.ResponseWriter, r *http.Request, route stri
 			writeDenied(w, dec, e.problem(r))
 		}
 	case Unavailable:
+		clearRateHeaders(w.Header())
 		dec.hdr.writeUnavailable(w, e.problem(r))
-	case Answered:
-		return nil, false
+	case Answered: // by OnError: this rule's units go back too (FailLocal's)
+		e.d.GiveBack(r.Context(), exchange{discard{}, r}, dec, "the rule's OnError answered the request")
 	}
 	st.refund(r) // the rules before this one give their units back
 	return nil, false

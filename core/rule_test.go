@@ -421,3 +421,62 @@ func TestKeySpaces(t *testing.T) {
 		}
 	}
 }
+
+// TestStoppedRequestKeepsNothing: a request that an inner rule stops, by
+// failing closed (503) or by its OnError's own answer, keeps no unit under
+// the outer rule nor under the inner one (FailLocal's, when its OnError
+// answers a Redis failure), and its response shows no rate-limit fields.
+func TestStoppedRequestKeepsNothing(t *testing.T) {
+	outerLimiter := core.NewMemory()
+	outerRule := core.Rule{Name: "outer", Limits: []core.Limit{core.PerMinute(3)}, Headers: core.Both}
+	outer := mustEnforcer(t, outerLimiter, outerRule)
+	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	t.Cleanup(func() { _ = down.Close() })
+	local, err := core.New(down, core.WithFailureMode(core.FailLocal), core.WithLocalShare(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	innerLimit := core.PerMinute(3)
+	unauthorized := func(w http.ResponseWriter, _ *http.Request, _ error) {
+		http.Error(w, "no", http.StatusUnauthorized)
+	}
+	cases := []struct {
+		name   string
+		inner  *core.Enforcer
+		status int
+		local  bool // the inner rule's units are FailLocal's: they must come back too
+	}{
+		{"the inner rule fails closed", mustEnforcer(t, closedLimiter(t), core.Rule{Name: "closed", Limits: []core.Limit{innerLimit}}), 503, false},
+		{"the inner rule's OnError answers a key error", mustEnforcer(t, core.NewMemory(), core.Rule{Name: "keyed", Limits: []core.Limit{innerLimit},
+			Key: keyfuncs.Header("X-Api-Key"), OnError: unauthorized}), 401, false},
+		{"the inner rule's OnError answers a Redis failure under FailLocal", mustEnforcer(t, local, core.Rule{Name: "local", Limits: []core.Limit{innerLimit},
+			OnError: unauthorized}), 401, true},
+	}
+	ctx := context.Background()
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ip := fmt.Sprintf("192.0.2.%d", i+1)
+			for range 4 {
+				req := httptest.NewRequest("GET", "/things/1", nil)
+				req.RemoteAddr = ip + ":1"
+				rec := serve(req, outer, c.inner)
+				if rec.Code != c.status {
+					t.Fatalf("status %d, want %d", rec.Code, c.status)
+				}
+				for _, k := range []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "RateLimit", "RateLimit-Policy"} {
+					if v := rec.Header().Values(k); len(v) > 0 {
+						t.Fatalf("the stopped request shows %s: %q", k, v)
+					}
+				}
+			}
+			if r, err := outerLimiter.Peek(ctx, "outer:ip:"+ip, outerRule.Limits...); err != nil || r.Remaining != 3 {
+				t.Fatalf("the outer rule keeps %d of 3 (%v), want 3", r.Remaining, err)
+			}
+			if c.local {
+				if r, err := local.Peek(ctx, "local:ip:"+ip, innerLimit); err != nil || r.Remaining != 3 || r.BackendErr == nil {
+					t.Fatalf("FailLocal keeps %d of 3 (%v, %v), want 3, answered locally", r.Remaining, err, r.BackendErr)
+				}
+			}
+		})
+	}
+}

@@ -788,6 +788,24 @@ func scenarios() []scenario {
 			wantAllowed: []bool{true, true, true, false, true, false, true, false, true, true, false},
 		},
 		{
+			name: "stacked rules: a request an inner rule's OnError answers gives the outer rule its unit back, and shows no fields",
+			app: app{
+				global: []core.Rule{perMinute("outer", 3)},
+				routes: []route{{path: "/users/{id}", rules: []core.Rule{with(perMinute("inner", 1), func(r *core.Rule) {
+					r.Key = keyfuncs.Header("X-Api-Key")
+					r.OnError = func(w http.ResponseWriter, _ *http.Request, _ error) {
+						http.Error(w, "an API key is required", http.StatusUnauthorized)
+					}
+				})}}, {path: "/b"}},
+			},
+			steps: steps(
+				repeat(3, step{status: 401, body: "an API key is required\n", want: fields("Content-Type", "text/plain; charset=utf-8", "X-Content-Type-Options", "nosniff")}),
+				ok(xrl(3, 2, 60)).at("/b"),
+				ok(xrl(1, 0, 60)).with("X-Api-Key", "k1"),
+			),
+			wantKeys: slices.Concat(repeatString(5, "outer:ip:192.0.2.1"), []string{"inner:h:x-api-key:k1"}),
+		},
+		{
 			name: "a key function's result never reaches the fallback keys, whatever it returns",
 			app: on(with(perMinute("raw", 1), func(r *core.Rule) {
 				r.Key = func(r *http.Request) (string, error) { return r.Header.Get("X-Key"), nil }
