@@ -302,7 +302,12 @@ func (e *orError) Unwrap() []error { return e.errs }
 // String, anything else as fmt.Sprint prints it). When get finds nothing,
 // nil, or a value that prints empty, the error matches ErrNoKey.
 // ginmw.Key and echomw.Key are built on it.
+//
+// Value panics if get is nil.
 func Value(name string, get func(*http.Request) (any, bool)) Func {
+	if get == nil {
+		panic("ratewindow: keyfuncs.Value: nil function")
+	}
 	prefix := name + ":"
 	missing := fmt.Errorf("%w: no value %q", ErrNoKey, name)
 	return func(r *http.Request) (string, error) {

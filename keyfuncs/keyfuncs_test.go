@@ -756,6 +756,7 @@ func TestConstructorPanics(t *testing.T) {
 		"User nil":     func() { keyfuncs.User(nil) },
 		"Join nil":     func() { keyfuncs.Join(keyfuncs.Method(), nil) },
 		"Or nil":       func() { keyfuncs.Or(nil, keyfuncs.Method()) },
+		"Value nil":    func() { keyfuncs.Value("tenant", nil) },
 	}
 	for name, fn := range tests {
 		t.Run(name, func(t *testing.T) {
