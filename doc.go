@@ -13,4 +13,8 @@
 //     (X-RateLimit-* or the IETF RateLimit and RateLimit-Policy fields), 429
 //     Too Many Requests with Retry-After, and 503 when Redis fails and the
 //     Limiter fails closed.
+//   - grpcmw, connectmw: server interceptors for gRPC and a handler wrapper
+//     for Connect (RESOURCE_EXHAUSTED with RetryInfo), and gRPC client
+//     interceptors that throttle outbound calls.
+//   - prometheus, otel: observers that turn decisions into metrics.
 package ratewindow

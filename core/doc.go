@@ -32,7 +32,8 @@
 //
 // # Failures
 //
-// Every call to Redis is bounded by WithTimeout. When Redis fails, the
+// Every decision's call to Redis is bounded by WithTimeout (Wait's by
+// WithWaitTimeout). When Redis fails, the
 // failure mode (FailOpen, FailClosed or FailLocal) answers with a nil error
 // and the failure in Result.BackendErr. A circuit breaker skips Redis
 // while it is down, and a deny cache answers the repeats of a denied key

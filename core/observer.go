@@ -31,7 +31,7 @@ var ops = [...]string{"allow", "peek", "wait", "refused"}
 
 // Event describes one decision, for an Observer.
 type Event struct {
-	Op   Op
+	Op   Op     // what was decided: Allow (AllowN and the middleware's), Peek, Wait, or a refusal
 	Rule string // the Rule's Name for the HTTP middleware, else empty
 	Key  string // the caller's key: high cardinality, never a metric label
 	// Result is the answer given; its Limit is the binding limit. For

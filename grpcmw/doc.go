@@ -8,8 +8,8 @@
 // A denied call ends with codes.ResourceExhausted and the details a client
 // can act on: google.rpc.RetryInfo (the exact delay), QuotaFailure (the
 // rule and the policy that denied, never the key) and ErrorInfo; the
-// rate-limit fields and retry-after go out as response header metadata,
-// and with Rule.Pushback the grpc-retry-pushback-ms trailer tells a
+// rate-limit fields and retry-after go out as trailer metadata (the
+// denial is trailers-only), and with Rule.Pushback the grpc-retry-pushback-ms trailer tells a
 // grpc-go retry policy when to retry. A Limiter that fails closed, or a
 // decision shed for overload, answers codes.Unavailable with a RetryInfo
 // of a second.
