@@ -96,7 +96,13 @@ func TestCheck(t *testing.T) {
 		}, nil, "NOPERM"},
 		{"read-only user", func(t *testing.T, p *redistest.Process) *redis.Client {
 			return acl(t, p, "limiter", "~rw:*", "+@all", "-@write")
-		}, nil, "The user executing the script can't run this command"},
+		}, nil, "NOPERM ratewindow: this user may not run SET on rw:{check}:check as the scripts do (docs/redis.md)"},
+		{"no sorted sets", func(t *testing.T, p *redistest.Process) *redis.Client {
+			return acl(t, p, "limiter", "~rw:*", "+@all", "-@sortedset")
+		}, nil, "this user may not run ZADD on rw:{check}:check"},
+		{"no hashes", func(t *testing.T, p *redistest.Process) *redis.Client {
+			return acl(t, p, "limiter", "~rw:*", "+@all", "-hincrby")
+		}, nil, "this user may not run HINCRBY on rw:{check}:check"},
 		{"read-only keys", func(t *testing.T, p *redistest.Process) *redis.Client {
 			return acl(t, p, "limiter", "%R~rw:*", "+@all")
 		}, nil, "NOPERM"},

@@ -92,7 +92,8 @@ func (l *Limiter) storeTime() int64 {
 }
 
 // Check reports whether the Limiter can do its job: nil only when Redis is
-// reachable, lets this client run the scripts on keys under its prefix,
+// reachable, lets this client run the scripts on keys under its prefix
+// (and, by its ACL, every command they run there),
 // takes a write there (a key with a 1s TTL), loads the scripts, and will
 // not evict the Limiter's keys (maxmemory 0 or noeviction). Call it at
 // start-up and in readiness probes. It checks every master of a Cluster,
