@@ -122,7 +122,7 @@ func checkEviction(ctx context.Context, c *redis.Client) error {
 		var infoErr error
 		maxmemory, policy, infoErr = infoEviction(ctx, c)
 		if infoErr != nil {
-			return fmt.Errorf("%w: redis at %s: CONFIG GET: %v; INFO memory: %v", store.ErrCheckIncomplete, addr, cfgErr, infoErr)
+			return fmt.Errorf("%w: redis at %s: CONFIG GET: %w; INFO memory: %w", store.ErrCheckIncomplete, addr, cfgErr, infoErr)
 		}
 	}
 	if maxmemory != "0" && policy != "noeviction" {
