@@ -284,14 +284,20 @@ func (g *guard) reserve(ctx context.Context, r store.Request, longest int64) (re
 		case <-ctx.Done():
 			go func() {
 				if o := <-done; o.err == nil && o.res.OK {
-					_ = g.release(detached, r, reservation{Reservation: o.res})
+					rctx, cancel := context.WithTimeout(detached, DefaultWaitTimeout)
+					_ = g.release(rctx, r, reservation{Reservation: o.res})
+					cancel()
 				}
 			}()
 			return reservation{}, ctx.Err()
 		}
 	}
-	if o.k == succeeded || o.k == abandoned {
+	switch o.k {
+	case succeeded, abandoned:
 		return reservation{Reservation: o.res}, o.err
+	case overloaded: // shed: no slot, whatever the failure mode (see poll)
+		_, err := shed(r, o.err)
+		return reservation{failed: err}, nil
 	}
 	err := error(backendError{o.err})
 	switch g.mode {
@@ -304,8 +310,11 @@ func (g *guard) reserve(ctx context.Context, r store.Request, longest int64) (re
 	return reservation{failed: err}, err
 }
 
-// release gives back a reservation where it was made (FailOpen's: nowhere).
+// release gives back a reservation where it was made (FailOpen's: nowhere),
+// bounded by ctx's deadline alone: r's, the reservation's, may have passed
+// while its caller slept.
 func (g *guard) release(ctx context.Context, r store.Request, res reservation) error {
+	r.Deadline, _ = ctx.Deadline()
 	switch {
 	case res.local:
 		return g.local.Release(ctx, g.localCopy(r), res.Reservation)

@@ -454,7 +454,8 @@ func Throttle[T any](ctx context.Context, l *Limiter, key string, limits []Limit
 // and returns ErrWaitExceedsDeadline at once; if they never fit,
 // ErrNeverFits. If ctx ends while waiting, the units are given back and
 // ctx's error returned. When Redis fails, FailOpen returns nil at once,
-// FailClosed the failure, FailLocal waits on this process's share.
+// FailClosed the failure, FailLocal waits on this process's share; a call
+// shed for overload (ErrShed) asks again a second later, whatever the mode.
 func (l *Limiter) WaitN(ctx context.Context, key string, n int64, limits ...Limit) error {
 	return l.waitN(ctx, "", key, n, limits)
 }
@@ -476,28 +477,52 @@ func (l *Limiter) waitN(ctx context.Context, rule, key string, n int64, limits [
 	return err
 }
 
-// reserveAndSleep makes one reservation and sleeps until its time.
+// reserveAndSleep makes one reservation and sleeps until its time. A
+// reservation shed for overload (ErrShed) is asked for again a second
+// later, as poll asks again after FailClosed's answer.
 func (l *Limiter) reserveAndSleep(ctx context.Context, key string, n int64, limits []Limit) (time.Duration, error, error) {
-	r := l.request(key, n, limits, nil, l.waitTime)
 	dl, hasDL := ctx.Deadline()
-	longest := int64(-1) // the wait ctx allows in µs; -1: no bound
-	if hasDL {
-		longest = max(time.Until(dl).Microseconds(), 0)
+	var shed time.Duration // slept after sheddings
+	for {
+		r := l.request(key, n, limits, nil, l.waitTime)
+		longest := int64(-1) // the wait ctx allows in µs; -1: no bound
+		if hasDL {
+			longest = max(time.Until(dl).Microseconds(), 0)
+		}
+		res, err := l.guard.reserve(ctx, r, longest)
+		switch {
+		case err != nil:
+			return shed, res.failed, err
+		case !errors.Is(res.failed, ErrShed):
+			wait, err := l.sleepUntil(ctx, r, res)
+			if wait < 0 { // never fits
+				return wait, res.failed, err
+			}
+			return shed + wait, res.failed, err
+		case hasDL && time.Until(dl) < time.Second:
+			return shed, res.failed, exceedsDeadline(time.Second)
+		}
+		if err := sleep(ctx, time.Second); err != nil {
+			return shed, res.failed, err
+		}
+		shed += time.Second
 	}
-	res, err := l.guard.reserve(ctx, r, longest)
-	if err != nil {
-		return 0, res.failed, err
-	}
+}
+
+// sleepUntil sleeps until the time of reservation res of r, giving it back
+// if ctx ends first, and returns the wait.
+func (l *Limiter) sleepUntil(ctx context.Context, r store.Request, res reservation) (time.Duration, error) {
 	wait := usec(res.Wait)
+	dl, hasDL := ctx.Deadline()
+	var err error
 	switch {
 	case res.Wait < 0:
-		return -1, res.failed, fmt.Errorf("%w: %d units", ErrNeverFits, n)
+		return -1, fmt.Errorf("%w: %d units", ErrNeverFits, r.N)
 	case !res.OK:
-		return wait, res.failed, exceedsDeadline(wait)
-	}
-	if hasDL && time.Until(dl) < wait { // the reply took the slack
+		return wait, exceedsDeadline(wait)
+	case hasDL && time.Until(dl) < wait: // the reply took the slack
 		err = exceedsDeadline(wait)
-	} else {
+	default:
 		err = sleep(ctx, wait)
 	}
 	if err != nil { // give the reservation back, best effort, though ctx may be done
@@ -505,7 +530,7 @@ func (l *Limiter) reserveAndSleep(ctx context.Context, key string, n int64, limi
 		_ = l.guard.release(rctx, r, res)
 		cancel()
 	}
-	return wait, res.failed, err
+	return wait, err
 }
 
 // poll asks until n units of key fit, sleeping RetryAfter and some jitter.

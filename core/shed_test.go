@@ -77,6 +77,45 @@ func TestOverloadIsShed(t *testing.T) {
 	}
 }
 
+// Reserve is Allow's overload for Wait's reservations.
+func (s overloadedStore) Reserve(ctx context.Context, r store.Request, _ int64) (store.Reservation, error) {
+	s.answer()
+	select {
+	case <-time.After(time.Until(r.Deadline)):
+	case <-ctx.Done():
+		return store.Reservation{}, ctx.Err()
+	}
+	return store.Reservation{}, &store.Error{Err: context.DeadlineExceeded}
+}
+
+// TestOverloadedWaitWaits: a Wait whose reservation is shed for overload
+// is not let through by FailOpen or FailLocal: it asks again a second
+// later, so that a deadline sooner than that ends it with
+// ErrWaitExceedsDeadline, and a cancel with ctx's error.
+func TestOverloadedWaitWaits(t *testing.T) {
+	for _, mode := range []FailureMode{FailOpen, FailClosed, FailLocal} {
+		t.Run(mode.String(), func(t *testing.T) {
+			rs := redisstore.New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), "shed-wait:")
+			fake := overloadedStore{silentStore{&fakeRemote{Remote: rs}}}
+			l, err := New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), WithWaitTimeout(50*time.Millisecond), WithFailureMode(mode), WithLocalShare(1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			l.guard.next, l.guard.remote = fake, fake
+			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+			defer cancel()
+			if err := l.Wait(ctx, "k", PerMinute(10)); !errors.Is(err, ErrWaitExceedsDeadline) {
+				t.Fatalf("Wait with its reservation shed: %v, want ErrWaitExceedsDeadline", err)
+			}
+			ctx, cancel = context.WithCancel(context.Background())
+			time.AfterFunc(200*time.Millisecond, cancel)
+			if err := l.Wait(ctx, "k", PerMinute(10)); !errors.Is(err, context.Canceled) {
+				t.Fatalf("Wait with its reservation shed, then cancelled: %v, want context.Canceled", err)
+			}
+		})
+	}
+}
+
 // TestStarvedTimeoutNotCounted: a call out of time without a reply while
 // the process was short of CPU (its reply may have waited to be read) is
 // not counted by the breaker: timeouts in a row then never open it. The

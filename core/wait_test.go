@@ -633,6 +633,38 @@ func TestWaitCancelFreesSlot(t *testing.T) {
 	}
 }
 
+// A Wait cancelled after sleeping longer than its calls' bound
+// (WithWaitTimeout) still gives its slot back: the release has a bound of
+// its own, not the reservation's, long passed.
+func TestWaitCancelAfterWaitTimeoutFreesSlot(t *testing.T) {
+	srv := redistest.New(t)
+	prefix := uniquePrefix(t)
+	lim := Per(1, 10*time.Second)
+	l, err := New(srv.Client(t), WithPrefix(prefix), WithWaitTimeout(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := srv.Client(t)
+	key := storageKey(keyTag(prefix, "k"), lim)
+	ctx := context.Background()
+	if err := l.Wait(ctx, "k", lim); err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- l.Wait(cctx, "k", lim) }()
+	eventually(t, "the reservation", func() bool { return logLen(t, rdb, key) == 2 })
+	time.Sleep(300 * time.Millisecond) // past the reservation's bound of 100ms
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled Wait: %v", err)
+	}
+	// the release is sent before Wait returns
+	if n := logLen(t, rdb, key); n != 1 {
+		t.Fatalf("log holds %d units after the cancel, want 1: the reservation was kept", n)
+	}
+}
+
 // Allow and Wait on one key, from three replicas, never exceed the limit
 // together: Allow counts the reservations.
 func TestWaitMixedWithAllow(t *testing.T) {
