@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -171,7 +172,7 @@ func (ci *ClientInterceptors) Unary() grpc.UnaryClientInterceptor {
 			if !refused {
 				return err
 			}
-			retry := attempt < retries && retries > 0
+			retry := attempt < retries && retries > 0 && !noRetry(trailer)
 			_ = ci.d.Refused(ctx, key, d, retry) // best effort: the call goes on
 			if !retry {
 				return err
@@ -231,10 +232,12 @@ func (s *obeyingStream) RecvMsg(m any) error {
 // UNAVAILABLE with a delay (as nethttp.Transport reads a 503 with
 // Retry-After: an upstream's limiter that could not decide), with the
 // delay of its RetryInfo, else of the pushback trailer, else DefaultBlock,
-// at most MaxBlock.
+// at most MaxBlock. grpc-go's own RESOURCE_EXHAUSTED (a message larger
+// than a side allows: its message starts "grpc: ") is no refusal: the call
+// may have run.
 func (ci *ClientInterceptors) refusal(err error, trailer metadata.MD) (time.Duration, bool) {
 	st, ok := status.FromError(err)
-	if err == nil || !ok {
+	if err == nil || !ok || strings.HasPrefix(st.Message(), "grpc: ") {
 		return 0, false
 	}
 	d, found := RetryDelay(st, trailer)
@@ -258,6 +261,12 @@ func (ci *ClientInterceptors) refusal(err error, trailer metadata.MD) (time.Dura
 		limit = ci.rule.MaxBlock
 	}
 	return min(d, limit, core.MaxBlock), true
+}
+
+// noRetry reports a negative pushback: the upstream asks not to retry.
+func noRetry(trailer metadata.MD) bool {
+	vs := trailer.Get(PushbackTrailer)
+	return len(vs) > 0 && strings.HasPrefix(vs[0], "-")
 }
 
 // RetryDelay returns the delay a status asks a client to wait: its

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
@@ -142,8 +143,11 @@ func New(l *core.Limiter, rule Rule) (*Interceptors, error) {
 	if rule.FallbackKey == nil {
 		rule.FallbackKey = Peer()
 	}
-	if rule.Domain == "" {
+	switch {
+	case rule.Domain == "":
 		rule.Domain = "ratewindow"
+	case !utf8.ValidString(rule.Domain):
+		return nil, fmt.Errorf("%w %q: Domain %q is not UTF-8 (grpcmw)", core.ErrInvalidRule, rule.Name, rule.Domain)
 	}
 	rule.Limits = slices.Clone(rule.Limits)
 	p := core.Policy[Call]{
@@ -272,7 +276,7 @@ func (i *Interceptors) settle(ctx context.Context, n int, err *error) {
 	if r := recover(); r != nil {
 		defer panic(r)
 	} else {
-		code = status.Code(*err)
+		code = statusCode(*err)
 	}
 	t, _ := ctx.Value(trailKey{}).(*trail)
 	if n < 0 || t == nil || t.charges[n].settled {
@@ -283,6 +287,16 @@ func (i *Interceptors) settle(ctx context.Context, n int, err *error) {
 	if !i.rule.CountIf(code) {
 		i.d.GiveBack(c.call.Context, c.call, c.dec, "status "+code.String())
 	}
+}
+
+// statusCode is the code a handler's error goes out with, as grpc-go
+// sends it: a status's, a context error's (DeadlineExceeded, Canceled),
+// else Unknown.
+func statusCode(err error) codes.Code {
+	if st, ok := status.FromError(err); ok {
+		return st.Code()
+	}
+	return status.FromContextError(err).Code()
 }
 
 // chargedStream carries the call's trail in its context, and with

@@ -354,6 +354,38 @@ func TestNewRefusesInvalidRules(t *testing.T) {
 	}
 }
 
+// TestNewRefusesBadDomain: a Domain that is not UTF-8 (no ErrorInfo can
+// carry it) is an invalid rule, not a panic.
+func TestNewRefusesBadDomain(t *testing.T) {
+	_, err := grpcmw.New(core.NewMemory(), grpcmw.Rule{Name: "a", Limits: []core.Limit{core.PerMinute(1)}, Domain: "\xff"})
+	if !errors.Is(err, core.ErrInvalidRule) {
+		t.Fatalf("New() = %v, want ErrInvalidRule", err)
+	}
+}
+
+// TestCountIfContextError: CountIf sees the code grpc-go sends for a
+// handler's context error (DeadlineExceeded, Canceled), not Unknown.
+func TestCountIfContextError(t *testing.T) {
+	l := core.NewMemory()
+	var seen []codes.Code
+	i := mustNew(t, l, grpcmw.Rule{Name: "slow", Limits: []core.Limit{core.PerMinute(5)},
+		Key:     func(grpcmw.Call) (string, error) { return "k", nil },
+		CountIf: func(c codes.Code) bool { seen = append(seen, c); return c != codes.DeadlineExceeded }})
+	late := func(context.Context, any, *grpc.UnaryServerInfo, grpc.UnaryHandler) (any, error) {
+		return nil, context.DeadlineExceeded
+	}
+	cc, _ := serve(t, []grpc.ServerOption{grpc.ChainUnaryInterceptor(i.Unary(), late)})
+	if _, err := say(context.Background(), cc, "x"); status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("call: %v, want DeadlineExceeded", err)
+	}
+	if !slices.Equal(seen, []codes.Code{codes.DeadlineExceeded}) {
+		t.Fatalf("CountIf saw %v, want [DeadlineExceeded]", seen)
+	}
+	if r, err := l.Peek(context.Background(), "slow:k", core.PerMinute(5)); err != nil || r.Remaining != 5 {
+		t.Fatalf("the rule keeps %d of 5 (%v), want 5: the timed-out call was counted", r.Remaining, err)
+	}
+}
+
 // peerAddr is a net.Addr of any string, such as a Unix socket's.
 type peerAddr string
 

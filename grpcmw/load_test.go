@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -331,5 +333,50 @@ func TestClientObeysUnavailable(t *testing.T) {
 	}
 	if len(e.arrivals) != 0 {
 		t.Errorf("%d calls reached the handler, want none", len(e.arrivals))
+	}
+}
+
+// TestClientRefusalsOnly: the client interceptor takes for a refusal only
+// what an upstream refuses. grpc-go's own RESOURCE_EXHAUSTED (a reply
+// larger than the client accepts: the upstream ran the call) is returned
+// as it is, the call sent once and its key not blocked; a refusal with a
+// negative pushback (gRPC A6: do not retry) is not sent again.
+func TestClientRefusalsOnly(t *testing.T) {
+	ci, err := grpcmw.NewClient(core.NewMemory(), grpcmw.ClientRule{Name: "c", Limits: []core.Limit{core.PerSecond(100)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, e := start(t)
+	cc := dial(t, addr, grpc.WithChainUnaryInterceptor(ci.Unary()))
+	ctx := context.Background()
+	_, err = say(ctx, cc, strings.Repeat("a", 2000), grpc.MaxCallRecvMsgSize(1000))
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("an oversized reply: %v, want grpc-go's RESOURCE_EXHAUSTED", err)
+	}
+	began := time.Now()
+	if _, err := say(ctx, cc, "small"); err != nil || time.Since(began) > 500*time.Millisecond {
+		t.Fatalf("the next call: %v after %s, want at once: the key was blocked", err, time.Since(began))
+	}
+	e.mu.Lock()
+	sent := len(e.arrivals)
+	e.mu.Unlock()
+	if sent != 2 {
+		t.Fatalf("the handler ran %d times, want 2: the oversized call was sent again", sent)
+	}
+
+	// an upstream that refuses with a pushback of -1
+	var calls atomic.Int64
+	refuse := func(ctx context.Context, _ any, _ *grpc.UnaryServerInfo, _ grpc.UnaryHandler) (any, error) {
+		calls.Add(1)
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(grpcmw.PushbackTrailer, "-1"))
+		return nil, status.Error(codes.ResourceExhausted, "no more")
+	}
+	addr, _ = start(t, grpc.ChainUnaryInterceptor(refuse))
+	cc = dial(t, addr, grpc.WithChainUnaryInterceptor(ci.Unary()))
+	if _, err := say(ctx, cc, "x"); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a refusal with a negative pushback: %v, want RESOURCE_EXHAUSTED", err)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("sent %d times, want once (a negative pushback asks for no retry)", n)
 	}
 }
