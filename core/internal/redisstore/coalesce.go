@@ -100,7 +100,8 @@ func (t *transport) runSent(ctx context.Context, rdb redis.Scripter, s *sent) {
 	t.again(t.answer(s, reply, err))
 }
 
-// answer hands s's callers their replies; it returns the merged ones that failed.
+// answer hands s's callers their replies; it returns the merged ones that
+// failed, each to be sent again alone.
 func (t *transport) answer(s *sent, reply any, err error) (failed []*call) {
 	if s.out == s.calls[0] { // not merged
 		t.finish(s.calls[0], reply, err)
@@ -117,7 +118,10 @@ func (t *transport) answer(s *sent, reply any, err error) (failed []*call) {
 	if err == nil && len(ints) != total {
 		err = fmt.Errorf("%w: a merged call returned %T of %d values for %d calls", store.ErrUnexpectedReply, reply, len(ints), len(s.calls))
 	}
-	if err != nil {
+	switch {
+	case err != nil && redis.HasErrorPrefix(err, "NOPERM"):
+		return s.calls // the ACL refused a key of the call, not each: each goes alone
+	case err != nil:
 		for _, c := range s.calls {
 			t.finish(c, nil, err)
 		}
@@ -135,8 +139,9 @@ func (t *transport) answer(s *sent, reply any, err error) (failed []*call) {
 	return failed
 }
 
-// again sends the decisions that failed in a merged call (-1) alone, for
-// Redis's own error (WRONGTYPE...). A decision fails before it records
+// again sends the decisions that failed in a merged call alone, for
+// Redis's own error: a decision's (-1: WRONGTYPE...), or the whole call's
+// NOPERM (the ACL refused one of its keys). A decision fails before it records
 // anything, and alike on the same keys: a run's first error answers the rest.
 func (t *transport) again(failed []*call) {
 	var keys []string

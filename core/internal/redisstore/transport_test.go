@@ -361,6 +361,35 @@ func TestRedisAnsweredErrorsStayWithTheirKey(t *testing.T) {
 					t.Fatalf("another key, decision %d: %+v %v, want Redis's answer", i, d, err)
 				}
 			}
+			// at once, so that decisions of both kinds are merged into one
+			// call (a NOPERM refuses a whole call): still each key's own
+			var allowed [4]atomic.Int64
+			var wg sync.WaitGroup
+			for g := range 8 {
+				wg.Go(func() {
+					key := "bad"
+					if g < 4 {
+						key = fmt.Sprint("ok-together-", g)
+					}
+					for range 300 {
+						d, err := s.Allow(ctx, within(decision(key, lim), patient))
+						switch {
+						case g >= 4 && (err == nil || !strings.Contains(err.Error(), c.want)):
+							t.Errorf("bad key: %+v %v, want %s", d, err, c.want)
+						case g < 4 && err != nil:
+							t.Errorf("%s, decided beside the bad key: %v", key, err)
+						case g < 4 && d.Allowed:
+							allowed[g].Add(1)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			for g := range allowed {
+				if n := allowed[g].Load(); n != 100 {
+					t.Errorf("ok-together-%d: %d of 300 allowed, want the limit's 100", g, n)
+				}
+			}
 		})
 	}
 }
