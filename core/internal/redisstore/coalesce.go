@@ -144,7 +144,7 @@ func (t *transport) answer(s *sent, reply any, err error) (failed []*call) {
 // NOPERM (the ACL refused one of its keys). A decision fails before it records
 // anything, and alike on the same keys: a run's first error answers the rest.
 func (t *transport) again(failed []*call) {
-	var keys []string
+	var keys []string // the last call's, copied: a finished call is its caller's to reuse
 	var err error
 	for _, c := range failed {
 		if err != nil && slices.Equal(c.keys, keys) {
@@ -153,7 +153,7 @@ func (t *transport) again(failed []*call) {
 		}
 		var reply any
 		reply, err = t.runOne(context.WithoutCancel(c.ctx), t.rdb, c)
-		keys = c.keys
+		keys = append(keys[:0], c.keys...)
 		t.finish(c, reply, err)
 	}
 }
