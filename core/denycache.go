@@ -34,6 +34,7 @@ type denyShard struct {
 	m       map[string][]denial
 	n, size int    // denials held, and the most it may hold
 	hits    uint32 // denials answered (see get)
+	forgot  int64  // ns: the latest forget of a key of the shard (see put)
 }
 
 type denial struct {
@@ -137,7 +138,8 @@ func (c *denyCache) settle(key string, n int64, limits []Limit, p *probe) {
 // replica's Refund, Reset or cancelled Wait reaches this cache within it.
 const denyRecheck = time.Second
 
-// put remembers a denial made at now (ns).
+// put remembers a denial made at now (ns), unless a key of its shard was
+// forgotten since (a Reset or Refund while it was decided: it may be stale).
 func (c *denyCache) put(key string, n int64, limits []Limit, now int64, r Result) {
 	if r.Allowed || r.RetryAfter <= 0 {
 		return
@@ -145,7 +147,10 @@ func (c *denyCache) put(key string, n int64, limits []Limit, now int64, r Result
 	ends, until := now+int64(r.RetryAfter), now+int64(min(r.RetryAfter, denyRecheck))
 	sh, d := c.locked(key, n, limits)
 	defer sh.mu.Unlock()
-	if d != nil { // a probe, if any, settles itself
+	switch {
+	case now < sh.forgot:
+		return
+	case d != nil: // a probe, if any, settles itself
 		d.until, d.ends, d.result = until, ends, ownResult(r, d.limits)
 		return
 	}
@@ -194,11 +199,12 @@ func (sh *denyShard) evict(keep string, now int64) {
 	delete(sh.m, victim)
 }
 
-// forget drops every denial of key.
-func (c *denyCache) forget(key string) {
+// forget drops every denial of key, at now (ns).
+func (c *denyCache) forget(key string, now int64) {
 	sh := c.shard(key)
 	sh.mu.Lock()
 	sh.n -= len(sh.m[key])
 	delete(sh.m, key)
+	sh.forgot = max(sh.forgot, now)
 	sh.mu.Unlock()
 }

@@ -259,7 +259,7 @@ func TestDenyCacheEntries(t *testing.T) {
 	if _, _, p3, wait := c.get("a", 1, lim, int64(11*time.Second)); p3 == nil || p3 == p || wait {
 		t.Fatal("after an admitted probe, the next caller does not probe")
 	}
-	c.forget("a")
+	c.forget("a", 0)
 	c.put("a", 1, lim, 0, Result{Allowed: true})
 	c.put("a", 1, lim, 0, Result{RetryAfter: -1})
 	if c.len() != 0 {
@@ -281,10 +281,22 @@ func TestDenyCacheEntries(t *testing.T) {
 	}
 	// an update does not add an entry
 	c.put("k", 5, lim, 0, r)
-	c.forget("k")
+	c.forget("k", 0)
 	if c.len() != 0 {
 		t.Fatalf("forget left %d", c.len())
 	}
+	// a denial decided before a forget (a Reset racing the decision) may
+	// be stale: not kept; one decided since is
+	c.forget("k", 100)
+	c.put("k", 1, lim, 99, r)
+	if c.len() != 0 {
+		t.Fatal("kept a denial decided before the key was forgotten")
+	}
+	c.put("k", 1, lim, 100, r)
+	if c.len() != 1 {
+		t.Fatal("dropped a denial decided as the key was forgotten")
+	}
+	c.forget("k", 0)
 
 	// a full shard evicts an expired key rather than a live one
 	c = newDenyCache(3 * denyShards) // shards of 3

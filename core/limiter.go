@@ -166,7 +166,7 @@ func (l *Limiter) refundAt(ctx context.Context, key string, n int64, limits []Li
 // forget drops this Limiter's cached denials of key.
 func (l *Limiter) forget(key string) {
 	if l.cache != nil {
-		l.cache.forget(store.HeldKey(key))
+		l.cache.forget(store.HeldKey(key), l.now().UnixNano())
 	}
 }
 
