@@ -112,7 +112,7 @@ func widened(limits []core.Limit, margin time.Duration) []core.Limit {
 		if m == 0 {
 			m = max(l.Window/100, time.Millisecond)
 		}
-		l.Window += m
+		l.Window = min(l.Window+m, core.MaxWindow) // a year's window stays valid
 		out[i] = l
 	}
 	return out

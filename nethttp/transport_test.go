@@ -430,6 +430,26 @@ func TestTransportInvalid(t *testing.T) {
 	}
 }
 
+// A limit of the longest window a Limit takes is valid for the Transport
+// too: its margin stops at core.MaxWindow (the client interceptors of
+// grpcmw widen alike).
+func TestTransportLongestWindow(t *testing.T) {
+	var sent atomic.Int64
+	rule := core.Rule{Name: "yearly", Limits: []core.Limit{core.Per(1000, core.MaxWindow)}}
+	tr, err := nethttp.NewTransport(ok(&sent), core.NewMemory(), rule)
+	if err != nil {
+		t.Fatalf("NewTransport: %v", err)
+	}
+	resp, err := tr.RoundTrip(httptest.NewRequest(http.MethodGet, "https://api.example.com/", nil))
+	if err != nil {
+		t.Fatalf("RoundTrip: %v", err)
+	}
+	resp.Body.Close()
+	if sent.Load() != 1 {
+		t.Fatalf("%d requests sent, want 1", sent.Load())
+	}
+}
+
 // The observer sees the Transport's waits under the rule's name.
 func TestTransportWaitEventsNameTheRule(t *testing.T) {
 	var mu sync.Mutex
