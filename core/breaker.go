@@ -17,7 +17,6 @@ type breaker struct {
 	lastEnd   atomic.Int64 // ns on the store's clock: when the last counted failure ended
 	openUntil atomic.Int64 // ns on the store's clock; 0: closed
 	probing   atomic.Bool
-	lastReply atomic.Int64 // a Cluster master's last reply (guard.answeredAfter)
 	// silence: when the first call went of those out of time without a
 	// reply since Redis last answered (guard.silentSince).
 	silence atomic.Int64
@@ -83,9 +82,3 @@ func (b *breaker) failure(start, now int64) {
 
 // abandon ends a probe that told nothing: the next call probes instead.
 func (b *breaker) abandon() { b.probing.Store(false) }
-
-// replied notes a reply at now, unless a later one is noted already.
-func (b *breaker) replied(now int64) {
-	for last := b.lastReply.Load(); last < now && !b.lastReply.CompareAndSwap(last, now); last = b.lastReply.Load() {
-	}
-}

@@ -362,11 +362,11 @@ type fakeRemote struct {
 	now, reply atomic.Int64
 }
 
-func (r *fakeRemote) Clock() int64                  { return r.now.Add(1) }
-func (r *fakeRemote) answer()                       { r.reply.Store(r.Clock()) }
-func (r *fakeRemote) AnsweredSince(sent int64) bool { return r.reply.Load() >= sent }
-func (r *fakeRemote) Node(string) string            { return "" }
-func (r *fakeRemote) Failed(error)                  {}
+func (r *fakeRemote) Clock() int64                            { return r.now.Add(1) }
+func (r *fakeRemote) answer()                                 { r.reply.Store(r.Clock()) }
+func (r *fakeRemote) AnsweredSince(_ string, sent int64) bool { return r.reply.Load() >= sent }
+func (r *fakeRemote) Node(string) string                      { return "" }
+func (r *fakeRemote) Failed(error)                            {}
 
 // TestLonePathFrames measures the frames from Enforcer.HandleFrom to the
 // client's Process on the path of a lone decision (logged, not asserted).

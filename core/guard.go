@@ -60,7 +60,8 @@ type attempt struct {
 	// the call was sent): the outcome is judged by what happened since, so a
 	// budget spent before the call counts against this process, not Redis.
 	sent  int64
-	br    *breaker // the breaker of the node that serves the key
+	node  string   // the Cluster master that serves the key (store.Remote.Node); "": any
+	br    *breaker // node's breaker
 	probe bool     // the call is br's probe
 }
 
@@ -68,7 +69,8 @@ type attempt struct {
 // at deadline (zero: none), or returns ErrCircuitOpen.
 func (g *guard) begin(key string, deadline time.Time) (attempt, error) {
 	now := g.remote.Clock()
-	a := attempt{sent: now, br: g.breakerFor(key)}
+	a := attempt{sent: now, node: g.remote.Node(key)}
+	a.br = g.breakerFor(a.node)
 	if !deadline.IsZero() && g.budget > 0 {
 		spent := min(max(g.budget-time.Until(deadline), 0), g.budget)
 		a.sent = max(now-int64(spent), 1)
@@ -80,10 +82,9 @@ func (g *guard) begin(key string, deadline time.Time) (attempt, error) {
 	return a, nil
 }
 
-// breakerFor returns the breaker of key's Cluster master where the client
-// knows it (a failing master stops calls for its keys only), else the client's.
-func (g *guard) breakerFor(key string) *breaker {
-	addr := g.remote.Node(key)
+// breakerFor returns the breaker of a Cluster master addr (a failing master
+// stops calls for its keys only), or for "" the client's.
+func (g *guard) breakerFor(addr string) *breaker {
 	if addr == "" {
 		return &g.br
 	}
@@ -94,14 +95,9 @@ func (g *guard) breakerFor(key string) *breaker {
 	return b.(*breaker)
 }
 
-// answeredAfter reports whether the node serving a's key (its master's
-// breaker, else the client) answered at or after t (the store's clock).
-func (g *guard) answeredAfter(a attempt, t int64) bool {
-	if a.br != &g.br {
-		return a.br.lastReply.Load() >= t
-	}
-	return g.remote.AnsweredSince(t)
-}
+// answeredAfter reports whether the node serving a's key (its Cluster
+// master, else any) answered at or after t (the store's clock).
+func (g *guard) answeredAfter(a attempt, t int64) bool { return g.remote.AnsweredSince(a.node, t) }
 
 // end classifies the outcome err of attempt a by the caller's ctx (the
 // one health rule), and tells the breaker.
@@ -133,9 +129,6 @@ func (g *guard) end(ctx context.Context, a attempt, err error) (kind, error) {
 	switch {
 	case k == succeeded || k == rejected:
 		a.br.success()
-		if a.br != &g.br {
-			a.br.replied(g.remote.Clock())
-		}
 	case counted:
 		a.br.failure(a.sent, g.remote.Clock())
 	case a.probe:

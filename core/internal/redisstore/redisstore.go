@@ -79,14 +79,15 @@ func New(rdb redis.Scripter, prefix string) *Store {
 // Clock is the transport's clock (see store.Remote).
 func (s *Store) Clock() int64 { return s.t.clock() }
 
-// AnsweredSince reports whether Redis answered this client since sent.
-func (s *Store) AnsweredSince(sent int64) bool { return s.t.answeredSince(sent) }
+// AnsweredSince reports whether node (a Cluster master; "": any) answered
+// this client since sent.
+func (s *Store) AnsweredSince(node string, sent int64) bool { return s.t.answeredSince(node, sent) }
 
 // Node returns the address of the Cluster master serving key's slot, as
 // the client knows it without a round trip; "" when not a Cluster, before
 // Redis first answered, or when unknown.
 func (s *Store) Node(key string) string {
-	if _, ok := s.rdb.(*redis.ClusterClient); !ok || !s.t.answeredSince(1) {
+	if _, ok := s.rdb.(*redis.ClusterClient); !ok || !s.t.answeredSince("", 1) {
 		return ""
 	}
 	var buf [256]byte

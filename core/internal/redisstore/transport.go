@@ -42,6 +42,7 @@ type transport struct {
 
 	born      time.Time    // the origin of clock
 	lastReply atomic.Int64 // clock when Redis last answered (0: never)
+	nodeReply sync.Map     // a Cluster master's address → *atomic.Int64: its lastReply
 
 	// health checks the server after a failure (see checkDial); nil: none.
 	// A call's own error does not say why: to a closed port, go-redis
@@ -168,16 +169,37 @@ func (t *transport) master(tag string) string {
 // clock is the monotonic time in ns since the transport was made; never 0.
 func (t *transport) clock() int64 { return int64(time.Since(t.born)) + 1 }
 
-// answeredSince reports whether Redis has answered since clock read sent.
-func (t *transport) answeredSince(sent int64) bool { return t.lastReply.Load() >= sent }
+// answeredSince reports whether node (a Cluster master; "": any) has
+// answered since clock read sent.
+func (t *transport) answeredSince(node string, sent int64) bool {
+	if node == "" {
+		return t.lastReply.Load() >= sent
+	}
+	last, ok := t.nodeReply.Load(node)
+	return ok && last.(*atomic.Int64).Load() >= sent
+}
 
-// answered notes a reply of Redis when err is none or an error reply. The
-// time noted never goes back (a preempted goroutine leaves a later one).
-func (t *transport) answered(err error) {
-	if err == nil || replied(err) {
-		now := t.clock()
-		for last := t.lastReply.Load(); last < now && !t.lastReply.CompareAndSwap(last, now); last = t.lastReply.Load() {
+// answered notes a reply of Redis to a call on keys when err is none or
+// an error reply, the node's too on a Cluster: read whenever it comes,
+// late for its caller or not. The time noted never goes back (a preempted
+// goroutine leaves a later one).
+func (t *transport) answered(keys []string, err error) {
+	if err != nil && !replied(err) {
+		return
+	}
+	now := t.clock()
+	later(&t.lastReply, now)
+	if node := ""; len(keys) > 0 {
+		if node = t.master(keys[0]); node != "" {
+			last, _ := t.nodeReply.LoadOrStore(node, new(atomic.Int64))
+			later(last.(*atomic.Int64), now)
 		}
+	}
+}
+
+// later sets v to now unless it holds a later time.
+func later(v *atomic.Int64, now int64) {
+	for last := v.Load(); last < now && !v.CompareAndSwap(last, now); last = v.Load() {
 	}
 }
 
@@ -441,12 +463,12 @@ func (t *transport) runOne(ctx context.Context, rdb redis.Scripter, c *call) (an
 	if t.lib != nil && t.lib.usable() {
 		reply, err := result(fcall(ctx, rdb.(processor), c))
 		if !t.lib.refused(err) {
-			t.answered(err)
+			t.answered(c.keys, err)
 			return reply, err
 		}
 	}
 	reply, err := c.script.Run(ctx, rdb, c.keys, c.args...).Result()
-	t.answered(err)
+	t.answered(c.keys, err)
 	return reply, err
 }
 

@@ -250,7 +250,7 @@ func TestTransportKeepsDeadline(t *testing.T) {
 					})
 				}
 				wg.Wait()
-				if s.AnsweredSince(sent) {
+				if s.AnsweredSince("", sent) {
 					t.Error("the store says the silent server answered")
 				}
 			})
@@ -351,7 +351,7 @@ func TestRedisAnsweredErrorsStayWithTheirKey(t *testing.T) {
 			for i := range tries { // one after the other
 				sent := s.Clock()
 				d, err := s.Allow(ctx, within(decision("bad", lim), patient))
-				if err == nil || !strings.Contains(err.Error(), c.want) || !store.Replied(err) || !s.AnsweredSince(sent) {
+				if err == nil || !strings.Contains(err.Error(), c.want) || !store.Replied(err) || !s.AnsweredSince("", sent) {
 					t.Fatalf("bad key, decision %d: %+v %v, want %s, an answer of the server", i, d, err, c.want)
 				}
 			}
@@ -434,33 +434,33 @@ func TestRemoteAnswers(t *testing.T) {
 	if before == 0 {
 		t.Fatal("Clock is 0")
 	}
-	if s.AnsweredSince(before) {
+	if s.AnsweredSince("", before) {
 		t.Fatal("a new store says Redis answered")
 	}
 	lim := perMinute(5)
-	if _, err := s.Allow(ctx, decision("k", lim)); err != nil || !s.AnsweredSince(before) {
-		t.Fatalf("a reply: %v, answered since %v", err, s.AnsweredSince(before))
+	if _, err := s.Allow(ctx, decision("k", lim)); err != nil || !s.AnsweredSince("", before) {
+		t.Fatalf("a reply: %v, answered since %v", err, s.AnsweredSince("", before))
 	}
 	if err := rdb.Set(ctx, storageKey(keyTag(s.prefix, "bad"), lim), "a string", time.Hour).Err(); err != nil {
 		t.Fatal(err)
 	}
 	sent := s.Clock()
-	if _, err := s.Allow(ctx, decision("bad", lim)); !store.Replied(err) || !s.AnsweredSince(sent) {
-		t.Fatalf("an error reply: %v, answered since %v", err, s.AnsweredSince(sent))
+	if _, err := s.Allow(ctx, decision("bad", lim)); !store.Replied(err) || !s.AnsweredSince("", sent) {
+		t.Fatalf("an error reply: %v, answered since %v", err, s.AnsweredSince("", sent))
 	}
 	if err := srv.Client(t).Do(ctx, "CLIENT", "PAUSE", "1000", "ALL").Err(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Client(t).Do(context.Background(), "CLIENT", "UNPAUSE") })
 	sent = s.Clock()
-	if _, err := s.Allow(ctx, within(decision("k", lim), 50*time.Millisecond)); !store.IsTimeout(err) || store.Replied(err) || s.AnsweredSince(sent) {
-		t.Fatalf("no reply from a paused server: %v, answered since %v", err, s.AnsweredSince(sent))
+	if _, err := s.Allow(ctx, within(decision("k", lim), 50*time.Millisecond)); !store.IsTimeout(err) || store.Replied(err) || s.AnsweredSince("", sent) {
+		t.Fatalf("no reply from a paused server: %v, answered since %v", err, s.AnsweredSince("", sent))
 	}
 
 	silent := New(redis.NewClient(&redis.Options{Addr: redistest.Silent(t)}), uniquePrefix(t))
 	sent = silent.Clock()
-	if _, err := silent.Allow(ctx, within(decision("k", lim), 50*time.Millisecond)); !store.IsTimeout(err) || store.Replied(err) || silent.AnsweredSince(sent) {
-		t.Fatalf("no reply from a silent server: %v, answered since %v", err, silent.AnsweredSince(sent))
+	if _, err := silent.Allow(ctx, within(decision("k", lim), 50*time.Millisecond)); !store.IsTimeout(err) || store.Replied(err) || silent.AnsweredSince("", sent) {
+		t.Fatalf("no reply from a silent server: %v, answered since %v", err, silent.AnsweredSince("", sent))
 	}
 }
 
@@ -685,11 +685,11 @@ func TestAnsweredNeverGoesBack(t *testing.T) {
 	early := tr.clock()
 	later := early + int64(time.Hour) // noted by another goroutine first
 	tr.lastReply.Store(later)
-	tr.answered(nil) // reads the clock now: before later
-	if !tr.answeredSince(later) {
+	tr.answered(nil, nil) // reads the clock now: before later
+	if !tr.answeredSince("", later) {
 		t.Fatalf("a reply at %d noted after one at %d: answered since %d reports false", early, later, later)
 	}
-	tr.answered(nil)
+	tr.answered(nil, nil)
 	if got := tr.lastReply.Load(); got != later {
 		t.Fatalf("lastReply %d, want %d", got, later)
 	}
@@ -853,5 +853,51 @@ func TestPipelinesPerNode(t *testing.T) {
 			}
 			t.Logf("%d pipelines of %d calls, the largest %d", h.pipelines.Load(), h.commands.Load(), h.largest.Load())
 		})
+	}
+}
+
+// TestLateReplyAnswersForItsNode: on a Cluster, a reply read after its
+// caller left at its deadline still says that its master answered
+// (AnsweredSince of that node), and says nothing of the other masters: the
+// guard sheds the decisions of a slow master that answers, and judges each
+// master by its own replies.
+func TestLateReplyAnswersForItsNode(t *testing.T) {
+	cl := redistest.NewCluster(t)
+	rdb := cl.Client(t)
+	s := New(rdb, "late:")
+	ctx := context.Background()
+	lim := perMinute(100)
+	if _, err := s.Allow(ctx, decision("k", lim)); err != nil { // the slot map, and a first reply
+		t.Fatal(err)
+	}
+	node := s.Node("k")
+	other := ""
+	for i := 0; other == "" || other == node; i++ {
+		other = s.Node(fmt.Sprint("other-", i))
+	}
+	pause := redis.NewClient(&redis.Options{Addr: node})
+	t.Cleanup(func() { pause.Close() })
+	if err := pause.Do(ctx, "CLIENT", "PAUSE", "300", "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	sent := s.Clock()
+	if _, err := s.Allow(ctx, within(decision("k", lim), 50*time.Millisecond)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a call to a paused master: %v, want its deadline", err)
+	}
+	if s.AnsweredSince(node, sent) {
+		t.Fatal("the paused master answered before its pause ended")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !s.AnsweredSince(node, sent) {
+		if time.Now().After(deadline) {
+			t.Fatal("the late reply was never noted for its master")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !s.AnsweredSince("", sent) {
+		t.Fatal("a reply of a master is no reply of the client")
+	}
+	if s.AnsweredSince(other, sent) {
+		t.Fatalf("master %s answered nothing since, yet AnsweredSince says it did", other)
 	}
 }

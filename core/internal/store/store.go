@@ -41,9 +41,10 @@ type Remote interface {
 	Store
 	// Clock is the store's monotonic time in ns, never 0, for AnsweredSince.
 	Clock() int64
-	// AnsweredSince reports whether the server answered (even with an
-	// error reply) since sent.
-	AnsweredSince(sent int64) bool
+	// AnsweredSince reports whether node (a Cluster master, see Node; "":
+	// any server of the client) answered, even with an error reply, since
+	// sent.
+	AnsweredSince(node string, sent int64) bool
 	// Node names the Cluster master serving key, as the client knows it
 	// without a round trip; "" when there is one server, or unknown.
 	Node(key string) string
