@@ -22,7 +22,8 @@
 // deny cache) decided, and "error" when it did not: the failure mode
 // answered (ratewindow.failure_mode names it: fail-open, fail-closed,
 // fail-local), or the caller's context ended first. A Wait counts as
-// allowed when the caller may proceed. Peek is not counted. The duration
+// allowed when the caller may proceed, else as denied, also when its
+// context ended while it waited (it gave up). Peek is not counted. The duration
 // leaves out Wait, whose time is mostly the wait itself. Keys are never
 // attributes: the number of series is bounded by the number of rules.
 //

@@ -35,7 +35,8 @@
 // cache), and "error" when Redis gave no answer in time and the failure
 // mode answered instead (mode is then "fail-open", "fail-closed" or
 // "fail-local"), or when no decision was made because the caller's context
-// ended first. A Wait counts as allowed when the caller may proceed.
+// ended first. A Wait counts as allowed when the caller may proceed, else
+// as denied, also when its context ended while it waited (it gave up).
 //
 // ratewindow_upstream_refusals_total counts the refusals (429, 503 with
 // Retry-After, RateLimit r=0) of an upstream called through
