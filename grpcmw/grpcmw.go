@@ -173,11 +173,19 @@ func (i *Interceptors) Unary() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
 		call := Call{Context: ctx, Method: info.FullMethod, Message: req}
 		dec := i.d.Decide(ctx, call)
-		if err := i.answer(ctx, dec, nil); err != nil {
+		md, err := i.answer(ctx, dec, nil)
+		if err != nil {
 			refundEarlier(ctx)
 			return nil, err
 		}
-		ctx, n := i.record(ctx, call, dec)
+		ctx, t, n := i.record(ctx, call, dec, md, false)
+		if t != nil && t.Context == call.Context { // the first rule's trail: it sends the fields
+			sts := grpc.ServerTransportStreamFromContext(ctx)
+			if sts != nil {
+				ctx = grpc.NewContextWithServerTransportStream(ctx, &headerStream{ServerTransportStream: sts, t: t})
+				defer t.flush(sts.SetHeader)
+			}
+		}
 		if i.rule.CountIf == nil {
 			return handler(ctx, req)
 		}
@@ -193,13 +201,17 @@ func (i *Interceptors) Stream() grpc.StreamServerInterceptor {
 		ctx := ss.Context()
 		call := Call{Context: ctx, Method: info.FullMethod, Stream: true}
 		dec := i.d.Decide(ctx, call)
-		if err := i.answer(ctx, dec, ss); err != nil {
+		md, err := i.answer(ctx, dec, ss)
+		if err != nil {
 			refundEarlier(ctx)
 			return err
 		}
-		ctx, n := i.record(ctx, call, dec)
-		if i.rule.PerMessage || ctx != ss.Context() {
-			ss = &chargedStream{ServerStream: ss, ctx: ctx, i: i, method: info.FullMethod}
+		ctx, t, n := i.record(ctx, call, dec, md, i.rule.PerMessage)
+		if first := t != nil && t.Context == call.Context; first || i.rule.PerMessage {
+			ss = &chargedStream{ServerStream: ss, ctx: ctx, t: t, first: first, i: i, method: info.FullMethod}
+			if first {
+				defer t.flush(ss.(*chargedStream).ServerStream.SetHeader)
+			}
 		}
 		if i.rule.CountIf == nil {
 			return handler(srv, ss)
@@ -209,13 +221,43 @@ func (i *Interceptors) Stream() grpc.StreamServerInterceptor {
 	}
 }
 
-// trail is the charges of the interceptors on a call's way, in its
-// context: when one refuses the call, the earlier ones give their units
-// back, so that a refused call consumes nothing (as core.Rule's).
+// trail is what the interceptors on a call's way share, in its context:
+// their charges, which they give back when one refuses the call, so that a
+// refused call consumes nothing (as core.Rule's), and those of the message
+// being received (Rule.PerMessage); the rate-limit fields of the rules that
+// passed it, sent as header metadata once it passed them all (by the first
+// rule, before the handler's header, or as it returns), so that a refused
+// call's response stays trailers-only.
 type trail struct {
 	context.Context
 	charges []charge
 	inline  [1]charge
+	msg     []charge // the charges of the message being received
+	mu      sync.Mutex
+	header  metadata.MD // the fields to send; nil once sent, or refused
+}
+
+// flush sends the trail's fields with set (a SetHeader), once.
+func (t *trail) flush(set func(metadata.MD) error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.header != nil {
+		_ = set(t.header) // fails only when the header went out
+		t.header = nil
+	}
+}
+
+// headerStream is a unary call's transport stream under the trail's first
+// rule: a handler that sends its header sends the rules' fields with it.
+type headerStream struct {
+	grpc.ServerTransportStream
+	t *trail
+}
+
+// SendHeader sends the trail's fields, then md.
+func (s *headerStream) SendHeader(md metadata.MD) error {
+	s.t.flush(s.ServerTransportStream.SetHeader)
+	return s.ServerTransportStream.SendHeader(md)
 }
 
 // charge is what one rule took from a call.
@@ -236,30 +278,39 @@ func (t *trail) Value(key any) any {
 	return t.Context.Value(key)
 }
 
-// record adds a passed call's charge to its trail (made on the first), and
-// returns the context and the charge's index, or -1 when nothing was
-// charged.
-func (i *Interceptors) record(ctx context.Context, call Call, dec core.Decision) (context.Context, int) {
-	if !dec.Charged() {
-		return ctx, -1
-	}
+// record adds a passed call's charge and fields md to its trail, made
+// when the call needs one (a charge, fields, or always), and returns the
+// context, the trail (nil: none) and the charge's index, or -1 when
+// nothing was charged.
+func (i *Interceptors) record(ctx context.Context, call Call, dec core.Decision, md metadata.MD, always bool) (context.Context, *trail, int) {
 	t, _ := ctx.Value(trailKey{}).(*trail)
-	if t == nil {
+	if t == nil && (dec.Charged() || md != nil || always) {
 		t = &trail{Context: ctx}
 		t.charges = t.inline[:0]
 		ctx = t
 	}
+	if md != nil {
+		t.mu.Lock()
+		t.header = metadata.Join(t.header, md)
+		t.mu.Unlock()
+	}
+	if !dec.Charged() {
+		return ctx, t, -1
+	}
 	t.charges = append(t.charges, charge{i: i, call: call, dec: dec})
-	return ctx, len(t.charges) - 1
+	return ctx, t, len(t.charges) - 1
 }
 
 // refundEarlier gives back the units the interceptors before this one
-// charged the call, which one of them refused.
+// charged the call, which one of them refused, and drops their fields.
 func refundEarlier(ctx context.Context) {
 	t, _ := ctx.Value(trailKey{}).(*trail)
 	if t == nil {
 		return
 	}
+	t.mu.Lock()
+	t.header = nil
+	t.mu.Unlock()
 	for k := range t.charges {
 		if c := &t.charges[k]; !c.settled {
 			c.settled = true
@@ -304,6 +355,8 @@ func statusCode(err error) codes.Code {
 type chargedStream struct {
 	grpc.ServerStream
 	ctx    context.Context // with the call's trail
+	t      *trail          // nil: none
+	first  bool            // the trail's first rule: it sends the fields
 	i      *Interceptors
 	method string
 }
@@ -311,7 +364,26 @@ type chargedStream struct {
 // Context returns the stream's context, with the call's trail.
 func (s *chargedStream) Context() context.Context { return s.ctx }
 
-// RecvMsg receives m, then decides it; a denial is returned as an error.
+// SendHeader sends the rules' fields (see trail) with md.
+func (s *chargedStream) SendHeader(md metadata.MD) error {
+	if s.first {
+		s.t.flush(s.ServerStream.SetHeader)
+	}
+	return s.ServerStream.SendHeader(md)
+}
+
+// SendMsg sends m after the rules' fields, if not sent yet.
+func (s *chargedStream) SendMsg(m any) error {
+	if s.first {
+		s.t.flush(s.ServerStream.SetHeader)
+	}
+	return s.ServerStream.SendMsg(m)
+}
+
+// RecvMsg receives m, then decides it with Rule.PerMessage: a refusal is
+// returned as an error, and the rules before this one give back what they
+// charged m. A message's fields are not sent: the header shows the
+// stream's.
 func (s *chargedStream) RecvMsg(m any) error {
 	if err := s.ServerStream.RecvMsg(m); err != nil {
 		return err
@@ -319,22 +391,36 @@ func (s *chargedStream) RecvMsg(m any) error {
 	if !s.i.rule.PerMessage {
 		return nil
 	}
+	if _, inner := s.ServerStream.(*chargedStream); !inner {
+		s.t.msg = s.t.msg[:0] // a new message: the outermost rule's
+	}
 	ctx := s.Context()
-	dec := s.i.d.Decide(ctx, Call{Context: ctx, Method: s.method, Stream: true, Message: m})
-	return s.i.answer(ctx, dec, s.ServerStream)
+	call := Call{Context: ctx, Method: s.method, Stream: true, Message: m}
+	dec := s.i.d.Decide(ctx, call)
+	if _, err := s.i.answer(ctx, dec, s.ServerStream); err != nil {
+		for _, c := range s.t.msg {
+			c.i.d.GiveBack(c.call.Context, c.call, c.dec, "a later rule refused the message")
+		}
+		s.t.msg = s.t.msg[:0]
+		return err
+	}
+	if dec.Charged() {
+		s.t.msg = append(s.t.msg, charge{i: s.i, call: call, dec: dec})
+	}
+	return nil
 }
 
-// answer sends a decision's rate-limit fields (on ss for a stream, else
-// with grpc.SetHeader and grpc.SetTrailer) and returns the status error of
-// a denial or of Unavailable, else nil. A passed call's fields go out as
-// header metadata; a refused call's as trailer metadata, with nothing in
-// its header: a trailers-only response, the only kind a client's retry
-// policy retries (gRPC A6).
-func (i *Interceptors) answer(ctx context.Context, dec core.Decision, ss grpc.ServerStream) error {
+// answer returns a passed decision's rate-limit fields (nil: none), or
+// sends a refused one's (on ss for a stream, else with grpc.SetTrailer)
+// and returns the status error of a denial or of Unavailable. A refused
+// call's fields go out as trailer metadata, with nothing in its header: a
+// trailers-only response, the only kind a client's retry policy retries
+// (gRPC A6).
+func (i *Interceptors) answer(ctx context.Context, dec core.Decision, ss grpc.ServerStream) (metadata.MD, error) {
 	refused := dec.Verdict == core.Denied || dec.Verdict == core.Unavailable
 	show := dec.Shown && i.rule.Headers != core.None && (i.rule.CountIf == nil || refused)
 	if !show && !refused {
-		return nil
+		return nil, nil
 	}
 	style := i.rule.Headers
 	if !show {
@@ -352,22 +438,17 @@ func (i *Interceptors) answer(ctx context.Context, dec core.Decision, ss grpc.Se
 		md[PushbackTrailer] = []string{strconv.FormatInt(d.Milliseconds(), 10)}
 	}
 	switch {
-	case !refused && ss != nil:
-		_ = ss.SetHeader(md)
 	case !refused:
-		_ = grpc.SetHeader(ctx, md) // fails only when headers went out
+		return md, nil
 	case ss != nil:
 		ss.SetTrailer(md)
 	default:
 		_ = grpc.SetTrailer(ctx, md)
 	}
-	switch dec.Verdict {
-	case core.Denied:
-		return i.denial(dec)
-	case core.Unavailable:
-		return unavailable(i.rule.Domain, i.rule.Name)
+	if dec.Verdict == core.Denied {
+		return nil, i.denial(dec)
 	}
-	return nil
+	return nil, unavailable(i.rule.Domain, i.rule.Name)
 }
 
 // denial returns the RESOURCE_EXHAUSTED status of a denial, with its

@@ -414,3 +414,77 @@ func TestStackedRules(t *testing.T) {
 		t.Errorf("codes %v, want %v", got, want)
 	}
 }
+
+// TestStackedRefusalTrailersOnly: a call that a later rule refuses after
+// an earlier one passed it is still a trailers-only response (nothing in
+// its header, the refusing rule's fields in its trailer), unary or stream,
+// and the earlier rule keeps none of its units; a call both pass carries
+// both rules' fields in its header.
+func TestStackedRefusalTrailersOnly(t *testing.T) {
+	l := core.NewMemory()
+	peerLimit := core.PerMinute(100)
+	a := mustNew(t, l, grpcmw.Rule{Name: "peer", Limits: []core.Limit{peerLimit}})
+	b := mustNew(t, l, grpcmw.Rule{Name: "user", Limits: []core.Limit{core.PerMinute(1)}, Key: grpcmw.Metadata("x-user"), Pushback: true})
+	cc, _ := serve(t, []grpc.ServerOption{grpc.ChainUnaryInterceptor(a.Unary(), b.Unary()), grpc.ChainStreamInterceptor(a.Stream(), b.Stream())})
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-user", "u1")
+	var hdr metadata.MD
+	if _, err := say(ctx, cc, "x", grpc.Header(&hdr)); err != nil {
+		t.Fatal(err)
+	}
+	if got := hdr.Get("x-ratelimit-limit"); !slices.Equal(got, []string{"100", "1"}) {
+		t.Fatalf("a call both rules passed: x-ratelimit-limit %v, want both rules' [100 1]", got)
+	}
+	var tr metadata.MD
+	hdr = nil
+	_, err := say(ctx, cc, "x", grpc.Header(&hdr), grpc.Trailer(&tr))
+	if status.Code(err) != codes.ResourceExhausted || len(hdr) != 0 || !slices.Equal(tr.Get("x-ratelimit-limit"), []string{"1"}) {
+		t.Fatalf("unary, refused by the second rule: %v, header %v, trailer %v; want RESOURCE_EXHAUSTED, no header, the refusing rule's fields", err, hdr, tr)
+	}
+	cs, err := cc.NewStream(ctx, &echoDesc.Streams[0], chatMethod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = cs.RecvMsg(new(wrapperspb.StringValue))
+	h, _ := cs.Header()
+	if status.Code(err) != codes.ResourceExhausted || len(h) != 0 {
+		t.Fatalf("stream, refused by the second rule: %v, header %v; want RESOURCE_EXHAUSTED and no header", err, h)
+	}
+	if r, err := l.Peek(context.Background(), "peer:ip:127.0.0.1", peerLimit); err != nil || r.Remaining != 99 {
+		t.Fatalf("the first rule keeps %d of 100 (%v), want 99: the refused calls' units came back", r.Remaining, err)
+	}
+}
+
+// TestPerMessageStacked: with Rule.PerMessage on two chained rules, a
+// message the second refuses keeps no unit under the first, and a stream's
+// header carries its start's fields once, not a set a message.
+func TestPerMessageStacked(t *testing.T) {
+	l := core.NewMemory()
+	limA, limB := core.PerMinute(100), core.PerMinute(3)
+	a := mustNew(t, l, grpcmw.Rule{Name: "a", Limits: []core.Limit{limA}, Key: grpcmw.Method(), PerMessage: true})
+	b := mustNew(t, l, grpcmw.Rule{Name: "b", Limits: []core.Limit{limB}, Key: grpcmw.Method(), PerMessage: true})
+	cc, _ := serve(t, []grpc.ServerOption{grpc.ChainStreamInterceptor(a.Stream(), b.Stream())})
+	cs, err := cc.NewStream(context.Background(), &echoDesc.Streams[0], chatMethod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ended error
+	for range 5 {
+		if err := cs.SendMsg(wrapperspb.String("m")); err != nil {
+			break
+		}
+		if ended = cs.RecvMsg(new(wrapperspb.StringValue)); ended != nil {
+			break
+		}
+	}
+	if status.Code(ended) != codes.ResourceExhausted {
+		t.Fatalf("the stream ended with %v, want the third message refused", ended)
+	}
+	h, _ := cs.Header()
+	if got := h.Get("x-ratelimit-remaining"); !slices.Equal(got, []string{"99", "2"}) {
+		t.Fatalf("header x-ratelimit-remaining %v, want the start's of each rule [99 2]", got)
+	}
+	// b admitted the start and two messages; a the same three, not the refused one
+	if r, err := l.Peek(context.Background(), "a:method:"+chatMethod, limA); err != nil || r.Remaining != 97 {
+		t.Fatalf("rule a keeps %d of 100 (%v), want 97", r.Remaining, err)
+	}
+}
