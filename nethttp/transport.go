@@ -52,7 +52,8 @@ import (
 // r=0), the Transport blocks the rule's key on every replica
 // (core.Limiter.Block) for the time the upstream asked: Retry-After, as
 // delta-seconds or an HTTP-date, else the t of the RateLimit field, else
-// DefaultBlock; never longer than MaxBlock, so that a hostile upstream
+// DefaultBlock (also for a refusal that asks for no time: Retry-After 0 or
+// a past date); never longer than MaxBlock, so that a hostile upstream
 // cannot freeze the fleet. A refused request is then sent again, up to
 // MaxRetries times, when it can be replayed (no body, or GetBody set): it
 // waits for its slot like any other, so the quota still holds. Only the
