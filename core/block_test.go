@@ -193,4 +193,17 @@ func TestBlockDenyCache(t *testing.T) {
 	if r, err := l.Allow(ctx, "k", PerSecond(10)); err != nil || !r.Allowed || r.BackendErr != nil {
 		t.Fatalf("after the block: %+v %v", r, err)
 	}
+	// a denial cached before a Block hides it not: Block forgets it
+	lim := Per(1, time.Hour)
+	for range 2 {
+		if _, err := l.Allow(ctx, "quota", lim); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Block(ctx, "quota", 2*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := l.Allow(ctx, "quota", lim); err != nil || r.Allowed || !r.blocked || r.RetryAfter != 2*time.Hour {
+		t.Fatalf("after Block(2h) of a denied key: %+v %v, want blocked, RetryAfter 2h", r, err)
+	}
 }

@@ -177,7 +177,8 @@ const MaxBlock = MaxWindow
 // until then Allow, AllowN and Peek deny it with RetryAfter of at least the
 // time left, and Wait and WaitN wait it out (or return
 // ErrWaitExceedsDeadline at once when it outlasts ctx's deadline). A later
-// Block never shortens an earlier one; Reset lifts it. d must be in [1µs,
+// Block never shortens an earlier one; Reset lifts it. It forgets this
+// Limiter's cached denials of key (see Reset). d must be in [1µs,
 // MaxBlock]; a Redis failure is returned (no failure mode answers).
 func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) error {
 	switch {
@@ -188,6 +189,7 @@ func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) error 
 	case d < time.Microsecond || d > MaxBlock:
 		return fmt.Errorf("%w: block for %s; it must be in [1µs, %s]", ErrInvalidDuration, d, MaxBlock)
 	}
+	l.forget(key) // a cached denial would hide the block for up to a second
 	block := func(s store.Store, r store.Request) error { return s.Block(ctx, r, d) }
 	return l.guard.both(ctx, l.request(key, 1, nil, nil, l.guard.budget), block)
 }

@@ -118,7 +118,7 @@ func WithLocalShare(share float64) Option { return Option{func(c *config) { c.sh
 // WithDenyCache sets how many denials the Limiter remembers, answering
 // repeats of the same key, limits and cost without a round trip until their
 // RetryAfter has passed or for one second, whichever is sooner. Refund,
-// Reset and a cancelled Wait drop this Limiter's denials of the key at once;
+// Reset, Block and a cancelled Wait drop this Limiter's denials of the key at once;
 // another replica's change arrives within that second. A due denial is asked
 // by one request while the others wait, within their timeout. When full,
 // the cache evicts, preferring expired denials. Zero turns it off. Default
