@@ -444,3 +444,18 @@ func TestSortedLogMatchesMemory(t *testing.T) {
 		t.Fatalf("the long log was sorted after %d steps of 1500: the test misses its point", sorted)
 	}
 }
+
+// TestCounterClockBackMatchesMemory: a sliding counter read (a Peek, a
+// denial) in a later window, then decided after the clock stepped back into
+// the window of its last write, answers as the script does: its counts
+// still stand (the memory backend forgot them when a read moved its window).
+func TestCounterClockBackMatchesMemory(t *testing.T) {
+	w := newTwins(t)
+	lims := []core.Limit{core.PerSecond(4).With(core.SlidingCounter)}
+	w.same(t, 0, opAllow, "c", 4, lims)
+	w.advance(time.Second + 500*time.Microsecond)
+	w.same(t, 1, opPeek, "c", 1, lims)
+	w.advance(-time.Millisecond)
+	w.same(t, 2, opAllow, "c", 1, lims)
+	w.same(t, 3, opAllow, "c", 4, lims)
+}

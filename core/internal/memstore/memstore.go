@@ -55,7 +55,7 @@ type memState struct {
 	alg          store.Algorithm
 	window, prec int64    // µs
 	buckets      []bucket // ascending by index
-	w            int64    // a sliding counter's window at its last check
+	w            int64    // a sliding counter's window at its last write, as the script stores it
 	expires      int64    // µs; zero when empty
 }
 
@@ -222,6 +222,7 @@ func (st *memState) check(count, n, now int64) (free, retry, reset int64) {
 
 // add mirrors the *_add functions of algorithms.lua; it returns the reset.
 func (st *memState) add(n, t, now int64) int64 {
+	st.wrote(now)
 	if i, found := st.seek(st.bucketOf(t)); found {
 		st.buckets[i].count += n
 	} else {
@@ -240,8 +241,15 @@ func (st *memState) expire() {
 	}
 }
 
+// wrote notes a counter's write at now (see drop).
+func (st *memState) wrote(now int64) {
+	if st.alg == store.SlidingCounter {
+		st.w = st.bucketOf(now)
+	}
+}
+
 // drop forgets the buckets that left the window at now. A counter last
-// checked in a later window than now's (the clock went back) starts afresh.
+// written in a later window than now's (the clock went back) starts afresh.
 func (st *memState) drop(now int64) {
 	// Scan from the front rather than bisect: usually no bucket or one has
 	// left since the last call.
@@ -250,12 +258,8 @@ func (st *memState) drop(now int64) {
 		i++
 	}
 	st.buckets = slices.Delete(st.buckets, 0, i)
-	if st.alg == store.SlidingCounter {
-		c := st.bucketOf(now)
-		if st.w > c {
-			st.buckets = st.buckets[:0]
-		}
-		st.w = c
+	if st.alg == store.SlidingCounter && st.w > st.bucketOf(now) {
+		st.buckets = st.buckets[:0]
 	}
 }
 
@@ -387,7 +391,10 @@ func (st *memState) refund(n, now, at int64) {
 	current := st.bucketOf(now)
 	for i := len(st.buckets) - 1; i >= 0 && n > 0; i-- {
 		if b := st.buckets[i].index; b <= current && (at == 0 || b == st.bucketOf(at)) {
-			n -= st.take(i, n)
+			took := st.take(i, n)
+			if n -= took; took > 0 {
+				st.wrote(now)
+			}
 		}
 	}
 	st.expire()
