@@ -113,14 +113,16 @@ func hintMux(key keyfuncs.Func) keyfuncs.Func {
 	}
 }
 
-// plain is the middleware with Request.Pattern as the route.
+// plain is the middleware with Request.Pattern as the route, which
+// replaces an outer router's (a mux mounted under chi, or behind
+// http.StripPrefix: its handlers' own patterns key them).
 type plain struct {
 	e    *core.Enforcer
 	next http.Handler
 }
 
 func (h plain) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r, ok := h.e.Handle(w, r, ""); ok {
+	if r, ok := h.e.Handle(w, r, httpx.StripMethod(r.Pattern)); ok {
 		h.e.ServeNext(w, r, h.next) // captures the status for Rule.CountIf
 	}
 }

@@ -1508,3 +1508,56 @@ func TestClientGone(t *testing.T) {
 		})
 	}
 }
+
+// TestNestedMuxRoutes: a rule on a handler registered on an inner
+// http.ServeMux keys by that handler's pattern, not by the route an outer
+// router noted (a mux mounted under chi, or behind http.StripPrefix under
+// an outer ServeMux with a rule of its own): two routes, two keys.
+func TestNestedMuxRoutes(t *testing.T) {
+	setups := map[string]func(l *core.Limiter, inner core.Rule) http.Handler{
+		"ServeMux behind StripPrefix, outer rule WithMux": func(l *core.Limiter, inner core.Rule) http.Handler {
+			mux := http.NewServeMux()
+			perRoute := nethttp.Limit(l, inner)
+			mux.Handle("GET /users/{id}", perRoute(http.HandlerFunc(okHandler)))
+			mux.Handle("GET /orders/{id}", perRoute(http.HandlerFunc(okHandler)))
+			outer := http.NewServeMux()
+			outer.Handle("/api/", http.StripPrefix("/api", mux))
+			return nethttp.Limit(l, core.Rule{Name: "global", Limits: []core.Limit{core.PerMinute(100)}}, nethttp.WithMux(outer))(outer)
+		},
+		"ServeMux mounted under chi, chi rule router-wide": func(l *core.Limiter, inner core.Rule) http.Handler {
+			mux := http.NewServeMux()
+			perRoute := nethttp.Limit(l, inner)
+			mux.Handle("GET /api/users/{id}", perRoute(http.HandlerFunc(okHandler)))
+			mux.Handle("GET /api/orders/{id}", perRoute(http.HandlerFunc(okHandler)))
+			r := chi.NewRouter()
+			r.Use(chimw.Limit(l, core.Rule{Name: "global", Limits: []core.Limit{core.PerMinute(100)}}))
+			r.Mount("/api", mux)
+			return r
+		},
+	}
+	for name, build := range setups {
+		t.Run(name, func(t *testing.T) {
+			var keys []string
+			l := core.NewMemory(core.WithObserver(func(ev core.Event) {
+				if ev.Rule == "inner" {
+					keys = append(keys, ev.Key)
+				}
+			}))
+			h := build(l, core.Rule{Name: "inner", Limits: []core.Limit{core.PerMinute(1)}, Key: keyfuncs.Route()})
+			for _, path := range []string{"/api/users/1", "/api/orders/1"} {
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+				if rec.Code != http.StatusOK {
+					t.Fatalf("%s: %d, want 200 (its route's first request)", path, rec.Code)
+				}
+			}
+			want := []string{"inner:route:/users/{id}", "inner:route:/orders/{id}"}
+			if strings.HasPrefix(name, "ServeMux mounted") {
+				want = []string{"inner:route:/api/users/{id}", "inner:route:/api/orders/{id}"}
+			}
+			if !slices.Equal(keys, want) {
+				t.Fatalf("keys %q, want %q", keys, want)
+			}
+		})
+	}
+}
