@@ -459,3 +459,23 @@ func TestCounterClockBackMatchesMemory(t *testing.T) {
 	w.same(t, 2, opAllow, "c", 1, lims)
 	w.same(t, 3, opAllow, "c", 4, lims)
 }
+
+// TestBucketsClockBackMatchesMemory: sliding buckets whose clock steps
+// back across a bucket's start keep the units of the bucket now ahead of
+// it, as the memory backend does: the limit never over-admits (the script
+// read such a field as long gone, deleted it, and admitted Count again).
+func TestBucketsClockBackMatchesMemory(t *testing.T) {
+	w := newTwins(t)
+	lims := []core.Limit{{Count: 2, Window: time.Second, Algorithm: core.SlidingBuckets, Precision: 10 * time.Millisecond}}
+	w.advance(10*time.Millisecond + 500*time.Microsecond)
+	w.same(t, 0, opAllow, "b", 2, lims)
+	step := 1
+	for _, d := range []time.Duration{-time.Millisecond, 2 * time.Millisecond} {
+		w.advance(d)
+		for range 3 {
+			w.same(t, step, opAllow, "b", 1, lims)
+			step++
+		}
+	}
+	w.same(t, step, opPeek, "b", 1, lims)
+}

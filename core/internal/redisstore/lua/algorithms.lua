@@ -347,9 +347,10 @@ end
 -- its count; a bucket counts until its end plus window. A field is named by
 -- the bucket's index (time / prec) modulo ring, a power of two above four
 -- times the buckets of a window (small integers: the hash stays a listpack);
--- its index is the latest one at or before now with that remainder. Fields
--- older than a window are dropped on every check and the key expires a
--- window after its newest bucket ends, so no two live buckets share a name.
+-- its index is the latest one at or before now with that remainder, or just
+-- ahead when that is over half a ring back (the server's clock went back).
+-- Fields older than a window are dropped on every check and the key expires
+-- a window after its newest bucket ends: no two live buckets share a name.
 --
 -- A hash of more than BUCKETS_SUMMED live buckets also holds their sum:
 -- field 't' the units counted, 'o' the newest bucket's index and the oldest
@@ -364,24 +365,23 @@ local function bucket_ring(window, prec)
   return ring
 end
 
--- bucket_of returns the index of the bucket whose field is named f (see
--- above); nil for a field of the sum.
+-- bucket_of returns the index of the bucket of field f (nil: the sum's).
 local function bucket_of(f, current, ring)
-  f = tonumber(f)
-  return f and current - (current - f) % ring
+  local b = tonumber(f)
+  b = b and current - (current - b) % ring
+  return b and (b < current - ring / 2 and b + ring or b)
 end
 
--- buckets_retry returns the µs until n more units fit under count, the hash
--- h (HGETALL's reply) holding used: when the bucket whose leaving frees
--- enough ends, plus the window.
+-- buckets_retry returns the µs until n more units fit under count, the hash h
+-- (HGETALL's reply) holding used: a window after the bucket freeing enough ends.
 local function buckets_retry(h, count, window, prec, n, now, used, oldest, current, ring)
-  local counts = {} -- by index, from oldest
+  local counts, last = {}, current -- by index, from oldest; the newest
   for i = 1, #h, 2 do
     local b = bucket_of(h[i], current, ring)
-    if b and b >= oldest then counts[b - oldest + 1] = tonumber(h[i + 1]) end
+    if b and b >= oldest then counts[b - oldest + 1], last = tonumber(h[i + 1]), max(last, b) end
   end
   local over = used + n - count -- units that must leave first, oldest first
-  for b = oldest, current do
+  for b = oldest, last do
     over = over - (counts[b - oldest + 1] or 0)
     if over <= 0 then return (b + 1) * prec + window - now end
   end
