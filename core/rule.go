@@ -267,7 +267,9 @@ func (e *Enforcer) Handle(w http.ResponseWriter, r *http.Request, route string) 
 // HandleFrom is Handle with fc, the framework's context (FrameworkContext).
 func (e *Enforcer) HandleFrom(w http.ResponseWriter, r *http.Request, route string, fc any) (*http.Request, bool) {
 	r, st := prepare(r, route)
-	st.framework = fc
+	if fc != nil { // an inner rule of another adapter keeps the outer framework's
+		st.framework = fc
+	}
 	dec := e.d.Decide(r.Context(), exchange{w, r})
 	switch dec.Verdict {
 	case Pass:

@@ -480,3 +480,24 @@ func TestStoppedRequestKeepsNothing(t *testing.T) {
 		})
 	}
 }
+
+// TestFrameworkContextKept: a rule handled without a framework context
+// (nethttp's) inside one handled with it (an adapter's) keeps the outer
+// framework's context for the handlers after both.
+func TestFrameworkContextKept(t *testing.T) {
+	l := core.NewMemory()
+	outer := mustEnforcer(t, l, core.Rule{Name: "outer", Limits: []core.Limit{core.PerMinute(5)}})
+	inner := mustEnforcer(t, l, core.Rule{Name: "inner", Limits: []core.Limit{core.PerMinute(5)}})
+	type frameworkCtx struct{ name string }
+	fc := &frameworkCtx{"gin"}
+	r, ok := outer.HandleFrom(httptest.NewRecorder(), httptest.NewRequest("GET", "/things/1", nil), "/things/{id}", fc)
+	if !ok {
+		t.Fatal("outer rule stopped the request")
+	}
+	if r, ok = inner.Handle(httptest.NewRecorder(), r, ""); !ok {
+		t.Fatal("inner rule stopped the request")
+	}
+	if got := core.FrameworkContext(r); got != fc {
+		t.Fatalf("FrameworkContext %v, want the outer adapter's %v", got, fc)
+	}
+}
