@@ -21,7 +21,9 @@
 package echomw
 
 import (
+	"bufio"
 	"errors"
+	"net"
 	"net/http"
 	"time"
 
@@ -83,10 +85,17 @@ func (c Config) ToMiddleware() (echo.MiddlewareFunc, error) {
 // *echo.HTTPError's code, else 500. A panic counts as 500.
 func serveCounted(e *core.Enforcer, r *http.Request, ec echo.Context, next echo.HandlerFunc) error {
 	var err error
+	res := ec.Response()
+	hw := &hijackWatch{ResponseWriter: res.Writer, res: res}
+	res.Writer = hw
 	e.SettleAfter(r, func() int {
 		err = next(ec)
-		if err == nil || ec.Response().Committed {
-			return ec.Response().Status
+		res.Writer = hw.ResponseWriter
+		switch {
+		case hw.upgraded:
+			return http.StatusSwitchingProtocols
+		case err == nil || res.Committed:
+			return res.Status
 		}
 		var he *echo.HTTPError
 		if errors.As(err, &he) {
@@ -96,6 +105,25 @@ func serveCounted(e *core.Enforcer, r *http.Request, ec echo.Context, next echo.
 	})
 	return err
 }
+
+// hijackWatch notes a hijack before the response was committed: the
+// connection was upgraded (101), which echo's Response does not say.
+type hijackWatch struct {
+	http.ResponseWriter
+	res      *echo.Response
+	upgraded bool
+}
+
+// Hijack hands the connection over (http.Hijacker).
+func (w *hijackWatch) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	committed := w.res.Committed
+	c, rw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	w.upgraded = err == nil && !committed
+	return c, rw, err
+}
+
+// Unwrap returns the writer it watches, for http.ResponseController.
+func (w *hijackWatch) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // LimitWithConfig returns the middleware of c. It panics when c is invalid,
 // at start-up, as echo's own WithConfig functions do.

@@ -17,6 +17,8 @@
 package ginmw
 
 import (
+	"bufio"
+	"net"
 	"net/http"
 	"time"
 
@@ -46,13 +48,35 @@ func New(l *core.Limiter, rule core.Rule) (gin.HandlerFunc, error) {
 			c.Next()
 			return
 		}
-		// Rule.CountIf: settle by the status the handlers wrote; a panic
-		// (on its way to gin's Recovery) counts as 500
+		// Rule.CountIf: settle by the status the handlers wrote (101 for
+		// a hijack before any); a panic (on its way to gin's Recovery)
+		// counts as 500
+		hw := &hijackWatch{ResponseWriter: c.Writer}
+		c.Writer = hw
 		e.SettleAfter(r, func() int {
 			c.Next()
-			return c.Writer.Status()
+			c.Writer = hw.ResponseWriter
+			if hw.upgraded {
+				return http.StatusSwitchingProtocols
+			}
+			return hw.Status()
 		})
 	}, nil
+}
+
+// hijackWatch notes a hijack before any status was written: the
+// connection was upgraded (101), which gin's Status does not say.
+type hijackWatch struct {
+	gin.ResponseWriter
+	upgraded bool
+}
+
+// Hijack hands the connection over (http.Hijacker).
+func (w *hijackWatch) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	written := w.Written()
+	c, rw, err := w.ResponseWriter.Hijack()
+	w.upgraded = err == nil && !written
+	return c, rw, err
 }
 
 // Limit is New for use at start-up: it panics with the error of an invalid

@@ -1,6 +1,7 @@
 package adaptertest_test
 
 import (
+	"bufio"
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
@@ -1557,6 +1558,48 @@ func TestNestedMuxRoutes(t *testing.T) {
 			}
 			if !slices.Equal(keys, want) {
 				t.Fatalf("keys %q, want %q", keys, want)
+			}
+		})
+	}
+}
+
+// TestCountIfHijack: a handler that hijacks the connection (a WebSocket
+// upgrade) before writing a status is settled as 101 by every adapter.
+func TestCountIfHijack(t *testing.T) {
+	for _, ad := range adapters {
+		t.Run(ad.name, func(t *testing.T) {
+			seen := make(chan int, 1)
+			a := on(with(perMinute("upgrades", 5), func(r *core.Rule) { r.CountIf = func(s int) bool { seen <- s; return true } }))
+			a.handler = func(w http.ResponseWriter, r *http.Request) {
+				c, rw, err := http.NewResponseController(w).Hijack()
+				if err != nil {
+					panic(err)
+				}
+				_, _ = rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+				_ = rw.Flush()
+				_ = c.Close()
+			}
+			srv := httptest.NewServer(ad.build(core.NewMemory(), a))
+			defer srv.Close()
+			conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			if _, err := io.WriteString(conn, "GET /users/1 HTTP/1.1\r\nHost: example.com\r\n\r\n"); err != nil {
+				t.Fatal(err)
+			}
+			line, err := bufio.NewReader(conn).ReadString('\n')
+			if err != nil || !strings.HasPrefix(line, "HTTP/1.1 101") {
+				t.Fatalf("response %q, %v; want the handler's 101", line, err)
+			}
+			select {
+			case s := <-seen:
+				if s != http.StatusSwitchingProtocols {
+					t.Fatalf("CountIf saw %d, want 101", s)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("CountIf was not called")
 			}
 		})
 	}
