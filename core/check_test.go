@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"errors"
+	"net"
 	"strconv"
 	"strings"
 	"syscall"
@@ -255,4 +256,34 @@ func TestCheckLoadsScripts(t *testing.T) {
 			t.Fatalf("Check(nil): %v, want an error naming the nil context", err)
 		}
 	}
+}
+
+// TestCheckRingEveryShard: Check runs its script on every shard of a
+// Ring: a read-only shard fails it with ErrNoWrites, naming that shard,
+// though the check key (one hash tag) goes to the other.
+func TestCheckRingEveryShard(t *testing.T) {
+	rw := redistest.Start(t)
+	host, port, _ := net.SplitHostPort(rw.Addr)
+	ro := redistest.Start(t, "--replicaof", host, port) // refuses writes
+	ctx := context.Background()
+	for _, names := range [][2]string{{"a", "b"}, {"b", "a"}} { // one puts the check key on rw
+		ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{names[0]: rw.Addr, names[1]: ro.Addr}})
+		t.Cleanup(func() { ring.Close() })
+		sh, err := ring.GetShardClientForKey(DefaultPrefix + "{check}:check") // check.go's checkKey
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sh.Options().Addr != rw.Addr {
+			continue
+		}
+		l, err := New(ring)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Check(ctx); !errors.Is(err, ErrNoWrites) || !strings.Contains(err.Error(), ro.Addr) {
+			t.Fatalf("Check %v, want ErrNoWrites naming the read-only shard %s", err, ro.Addr)
+		}
+		return
+	}
+	t.Fatal("neither naming puts the check key on the writable shard")
 }

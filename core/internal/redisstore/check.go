@@ -82,11 +82,13 @@ func (s *Store) checkNodes(ctx context.Context) error {
 		}
 		return err
 	}
+	if r, ok := s.rdb.(*redis.Ring); ok { // each shard, as each master of a Cluster
+		return r.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error {
+			return checkNode(ctx, c, sc, checkKey(s.prefix, "check"))
+		})
+	}
 	if err := checkScript(ctx, s.rdb, sc, checkKey(s.prefix, "check")); err != nil {
 		return err
-	}
-	if r, ok := s.rdb.(*redis.Ring); ok {
-		return r.ForEachShard(ctx, checkEviction)
 	}
 	return fmt.Errorf("%w: a %T cannot be asked for its eviction policy", store.ErrCheckIncomplete, s.rdb)
 }
