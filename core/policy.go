@@ -210,7 +210,11 @@ func (d *Decider[R]) Decide(ctx context.Context, r R) Decision {
 			limits, hs = set.limits, &set.hdr
 		}
 	}
-	res, at, err := d.l.decide(ctx, OpAllow, d.p.Name, key, n, limits, d.p.Penalty)
+	pen := d.p.Penalty
+	if d.p.DryRun { // a dry run bans nobody: its bans would deny under the rule enforced
+		pen = nil
+	}
+	res, at, err := d.l.decide(ctx, OpAllow, d.p.Name, key, n, limits, pen)
 	dec := Decision{Result: res, Key: key, hdr: hs, units: units{n: n, limits: limits, at: at, local: res.BackendErr != nil}}
 	switch {
 	case err != nil: // no decision: the request's context ended

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -42,5 +43,32 @@ func TestVerdict(t *testing.T) {
 		if v != tc.want || shown != tc.shown {
 			t.Errorf("%s: verdict = %s, %t; want %s, %t", tc.name, v, shown, tc.want, tc.shown)
 		}
+	}
+}
+
+// TestDryRunBansNobody: a dry run's Penalty counts no denial and bans
+// nobody, on every backend: its ban would deny under the rule once
+// enforced (a Block on every replica), which a dry run must not.
+func TestDryRunBansNobody(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			e := b.new(t)
+			lim := PerMinute(1)
+			d, err := NewDecider(e.lim, Policy[string]{Name: "dry", Limits: []Limit{lim}, DryRun: true,
+				Key:     func(k string) (string, error) { return k, nil },
+				Penalty: &Penalty{Denials: 1, Within: time.Minute, Ban: time.Hour}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 4 {
+				if dec := d.Decide(context.Background(), "client"); dec.Verdict != Pass || dec.Banned() {
+					t.Fatalf("request %d: %v banned %v, want a pass, no ban", i, dec.Verdict, dec.Banned())
+				}
+			}
+			r, err := e.lim.Peek(context.Background(), "dry:client", lim)
+			if err != nil || r.blocked || r.RetryAfter > time.Minute {
+				t.Fatalf("after the dry run: %+v %v, want no block (a minute's quota at most)", r, err)
+			}
+		})
 	}
 }

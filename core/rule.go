@@ -87,7 +87,8 @@ type Rule struct {
 	// own context ends before its decision is answered 503.
 	OnError func(http.ResponseWriter, *http.Request, error)
 	// DryRun decides, counts, reports (Event) and sets the rate-limit
-	// fields of every request, but never denies.
+	// fields of every request, but never denies, and its Penalty bans
+	// nobody (a ban would deny under the rule once enforced).
 	DryRun bool
 	// ProblemJSON answers every denial with an application/problem+json
 	// body, not only when the client's Accept header lists it.
