@@ -208,10 +208,14 @@ func (i *Interceptors) Stream() grpc.StreamServerInterceptor {
 		}
 		ctx, t, n := i.record(ctx, call, dec, md, i.rule.PerMessage)
 		if first := t != nil && t.Context == call.Context; first || i.rule.PerMessage {
-			ss = &chargedStream{ServerStream: ss, ctx: ctx, t: t, first: first, i: i, method: info.FullMethod}
-			if first {
-				defer t.flush(ss.(*chargedStream).ServerStream.SetHeader)
+			if sts := grpc.ServerTransportStreamFromContext(ctx); first && sts != nil { // grpc.SendHeader(ctx, md)
+				ctx = grpc.NewContextWithServerTransportStream(ctx, &headerStream{ServerTransportStream: sts, t: t})
 			}
+			cs := &chargedStream{ServerStream: ss, ctx: ctx, t: t, first: first, i: i, method: info.FullMethod}
+			if first {
+				defer t.flush(ss.SetHeader)
+			}
+			ss = cs
 		}
 		if i.rule.CountIf == nil {
 			return handler(srv, ss)
@@ -388,11 +392,11 @@ func (s *chargedStream) RecvMsg(m any) error {
 	if err := s.ServerStream.RecvMsg(m); err != nil {
 		return err
 	}
+	if s.first { // a new message: the first rule's stream receives it first
+		s.t.msg = s.t.msg[:0]
+	}
 	if !s.i.rule.PerMessage {
 		return nil
-	}
-	if _, inner := s.ServerStream.(*chargedStream); !inner {
-		s.t.msg = s.t.msg[:0] // a new message: the outermost rule's
 	}
 	ctx := s.Context()
 	call := Call{Context: ctx, Method: s.method, Stream: true, Message: m}

@@ -488,3 +488,74 @@ func TestPerMessageStacked(t *testing.T) {
 		t.Fatalf("rule a keeps %d of 100 (%v), want 97", r.Remaining, err)
 	}
 }
+
+// TestPerMessageAfterStreamRule: behind a rule that decides only a
+// stream's start, a PerMessage rule's refused message gives back nothing
+// of the messages before it (each message's charges are its own).
+func TestPerMessageAfterStreamRule(t *testing.T) {
+	l := core.NewMemory()
+	limM := core.PerMinute(4)
+	s := mustNew(t, l, grpcmw.Rule{Name: "s", Limits: []core.Limit{core.PerMinute(100)}, Key: grpcmw.Method()})
+	m := mustNew(t, l, grpcmw.Rule{Name: "m", Limits: []core.Limit{limM}, Key: grpcmw.Method(), PerMessage: true})
+	cc, _ := serve(t, []grpc.ServerOption{grpc.ChainStreamInterceptor(s.Stream(), m.Stream())})
+	cs, err := cc.NewStream(context.Background(), &echoDesc.Streams[0], chatMethod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ended error
+	for range 10 {
+		if err := cs.SendMsg(wrapperspb.String("m")); err != nil {
+			break
+		}
+		if ended = cs.RecvMsg(new(wrapperspb.StringValue)); ended != nil {
+			break
+		}
+	}
+	if status.Code(ended) != codes.ResourceExhausted {
+		t.Fatalf("the stream ended with %v, want the fourth message refused", ended)
+	}
+	// m admitted the start and three messages: 4 of 4 used
+	if r, err := l.Peek(context.Background(), "m:method:"+chatMethod, limM); err != nil || r.Remaining != 0 {
+		t.Fatalf("rule m keeps %d of 4 (%v), want 0", r.Remaining, err)
+	}
+}
+
+// TestStreamHeaderByContext: a stream handler that sends its header with
+// grpc.SendHeader(stream.Context(), md) sends the rule's fields with it.
+func TestStreamHeaderByContext(t *testing.T) {
+	i := mustNew(t, core.NewMemory(), grpcmw.Rule{Name: "r", Limits: []core.Limit{core.PerMinute(10)}, Key: grpcmw.Method()})
+	desc := grpc.ServiceDesc{ServiceName: "test.Hdr", HandlerType: (*echoService)(nil),
+		Streams: []grpc.StreamDesc{{StreamName: "Chat", ServerStreams: true, ClientStreams: true,
+			Handler: func(_ any, stream grpc.ServerStream) error {
+				if err := grpc.SendHeader(stream.Context(), metadata.Pairs("x-app", "1")); err != nil {
+					return err
+				}
+				in := new(wrapperspb.StringValue)
+				if err := stream.RecvMsg(in); err != nil {
+					return err
+				}
+				return stream.SendMsg(in)
+			}}}}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer(grpc.ChainStreamInterceptor(i.Stream()))
+	s.RegisterService(&desc, struct{}{})
+	go func() { _ = s.Serve(lis) }()
+	t.Cleanup(s.Stop)
+	cs, err := dial(t, lis.Addr().String()).NewStream(context.Background(), &desc.Streams[0], "/test.Hdr/Chat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cs.SendMsg(wrapperspb.String("m")); err != nil {
+		t.Fatal(err)
+	}
+	if err := cs.RecvMsg(new(wrapperspb.StringValue)); err != nil {
+		t.Fatal(err)
+	}
+	h, _ := cs.Header()
+	if !slices.Equal(h.Get("x-app"), []string{"1"}) || !slices.Equal(h.Get("x-ratelimit-limit"), []string{"10"}) {
+		t.Fatalf("header %v, want the handler's x-app and the rule's fields", h)
+	}
+}
