@@ -479,3 +479,24 @@ func TestBucketsClockBackMatchesMemory(t *testing.T) {
 	}
 	w.same(t, step, opPeek, "b", 1, lims)
 }
+
+// TestBucketsSummedClockBackMatchesMemory: sliding buckets that keep their
+// sum (more than BUCKETS_SUMMED buckets) keep a bucket ahead of a clock that
+// stepped back as their newest: an add behind it named the current bucket
+// the newest, and once that left, the whole key went with the bucket ahead.
+func TestBucketsSummedClockBackMatchesMemory(t *testing.T) {
+	w := newTwins(t)
+	lims := []core.Limit{{Count: 100, Window: time.Second, Algorithm: core.SlidingBuckets, Precision: 10 * time.Millisecond}}
+	w.advance(5 * time.Millisecond)
+	step := 0
+	for range 10 { // 10 buckets of 1 unit: the hash keeps its sum
+		w.same(t, step, opAllow, "b", 1, lims)
+		step++
+		w.advance(10 * time.Millisecond)
+	}
+	w.same(t, step, opAllow, "b", 50, lims) // bucket 10
+	w.advance(-10 * time.Millisecond)       // back into bucket 9
+	w.same(t, step+1, opAllow, "b", 1, lims)
+	w.advance(time.Second + 10*time.Millisecond) // bucket 9 has left, bucket 10 not yet
+	w.same(t, step+2, opPeek, "b", 1, lims)
+}

@@ -452,13 +452,13 @@ end
 -- starts: when its count is n (a refund that empties a bucket deletes it).
 local function buckets_add(key, window, prec, ring, n, now, summed, newest, lo)
   local b = floor(now / prec)
-  local reset = (b + 1) * prec + window - now
+  local reset = (max(b, newest or b) + 1) * prec + window - now -- the newest bucket's, maybe ahead
   if call('HINCRBY', key, ints[b % ring] or int_arg(b % ring), ints[n] or int_arg(n)) == n then
     call('PEXPIRE', key, px_arg(reset))
   end
   if summed then
     call('HINCRBY', key, 't', int_arg(n))
-    if newest ~= b then call('HSET', key, 'o', int_arg((b % ring) * ring + lo % ring)) end
+    if not newest or b > newest then call('HSET', key, 'o', int_arg((b % ring) * ring + lo % ring)) end
   end
   return reset
 end
