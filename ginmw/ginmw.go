@@ -79,6 +79,9 @@ func (w *hijackWatch) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	return c, rw, err
 }
 
+// Unwrap returns the writer it watches, for http.ResponseController.
+func (w *hijackWatch) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
 // Limit is New for use at start-up: it panics with the error of an invalid
 // rule.
 func Limit(l *core.Limiter, rule core.Rule) gin.HandlerFunc {

@@ -1604,3 +1604,29 @@ func TestCountIfHijack(t *testing.T) {
 		})
 	}
 }
+
+// TestCountIfResponseController: under a CountIf rule, a handler's
+// http.ResponseController still reaches the connection (a write deadline),
+// in every adapter.
+func TestCountIfResponseController(t *testing.T) {
+	for _, ad := range adapters {
+		t.Run(ad.name, func(t *testing.T) {
+			got := make(chan error, 1)
+			a := on(with(perMinute("deadlines", 5), func(r *core.Rule) { r.CountIf = func(s int) bool { return s >= 500 } }))
+			a.handler = func(w http.ResponseWriter, r *http.Request) {
+				got <- http.NewResponseController(w).SetWriteDeadline(time.Now().Add(time.Minute))
+				okHandler(w, r)
+			}
+			srv := httptest.NewServer(ad.build(core.NewMemory(), a))
+			defer srv.Close()
+			resp, err := http.Get(srv.URL + "/users/1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if err := <-got; err != nil {
+				t.Fatalf("SetWriteDeadline under a CountIf rule: %v", err)
+			}
+		})
+	}
+}
