@@ -191,7 +191,10 @@ func (t *transport) answered(keys []string, err error) {
 	later(&t.lastReply, now)
 	if node := ""; len(keys) > 0 {
 		if node = t.master(keys[0]); node != "" {
-			last, _ := t.nodeReply.LoadOrStore(node, new(atomic.Int64))
+			last, ok := t.nodeReply.Load(node)
+			if !ok {
+				last, _ = t.nodeReply.LoadOrStore(node, new(atomic.Int64))
+			}
 			later(last.(*atomic.Int64), now)
 		}
 	}
