@@ -222,7 +222,13 @@ func widened(limits []core.Limit, margin time.Duration) []core.Limit {
 		if m == 0 {
 			m = max(l.Window/100, time.Millisecond)
 		}
-		l.Window = min(l.Window+m, core.MaxWindow) // a year's window stays valid
+		// a year's window stays valid, and buckets as many as before
+		w := min(l.Window+m, core.MaxWindow)
+		if l.Algorithm == core.SlidingBuckets && l.Precision != 0 {
+			k := (l.Window + l.Precision - 1) / l.Precision
+			l.Precision = (w + k - 1) / k
+		}
+		l.Window = w
 		out[i] = l
 	}
 	return out

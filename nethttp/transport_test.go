@@ -430,15 +430,26 @@ func TestTransportInvalid(t *testing.T) {
 	}
 }
 
-// A limit of the longest window a Limit takes is valid for the Transport
-// too: its margin stops at core.MaxWindow (the client interceptors of
-// grpcmw widen alike).
+// Limits that a Rule takes are valid for the Transport too, widened by its
+// margin: a window stops at core.MaxWindow, and sliding buckets keep their
+// number of buckets (the client interceptors of grpcmw widen alike).
 func TestTransportLongestWindow(t *testing.T) {
 	var sent atomic.Int64
 	rule := core.Rule{Name: "yearly", Limits: []core.Limit{core.Per(1000, core.MaxWindow)}}
 	tr, err := nethttp.NewTransport(ok(&sent), core.NewMemory(), rule)
 	if err != nil {
 		t.Fatalf("NewTransport: %v", err)
+	}
+	// sliding buckets at MaxBuckets together keep as many buckets when widened
+	buckets := core.Rule{Name: "buckets", Limits: []core.Limit{
+		{Count: 10, Window: time.Minute, Algorithm: core.SlidingBuckets, Precision: 120 * time.Millisecond}, // 500
+		{Count: 10, Window: time.Hour, Algorithm: core.SlidingBuckets, Precision: 6875 * time.Millisecond},  // 524
+	}}
+	if err := buckets.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nethttp.NewTransport(ok(&sent), core.NewMemory(), buckets); err != nil {
+		t.Fatalf("NewTransport of a rule Validate accepts: %v", err)
 	}
 	resp, err := tr.RoundTrip(httptest.NewRequest(http.MethodGet, "https://api.example.com/", nil))
 	if err != nil {
