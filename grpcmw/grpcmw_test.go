@@ -454,6 +454,25 @@ func TestStackedRefusalTrailersOnly(t *testing.T) {
 	}
 }
 
+// chat sends up to n messages on a new Chat stream of cc, each echoed
+// back, and returns the stream and the error that ended it (nil: none).
+func chat(t *testing.T, cc *grpc.ClientConn, n int) (grpc.ClientStream, error) {
+	t.Helper()
+	cs, err := cc.NewStream(context.Background(), &echoDesc.Streams[0], chatMethod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range n {
+		if err := cs.SendMsg(wrapperspb.String("m")); err != nil {
+			break
+		}
+		if err := cs.RecvMsg(new(wrapperspb.StringValue)); err != nil {
+			return cs, err
+		}
+	}
+	return cs, nil
+}
+
 // TestPerMessageStacked: with Rule.PerMessage on two chained rules, a
 // message the second refuses keeps no unit under the first, and a stream's
 // header carries its start's fields once, not a set a message.
@@ -463,19 +482,7 @@ func TestPerMessageStacked(t *testing.T) {
 	a := mustNew(t, l, grpcmw.Rule{Name: "a", Limits: []core.Limit{limA}, Key: grpcmw.Method(), PerMessage: true})
 	b := mustNew(t, l, grpcmw.Rule{Name: "b", Limits: []core.Limit{limB}, Key: grpcmw.Method(), PerMessage: true})
 	cc, _ := serve(t, []grpc.ServerOption{grpc.ChainStreamInterceptor(a.Stream(), b.Stream())})
-	cs, err := cc.NewStream(context.Background(), &echoDesc.Streams[0], chatMethod)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ended error
-	for range 5 {
-		if err := cs.SendMsg(wrapperspb.String("m")); err != nil {
-			break
-		}
-		if ended = cs.RecvMsg(new(wrapperspb.StringValue)); ended != nil {
-			break
-		}
-	}
+	cs, ended := chat(t, cc, 5)
 	if status.Code(ended) != codes.ResourceExhausted {
 		t.Fatalf("the stream ended with %v, want the third message refused", ended)
 	}
@@ -498,20 +505,7 @@ func TestPerMessageAfterStreamRule(t *testing.T) {
 	s := mustNew(t, l, grpcmw.Rule{Name: "s", Limits: []core.Limit{core.PerMinute(100)}, Key: grpcmw.Method()})
 	m := mustNew(t, l, grpcmw.Rule{Name: "m", Limits: []core.Limit{limM}, Key: grpcmw.Method(), PerMessage: true})
 	cc, _ := serve(t, []grpc.ServerOption{grpc.ChainStreamInterceptor(s.Stream(), m.Stream())})
-	cs, err := cc.NewStream(context.Background(), &echoDesc.Streams[0], chatMethod)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ended error
-	for range 10 {
-		if err := cs.SendMsg(wrapperspb.String("m")); err != nil {
-			break
-		}
-		if ended = cs.RecvMsg(new(wrapperspb.StringValue)); ended != nil {
-			break
-		}
-	}
-	if status.Code(ended) != codes.ResourceExhausted {
+	if _, ended := chat(t, cc, 10); status.Code(ended) != codes.ResourceExhausted {
 		t.Fatalf("the stream ended with %v, want the fourth message refused", ended)
 	}
 	// m admitted the start and three messages: 4 of 4 used
