@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ratewindow/ratewindow/core"
+	"github.com/ratewindow/ratewindow/internal/margin"
 )
 
 // OutboundCall is an outgoing call as a client rule's functions read it.
@@ -92,36 +93,12 @@ func NewClient(l *core.Limiter, rule ClientRule) (*ClientInterceptors, error) {
 	if rule.Key == nil {
 		rule.Key = func(c OutboundCall) (string, error) { return "target:" + c.Target, nil }
 	}
-	p := core.Policy[OutboundCall]{Name: rule.Name, Limits: widened(rule.Limits, rule.Margin), Key: rule.Key, Cost: rule.Cost}
+	p := core.Policy[OutboundCall]{Name: rule.Name, Limits: margin.Widen(rule.Limits, rule.Margin), Key: rule.Key, Cost: rule.Cost}
 	d, err := core.NewDecider(l, p)
 	if err != nil {
 		return nil, fmt.Errorf("%w (grpcmw client)", err)
 	}
 	return &ClientInterceptors{rule: rule, d: d}, nil
-}
-
-// widened returns limits with each Window widened by margin (see
-// ClientRule.Margin).
-func widened(limits []core.Limit, margin time.Duration) []core.Limit {
-	if margin < 0 {
-		return limits
-	}
-	out := make([]core.Limit, len(limits))
-	for i, l := range limits {
-		m := margin
-		if m == 0 {
-			m = max(l.Window/100, time.Millisecond)
-		}
-		// a year's window stays valid, and buckets as many as before
-		w := min(l.Window+m, core.MaxWindow)
-		if l.Algorithm == core.SlidingBuckets && l.Precision != 0 {
-			k := (l.Window + l.Precision - 1) / l.Precision
-			l.Precision = (w + k - 1) / k
-		}
-		l.Window = w
-		out[i] = l
-	}
-	return out
 }
 
 // prepare returns c's key and cost, or the error that stops the call.

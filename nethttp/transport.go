@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ratewindow/ratewindow/core"
+	"github.com/ratewindow/ratewindow/internal/margin"
 	"github.com/ratewindow/ratewindow/keyfuncs"
 )
 
@@ -133,7 +134,7 @@ func (t *Transport) prepare() (*core.Enforcer, error) {
 		if rule.Key == nil {
 			rule.Key = hostKey
 		}
-		rule.Limits = widened(rule.Limits, t.Margin)
+		rule.Limits = margin.Widen(rule.Limits, t.Margin)
 		t.enf, t.err = core.NewEnforcer(t.Limiter, rule)
 		if t.err != nil {
 			t.err = fmt.Errorf("%w (nethttp.Transport)", t.err)
@@ -208,30 +209,6 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		last = resp
 	}
-}
-
-// widened returns limits with each Window widened by margin (see
-// Transport.Margin).
-func widened(limits []core.Limit, margin time.Duration) []core.Limit {
-	if margin < 0 {
-		return limits
-	}
-	out := make([]core.Limit, len(limits))
-	for i, l := range limits {
-		m := margin
-		if m == 0 {
-			m = max(l.Window/100, time.Millisecond)
-		}
-		// a year's window stays valid, and buckets as many as before
-		w := min(l.Window+m, core.MaxWindow)
-		if l.Algorithm == core.SlidingBuckets && l.Precision != 0 {
-			k := (l.Window + l.Precision - 1) / l.Precision
-			l.Precision = (w + k - 1) / k
-		}
-		l.Window = w
-		out[i] = l
-	}
-	return out
 }
 
 func (t *Transport) maxBlock() time.Duration {
