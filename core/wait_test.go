@@ -593,59 +593,42 @@ func TestWaitReplicas(t *testing.T) {
 // Cancelling a sleeping Wait on a real server's clock gives its slot to the
 // next caller.
 func TestWaitCancelFreesSlot(t *testing.T) {
-	srv := redistest.New(t)
-	prefix := uniquePrefix(t)
 	lim := Per(1, time.Second)
-	l, err := New(srv.Client(t), WithPrefix(prefix))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb := srv.Client(t)
-	key := storageKey(keyTag(prefix, "k"), lim)
-	ctx := context.Background()
-	if err := l.Wait(ctx, "k", lim); err != nil {
-		t.Fatal(err)
-	}
-	cctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- l.Wait(cctx, "k", lim) }()
-	eventually(t, "the reservation", func() bool { return logLen(t, rdb, key) == 2 })
-	cancel()
-	if err := <-done; !errors.Is(err, context.Canceled) {
-		t.Fatalf("cancelled Wait: %v", err)
-	}
+	l, units := cancelledWait(t, lim, 0)
 	// a caller that leaves before the reservation's reply reached it gets
 	// its error at once, and the reservation is given back when the reply
 	// comes (bounds.reserve): the log holds the first Wait's unit alone
 	// soon after, never less
 	eventually(t, "the release", func() bool {
-		n := logLen(t, rdb, key)
+		n := units()
 		if n < 1 {
 			t.Fatalf("log holds %d units after the cancel, want 1", n)
 		}
 		return n == 1
 	})
 	// the freed slot is about 1s away; the one after it would be 2s
-	dctx, dcancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+	dctx, dcancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 	defer dcancel()
 	if err := l.Wait(dctx, "k", lim); err != nil {
 		t.Fatalf("the next Wait did not get the freed slot: %v", err)
 	}
 }
 
-// A Wait cancelled after sleeping longer than its calls' bound
-// (WithWaitTimeout) still gives its slot back: the release has a bound of
-// its own, not the reservation's, long passed.
-func TestWaitCancelAfterWaitTimeoutFreesSlot(t *testing.T) {
+// cancelledWait makes a Limiter on a real server (with opts), takes key
+// "k"'s one slot under lim with Wait, then cancels a second Wait after
+// after, once its reservation is stored. It returns the Limiter and a
+// reader of the units key "k"'s log holds.
+func cancelledWait(t *testing.T, lim Limit, after time.Duration, opts ...Option) (*Limiter, func() int64) {
+	t.Helper()
 	srv := redistest.New(t)
 	prefix := uniquePrefix(t)
-	lim := Per(1, 10*time.Second)
-	l, err := New(srv.Client(t), WithPrefix(prefix), WithWaitTimeout(100*time.Millisecond))
+	l, err := New(srv.Client(t), append([]Option{WithPrefix(prefix)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rdb := srv.Client(t)
 	key := storageKey(keyTag(prefix, "k"), lim)
+	units := func() int64 { return logLen(t, rdb, key) }
 	ctx := context.Background()
 	if err := l.Wait(ctx, "k", lim); err != nil {
 		t.Fatal(err)
@@ -653,14 +636,23 @@ func TestWaitCancelAfterWaitTimeoutFreesSlot(t *testing.T) {
 	cctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- l.Wait(cctx, "k", lim) }()
-	eventually(t, "the reservation", func() bool { return logLen(t, rdb, key) == 2 })
-	time.Sleep(300 * time.Millisecond) // past the reservation's bound of 100ms
+	eventually(t, "the reservation", func() bool { return units() == 2 })
+	time.Sleep(after)
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled Wait: %v", err)
 	}
+	return l, units
+}
+
+// A Wait cancelled after sleeping longer than its calls' bound
+// (WithWaitTimeout) still gives its slot back: the release has a bound of
+// its own, not the reservation's, long passed.
+func TestWaitCancelAfterWaitTimeoutFreesSlot(t *testing.T) {
+	// past the reservation's bound of 100ms
+	_, units := cancelledWait(t, Per(1, 10*time.Second), 300*time.Millisecond, WithWaitTimeout(100*time.Millisecond))
 	// the release is sent before Wait returns
-	if n := logLen(t, rdb, key); n != 1 {
+	if n := units(); n != 1 {
 		t.Fatalf("log holds %d units after the cancel, want 1: the reservation was kept", n)
 	}
 }
