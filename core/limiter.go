@@ -92,15 +92,14 @@ func (l *Limiter) storeTime() int64 {
 }
 
 // Check reports whether the Limiter can do its job: nil only when Redis is
-// reachable, lets this client run the scripts on keys under its prefix
-// (and, by its ACL, every command they run there),
-// takes a write there (a key with a 1s TTL), loads the scripts, and will
-// not evict the Limiter's keys (maxmemory 0 or noeviction). Call it at
-// start-up and in readiness probes. It checks every master of a Cluster,
-// every shard of a Ring; the memory Limiter always passes. A refused write
-// matches ErrNoWrites, an evicting policy ErrEvictionPolicy, an unreadable
-// one ErrCheckIncomplete; other errors wrap Redis's own (WRONGPASS,
-// NOPERM). A nil ctx is an error.
+// reachable, lets this client run the scripts on keys under its prefix (and,
+// by its ACL, every command they run there), takes a write there (a key with
+// a 1s TTL), loads the scripts, and will not evict the Limiter's keys
+// (maxmemory 0 or noeviction). Call it at start-up and in readiness probes.
+// It checks every master of a Cluster, every shard of a Ring; the memory
+// Limiter always passes. A refused write matches ErrNoWrites, an evicting
+// policy ErrEvictionPolicy, an unreadable one ErrCheckIncomplete; other
+// errors wrap Redis's own (WRONGPASS, NOPERM). A nil ctx is an error.
 func (l *Limiter) Check(ctx context.Context) error {
 	if ctx == nil {
 		return errNilContext
@@ -482,9 +481,9 @@ func (l *Limiter) waitN(ctx context.Context, rule, key string, n int64, limits [
 	return err
 }
 
-// reserveAndSleep makes one reservation and sleeps until its time. A
-// reservation shed for overload (ErrShed) is asked for again a second
-// later, as poll asks again after FailClosed's answer.
+// reserveAndSleep makes one reservation and sleeps until its time, giving
+// it back if ctx ends first. A reservation shed for overload (ErrShed) is
+// asked for again a second later, as poll asks again after FailClosed's answer.
 func (l *Limiter) reserveAndSleep(ctx context.Context, key string, n int64, limits []Limit) (time.Duration, error, error) {
 	dl, hasDL := ctx.Deadline()
 	var shed time.Duration // slept after sheddings
@@ -495,47 +494,36 @@ func (l *Limiter) reserveAndSleep(ctx context.Context, key string, n int64, limi
 			longest = max(time.Until(dl).Microseconds(), 0)
 		}
 		res, err := l.guard.reserve(ctx, r, longest)
+		if err == nil && errors.Is(res.failed, ErrShed) {
+			if hasDL && time.Until(dl) < time.Second {
+				return shed, res.failed, exceedsDeadline(time.Second)
+			}
+			if err := sleep(ctx, time.Second); err != nil {
+				return shed, res.failed, err
+			}
+			shed += time.Second
+			continue
+		}
+		wait := usec(res.Wait)
 		switch {
 		case err != nil:
 			return shed, res.failed, err
-		case !errors.Is(res.failed, ErrShed):
-			wait, err := l.sleepUntil(ctx, r, res)
-			if wait < 0 { // never fits
-				return wait, res.failed, err
-			}
-			return shed + wait, res.failed, err
-		case hasDL && time.Until(dl) < time.Second:
-			return shed, res.failed, exceedsDeadline(time.Second)
+		case res.Wait < 0:
+			return -1, res.failed, fmt.Errorf("%w: %d units", ErrNeverFits, n)
+		case !res.OK:
+			return shed + wait, res.failed, exceedsDeadline(wait)
+		case hasDL && time.Until(dl) < wait: // the reply took the slack
+			err = exceedsDeadline(wait)
+		default:
+			err = sleep(ctx, wait)
 		}
-		if err := sleep(ctx, time.Second); err != nil {
-			return shed, res.failed, err
+		if err != nil { // give the reservation back, best effort, though ctx may be done
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultWaitTimeout)
+			_ = l.guard.release(rctx, r, res)
+			cancel()
 		}
-		shed += time.Second
+		return shed + wait, res.failed, err
 	}
-}
-
-// sleepUntil sleeps until the time of reservation res of r, giving it back
-// if ctx ends first, and returns the wait.
-func (l *Limiter) sleepUntil(ctx context.Context, r store.Request, res reservation) (time.Duration, error) {
-	wait := usec(res.Wait)
-	dl, hasDL := ctx.Deadline()
-	var err error
-	switch {
-	case res.Wait < 0:
-		return -1, fmt.Errorf("%w: %d units", ErrNeverFits, r.N)
-	case !res.OK:
-		return wait, exceedsDeadline(wait)
-	case hasDL && time.Until(dl) < wait: // the reply took the slack
-		err = exceedsDeadline(wait)
-	default:
-		err = sleep(ctx, wait)
-	}
-	if err != nil { // give the reservation back, best effort, though ctx may be done
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultWaitTimeout)
-		_ = l.guard.release(rctx, r, res)
-		cancel()
-	}
-	return wait, err
 }
 
 // poll asks until n units of key fit, sleeping RetryAfter and some jitter.
