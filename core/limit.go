@@ -131,23 +131,12 @@ func (l Limit) PolicyName() string {
 	return strconv.FormatInt(l.Count, 10) + "-per-" + string(store.AppendDuration(nil, l.Window))
 }
 
-// ownLimits returns a copy of limits to keep, with its names copied in one
-// allocation (a caller's may be cut from a larger string).
+// ownLimits returns a copy of limits to keep, with names of their own (a
+// caller's may be cut from a larger string).
 func ownLimits(limits []Limit) []Limit {
 	own := slices.Clone(limits)
-	size := 0
-	for _, l := range own {
-		size += len(l.Name)
-	}
-	var names strings.Builder
-	names.Grow(size)
-	for _, l := range own {
-		names.WriteString(l.Name)
-	}
-	all := names.String()
 	for i := range own {
-		n := len(own[i].Name)
-		own[i].Name, all = all[:n], all[n:]
+		own[i].Name = strings.Clone(own[i].Name)
 	}
 	return own
 }
