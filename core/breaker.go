@@ -17,10 +17,8 @@ type breaker struct {
 	lastEnd   atomic.Int64 // ns on the store's clock: when the last counted failure ended
 	openUntil atomic.Int64 // ns on the store's clock; 0: closed
 	probing   atomic.Bool
-	// silence: when the first call went of those out of time without a
-	// reply since Redis last answered (guard.silentSince).
-	silence atomic.Int64
-	refused atomic.Uint32 // calls refused while open (see instantYield)
+	silence   atomic.Int64  // when Redis fell silent (guard.silentSince)
+	refused   atomic.Uint32 // calls refused while open (see instantYield)
 }
 
 // instantYield: every instantYield-th answer made without I/O (a cached

@@ -21,8 +21,8 @@ import (
 type guard struct {
 	next    store.Store
 	remote  store.Remote // next, over Redis; nil: the memory store
-	br      breaker      // the client's (see breakerFor)
-	masters sync.Map     // Cluster master address → *breaker
+	br      breaker      // the client's
+	masters sync.Map     // Cluster master address → *breaker: a failing master stops its keys only
 	mode    FailureMode
 	cpu     cpuMeter
 	budget  time.Duration   // a decision's: the Limiter's timeout
@@ -43,8 +43,7 @@ const (
 	// decision began: slow, not down. Not counted; the decision is shed.
 	overloaded
 	// timedOut: no reply in time, and no other reply since the decision
-	// began. Counted, unless this process was short of CPU meanwhile (then
-	// overloaded, if sent within a budget of Redis's silence, see cpuMeter).
+	// began. Counted, unless this process was short of CPU (see cpuMeter).
 	timedOut
 	// failed: a connection failure with no other reply since the decision
 	// began (counted), or the breaker is open (not counted again).
@@ -61,7 +60,7 @@ type attempt struct {
 	// budget spent before the call counts against this process, not Redis.
 	sent  int64
 	node  string   // the Cluster master that serves the key (store.Remote.Node); "": any
-	br    *breaker // node's breaker
+	br    *breaker // node's breaker, else the client's
 	probe bool     // the call is br's probe
 }
 
@@ -69,8 +68,14 @@ type attempt struct {
 // at deadline (zero: none), or returns ErrCircuitOpen.
 func (g *guard) begin(key string, deadline time.Time) (attempt, error) {
 	now := g.remote.Clock()
-	a := attempt{sent: now, node: g.remote.Node(key)}
-	a.br = g.breakerFor(a.node)
+	a := attempt{sent: now, node: g.remote.Node(key), br: &g.br}
+	if a.node != "" {
+		b, ok := g.masters.Load(a.node)
+		if !ok {
+			b, _ = g.masters.LoadOrStore(a.node, new(breaker))
+		}
+		a.br = b.(*breaker)
+	}
 	if !deadline.IsZero() && g.budget > 0 {
 		spent := min(max(g.budget-time.Until(deadline), 0), g.budget)
 		a.sent = max(now-int64(spent), 1)
@@ -81,23 +86,6 @@ func (g *guard) begin(key string, deadline time.Time) (attempt, error) {
 	}
 	return a, nil
 }
-
-// breakerFor returns the breaker of a Cluster master addr (a failing master
-// stops calls for its keys only), or for "" the client's.
-func (g *guard) breakerFor(addr string) *breaker {
-	if addr == "" {
-		return &g.br
-	}
-	if b, ok := g.masters.Load(addr); ok {
-		return b.(*breaker)
-	}
-	b, _ := g.masters.LoadOrStore(addr, new(breaker))
-	return b.(*breaker)
-}
-
-// answeredAfter reports whether the node serving a's key (its Cluster
-// master, else any) answered at or after t (the store's clock).
-func (g *guard) answeredAfter(a attempt, t int64) bool { return g.remote.AnsweredSince(a.node, t) }
 
 // end classifies the outcome err of attempt a by the caller's ctx (the
 // one health rule), and tells the breaker.
@@ -114,13 +102,13 @@ func (g *guard) end(ctx context.Context, a attempt, err error) (kind, error) {
 		}
 	case store.Replied(err):
 		k = rejected
-	case g.answeredAfter(a, a.sent):
+	case g.remote.AnsweredSince(a.node, a.sent):
 		k = overloaded
 	case store.IsTimeout(err):
 		// short of CPU, the reply may have gone unread: not counted (cpuMeter)
 		starved := g.starvedSince(a)
 		k, counted = timedOut, !starved
-		if starved && g.answeredAfter(a, 1) && a.sent < g.silentSince(a)+int64(g.budget) {
+		if starved && g.remote.AnsweredSince(a.node, 1) && a.sent < g.silentSince(a)+int64(g.budget) {
 			k = overloaded // sent as Redis fell silent, if it did: shed
 		}
 	default:
@@ -351,19 +339,17 @@ type backendError struct{ err error }
 func (e backendError) Error() string { return e.err.Error() }
 func (e backendError) Unwrap() error { return e.err }
 
-// cpuMeter tells whether this process was short of CPU since a call was
-// sent, by the runtime's scheduler metrics. Then a call out of time without
-// a reply may have waited for this process, not Redis: the goroutine that
-// would read the reply waits in the run queue while its caller, woken by its
-// timer, sees none. Such calls once let floods through and opened the
-// breaker on a healthy Redis, so the breaker does not count them, and when
-// Redis has answered this client and the call went within a budget of the
-// first call out of time since Redis last answered (Redis fell silent then,
-// if it did), the decision is shed: a starved process's first calls after
-// a quiet spell are shed, not admitted, and a Redis that stopped answering
-// gets the failure mode for the calls sent a budget after it fell silent.
-// It is looked at when the Limiter is made and when a call ran out of time
-// without a reply.
+// cpuMeter tells, by the runtime's scheduler metrics, whether this process
+// was short of CPU since a call was sent. Then a call out of time may have
+// waited for this process, not Redis: the goroutine that would read the
+// reply sat in the run queue while its caller's timer fired. Counting such
+// calls once let floods through and opened the breaker on a healthy Redis.
+// So the breaker does not count them, and the decision is shed when Redis
+// has answered this client and the call went within a budget of when Redis
+// fell silent (silentSince): a starved process's first calls after a quiet
+// spell are shed, not admitted, while a Redis that stopped answering gets
+// the failure mode for calls sent a budget later. It is looked at when the
+// Limiter is made and when a call ran out of time without a reply.
 type cpuMeter struct {
 	mu     sync.Mutex
 	sample [2]metrics.Sample
@@ -371,16 +357,13 @@ type cpuMeter struct {
 	long   int64    // the store's clock at the last look that saw a shortage
 }
 
-// slice is the scheduler's time slice.
-const slice = 10 * time.Millisecond
-
 // silentSince returns when Redis fell silent for a's node, a's call out of
 // time without a reply: when the first call went of those out of time since
 // Redis last answered (a's, or an earlier).
 func (g *guard) silentSince(a attempt) int64 {
 	for {
 		s := a.br.silence.Load()
-		if s != 0 && s <= a.sent && !g.answeredAfter(a, s) {
+		if s != 0 && s <= a.sent && !g.remote.AnsweredSince(a.node, s) {
 			return s // the silence goes on
 		}
 		if a.br.silence.CompareAndSwap(s, a.sent) {
@@ -408,7 +391,7 @@ func (g *guard) starved() time.Duration { return min(g.budget/2, 20*time.Millise
 
 // look reads the metrics, noting now as short of CPU when a goroutine waited
 // at least wait to run since the last look, or the runnable goroutines would
-// fill the processors for budget at a time slice each.
+// fill the processors for budget at a scheduler time slice (10ms) each.
 func (m *cpuMeter) look(now int64, wait, budget time.Duration) {
 	m.sample[0].Name = "/sched/latencies:seconds"
 	m.sample[1].Name = "/sched/goroutines/runnable:goroutines"
@@ -417,7 +400,7 @@ func (m *cpuMeter) look(now int64, wait, budget time.Duration) {
 		return // not measured by this runtime
 	}
 	if m.sample[1].Value.Kind() == metrics.KindUint64 &&
-		m.sample[1].Value.Uint64() >= uint64(runtime.GOMAXPROCS(0))*uint64(budget/slice) {
+		m.sample[1].Value.Uint64() >= uint64(runtime.GOMAXPROCS(0))*uint64(budget/(10*time.Millisecond)) {
 		m.long = now
 	}
 	h := m.sample[0].Value.Float64Histogram()
