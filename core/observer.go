@@ -2,7 +2,6 @@ package core
 
 import (
 	"context"
-	"strconv"
 	"time"
 )
 
@@ -20,12 +19,7 @@ const (
 
 // String returns "allow", "peek", "wait" or "refused"; for a value that
 // names none of them, "Op(n)".
-func (o Op) String() string {
-	if int(o) < len(ops) {
-		return ops[o]
-	}
-	return "Op(" + strconv.Itoa(int(o)) + ")"
-}
+func (o Op) String() string { return enumName(o, ops[:], "Op") }
 
 var ops = [...]string{"allow", "peek", "wait", "refused"}
 
@@ -36,13 +30,10 @@ type Event struct {
 	Key  string // the caller's key: high cardinality, never a metric label
 	// Result is the answer given; its Limit is the binding limit. For
 	// OpWait, Allowed means proceed and RetryAfter is the time waited.
-	Result Result
-	// Latency is the time the decision took (for OpWait, the wait included).
-	Latency time.Duration
-	// CacheHit reports that the deny cache answered without a round trip.
-	CacheHit bool
-	// Retried reports, for OpRefused, that the request goes again after the block.
-	Retried bool
+	Result   Result
+	Latency  time.Duration // the time the decision took (for OpWait, the wait included)
+	CacheHit bool          // the deny cache answered without a round trip
+	Retried  bool          // for OpRefused: the request goes again after the block
 	// Banned reports that this denial reached the Rule's Penalty: the key
 	// is banned from now on, on every replica, for Result.RetryAfter.
 	Banned bool
@@ -51,9 +42,8 @@ type Event struct {
 	Failed bool
 	// Shed reports that the decision was shed for overload (see
 	// WithTimeout): Err and Result.BackendErr match ErrShed; Failed is false.
-	Shed bool
-	// Fallback is the failure mode that answered, when Failed.
-	Fallback FailureMode
+	Shed     bool
+	Fallback FailureMode // the failure mode that answered, when Failed
 	// Err is the backend's error when Failed, else the error returned to the
 	// caller, if any (for OpWait, ErrWaitExceedsDeadline or ErrNeverFits too).
 	Err error
