@@ -326,9 +326,8 @@ func (g *guard) refund(ctx context.Context, r store.Request, local bool) error {
 	}
 	k, err := g.call(ctx, &r, func() error { return g.next.Refund(ctx, r) })
 	if k != succeeded && k != abandoned && g.local != nil {
-		lr := g.localCopy(r)
-		lr.At = 0
-		_ = g.local.Refund(ctx, lr)
+		r.At = 0
+		_ = g.local.Refund(ctx, g.localCopy(r))
 	}
 	return failure(k, err)
 }
