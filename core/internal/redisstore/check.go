@@ -81,9 +81,8 @@ func (s *Store) checkNodes(ctx context.Context) error {
 			err = fmt.Errorf("ratewindow: check: %w", err) // the Cluster's own
 		}
 		return err
-	}
-	if r, ok := s.rdb.(*redis.Ring); ok { // each shard, as each master of a Cluster
-		return r.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error {
+	case *redis.Ring: // each shard, as each master of a Cluster
+		return c.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error {
 			return checkNode(ctx, c, sc, checkKey(s.prefix, "check"))
 		})
 	}

@@ -55,7 +55,8 @@ func (t *transport) send(batch []*call) {
 	}
 	cmds := t.plan(live)
 	if len(cmds) == 1 { // one command (the decisions merged): no pipeline
-		t.runSent(ctx, t.rdb, cmds[0])
+		reply, err := t.runOne(ctx, t.rdb, cmds[0].out)
+		t.again(t.answer(cmds[0], reply, err))
 		return
 	}
 	pipe := t.pipe()
@@ -92,12 +93,6 @@ func (t *transport) send(batch []*call) {
 		failed = append(failed, t.answer(s, reply, err)...)
 	}
 	t.again(failed)
-}
-
-// runSent runs s alone on rdb and hands its callers their replies.
-func (t *transport) runSent(ctx context.Context, rdb redis.Scripter, s *sent) {
-	reply, err := t.runOne(ctx, rdb, s.out)
-	t.again(t.answer(s, reply, err))
 }
 
 // answer hands s's callers their replies; it returns the merged ones that

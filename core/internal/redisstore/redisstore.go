@@ -192,7 +192,7 @@ func (s *Store) Refund(ctx context.Context, r store.Request) error {
 	c := s.newCall(s.refundS, r, 0)
 	c.args = append(c.args, r.N, r.Now, r.At)
 	for _, l := range r.Limits {
-		c.args = append(c.args, s.limitArgs.of(l)[:]...) // algorithm, count, window, precision
+		c.args = append(c.args, s.limitArgs.entry(l).args[:]...) // algorithm, count, window, precision
 	}
 	reply, err := s.run(ctx, c, r.Deadline)
 	if err != nil {
@@ -317,8 +317,6 @@ type limitArg struct {
 	args         [4]any
 	commit, peek any // the spec of a decision under this limit alone
 }
-
-func (c *limitArgs) of(l store.Limit) *[4]any { return &c.entry(l).args }
 
 func (c *limitArgs) entry(l store.Limit) *limitArg {
 	h := uint64(l.Count)*0x9e3779b97f4a7c15 ^ uint64(l.Window)*0xbf58476d1ce4e5b9 ^

@@ -90,7 +90,7 @@ func TestLimitArgs(t *testing.T) {
 		wg.Go(func() {
 			for i := range 2000 {
 				l := limits[(g*7+i)%len(limits)]
-				if got := *c.of(l); got != want(l) {
+				if got := c.entry(l).args; got != want(l) {
 					t.Errorf("limit %+v: args %v, want %v", l, got, want(l))
 					return
 				}
@@ -99,8 +99,8 @@ func TestLimitArgs(t *testing.T) {
 	}
 	wg.Wait()
 	l := limits[0]
-	c.of(l)
-	if n := testing.AllocsPerRun(100, func() { c.of(l) }); n != 0 {
+	c.entry(l)
+	if n := testing.AllocsPerRun(100, func() { c.entry(l) }); n != 0 {
 		t.Fatalf("a limit used again: %v allocations, want 0", n)
 	}
 }

@@ -28,10 +28,10 @@ import (
 type transport struct {
 	rdb  redis.Scripter
 	pipe func() redis.Pipeliner // the client's pipeline
-	// laneOf names the lane of a decision's hash tag on a Cluster or Ring:
-	// the node that serves it (a Cluster's master while the client knows it,
-	// a Ring's shard), else the tag; a pipeline to one node holds no other
-	// node's replies. nil: one server.
+	// laneOf names the node serving a decision's hash tag on a Cluster or
+	// Ring (a Cluster's master while the client knows it, a Ring's shard;
+	// "": unknown, the tag names the lane): a pipeline to one node holds no
+	// other node's replies. nil: one server.
 	laneOf func(tag string) string
 	known  context.Context // ended: a lookup with it sends nothing (see master)
 	// direct ends a call at its context's deadline: rdb with
@@ -124,7 +124,7 @@ func newTransport(rdb redis.Scripter) *transport {
 			if shard, err := c.GetShardClientForKey(tag); err == nil {
 				return shard.Options().Addr
 			}
-			return tag
+			return ""
 		}
 		if opt.ContextTimeoutEnabled {
 			t.direct = c
@@ -141,12 +141,7 @@ func newTransport(rdb redis.Scripter) *transport {
 		if c.Options().ContextTimeoutEnabled {
 			t.direct = c
 		}
-		t.pipe, t.depth, t.laneOf = c.Pipeline, 1, func(tag string) string {
-			if m := t.master(tag); m != "" {
-				return m
-			}
-			return tag
-		}
+		t.pipe, t.depth, t.laneOf = c.Pipeline, 1, t.master
 	}
 	t.calls.New = func() any { return &call{done: make(chan struct{}, 1)} }
 	return t
@@ -308,7 +303,9 @@ func (t *transport) run(ctx context.Context, c *call, deadline time.Time) (any, 
 		if c.merged == nil {
 			return t.runAlone(c)
 		}
-		name = t.laneOf(tag(c))
+		if name = t.laneOf(tag(c)); name == "" {
+			name = tag(c)
+		}
 	}
 	t.mu.Lock()
 	l := t.lane(name)
