@@ -69,11 +69,10 @@ func (t *transport) send(batch []*call) {
 		}
 	}
 	_, _ = pipe.Exec(ctx) // every command carries its own error
-	// NOSCRIPT, or an FCALL refused: those commands did not run, so they
-	// go again with the script's source.
+	// NOSCRIPT, or an FCALL refused: those commands did not run, so they go
+	// again as EVAL (nil first: HasErrorPrefix allocates even for a nil error).
 	var again redis.Pipeliner
 	for _, s := range cmds {
-		// (nil first: HasErrorPrefix allocates even for a nil error)
 		if err := s.cmd.Err(); err != nil && (redis.HasErrorPrefix(err, "NOSCRIPT") || lib && t.lib.refused(err)) {
 			if again == nil {
 				again = t.pipe()
@@ -134,10 +133,10 @@ func (t *transport) answer(s *sent, reply any, err error) (failed []*call) {
 	return failed
 }
 
-// again sends the decisions that failed in a merged call alone, for
-// Redis's own error: a decision's (-1: WRONGTYPE...), or the whole call's
-// NOPERM (the ACL refused one of its keys). A decision fails before it records
-// anything, and alike on the same keys: a run's first error answers the rest.
+// again sends alone the decisions that failed in a merged call (-1:
+// WRONGTYPE..., or the whole call's NOPERM), for Redis's own error. A
+// decision fails before it records anything, and alike on the same keys: a
+// run's first error answers the rest.
 func (t *transport) again(failed []*call) {
 	var keys []string // the last call's, copied: a finished call is its caller's to reuse
 	var err error
@@ -153,8 +152,7 @@ func (t *transport) again(failed []*call) {
 	}
 }
 
-// result returns cmd's reply: a Cmd's value, an IntSliceCmd itself (see
-// parseAllow).
+// result returns cmd's reply: a Cmd's value, an IntSliceCmd itself (see parseAllow).
 func result(cmd redis.Cmder) (any, error) {
 	if c, ok := cmd.(*redis.Cmd); ok {
 		return c.Result()

@@ -85,8 +85,7 @@ func newLibrary(rdb redis.Scripter, algorithms string, scripts []*script) *libra
 	return l
 }
 
-// loadLibrary loads src on one server; the same library loaded already
-// is no error.
+// loadLibrary loads src on one server; already loaded is no error.
 func loadLibrary(ctx context.Context, c *redis.Client, src string) error {
 	err := c.FunctionLoad(ctx, src).Err()
 	if err != nil && strings.Contains(err.Error(), "already exists") {
@@ -95,8 +94,7 @@ func loadLibrary(ctx context.Context, c *redis.Client, src string) error {
 	return err
 }
 
-// usable reports whether calls go as FCALL, and starts a load when one
-// is due.
+// usable reports whether calls go as FCALL; it starts a load when one is due.
 func (l *library) usable() bool {
 	switch l.state.Load() {
 	case libraryLoaded:

@@ -207,8 +207,8 @@ func (s *Store) Refund(ctx context.Context, r store.Request) error {
 func micros(d time.Duration) int64 { return int64(d / time.Microsecond) }
 
 // run runs c, by deadline at the latest, and returns its script's reply. It
-// fails with the caller's own context's end as it is, else a *store.Error;
-// one without a reply explained (see checkDial).
+// fails with the caller's context's end as it is, else a *store.Error, one
+// without a reply explained (see checkDial).
 func (s *Store) run(ctx context.Context, c *call, deadline time.Time) (any, error) {
 	op := c.script.name // read now: c goes back to the pool in t.run
 	reply, err := s.t.run(ctx, c, deadline)
@@ -229,8 +229,7 @@ func (s *Store) exec(ctx context.Context, c *call, deadline time.Time) error {
 }
 
 // explainRefusal wraps err with what to do when it is an error reply that
-// fails every decision until someone acts on Redis (see refusals); any
-// other error is returned as it is.
+// fails every decision until someone acts on Redis; else it returns err.
 func explainRefusal(err error) error {
 	for _, r := range refusals {
 		if redis.HasErrorPrefix(err, r.prefix) {
@@ -270,9 +269,8 @@ func (e *refusal) Unwrap() []error {
 	return []error{e.sentinel, e.err}
 }
 
-// spec returns allow.lua's ARGV[1] for r (see appendSpec). A single
-// limit's without penalty, nearly every decision's, is made once (see
-// limitArgs).
+// spec returns allow.lua's ARGV[1] for r (see appendSpec); a single
+// limit's without penalty, nearly every decision's, made once (see limitArgs).
 func (s *Store) spec(r store.Request) any {
 	if len(r.Limits) == 1 && r.Penalty.Denials == 0 {
 		a := s.limitArgs.entry(r.Limits[0])

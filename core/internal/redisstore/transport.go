@@ -16,15 +16,13 @@ import (
 	"github.com/ratewindow/ratewindow/core/internal/store"
 )
 
-// transport sends one Limiter's script calls to Redis, by one rule: a call
-// alone on its lane (a single server's, or the node serving its key on a
-// Cluster or Ring, see laneOf), with nothing in flight there, goes out on
-// its caller's goroutine through direct; otherwise it is queued on the lane,
-// and a flusher sends the queue at once, at most depth round trips in
-// flight a lane, decisions merged into allow_batch calls, reading the
-// replies to the end after their callers left at their deadlines. A
-// Cluster's or Ring's call that is no decision goes alone. It adds no hook
-// to the client.
+// transport sends a Limiter's script calls by one rule: a call that finds
+// nothing in flight on its lane (a single server, or the node serving its
+// key, see laneOf) goes out on its caller's goroutine through direct; else it
+// queues, and a flusher sends the queue, at most depth round trips in flight
+// a lane, decisions merged into allow_batch calls, replies read to the end
+// after their callers left. On a Cluster or Ring a call that is no decision
+// goes alone. It adds no hook to the client.
 type transport struct {
 	rdb  redis.Scripter
 	pipe func() redis.Pipeliner // the client's pipeline
@@ -36,7 +34,7 @@ type transport struct {
 	known  context.Context // ended: a lookup with it sends nothing (see master)
 	// direct ends a call at its context's deadline: rdb with
 	// ContextTimeoutEnabled, or a *redis.Client's clone with it (the same
-	// connections, none of its hooks); nil: a Cluster or Ring without it
+	// connections, none of its hooks); nil: a Cluster or Ring without it.
 	direct redis.Scripter
 	lib    *library // runs the scripts as FCALL once loaded; nil: EVALSHA
 
@@ -44,9 +42,9 @@ type transport struct {
 	lastReply atomic.Int64 // clock when Redis last answered (0: never)
 	nodeReply sync.Map     // a Cluster master's address → *atomic.Int64: its lastReply
 
-	// health checks the server after a failure (see checkDial); nil: none.
-	// A call's own error does not say why: to a closed port, go-redis
-	// retries its dial and answers "context deadline exceeded".
+	// health checks the server after a failure (see checkDial), as a call's
+	// error does not say why (to a closed port, go-redis retries its dial
+	// and answers "context deadline exceeded"); nil: none.
 	health   func(ctx context.Context) error
 	checking atomic.Bool
 	dialErr  atomic.Pointer[dialError] // the last check's failure; nil: none
@@ -58,8 +56,7 @@ type transport struct {
 	calls sync.Pool
 }
 
-// lane is the round trips in flight to one node (a single server is one),
-// and the calls queued behind them.
+// lane is the round trips in flight to one node, and the calls queued behind.
 type lane struct {
 	inflight int // round trips in flight, the flushers' included
 	queue    []*call
@@ -92,14 +89,13 @@ type call struct {
 	timer   *time.Timer   // the timer of limit (see await); nil until needed
 }
 
-// script is a Lua script, and in the library: its name's suffix, its own
-// source, whether it runs after algorithms.lua, and its function's name.
+// script is a Lua script and its function in the library.
 type script struct {
 	*redis.Script
-	name, body string
-	algorithms bool
-	fn         any  // its function's name (a string), boxed once
-	ints       bool // the reply is a flat array of integers: FCALL reads it as []int64
+	name, body string // the function's name suffix; the source without algorithms.lua
+	algorithms bool   // it runs after algorithms.lua
+	fn         any    // its function's name (a string), boxed once
+	ints       bool   // the reply is a flat array of integers: FCALL reads it as []int64
 }
 
 func newTransport(rdb redis.Scripter) *transport {
@@ -174,18 +170,16 @@ func (t *transport) answeredSince(node string, sent int64) bool {
 	return ok && last.(*atomic.Int64).Load() >= sent
 }
 
-// answered notes a reply of Redis to a call on keys when err is none or
-// an error reply, the node's too on a Cluster: read whenever it comes,
-// late for its caller or not. The time noted never goes back (a preempted
-// goroutine leaves a later one).
+// answered notes a reply of Redis (on a Cluster, of keys' master too) when
+// err is none or an error reply: any reply, late for its caller or not.
 func (t *transport) answered(keys []string, err error) {
 	if err != nil && !replied(err) {
 		return
 	}
 	now := t.clock()
 	later(&t.lastReply, now)
-	if node := ""; len(keys) > 0 {
-		if node = t.master(keys[0]); node != "" {
+	if len(keys) > 0 {
+		if node := t.master(keys[0]); node != "" {
 			last, ok := t.nodeReply.Load(node)
 			if !ok {
 				last, _ = t.nodeReply.LoadOrStore(node, new(atomic.Int64))
@@ -195,7 +189,8 @@ func (t *transport) answered(keys []string, err error) {
 	}
 }
 
-// later sets v to now unless it holds a later time.
+// later sets v to now unless it holds a later time (a goroutine preempted
+// after reading the clock must not set it back).
 func later(v *atomic.Int64, now int64) {
 	for last := v.Load(); last < now && !v.CompareAndSwap(last, now); last = v.Load() {
 	}
@@ -227,10 +222,9 @@ type dialError struct {
 // dialErrorAge is how long a failed health check explains later failures.
 const dialErrorAge = 10 * time.Second
 
-// checkDial has the failures that follow err, a call's failure without a
-// reply, explained (see explain): by err when it is the call's own failed
-// dial (not a timeout), else by a health check it starts in the
-// background, at most one at a time.
+// checkDial has the failures after err, a call's without a reply, explained
+// (see explain): by err when it is a failed dial (not a timeout), else by a
+// health check in the background, one at a time.
 func (t *transport) checkDial(err error) {
 	if op := (*net.OpError)(nil); errors.As(err, &op) && op.Op == "dial" && !op.Timeout() {
 		t.dialErr.Store(&dialError{err, time.Now()})
@@ -290,8 +284,8 @@ func (t *transport) recycle(c *call) {
 }
 
 // run sends c and returns the script's reply, by deadline at the latest
-// (zero: ctx's alone). c must not be used afterwards. A queued caller waits
-// on a timer kept in its pooled call (see await), not a context.WithTimeout.
+// (zero: ctx's alone); c goes back to the pool. A queued caller waits on its
+// pooled call's timer (see await), not a context.WithTimeout.
 func (t *transport) run(ctx context.Context, c *call, deadline time.Time) (any, error) {
 	if err := ended(ctx, deadline, time.Now()); err != nil {
 		t.recycle(c)
@@ -327,8 +321,7 @@ func (t *transport) run(ctx context.Context, c *call, deadline time.Time) (any, 
 	return t.await(c)
 }
 
-// lane returns the lane named name, t.mu held: a single server's, else the
-// lane of a Cluster's or Ring's node (see laneOf), made when first in use.
+// lane returns the lane named name, t.mu held; a node's is made when first in use.
 func (t *transport) lane(name string) *lane {
 	if t.laneOf == nil {
 		return &t.one
@@ -350,12 +343,12 @@ func ended(ctx context.Context, deadline, now time.Time) error {
 	return context.DeadlineExceeded
 }
 
-// tag returns the hash tag "rw:{k}:" of a decision c, of its block key
-// "rw:{k}:block": what c's keys share.
+// tag returns the hash tag "rw:{k}:" that decision c's keys share, from its
+// block key "rw:{k}:block".
 func tag(c *call) string { return c.keys[0][:len(c.keys[0])-len(blockName)] }
 
-// runAlone sends c on its own: through direct on the caller's goroutine,
-// else to the end on a goroutine that the caller leaves at the deadline.
+// runAlone sends c through direct on the caller's goroutine, else on a
+// goroutine of its own that the caller leaves at the deadline.
 func (t *transport) runAlone(c *call) (any, error) {
 	if t.direct == nil {
 		go func() {
@@ -375,8 +368,8 @@ func (t *transport) runAlone(c *call) (any, error) {
 	return reply, err
 }
 
-// await waits for c's reply, or the end of c.ctx or c.limit. A caller
-// that leaves first leaves c to whoever fills it.
+// await waits for c's reply, or the end of c.ctx or c.limit; a caller that
+// leaves first leaves c to whoever fills it.
 func (t *transport) await(c *call) (any, error) {
 	var timeout <-chan time.Time
 	if !c.limit.IsZero() {
@@ -410,8 +403,8 @@ func (t *transport) await(c *call) (any, error) {
 	return reply, err
 }
 
-// handOff ends a caller's round trip on l (named name): its slot goes to a
-// flusher if calls queued.
+// handOff ends a caller's round trip on l: its slot goes to a flusher if
+// calls queued.
 func (t *transport) handOff(name string, l *lane) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -444,8 +437,7 @@ func (t *transport) flush(name string, l *lane) {
 	}
 }
 
-// idle frees a slot of l (named name), t.mu held; a node's lane goes once
-// none is left.
+// idle frees a slot of l, t.mu held; a node's lane goes with its last slot.
 func (t *transport) idle(name string, l *lane) {
 	if l.inflight--; l.inflight == 0 && l != &t.one {
 		delete(t.lanes, name)
@@ -472,9 +464,9 @@ func (t *transport) runOne(ctx context.Context, rdb redis.Scripter, c *call) (an
 	return reply, err
 }
 
-// fcall runs (in a pipeline: queues) FCALL of c's function on p, built
-// as FCall builds it (the first key position set, so that a Cluster routes
-// it by that key); with ints its reply is read as []int64, not boxed.
+// fcall runs (in a pipeline: queues) FCALL of c's function on p, built as
+// FCall builds it (its first key position set, by which a Cluster routes
+// it) with the function's name boxed once; with ints its reply is []int64.
 func fcall(ctx context.Context, p processor, c *call) redis.Cmder {
 	all := make([]any, 0, 3+len(c.keys)+len(c.args))
 	all = append(all, "fcall", c.script.fn, len(c.keys))
