@@ -302,7 +302,13 @@ func (t *transport) run(ctx context.Context, c *call, deadline time.Time) (any, 
 		}
 	}
 	t.mu.Lock()
-	l := t.lane(name)
+	l := &t.one
+	if t.laneOf != nil {
+		if l = t.lanes[name]; l == nil { // a node's lane, made when first in use
+			l = new(lane)
+			t.lanes[name] = l
+		}
+	}
 	if l.inflight == 0 {
 		l.inflight++
 		t.mu.Unlock()
@@ -319,19 +325,6 @@ func (t *transport) run(ctx context.Context, c *call, deadline time.Time) (any, 
 		go t.flush(name, l)
 	}
 	return t.await(c)
-}
-
-// lane returns the lane named name, t.mu held; a node's is made when first in use.
-func (t *transport) lane(name string) *lane {
-	if t.laneOf == nil {
-		return &t.one
-	}
-	l := t.lanes[name]
-	if l == nil {
-		l = new(lane)
-		t.lanes[name] = l
-	}
-	return l
 }
 
 // ended returns ctx's error, or DeadlineExceeded when deadline (zero:
