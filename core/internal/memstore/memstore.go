@@ -56,7 +56,6 @@ type memState struct {
 	window, prec int64    // µs
 	buckets      []bucket // ascending by index
 	w            int64    // a sliding counter's window at its last write, as the script stores it
-	expires      int64    // µs; zero when empty
 }
 
 type bucket struct{ index, count int64 }
@@ -127,10 +126,7 @@ func (sh *memShard) states(key string, limits []store.Limit, now int64, dst []*m
 			st = &memState{alg: l.Algorithm, window: l.Window.Microseconds(), prec: statePrecision(l)}
 			mk.states = append(mk.states, st)
 		}
-		if st.expires != 0 && st.expires <= now {
-			st.clear()
-		}
-		dst = append(dst, st)
+		dst = append(dst, st) // expired buckets go in check, which every caller runs
 	}
 	return dst, blocked
 }
@@ -176,7 +172,11 @@ func (st *memState) bucketOf(t int64) int64 {
 	if st.alg == store.SlidingLog {
 		t-- // the bucket ending at t
 	}
-	return floorDiv(t, st.prec)
+	b := t / st.prec // floored: prec > 0, t may be before the epoch
+	if t%st.prec < 0 {
+		b--
+	}
+	return b
 }
 
 // seek returns where the bucket of index b is in st.buckets, or goes.
@@ -197,15 +197,11 @@ func (sh *memShard) unlock(key string, now int64) {
 	}
 	mk.expires = max(mk.blocked, mk.denialsEnd)
 	for _, st := range mk.states {
-		mk.expires = max(mk.expires, st.expires)
+		mk.expires = max(mk.expires, st.end())
 	}
 	if mk.expires == 0 {
 		delete(sh.keys, key)
 	}
-}
-
-func (st *memState) clear() {
-	st.buckets, st.w, st.expires = st.buckets[:0], 0, 0
 }
 
 // check mirrors the *_check functions of algorithms.lua.
@@ -216,8 +212,7 @@ func (st *memState) check(count, n, now int64) (free, retry, reset int64) {
 	} else {
 		free, retry = st.bucketsCheck(count, n, now)
 	}
-	st.expire()
-	return free, retry, max(st.expires-now, 0)
+	return free, retry, max(st.end()-now, 0)
 }
 
 // add mirrors the *_add functions of algorithms.lua; it returns the reset.
@@ -228,17 +223,16 @@ func (st *memState) add(n, t, now int64) int64 {
 	} else {
 		st.buckets = slices.Insert(st.buckets, i, bucket{st.bucketOf(t), n})
 	}
-	st.expire()
-	return st.expires - now
+	return st.end() - now
 }
 
-// expire sets when the state is empty again: the end of its newest
+// end returns when the state is empty again (µs): the end of its newest
 // bucket's window, 0 when it holds nothing.
-func (st *memState) expire() {
-	st.expires = 0
-	if len(st.buckets) > 0 {
-		st.expires = (st.buckets[len(st.buckets)-1].index+1)*st.prec + st.window
+func (st *memState) end() int64 {
+	if len(st.buckets) == 0 {
+		return 0
 	}
+	return (st.buckets[len(st.buckets)-1].index+1)*st.prec + st.window
 }
 
 // wrote notes a counter's write at now (see drop).
@@ -264,7 +258,7 @@ func (st *memState) drop(now int64) {
 }
 
 // bucketsCheck and counterCheck return the units free and the retry of
-// what drop left; check sets the expiry.
+// what drop left.
 func (st *memState) bucketsCheck(count, n, now int64) (free, retry int64) {
 	var used int64
 	for _, b := range st.buckets {
@@ -313,14 +307,6 @@ func (st *memState) counterCheck(count, n, now int64) (free, retry int64) {
 		retry = (c+1)*w - now + e
 	}
 	return free, retry
-}
-
-func floorDiv(a, b int64) int64 {
-	q := a / b
-	if (a%b != 0) && ((a < 0) != (b < 0)) {
-		q--
-	}
-	return q
 }
 
 // Allow mirrors decide in algorithms.lua: a blocked key is denied under
@@ -378,7 +364,7 @@ func (s *Store) Refund(_ context.Context, r store.Request) error {
 	defer sh.unlock(key, now)
 	mk := sh.keys[key]
 	for _, l := range r.Limits {
-		if st := mk.find(l); st != nil && (st.expires == 0 || st.expires > now) {
+		if st := mk.find(l); st != nil {
 			st.refund(r.N, now, r.At)
 		}
 	}
@@ -397,7 +383,6 @@ func (st *memState) refund(n, now, at int64) {
 			}
 		}
 	}
-	st.expire()
 }
 
 // take takes up to n units from bucket i, dropping it when emptied, and
@@ -444,7 +429,6 @@ func (s *Store) Release(_ context.Context, r store.Request, res store.Reservatio
 			if i, found := st.seek(st.bucketOf(res.At)); found { // r.N of the units at res.At
 				st.take(i, r.N)
 			}
-			st.expire()
 		}
 	}
 	return nil
@@ -470,7 +454,7 @@ func (s *Store) Reset(_ context.Context, r store.Request) error {
 	mk.blocked, mk.denials, mk.denialsEnd = 0, 0, 0
 	for _, l := range r.Limits {
 		if st := mk.find(l); st != nil {
-			st.clear()
+			st.buckets, st.w = st.buckets[:0], 0
 		}
 	}
 	return nil
