@@ -41,7 +41,7 @@ const (
 	unavailableRetry        = "1"
 	partitionKeyBytes       = 12 // of the SHA-256 of the key, in pk
 	partitionKeyParamLength = len(";pk=::") + (partitionKeyBytes+2)/3*4
-	// The problem bodies up to "violated-policies" (appendProblem), and one without.
+	// The problem bodies up to "violated-policies" (problemBody), and one without.
 	quotaExceeded   = `{"type":"` + ProblemQuotaExceeded + `","title":"Request cannot be satisfied as assigned quota has been exceeded","status":429`
 	reducedCapacity = `{"type":"` + ProblemReducedCapacity + `","title":"Request cannot be satisfied due to temporary server capacity constraints","status":503`
 	abnormalUsage   = `{"type":"` + ProblemAbnormalUsage + `","title":"Request not satisfied due to detection of abnormal request pattern","status":429}`
@@ -70,20 +70,20 @@ func newHeaderSet(limits []Limit) headerSet {
 	names := make([]string, len(limits))
 	for i, l := range limits {
 		hs.limits[i] = newLimitHeaders(l)
-		item := appendSFString(nil, l.PolicyName()) // "name";q=Count;w=seconds
+		names[i] = hs.limits[i].name
+		item := appendSFString(nil, names[i]) // "name";q=Count;w=seconds
 		item = strconv.AppendInt(append(item, ";q="...), min(max(l.Count, 0), maxSFInteger), 10)
 		item = strconv.AppendInt(append(item, ";w="...), min(max(ceilSeconds(l.Window), 1), maxSFInteger), 10)
 		hs.items[i] = string(item)
-		names[i] = l.PolicyName()
 	}
 	hs.policy = strings.Join(hs.items, ", ")
-	hs.unavailable = appendProblem(nil, reducedCapacity, names...)
+	hs.unavailable = problemBody(reducedCapacity, names...)
 	return hs
 }
 
-// appendProblem appends the problem+json body that starts with head, listing policies.
-func appendProblem(b []byte, head string, policies ...string) []byte {
-	b = append(append(b, head...), `,"violated-policies":[`...)
+// problemBody returns the problem+json body that starts with head, listing policies.
+func problemBody(head string, policies ...string) []byte {
+	b := append([]byte(head), `,"violated-policies":[`...)
 	for i, p := range policies {
 		if i > 0 {
 			b = append(b, ',')
@@ -95,7 +95,7 @@ func appendProblem(b []byte, head string, policies ...string) []byte {
 
 func newLimitHeaders(l Limit) limitHeaders {
 	name := l.PolicyName()
-	body := appendProblem(nil, quotaExceeded, name)
+	body := problemBody(quotaExceeded, name)
 	return limitHeaders{limit: l, name: name, count: strconv.FormatInt(max(l.Count, 0), 10),
 		item: string(append(appendSFString(nil, name), ";r="...)), problem: body, problemLen: strconv.Itoa(len(body))}
 }
@@ -197,7 +197,7 @@ func writeDenied(w http.ResponseWriter, dec Decision, problem bool) {
 	case dec.Result.blocked:
 		writeBody(w, code, problemType, []byte(abnormalUsage), "")
 	case bits.OnesCount16(dec.Result.violated) > 1:
-		writeBody(w, code, problemType, appendProblem(nil, quotaExceeded, dec.Policies()...), "")
+		writeBody(w, code, problemType, problemBody(quotaExceeded, dec.Policies()...), "")
 	default:
 		lh := dec.hdr.lookup(dec.Result.Limit)
 		writeBody(w, code, problemType, lh.problem, lh.problemLen)
