@@ -35,12 +35,11 @@ type Policy[R any] struct {
 // Decider applies one Policy with one Limiter, for a transport that writes
 // the Decision's answer. It is safe for concurrent use.
 type Decider[R any] struct {
-	l      *Limiter
-	p      Policy[R] // validated, with its own Limits and Penalty
-	prefix string    // Name + ":"
-	hdr    headerSet
-	sets   limitSets // LimitsFor's limits, validated, with their headers
-	logs   errorLog  // OnError's default
+	l    *Limiter
+	p    Policy[R] // validated, with its own Limits and Penalty
+	hdr  headerSet
+	sets limitSets // LimitsFor's limits, validated, with their headers
+	logs errorLog  // OnError's default
 }
 
 // NewDecider validates p as Rule.Validate does (Key is required).
@@ -59,7 +58,7 @@ func NewDecider[R any](l *Limiter, p Policy[R]) (*Decider[R], error) {
 		pen := *p.Penalty
 		p.Penalty = &pen
 	}
-	return &Decider[R]{l: l, p: p, prefix: p.Name + ":", hdr: newHeaderSet(p.Limits), sets: limitSets{seed: maphash.MakeSeed()}}, nil
+	return &Decider[R]{l: l, p: p, hdr: newHeaderSet(p.Limits), sets: limitSets{seed: maphash.MakeSeed()}}, nil
 }
 
 // Name returns the rule's name.
@@ -78,19 +77,19 @@ func (d *Decider[R]) Key(r R) (string, error) {
 	case k == "":
 		return "", errEmptyKey
 	case k[0] == keyEscape[0] || strings.HasPrefix(k, noKey):
-		return d.prefix + keyEscape + k, nil
+		return d.p.Name + ":" + keyEscape + k, nil
 	}
-	return d.prefix + k, nil
+	return d.p.Name + ":" + k, nil
 }
 
 // fallbackKey returns the Limiter key of a request whose Key failed.
 func (d *Decider[R]) fallbackKey(r R) string {
 	if d.p.FallbackKey != nil {
 		if k, err := d.p.FallbackKey(r); err == nil && k != "" {
-			return d.prefix + noKey + ":" + k
+			return d.p.Name + ":" + noKey + ":" + k
 		}
 	}
-	return d.prefix + noKey
+	return d.p.Name + ":" + noKey
 }
 
 // Cost returns the units r takes. A cost below 1 is an error that matches
