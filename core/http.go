@@ -133,15 +133,10 @@ func (hs *headerSet) write(h http.Header, style HeaderStyle, res Result, pk stri
 		reset = max(reset, t) // full again no earlier than the request fits
 	}
 	var buf [160]byte // one string sliced per field: two allocations in all
-	b := buf[:0]
-	var ends [3]int
-	x := style != IETF
-	if x {
-		b = strconv.AppendInt(b, remaining, 10)
-		ends[0] = len(b)
-		b = strconv.AppendInt(b, reset, 10)
-		ends[1] = len(b)
-	}
+	b := strconv.AppendInt(buf[:0], remaining, 10)
+	endRemaining := len(b)
+	b = strconv.AppendInt(b, reset, 10)
+	endReset := len(b)
 	if style != XRateLimit {
 		b = append(b, lh.item...)
 		b = strconv.AppendInt(b, min(remaining, maxSFInteger), 10)
@@ -150,7 +145,7 @@ func (hs *headerSet) write(h http.Header, style HeaderStyle, res Result, pk stri
 		}
 		b = append(b, pk...)
 	}
-	ends[2] = len(b)
+	endItem := len(b)
 	if pk != "" && style != XRateLimit {
 		for i, item := range hs.items {
 			if i > 0 {
@@ -160,18 +155,16 @@ func (hs *headerSet) write(h http.Header, style HeaderStyle, res Result, pk stri
 		}
 	}
 	str := string(b)
-	v := make([]string, 5)
-	if x {
-		v[0], v[1], v[2] = lh.count, str[:ends[0]], str[ends[0]:ends[1]]
+	v := []string{lh.count, str[:endRemaining], str[endRemaining:endReset], hs.policy, str[endReset:endItem]}
+	if pk != "" {
+		v[3] = str[endItem:]
+	}
+	if style != IETF {
 		h[hdrXLimit] = v[0:1:1]
 		h[hdrXRemaining] = v[1:2:2]
 		h[hdrXReset] = v[2:3:3]
 	}
 	if style != XRateLimit {
-		v[3], v[4] = hs.policy, str[ends[1]:ends[2]]
-		if pk != "" {
-			v[3] = str[ends[2]:]
-		}
 		h[hdrPolicy] = v[3:4:4]
 		h[hdrRateLimit] = v[4:5:5]
 	}
