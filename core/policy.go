@@ -36,7 +36,7 @@ type Policy[R any] struct {
 // the Decision's answer. It is safe for concurrent use.
 type Decider[R any] struct {
 	l    *Limiter
-	p    Policy[R] // validated, with its own Limits and Penalty
+	p    Policy[R] // validated, with its own Limits and Penalty (none for a dry run)
 	hdr  headerSet
 	sets limitSets // LimitsFor's limits, validated, with their headers
 	logs errorLog  // OnError's default
@@ -54,7 +54,10 @@ func NewDecider[R any](l *Limiter, p Policy[R]) (*Decider[R], error) {
 		return nil, err
 	}
 	p.Limits = slices.Clone(p.Limits)
-	if p.Penalty != nil {
+	switch {
+	case p.DryRun: // a dry run bans nobody: its bans would deny under the rule enforced
+		p.Penalty = nil
+	case p.Penalty != nil:
 		pen := *p.Penalty
 		p.Penalty = &pen
 	}
@@ -209,11 +212,7 @@ func (d *Decider[R]) Decide(ctx context.Context, r R) Decision {
 			limits, hs = set.limits, &set.hdr
 		}
 	}
-	pen := d.p.Penalty
-	if d.p.DryRun { // a dry run bans nobody: its bans would deny under the rule enforced
-		pen = nil
-	}
-	res, at, err := d.l.decide(ctx, OpAllow, d.p.Name, key, n, limits, pen)
+	res, at, err := d.l.decide(ctx, OpAllow, d.p.Name, key, n, limits, d.p.Penalty)
 	dec := Decision{Result: res, Key: key, hdr: hs, units: units{n: n, limits: limits, at: at, local: res.BackendErr != nil}}
 	switch {
 	case err != nil: // no decision: the request's context ended
