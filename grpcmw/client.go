@@ -72,8 +72,10 @@ const (
 // under the rule's limits (core.Limiter.Wait: one round trip reserves the
 // earliest slot across all replicas, then the call sleeps until then) and
 // is never dropped: it fails without being sent only when its context
-// ends first, or when the slot lies past its deadline
-// (core.ErrWaitExceedsDeadline, at once, nothing counted). When the
+// ends first (CANCELED or DEADLINE_EXCEEDED), or when the slot lies past
+// its deadline (DEADLINE_EXCEEDED wrapping core.ErrWaitExceedsDeadline, at
+// once, nothing counted); a cost above a limit's Count fails with
+// RESOURCE_EXHAUSTED wrapping core.ErrNeverFits. When the
 // upstream refuses a call (RESOURCE_EXHAUSTED), the key is blocked on every
 // replica for the delay the upstream asked for (RetryInfo, else the
 // grpc-retry-pushback-ms trailer, else DefaultBlock; at most MaxBlock; an
@@ -104,13 +106,44 @@ func NewClient(l *core.Limiter, rule ClientRule) (*ClientInterceptors, error) {
 // prepare returns c's key and cost, or the error that stops the call.
 func (ci *ClientInterceptors) prepare(c OutboundCall) (key string, n int64, err error) {
 	if key, err = ci.d.Key(c); err != nil {
-		return "", 0, fmt.Errorf("ratewindow: grpcmw client rule %q: key: %w", ci.rule.Name, err)
+		return "", 0, ci.failed(fmt.Errorf("key: %w", err))
 	}
 	if n, err = ci.d.Cost(c); err != nil {
-		return "", 0, fmt.Errorf("ratewindow: grpcmw client rule %q: %w", ci.rule.Name, err)
+		return "", 0, ci.failed(err)
 	}
 	return key, n, nil
 }
+
+// failed returns the error of a call the interceptors stopped unsent: err,
+// named after the rule, with the gRPC status code of its cause.
+func (ci *ClientInterceptors) failed(err error) error {
+	err = fmt.Errorf("ratewindow: grpcmw client rule %q: %w", ci.rule.Name, err)
+	code := codes.Unknown
+	switch {
+	case errors.Is(err, context.Canceled):
+		code = codes.Canceled
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, core.ErrWaitExceedsDeadline):
+		code = codes.DeadlineExceeded
+	case errors.Is(err, core.ErrNeverFits):
+		code = codes.ResourceExhausted
+	case errors.Is(err, core.ErrInvalidKey), errors.Is(err, core.ErrInvalidCost):
+		code = codes.InvalidArgument
+	}
+	return callError{err, code}
+}
+
+// callError is an error of the client interceptors with its gRPC status
+// code (status.Code reads it, as it reads grpc-go's own errors), wrapping
+// the cause (errors.Is finds core.ErrWaitExceedsDeadline, a context's
+// error, ...).
+type callError struct {
+	err  error
+	code codes.Code
+}
+
+func (e callError) Error() string              { return e.err.Error() }
+func (e callError) Unwrap() error              { return e.err }
+func (e callError) GRPCStatus() *status.Status { return status.New(e.code, e.err.Error()) }
 
 // wait waits for c's slot (see ClientInterceptors).
 func (ci *ClientInterceptors) wait(c OutboundCall, key string, n int64) error {
@@ -147,7 +180,7 @@ func (ci *ClientInterceptors) Unary() grpc.UnaryClientInterceptor {
 				if last != nil && errors.Is(err, core.ErrWaitExceedsDeadline) {
 					return last // the upstream's answer
 				}
-				return fmt.Errorf("ratewindow: grpcmw client rule %q: %w", ci.rule.Name, err)
+				return ci.failed(err)
 			}
 			trailer = nil
 			err := invoker(ctx, method, req, reply, cc, opts...)
@@ -179,7 +212,7 @@ func (ci *ClientInterceptors) Stream() grpc.StreamClientInterceptor {
 			return nil, err
 		}
 		if err := ci.wait(c, key, n); err != nil {
-			return nil, fmt.Errorf("ratewindow: grpcmw client rule %q: %w", ci.rule.Name, err)
+			return nil, ci.failed(err)
 		}
 		cs, err := streamer(ctx, desc, cc, method, opts...)
 		if err != nil {

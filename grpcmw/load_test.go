@@ -380,3 +380,57 @@ func TestClientRefusalsOnly(t *testing.T) {
 		t.Fatalf("sent %d times, want once (a negative pushback asks for no retry)", n)
 	}
 }
+
+// TestClientErrorCodes: a call the client interceptors stop unsent fails
+// with a gRPC status of what stopped it, as grpc-go's own errors do, and
+// still wraps the cause: the caller's context (CANCELED), a slot past the
+// deadline (DEADLINE_EXCEEDED, core.ErrWaitExceedsDeadline), a cost above
+// the limit (RESOURCE_EXHAUSTED, core.ErrNeverFits), a key function's
+// error (UNKNOWN, the function's own error); unary calls and streams alike.
+func TestClientErrorCodes(t *testing.T) {
+	srv := redistest.New(t)
+	addr, _ := start(t)
+	errKey := errors.New("no tenant")
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, c := range []struct {
+		name  string
+		rule  grpcmw.ClientRule
+		ctx   context.Context
+		first bool // a first call takes the quota
+		code  codes.Code
+		is    error
+	}{
+		{"context cancelled", grpcmw.ClientRule{Limits: []core.Limit{core.PerMinute(5)}}, cancelled, false, codes.Canceled, context.Canceled},
+		{"slot past the deadline", grpcmw.ClientRule{Limits: []core.Limit{core.PerMinute(1)}}, nil, true, codes.DeadlineExceeded, core.ErrWaitExceedsDeadline},
+		{"cost above the limit", grpcmw.ClientRule{Limits: []core.Limit{core.PerMinute(1)}, Cost: func(grpcmw.OutboundCall) int64 { return 2 }}, nil, false, codes.ResourceExhausted, core.ErrNeverFits},
+		{"key function failed", grpcmw.ClientRule{Limits: []core.Limit{core.PerMinute(5)}, Key: func(grpcmw.OutboundCall) (string, error) { return "", errKey }}, nil, false, codes.Unknown, errKey},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			c.rule.Name = "codes"
+			ci, err := grpcmw.NewClient(redisLimiter(t, srv), c.rule)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cc := dial(t, addr, grpc.WithChainUnaryInterceptor(ci.Unary()), grpc.WithChainStreamInterceptor(ci.Stream()))
+			if c.first {
+				if _, err := say(context.Background(), cc, "first"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ctx := c.ctx
+			if ctx == nil {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(context.Background(), 2*time.Second)
+				defer cancel()
+			}
+			_, unary := say(ctx, cc, "x")
+			_, stream := cc.NewStream(ctx, &grpc.StreamDesc{StreamName: "Chat", ServerStreams: true, ClientStreams: true}, chatMethod)
+			for what, err := range map[string]error{"unary": unary, "stream": stream} {
+				if status.Code(err) != c.code || !errors.Is(err, c.is) || !strings.Contains(err.Error(), `rule "codes"`) {
+					t.Errorf("%s: %v (code %v), want code %v wrapping %v", what, err, status.Code(err), c.code, c.is)
+				}
+			}
+		})
+	}
+}
