@@ -126,7 +126,7 @@ func (ci *ClientInterceptors) failed(err error) error {
 		code = codes.DeadlineExceeded
 	case errors.Is(err, core.ErrNeverFits):
 		code = codes.ResourceExhausted
-	case errors.Is(err, core.ErrInvalidKey), errors.Is(err, core.ErrInvalidCost):
+	case errors.Is(err, core.ErrInvalidCost):
 		code = codes.InvalidArgument
 	}
 	return callError{err, code}

@@ -385,7 +385,8 @@ func TestClientRefusalsOnly(t *testing.T) {
 // with a gRPC status of what stopped it, as grpc-go's own errors do, and
 // still wraps the cause: the caller's context (CANCELED), a slot past the
 // deadline (DEADLINE_EXCEEDED, core.ErrWaitExceedsDeadline), a cost above
-// the limit (RESOURCE_EXHAUSTED, core.ErrNeverFits), a key function's
+// the limit (RESOURCE_EXHAUSTED, core.ErrNeverFits), a cost below one
+// (INVALID_ARGUMENT, core.ErrInvalidCost), a key function's
 // error (UNKNOWN, the function's own error); unary calls and streams alike.
 func TestClientErrorCodes(t *testing.T) {
 	srv := redistest.New(t)
@@ -404,6 +405,7 @@ func TestClientErrorCodes(t *testing.T) {
 		{"context cancelled", grpcmw.ClientRule{Limits: []core.Limit{core.PerMinute(5)}}, cancelled, false, codes.Canceled, context.Canceled},
 		{"slot past the deadline", grpcmw.ClientRule{Limits: []core.Limit{core.PerMinute(1)}}, nil, true, codes.DeadlineExceeded, core.ErrWaitExceedsDeadline},
 		{"cost above the limit", grpcmw.ClientRule{Limits: []core.Limit{core.PerMinute(1)}, Cost: func(grpcmw.OutboundCall) int64 { return 2 }}, nil, false, codes.ResourceExhausted, core.ErrNeverFits},
+		{"cost below one", grpcmw.ClientRule{Limits: []core.Limit{core.PerMinute(5)}, Cost: func(grpcmw.OutboundCall) int64 { return 0 }}, nil, false, codes.InvalidArgument, core.ErrInvalidCost},
 		{"key function failed", grpcmw.ClientRule{Limits: []core.Limit{core.PerMinute(5)}, Key: func(grpcmw.OutboundCall) (string, error) { return "", errKey }}, nil, false, codes.Unknown, errKey},
 	} {
 		t.Run(c.name, func(t *testing.T) {
