@@ -293,8 +293,8 @@ func parseRetryAfter(v string, now time.Time) (d time.Duration, ok bool) {
 // the longest t of those items. Malformed items are skipped.
 func parseRateLimit(values []string) (t time.Duration, spent bool) {
 	for _, v := range values {
-		for _, item := range strings.Split(v, ",") {
-			params := strings.Split(item, ";")
+		for _, item := range splitUnquoted(v, ',') {
+			params := splitUnquoted(item, ';')
 			if len(params) < 2 {
 				continue
 			}
@@ -322,6 +322,25 @@ func parseRateLimit(values []string) (t time.Duration, spent bool) {
 		}
 	}
 	return t, spent
+}
+
+// splitUnquoted splits s at each sep outside a structured field's string
+// ("...", where \ escapes the next byte): a policy name may hold sep.
+func splitUnquoted(s string, sep byte) []string {
+	var parts []string
+	quoted, start := false, 0
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case quoted && c == '\\':
+			i++ // the escaped byte
+		case c == '"':
+			quoted = !quoted
+		case !quoted && c == sep:
+			parts = append(parts, s[start:i])
+			start = i + 1
+		}
+	}
+	return append(parts, s[start:])
 }
 
 // CloseIdleConnections closes the idle connections of Base, when it can,

@@ -293,6 +293,37 @@ func TestTransportRefusals(t *testing.T) {
 			t.Fatalf("%v %q %v, want the upstream's 429 with its body", resp, body, err)
 		}
 	})
+	t.Run("RateLimit policy names holding , and ; are read whole", func(t *testing.T) {
+		t.Parallel()
+		for _, c := range []struct {
+			field   string
+			blocked bool // about 4s
+		}{
+			{`"x;r=0;t=60, y";r=5;t=1`, false},        // naively split: r=0, t=60
+			{`"a,b";r=0;t=4`, true},                   // one item, spent
+			{`"q\"r=0;t=60";r=1;t=1, "z";r=2`, false}, // an escaped quote in a name
+		} {
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("RateLimit", c.field)
+				fmt.Fprint(w, "ok")
+			}))
+			t.Cleanup(up.Close)
+			l := replicas(t, 1)[0]
+			tr := &nethttp.Transport{Limiter: l, Rule: core.Rule{Name: "api", Limits: []core.Limit{lim}}}
+			if resp, body, err := send(tr, newReq(ctx, up.URL)); err != nil || resp.StatusCode != http.StatusOK || body != "ok" {
+				t.Fatalf("%s: %v %q %v", c.field, resp, body, err)
+			}
+			r, err := l.Peek(ctx, keyOf(up.URL), lim)
+			switch {
+			case err != nil:
+				t.Fatal(err)
+			case c.blocked && (r.Allowed || r.RetryAfter < 3*time.Second || r.RetryAfter > 4*time.Second):
+				t.Errorf("%s: %+v, want blocked about 4s", c.field, r)
+			case !c.blocked && !r.Allowed:
+				t.Errorf("%s: %+v, want not blocked", c.field, r)
+			}
+		}
+	})
 	t.Run("RateLimit r=0 on a success blocks without a retry", func(t *testing.T) {
 		t.Parallel()
 		up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
