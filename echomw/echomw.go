@@ -94,6 +94,8 @@ func serveCounted(e *core.Enforcer, r *http.Request, ec echo.Context, next echo.
 		switch {
 		case hw.upgraded:
 			return http.StatusSwitchingProtocols
+		case hw.status != 0:
+			return hw.status
 		case err == nil || res.Committed:
 			return res.Status
 		}
@@ -106,12 +108,31 @@ func serveCounted(e *core.Enforcer, r *http.Request, ec echo.Context, next echo.
 	return err
 }
 
-// hijackWatch notes a hijack before the response was committed: the
-// connection was upgraded (101), which echo's Response does not say.
+// hijackWatch notes a hijack before the response was committed (the
+// connection was upgraded: 101), and the final status sent, which echo's
+// Response does not say: after a 1xx, echo drops the handler's status and
+// net/http sends 200 with the body.
 type hijackWatch struct {
 	http.ResponseWriter
 	res      *echo.Response
 	upgraded bool
+	status   int // the final status sent; 0: none yet
+}
+
+// WriteHeader sends code; the first final one is the response's status.
+func (w *hijackWatch) WriteHeader(code int) {
+	if w.status == 0 && (code < 100 || code > 199 || code == http.StatusSwitchingProtocols) {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// Write sends b, with a status of 200 when none was sent.
+func (w *hijackWatch) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
 }
 
 // Hijack hands the connection over (http.Hijacker).

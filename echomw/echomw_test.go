@@ -87,3 +87,35 @@ func ExampleLimitWithConfig() {
 	// 203.0.113.5 429 "\"1-per-1m\";r=0;t=60" "Too Many Requests\n"
 	// 198.51.100.10 200 "" "results\n"
 }
+
+// TestCountIfFinalStatus: CountIf settles by the status the client got.
+// After an informational 103, echo drops the handler's own status (its
+// Response is committed) and net/http sends 200 with the body: the request
+// counts as the 200 it was, not as the 103.
+func TestCountIfFinalStatus(t *testing.T) {
+	e := echo.New()
+	e.Use(echomw.Limit(core.NewMemory(), core.Rule{
+		Name:    "ok-only",
+		Limits:  []core.Limit{core.PerMinute(1)},
+		CountIf: func(status int) bool { return status == http.StatusOK },
+	}))
+	e.GET("/", func(c echo.Context) error {
+		c.Response().Header().Set("Link", "</style.css>; rel=preload")
+		c.Response().WriteHeader(http.StatusEarlyHints)
+		return c.String(http.StatusUnauthorized, "no")
+	})
+	srv := httptest.NewServer(e)
+	t.Cleanup(srv.Close)
+	var codes []int
+	for range 2 {
+		resp, err := srv.Client().Get(srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		codes = append(codes, resp.StatusCode)
+	}
+	if fmt.Sprint(codes) != "[200 429]" {
+		t.Errorf("statuses %v, want [200 429]: the first request was sent as 200 and counted", codes)
+	}
+}
