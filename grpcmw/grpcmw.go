@@ -97,7 +97,9 @@ type Rule struct {
 	// PerMessage, for streams: besides the decision when the stream
 	// starts, every message received is decided as a call of its own
 	// (Call.Message set, Cost sees it); a denied message ends RecvMsg
-	// with the denial's status, which the handler returns.
+	// with the denial's status, which the handler returns. A rule with
+	// CountIf cannot have it (New refuses the rule): a message is counted
+	// when it arrives, before the stream's status is known.
 	PerMessage bool
 	// Pushback adds the grpc-retry-pushback-ms trailer to a denial (the
 	// retry delay in milliseconds, gRPC A6), so that a grpc-go client's
@@ -148,6 +150,9 @@ func New(l *core.Limiter, rule Rule) (*Interceptors, error) {
 		rule.Domain = "ratewindow"
 	case !utf8.ValidString(rule.Domain):
 		return nil, fmt.Errorf("%w %q: Domain %q is not UTF-8 (grpcmw)", core.ErrInvalidRule, rule.Name, rule.Domain)
+	}
+	if rule.PerMessage && rule.CountIf != nil {
+		return nil, fmt.Errorf("%w %q: PerMessage with CountIf: messages are counted as they arrive, before the stream's status is known; decide them in a rule without CountIf (grpcmw)", core.ErrInvalidRule, rule.Name)
 	}
 	rule.Limits = slices.Clone(rule.Limits)
 	p := core.Policy[Call]{

@@ -344,9 +344,15 @@ func TestNewRefusesInvalidRules(t *testing.T) {
 		{"no limits", l, grpcmw.Rule{Name: "a"}},
 		{"bad name", l, grpcmw.Rule{Name: "a:b", Limits: []core.Limit{core.PerMinute(1)}}},
 		{"bad limit", l, grpcmw.Rule{Name: "a", Limits: []core.Limit{{Count: 0, Window: time.Second}}}},
+		// its messages' charges could never be given back by the stream's status
+		{"PerMessage with CountIf", l, grpcmw.Rule{Name: "a", Limits: []core.Limit{core.PerMinute(1)}, PerMessage: true,
+			CountIf: func(c codes.Code) bool { return c != codes.OK }}},
 	} {
 		if _, err := grpcmw.New(tc.l, tc.rule); !errors.Is(err, core.ErrInvalidRule) {
 			t.Errorf("%s: New() = %v, want ErrInvalidRule", tc.name, err)
+		}
+		if tc.rule.PerMessage {
+			continue // a client rule has no such field
 		}
 		if _, err := grpcmw.NewClient(tc.l, grpcmw.ClientRule{Name: tc.rule.Name, Limits: tc.rule.Limits}); !errors.Is(err, core.ErrInvalidRule) {
 			t.Errorf("%s: NewClient() = %v, want ErrInvalidRule", tc.name, err)
