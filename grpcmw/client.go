@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -82,8 +83,11 @@ const (
 // UNAVAILABLE with RetryInfo or pushback too, as a 503 with Retry-After is
 // for nethttp.Transport), and a unary call goes again, up to MaxRetries times, waiting for its slot
 // like any other; when the next slot lies past the caller's deadline, the
-// caller gets the upstream's refusal. When Redis fails, the Limiter's
-// failure mode decides (see nethttp.Transport).
+// caller gets the upstream's refusal. A refusal that names no delay and
+// asks not to be retried (a negative pushback, grpcmw's answer to a call
+// that can never pass) goes to the caller at once and blocks nothing.
+// When Redis fails, the Limiter's failure mode decides (see
+// nethttp.Transport).
 type ClientInterceptors struct {
 	rule ClientRule
 	d    *core.Decider[OutboundCall]
@@ -250,7 +254,8 @@ func (s *obeyingStream) RecvMsg(m any) error {
 // delay of its RetryInfo, else of the pushback trailer, else DefaultBlock,
 // at most MaxBlock. grpc-go's own RESOURCE_EXHAUSTED (a message larger
 // than a side allows: its message starts "grpc: ") is no refusal: the call
-// may have run.
+// may have run; nor is one that names no delay and asks not to be retried
+// (a negative pushback, as grpcmw's for a call whose cost exceeds a limit).
 func (ci *ClientInterceptors) refusal(err error, trailer metadata.MD) (time.Duration, bool) {
 	st, ok := status.FromError(err)
 	if err == nil || !ok || strings.HasPrefix(st.Message(), "grpc: ") {
@@ -259,6 +264,9 @@ func (ci *ClientInterceptors) refusal(err error, trailer metadata.MD) (time.Dura
 	d, found := RetryDelay(st, trailer)
 	switch st.Code() {
 	case codes.ResourceExhausted:
+		if !found && noRetry(trailer) { // this call can never pass: the quota is not spent
+			return 0, false
+		}
 	case codes.Unavailable:
 		if !found {
 			return 0, false
@@ -297,7 +305,11 @@ func RetryDelay(st *status.Status, trailer metadata.MD) (time.Duration, bool) {
 		}
 	}
 	if vs := trailer.Get(PushbackTrailer); len(vs) > 0 {
-		if ms, err := strconv.ParseInt(vs[0], 10, 64); err == nil && ms >= 0 {
+		ms, err := strconv.ParseInt(vs[0], 10, 64)
+		if errors.Is(err, strconv.ErrRange) && !strings.HasPrefix(vs[0], "-") {
+			ms, err = math.MaxInt64, nil // more than any block: the longest
+		}
+		if err == nil && ms >= 0 {
 			return time.Duration(min(ms, int64(core.MaxBlock/time.Millisecond))) * time.Millisecond, true
 		}
 	}

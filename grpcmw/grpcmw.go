@@ -103,7 +103,8 @@ type Rule struct {
 	PerMessage bool
 	// Pushback adds the grpc-retry-pushback-ms trailer to a denial (the
 	// retry delay in milliseconds, gRPC A6), so that a grpc-go client's
-	// retry policy waits exactly as long instead of its own backoff.
+	// retry policy waits exactly as long instead of its own backoff; -1,
+	// "do not retry", when the call's cost exceeds a limit.
 	Pushback bool
 	// Domain is the domain of the google.rpc.ErrorInfo of a denial.
 	// Default "ratewindow".
@@ -443,8 +444,12 @@ func (i *Interceptors) answer(ctx context.Context, dec core.Decision, ss grpc.Se
 			md[lk] = v
 		}
 	}
-	if d := retryDelay(dec.Result); dec.Verdict == core.Denied && i.rule.Pushback && d >= 0 {
-		md[PushbackTrailer] = []string{strconv.FormatInt(d.Milliseconds(), 10)}
+	if dec.Verdict == core.Denied && i.rule.Pushback {
+		ms := int64(-1) // "do not retry": the call can never pass
+		if d := retryDelay(dec.Result); d >= 0 {
+			ms = d.Milliseconds()
+		}
+		md[PushbackTrailer] = []string{strconv.FormatInt(ms, 10)}
 	}
 	switch {
 	case !refused:

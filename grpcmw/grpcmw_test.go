@@ -559,3 +559,30 @@ func TestStreamHeaderByContext(t *testing.T) {
 		t.Fatalf("header %v, want the handler's x-app and the rule's fields", h)
 	}
 }
+
+// TestRetryDelayPushback: the pushback trailer's delay without RetryInfo:
+// whole milliseconds, at most core.MaxBlock (a value too large for an
+// int64 too: an upstream asking for longer than any block gets the
+// longest, not none); a negative or malformed one names no delay.
+func TestRetryDelayPushback(t *testing.T) {
+	st := status.New(codes.ResourceExhausted, "no")
+	for _, c := range []struct {
+		pushback string
+		d        time.Duration
+		ok       bool
+	}{
+		{"1500", 1500 * time.Millisecond, true},
+		{"0", 0, true},
+		{"99999999999", core.MaxBlock, true},
+		{"99999999999999999999", core.MaxBlock, true},
+		{"-1", 0, false},
+		{"-99999999999999999999", 0, false},
+		{"1.5", 0, false},
+		{"", 0, false},
+	} {
+		d, ok := grpcmw.RetryDelay(st, metadata.Pairs(grpcmw.PushbackTrailer, c.pushback))
+		if d != c.d || ok != c.ok {
+			t.Errorf("pushback %q: %v %v, want %v %v", c.pushback, d, ok, c.d, c.ok)
+		}
+	}
+}

@@ -436,3 +436,44 @@ func TestClientErrorCodes(t *testing.T) {
 		})
 	}
 }
+
+// TestClientNeverFits: a call whose cost exceeds the upstream's limit can
+// never pass: the upstream (Pushback) answers it with a pushback of -1,
+// and the client interceptor neither sends it again nor blocks the
+// upstream for the calls that fit.
+func TestClientNeverFits(t *testing.T) {
+	var arrived atomic.Int64
+	count := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		arrived.Add(1)
+		return h(ctx, req)
+	}
+	upstream := mustNew(t, core.NewMemory(), grpcmw.Rule{Name: "sized", Limits: []core.Limit{core.PerMinute(5)}, Pushback: true,
+		Cost: func(c grpcmw.Call) int64 { return int64(len(c.Message.(*wrapperspb.StringValue).GetValue())) }})
+	addr, _ := start(t, grpc.ChainUnaryInterceptor(count, upstream.Unary()))
+	ctx := context.Background()
+
+	var trailer metadata.MD
+	if _, err := say(ctx, dial(t, addr), "0123456789", grpc.Trailer(&trailer)); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("an oversized call: %v, want RESOURCE_EXHAUSTED", err)
+	}
+	if got := trailer.Get(grpcmw.PushbackTrailer); len(got) != 1 || got[0] != "-1" {
+		t.Fatalf("pushback %q, want -1", got)
+	}
+
+	ci, err := grpcmw.NewClient(core.NewMemory(), grpcmw.ClientRule{Name: "out", Limits: []core.Limit{core.PerSecond(100)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc := dial(t, addr, grpc.WithChainUnaryInterceptor(ci.Unary()))
+	arrived.Store(0)
+	if _, err := say(ctx, cc, "0123456789"); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("an oversized call through the client: %v, want RESOURCE_EXHAUSTED", err)
+	}
+	if n := arrived.Load(); n != 1 {
+		t.Fatalf("the oversized call was sent %d times, want once", n)
+	}
+	began := time.Now()
+	if _, err := say(ctx, cc, "ok"); err != nil || time.Since(began) > 500*time.Millisecond {
+		t.Fatalf("a call that fits: %v after %s, want at once: the upstream was blocked", err, time.Since(began))
+	}
+}
