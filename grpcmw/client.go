@@ -76,7 +76,8 @@ const (
 // ends first (CANCELED or DEADLINE_EXCEEDED), or when the slot lies past
 // its deadline (DEADLINE_EXCEEDED wrapping core.ErrWaitExceedsDeadline, at
 // once, nothing counted); a cost above a limit's Count fails with
-// RESOURCE_EXHAUSTED wrapping core.ErrNeverFits. When the
+// RESOURCE_EXHAUSTED wrapping core.ErrNeverFits, and a Limiter that fails
+// closed while Redis is down with UNAVAILABLE. When the
 // upstream refuses a call (RESOURCE_EXHAUSTED), the key is blocked on every
 // replica for the delay the upstream asked for (RetryInfo, else the
 // grpc-retry-pushback-ms trailer, else DefaultBlock; at most MaxBlock; an
@@ -110,19 +111,18 @@ func NewClient(l *core.Limiter, rule ClientRule) (*ClientInterceptors, error) {
 // prepare returns c's key and cost, or the error that stops the call.
 func (ci *ClientInterceptors) prepare(c OutboundCall) (key string, n int64, err error) {
 	if key, err = ci.d.Key(c); err != nil {
-		return "", 0, ci.failed(fmt.Errorf("key: %w", err))
+		return "", 0, ci.failed(fmt.Errorf("key: %w", err), codes.Unknown)
 	}
 	if n, err = ci.d.Cost(c); err != nil {
-		return "", 0, ci.failed(err)
+		return "", 0, ci.failed(err, codes.Unknown)
 	}
 	return key, n, nil
 }
 
 // failed returns the error of a call the interceptors stopped unsent: err,
-// named after the rule, with the gRPC status code of its cause.
-func (ci *ClientInterceptors) failed(err error) error {
+// named after the rule, with the gRPC status code of its cause, else code.
+func (ci *ClientInterceptors) failed(err error, code codes.Code) error {
 	err = fmt.Errorf("ratewindow: grpcmw client rule %q: %w", ci.rule.Name, err)
-	code := codes.Unknown
 	switch {
 	case errors.Is(err, context.Canceled):
 		code = codes.Canceled
@@ -184,7 +184,7 @@ func (ci *ClientInterceptors) Unary() grpc.UnaryClientInterceptor {
 				if last != nil && errors.Is(err, core.ErrWaitExceedsDeadline) {
 					return last // the upstream's answer
 				}
-				return ci.failed(err)
+				return ci.failed(err, codes.Unavailable) // else: the Limiter failed
 			}
 			trailer = nil
 			err := invoker(ctx, method, req, reply, cc, opts...)
@@ -216,7 +216,7 @@ func (ci *ClientInterceptors) Stream() grpc.StreamClientInterceptor {
 			return nil, err
 		}
 		if err := ci.wait(c, key, n); err != nil {
-			return nil, ci.failed(err)
+			return nil, ci.failed(err, codes.Unavailable) // else: the Limiter failed
 		}
 		cs, err := streamer(ctx, desc, cc, method, opts...)
 		if err != nil {

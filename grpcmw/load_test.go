@@ -298,7 +298,7 @@ func TestClientStream(t *testing.T) {
 func TestClientObeysUnavailable(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: redistest.Silent(t), MaxRetries: -1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = rdb.Close() })
-	closed, err := core.New(rdb, core.WithFailureMode(core.FailClosed), core.WithTimeout(20*time.Millisecond))
+	closed, err := core.New(rdb, core.WithFailureMode(core.FailClosed), core.WithWaitTimeout(50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -387,7 +387,8 @@ func TestClientRefusalsOnly(t *testing.T) {
 // deadline (DEADLINE_EXCEEDED, core.ErrWaitExceedsDeadline), a cost above
 // the limit (RESOURCE_EXHAUSTED, core.ErrNeverFits), a cost below one
 // (INVALID_ARGUMENT, core.ErrInvalidCost), a key function's
-// error (UNKNOWN, the function's own error); unary calls and streams alike.
+// error (UNKNOWN, the function's own error), a Limiter failing closed on a
+// Redis that never answers (UNAVAILABLE); unary calls and streams alike.
 func TestClientErrorCodes(t *testing.T) {
 	srv := redistest.New(t)
 	addr, _ := start(t)
@@ -407,10 +408,20 @@ func TestClientErrorCodes(t *testing.T) {
 		{"cost above the limit", grpcmw.ClientRule{Limits: []core.Limit{core.PerMinute(1)}, Cost: func(grpcmw.OutboundCall) int64 { return 2 }}, nil, false, codes.ResourceExhausted, core.ErrNeverFits},
 		{"cost below one", grpcmw.ClientRule{Limits: []core.Limit{core.PerMinute(5)}, Cost: func(grpcmw.OutboundCall) int64 { return 0 }}, nil, false, codes.InvalidArgument, core.ErrInvalidCost},
 		{"key function failed", grpcmw.ClientRule{Limits: []core.Limit{core.PerMinute(5)}, Key: func(grpcmw.OutboundCall) (string, error) { return "", errKey }}, nil, false, codes.Unknown, errKey},
+		{"redis down, fail closed", grpcmw.ClientRule{Limits: []core.Limit{core.PerMinute(5)}}, nil, false, codes.Unavailable, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			c.rule.Name = "codes"
-			ci, err := grpcmw.NewClient(redisLimiter(t, srv), c.rule)
+			l := redisLimiter(t, srv)
+			if c.is == nil { // a server that never answers
+				rdb := redis.NewClient(&redis.Options{Addr: redistest.Silent(t), MaxRetries: -1, ContextTimeoutEnabled: true})
+				t.Cleanup(func() { _ = rdb.Close() })
+				var err error
+				if l, err = core.New(rdb, core.WithFailureMode(core.FailClosed), core.WithWaitTimeout(50*time.Millisecond)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ci, err := grpcmw.NewClient(l, c.rule)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -429,7 +440,7 @@ func TestClientErrorCodes(t *testing.T) {
 			_, unary := say(ctx, cc, "x")
 			_, stream := cc.NewStream(ctx, &grpc.StreamDesc{StreamName: "Chat", ServerStreams: true, ClientStreams: true}, chatMethod)
 			for what, err := range map[string]error{"unary": unary, "stream": stream} {
-				if status.Code(err) != c.code || !errors.Is(err, c.is) || !strings.Contains(err.Error(), `rule "codes"`) {
+				if status.Code(err) != c.code || (c.is != nil && !errors.Is(err, c.is)) || !strings.Contains(err.Error(), `rule "codes"`) {
 					t.Errorf("%s: %v (code %v), want code %v wrapping %v", what, err, status.Code(err), c.code, c.is)
 				}
 			}
