@@ -131,7 +131,7 @@ const PushbackTrailer = "grpc-retry-pushback-ms"
 type Interceptors struct {
 	rule   Rule
 	d      *core.Decider[Call]
-	parts  sync.Map // policies → the QuotaFailure and ErrorInfo of their denial
+	parts  sync.Map // binding and denying policies → the QuotaFailure and ErrorInfo of their denial
 	nparts atomic.Int64
 	last   atomic.Pointer[lastDenial]
 	banned *anypb.Any // the ErrorInfo of a ban
@@ -475,10 +475,12 @@ func (i *Interceptors) denial(dec core.Decision) error {
 	retry := retryDelay(res)
 	key := ""
 	if !dec.Banned() {
-		policies := dec.Policies()
-		key = strings.Join(policies, "\n")
-		if len(policies) == 1 {
+		switch policies := dec.Policies(); len(policies) {
+		case 0:
+		case 1:
 			key = policies[0]
+		default: // the details name the binding one
+			key = res.Limit.PolicyName() + "\x00" + strings.Join(policies, "\n")
 		}
 	}
 	// a flood of one key is refused many times a millisecond: with the

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -583,6 +584,58 @@ func TestRetryDelayPushback(t *testing.T) {
 		d, ok := grpcmw.RetryDelay(st, metadata.Pairs(grpcmw.PushbackTrailer, c.pushback))
 		if d != c.d || ok != c.ok {
 			t.Errorf("pushback %q: %v %v, want %v %v", c.pushback, d, ok, c.d, c.ok)
+		}
+	}
+}
+
+// TestDenialNamesBindingPolicy: the details of a denial by several
+// policies name the one that binds (ErrorInfo's policy, the violation with
+// QuotaValue), also when the same policies denied earlier with another
+// binding: the first a 12/h (59m30s), the second a 10/min (55s).
+func TestDenialNamesBindingPolicy(t *testing.T) {
+	clock := &fixedClock{now: time.Unix(1_800_000_000, 0)}
+	l := core.NewMemory(core.WithClock(clock.Now))
+	cc, _ := serveRule(t, l, grpcmw.Rule{Name: "b", Limits: []core.Limit{core.PerMinute(10), core.PerHour(12)},
+		Key: func(grpcmw.Call) (string, error) { return "k", nil },
+		Cost: func(c grpcmw.Call) int64 {
+			n, _ := strconv.Atoi(c.Message.(*wrapperspb.StringValue).GetValue())
+			return int64(n)
+		}})
+	for _, step := range []struct {
+		after  time.Duration
+		cost   int
+		policy string // the binding policy of a denial; "": allowed
+	}{
+		{0, 10, ""},
+		{30 * time.Second, 6, "12-per-1h"},
+		{2 * time.Hour, 7, ""},
+		{59*time.Minute + 50*time.Second, 5, ""},
+		{5 * time.Second, 6, "10-per-1m"},
+	} {
+		clock.Advance(step.after)
+		_, err := say(context.Background(), cc, strconv.Itoa(step.cost))
+		if step.policy == "" {
+			if err != nil {
+				t.Fatalf("cost %d: %v, want allowed", step.cost, err)
+			}
+			continue
+		}
+		var policy string
+		var quota []string
+		for _, d := range status.Convert(err).Details() {
+			switch d := d.(type) {
+			case *errdetails.ErrorInfo:
+				policy = d.GetMetadata()["policy"]
+			case *errdetails.QuotaFailure:
+				for _, v := range d.GetViolations() {
+					if v.GetQuotaValue() != 0 {
+						quota = append(quota, v.GetQuotaId())
+					}
+				}
+			}
+		}
+		if policy != step.policy || len(quota) != 1 || quota[0] != step.policy {
+			t.Errorf("cost %d: ErrorInfo policy %q, QuotaValue on %q; want %q on both (%v)", step.cost, policy, quota, step.policy, err)
 		}
 	}
 }
