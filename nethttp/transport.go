@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -275,10 +276,7 @@ func parseRetryAfter(v string, now time.Time) (d time.Duration, ok bool) {
 	if v == "" {
 		return 0, false
 	}
-	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if secs < 0 {
-			return 0, false
-		}
+	if secs, ok := parseSeconds(v); ok {
 		return time.Duration(min(secs, int64(core.MaxBlock/time.Second))) * time.Second, true
 	}
 	at, err := http.ParseTime(v)
@@ -286,6 +284,17 @@ func parseRetryAfter(v string, now time.Time) (d time.Duration, ok bool) {
 		return 0, false
 	}
 	return max(at.Sub(now), 0), true
+}
+
+// parseSeconds reads a count of seconds (delta-seconds, RateLimit's t): a
+// number too large for an int64 is the largest (RFC 9111 1.2.2: never read
+// as a small one); false for a negative or malformed one.
+func parseSeconds(v string) (int64, bool) {
+	secs, err := strconv.ParseInt(v, 10, 64)
+	if errors.Is(err, strconv.ErrRange) && !strings.HasPrefix(v, "-") {
+		return math.MaxInt64, true
+	}
+	return secs, err == nil && secs >= 0
 }
 
 // parseRateLimit reads IETF RateLimit field values (draft-10 and -11: a
@@ -304,8 +313,8 @@ func parseRateLimit(values []string) (t time.Duration, spent bool) {
 				if !ok {
 					continue
 				}
-				n, err := strconv.ParseInt(val, 10, 64)
-				if err != nil || n < 0 {
+				n, ok := parseSeconds(val)
+				if !ok {
 					continue
 				}
 				switch name {

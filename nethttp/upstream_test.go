@@ -222,15 +222,19 @@ func TestTransportRefusals(t *testing.T) {
 	})
 	t.Run("a huge Retry-After is capped", func(t *testing.T) {
 		t.Parallel()
-		up := newStrict(t, 0, time.Second, retryAfter("86400"))
-		ls := replicas(t, 1)
-		tr := &nethttp.Transport{Limiter: ls[0], Rule: core.Rule{Name: "api", Limits: []core.Limit{lim}}, MaxRetries: -1, MaxBlock: 2 * time.Second}
-		if resp, _, err := send(tr, newReq(ctx, up.URL)); err != nil || resp.StatusCode != http.StatusTooManyRequests {
-			t.Fatalf("%v %v", resp, err)
-		}
-		r, err := ls[0].Peek(ctx, keyOf(up.URL), lim)
-		if err != nil || r.Allowed || r.RetryAfter > 2*time.Second || r.RetryAfter < time.Second {
-			t.Fatalf("blocked %+v %v, want at most MaxBlock (2s)", r, err)
+		// too large for an int64 too: the longest, not none (DefaultBlock)
+		for _, refuse := range []func(http.Header){retryAfter("86400"), retryAfter("99999999999999999999"),
+			func(h http.Header) { h.Set("RateLimit", `"p";r=0;t=99999999999999999999`) }} {
+			up := newStrict(t, 0, time.Second, refuse)
+			ls := replicas(t, 1)
+			tr := &nethttp.Transport{Limiter: ls[0], Rule: core.Rule{Name: "api", Limits: []core.Limit{lim}}, MaxRetries: -1, MaxBlock: 2 * time.Second}
+			if resp, _, err := send(tr, newReq(ctx, up.URL)); err != nil || resp.StatusCode != http.StatusTooManyRequests {
+				t.Fatalf("%v %v", resp, err)
+			}
+			r, err := ls[0].Peek(ctx, keyOf(up.URL), lim)
+			if err != nil || r.Allowed || r.RetryAfter > 2*time.Second || r.RetryAfter < 1500*time.Millisecond {
+				t.Errorf("blocked %+v %v, want MaxBlock (2s)", r, err)
+			}
 		}
 	})
 	t.Run("a body that cannot be replayed is not retried", func(t *testing.T) {
