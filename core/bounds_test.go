@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -86,6 +87,19 @@ func TestBounds(t *testing.T) {
 				}
 				if r, err := e.lim.Allow(ctx, key, lim); err != nil || r.Allowed || r.BackendErr != nil {
 					t.Fatalf("%s: one more than MaxCount: %+v, %v", lim, r, err)
+				}
+			}
+			// near MaxCount the retry stays exact: used + n is past 2^53
+			// (a double rounded it, and the buckets answered a denial
+			// with a RetryAfter of 0)
+			for _, used := range []int64{MaxCount/2 + 1, MaxCount/2 + 2} {
+				lim, key := Per(MaxCount, time.Minute).With(SlidingBuckets), fmt.Sprint("near-max-", used)
+				if r, err := e.lim.AllowN(ctx, key, used, lim); err != nil || !r.Allowed {
+					t.Fatalf("%s: AllowN(%d): %+v, %v", lim, used, r, err)
+				}
+				r, err := e.lim.AllowN(ctx, key, MaxCount, lim)
+				if err != nil || r.Allowed || r.RetryAfter <= 0 || r.RetryAfter != r.ResetAfter {
+					t.Fatalf("%s, %d used: AllowN(MaxCount): %+v, %v; want denied until the used units leave (RetryAfter = ResetAfter)", lim, used, r, err)
 				}
 			}
 			// a window of MaxWindow: exact and positive

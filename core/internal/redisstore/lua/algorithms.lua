@@ -380,7 +380,7 @@ local function buckets_retry(h, count, window, prec, n, now, used, oldest, curre
     local b = bucket_of(h[i], current, ring)
     if b and b >= oldest then counts[b - oldest + 1], last = tonumber(h[i + 1]), max(last, b) end
   end
-  local over = used + n - count -- units that must leave first, oldest first
+  local over = used - (count - n) -- units that must leave first, oldest first (exact: n <= count)
   for b = oldest, last do
     over = over - (counts[b - oldest + 1] or 0)
     if over <= 0 then return (b + 1) * prec + window - now end
