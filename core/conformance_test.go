@@ -191,6 +191,24 @@ func TestConformance(t *testing.T) {
 		name string
 		run  func(t *testing.T, e *env)
 	}{
+		{"windows a nanosecond apart are limits apart", func(t *testing.T, e *env) {
+			// as the Redis keys name them: one state each, in one call
+			// or across calls (the memory backend kept windows by their
+			// µs, and counted such a call twice)
+			for _, a := range algorithms {
+				x, y, z := Per(3, time.Second+1).With(a), Per(3, time.Second+2).With(a), Per(3, time.Second).With(a)
+				key := "ns-" + a.String()
+				for i := int64(1); i <= 4; i++ {
+					r, err := e.lim.Allow(ctx, key, x, y)
+					if err != nil || r.Allowed != (i <= 3) || r.Remaining != max(3-i, 0) {
+						t.Fatalf("%s request %d: %+v %v, want allowed %v, %d remaining", a, i, r, err, i <= 3, max(3-i, 0))
+					}
+				}
+				if r, err := e.lim.Allow(ctx, key, z); err != nil || !r.Allowed || r.Remaining != 2 {
+					t.Fatalf("%s, a window of its own: %+v %v, want allowed, 2 remaining", a, r, err)
+				}
+			}
+		}},
 		{"exact counts", func(t *testing.T, e *env) {
 			for _, a := range algorithms {
 				lim := PerMinute(5).With(a)

@@ -53,9 +53,10 @@ type memKey struct {
 // every algorithm is added to, refunded and expired alike.
 type memState struct {
 	alg          store.Algorithm
-	window, prec int64    // µs
-	buckets      []bucket // ascending by index
-	w            int64    // a sliding counter's window at its last write, as the script stores it
+	span, step   time.Duration // the exact window and bucket: the state's identity, as the Redis key's
+	window, prec int64         // µs
+	buckets      []bucket      // ascending by index
+	w            int64         // a sliding counter's window at its last write, as the script stores it
 }
 
 type bucket struct{ index, count int64 }
@@ -123,7 +124,7 @@ func (sh *memShard) states(key string, limits []store.Limit, now int64, dst []*m
 	for _, l := range limits {
 		st := mk.find(l)
 		if st == nil {
-			st = &memState{alg: l.Algorithm, window: l.Window.Microseconds(), prec: statePrecision(l)}
+			st = &memState{alg: l.Algorithm, span: l.Window, step: stateStep(l), window: l.Window.Microseconds(), prec: statePrecision(l)}
 			mk.states = append(mk.states, st)
 		}
 		dst = append(dst, st) // expired buckets go in check, which every caller runs
@@ -146,13 +147,23 @@ func (mk *memKey) find(l store.Limit) *memState {
 	if mk == nil {
 		return nil
 	}
-	window, prec := l.Window.Microseconds(), statePrecision(l)
+	step := stateStep(l)
 	for _, st := range mk.states {
-		if st.alg == l.Algorithm && st.window == window && st.prec == prec {
+		if st.alg == l.Algorithm && st.span == l.Window && st.step == step {
 			return st
 		}
 	}
 	return nil
+}
+
+// stateStep is the bucket length of a SlidingBuckets limit, else 0: with
+// the algorithm and the window, what tells limits' states apart (not
+// their µs: windows a nanosecond apart have keys of their own in Redis).
+func stateStep(l store.Limit) time.Duration {
+	if l.Algorithm == store.SlidingBuckets {
+		return l.Step()
+	}
+	return 0
 }
 
 // statePrecision is the bucket length in µs: 1 for SlidingLog, the window
