@@ -71,8 +71,11 @@ func WithClock(now func() time.Time) Option { return Option{func(c *config) { c.
 // the breaker.
 //
 // A *redis.Client without ContextTimeoutEnabled (the go-redis default)
-// sends decisions through a clone with it enabled, which runs none of its
-// hooks: for hooks that see every call, set ContextTimeoutEnabled.
+// sends decisions through a clone with it enabled and go-redis's retries
+// off, which runs none of its hooks: for hooks that see every call, set
+// ContextTimeoutEnabled, and MaxRetries -1 so that a READONLY or LOADING
+// reply reaches the decision at once (go-redis retries it after a backoff
+// that may outlast the timeout; the decision then fails as a timeout).
 func WithTimeout(d time.Duration) Option { return Option{func(c *config) { c.timeout = d }} }
 
 // WithWaitTimeout bounds each call to Redis made by Wait and WaitN, or the

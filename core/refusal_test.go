@@ -122,3 +122,26 @@ func TestDecisionExplainsRefusal(t *testing.T) {
 		})
 	}
 }
+
+// TestReadOnlyAnsweredAtOnce: a read-only replica's READONLY, which
+// go-redis retries after its backoff, comes back to a decision at once:
+// the failure mode answers with ErrNoWrites and Redis's reply, the breaker
+// stays closed. A client whose backoff outlasts the timeout lost the reply
+// at the deadline: "context deadline exceeded", counted by the breaker.
+func TestReadOnlyAnsweredAtOnce(t *testing.T) {
+	t.Parallel()
+	p := redistest.Start(t)
+	replicate(t, p)
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr, MinRetryBackoff: 5 * time.Second, MaxRetryBackoff: 5 * time.Second})
+	t.Cleanup(func() { rdb.Close() })
+	l, err := New(rdb, WithPrefix(uniquePrefix(t)), WithTimeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 6 {
+		r, err := l.Allow(context.Background(), "k", PerMinute(3))
+		if err != nil || !r.Allowed || !errors.Is(r.BackendErr, ErrNoWrites) || !strings.Contains(r.BackendErr.Error(), "READONLY") {
+			t.Fatalf("Allow %d: %+v %v, want a fail-open answer with ErrNoWrites and READONLY", i, r, err)
+		}
+	}
+}

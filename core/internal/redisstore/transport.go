@@ -33,8 +33,9 @@ type transport struct {
 	laneOf func(tag string) string
 	known  context.Context // ended: a lookup with it sends nothing (see master)
 	// direct ends a call at its context's deadline: rdb with
-	// ContextTimeoutEnabled, or a *redis.Client's clone with it (the same
-	// connections, none of its hooks); nil: a Cluster or Ring without it.
+	// ContextTimeoutEnabled, or a *redis.Client's clone with it and no
+	// retries (the same connections, none of its hooks); nil: a Cluster or
+	// Ring without it.
 	direct redis.Scripter
 	lib    *library // runs the scripts as FCALL once loaded; nil: EVALSHA
 
@@ -111,6 +112,11 @@ func newTransport(rdb redis.Scripter) *transport {
 		if !opt.ContextTimeoutEnabled {
 			clone := c.WithTimeout(opt.ReadTimeout)
 			clone.Options().ContextTimeoutEnabled = true // the clone's own options
+			// no retries: go-redis retries READONLY, LOADING, MASTERDOWN and
+			// TRYAGAIN replies after its backoff (3 times: about 100 ms), and
+			// the reply, lost at the deadline, became a timeout (its pool drops
+			// a connection the server closed before it lends it)
+			clone.Options().MaxRetries = 0
 			t.direct = clone
 		}
 	case *redis.Ring: // its shards' addresses: a down shard takes no command
@@ -357,6 +363,9 @@ func (t *transport) runAlone(c *call) (any, error) {
 		defer cancel()
 	}
 	reply, err := t.runOne(ctx, t.direct, c)
+	if dl, ok := ctx.Deadline(); err != nil && ok && store.IsTimeout(err) && !time.Now().Before(dl) {
+		err = context.DeadlineExceeded // a read cut at the deadline, as go-redis says after a retry's wait
+	}
 	t.recycle(c)
 	return reply, err
 }
