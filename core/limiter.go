@@ -177,7 +177,9 @@ const MaxBlock = MaxWindow
 // Block makes key exhausted under any limits for d, on every replica:
 // until then Allow, AllowN and Peek deny it with RetryAfter of at least the
 // time left, and Wait and WaitN wait it out (or return
-// ErrWaitExceedsDeadline at once when it outlasts ctx's deadline). A later
+// ErrWaitExceedsDeadline at once when it outlasts ctx's deadline); a
+// sliding-log Wait that reserved a slot before the Block and wakes inside
+// it gives the slot back and waits again, after the Block. A later
 // Block never shortens an earlier one; Reset lifts it. It forgets this
 // Limiter's cached denials of key (see Reset). d must be in [1µs,
 // MaxBlock]; a Redis failure is returned (no failure mode answers).
@@ -486,7 +488,7 @@ func (l *Limiter) waitN(ctx context.Context, rule, key string, n int64, limits [
 // asked for again a second later, as poll asks again after FailClosed's answer.
 func (l *Limiter) reserveAndSleep(ctx context.Context, key string, n int64, limits []Limit) (time.Duration, error, error) {
 	dl, hasDL := ctx.Deadline()
-	var shed time.Duration // slept after sheddings
+	var slept time.Duration // after sheddings, and to slots a Block then covered
 	for {
 		r := l.request(key, n, limits, nil, l.waitTime)
 		longest := int64(-1) // the wait ctx allows in µs; -1: no bound
@@ -496,34 +498,54 @@ func (l *Limiter) reserveAndSleep(ctx context.Context, key string, n int64, limi
 		res, err := l.guard.reserve(ctx, r, longest)
 		if err == nil && errors.Is(res.failed, ErrShed) {
 			if hasDL && time.Until(dl) < time.Second {
-				return shed, res.failed, exceedsDeadline(time.Second)
+				return slept, res.failed, exceedsDeadline(time.Second)
 			}
 			if err := sleep(ctx, time.Second); err != nil {
-				return shed, res.failed, err
+				return slept, res.failed, err
 			}
-			shed += time.Second
+			slept += time.Second
 			continue
 		}
 		wait := usec(res.Wait)
+		again := false
 		switch {
 		case err != nil:
-			return shed, res.failed, err
+			return slept, res.failed, err
 		case res.Wait < 0:
 			return -1, res.failed, fmt.Errorf("%w: %d units", ErrNeverFits, n)
 		case !res.OK:
-			return shed + wait, res.failed, exceedsDeadline(wait)
+			return slept + wait, res.failed, exceedsDeadline(wait)
 		case hasDL && time.Until(dl) < wait: // the reply took the slack
 			err = exceedsDeadline(wait)
 		default:
+			// a Block made while it slept (an upstream's refusal, on any
+			// replica) covers its slot: the slot goes back, and the units
+			// are reserved again, after the Block
 			err = sleep(ctx, wait)
+			again = err == nil && wait > 0 && l.blockedNow(ctx, r)
 		}
-		if err != nil { // give the reservation back, best effort, though ctx may be done
+		if err != nil || again { // give the reservation back, best effort, though ctx may be done
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultWaitTimeout)
 			_ = l.guard.release(rctx, r, res)
 			cancel()
 		}
-		return shed + wait, res.failed, err
+		if again {
+			slept += wait
+			continue
+		}
+		return slept + wait, res.failed, err
 	}
+}
+
+// blockedNow reports whether r's key is blocked now, by a peek; false when
+// the store cannot tell.
+func (l *Limiter) blockedNow(ctx context.Context, r store.Request) bool {
+	r.Commit, r.States, r.Now = false, nil, l.storeTime()
+	if l.waitTime > 0 {
+		r.Deadline = time.Now().Add(l.waitTime)
+	}
+	d, k, err := l.guard.allow(ctx, &r)
+	return err == nil && k == succeeded && d.Blocked
 }
 
 // poll asks until n units of key fit, sleeping RetryAfter and some jitter.
