@@ -563,7 +563,7 @@ func (l *Limiter) poll(ctx context.Context, key string, n int64, limits []Limit)
 		}
 		if r.BackendErr != nil {
 			failed = r.BackendErr
-			if l.guard.mode == FailClosed {
+			if l.guard.mode == FailClosed && !errors.Is(failed, ErrShed) { // shed: ask again after its RetryAfter
 				return waited, failed, failed
 			}
 		}

@@ -88,13 +88,18 @@ func (s overloadedStore) Reserve(ctx context.Context, r store.Request, _ int64) 
 	return store.Reservation{}, &store.Error{Err: context.DeadlineExceeded}
 }
 
-// TestOverloadedWaitWaits: a Wait whose reservation is shed for overload
-// is not let through by FailOpen or FailLocal: it asks again a second
-// later, so that a deadline sooner than that ends it with
+// TestOverloadedWaitWaits: a Wait whose reservation (or poll) is shed for
+// overload is neither let through by FailOpen or FailLocal nor failed by
+// FailClosed: it asks again a second later, so that a deadline sooner than that ends it with
 // ErrWaitExceedsDeadline, and a cancel with ctx's error.
 func TestOverloadedWaitWaits(t *testing.T) {
-	for _, mode := range []FailureMode{FailOpen, FailClosed, FailLocal} {
-		t.Run(mode.String(), func(t *testing.T) {
+	for _, c := range []struct {
+		mode FailureMode
+		alg  Algorithm // a sliding log reserves; the others poll
+	}{{FailOpen, SlidingLog}, {FailClosed, SlidingLog}, {FailLocal, SlidingLog},
+		{FailOpen, SlidingBuckets}, {FailClosed, SlidingBuckets}, {FailClosed, SlidingCounter}} {
+		mode, lim := c.mode, PerMinute(10).With(c.alg)
+		t.Run(mode.String()+"/"+c.alg.String(), func(t *testing.T) {
 			rs := redisstore.New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), "shed-wait:")
 			fake := overloadedStore{silentStore{&fakeRemote{Remote: rs}}}
 			l, err := New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), WithWaitTimeout(50*time.Millisecond), WithFailureMode(mode), WithLocalShare(1))
@@ -104,12 +109,12 @@ func TestOverloadedWaitWaits(t *testing.T) {
 			l.guard.next, l.guard.remote = fake, fake
 			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 			defer cancel()
-			if err := l.Wait(ctx, "k", PerMinute(10)); !errors.Is(err, ErrWaitExceedsDeadline) {
+			if err := l.Wait(ctx, "k", lim); !errors.Is(err, ErrWaitExceedsDeadline) {
 				t.Fatalf("Wait with its reservation shed: %v, want ErrWaitExceedsDeadline", err)
 			}
 			ctx, cancel = context.WithCancel(context.Background())
 			time.AfterFunc(200*time.Millisecond, cancel)
-			if err := l.Wait(ctx, "k", PerMinute(10)); !errors.Is(err, context.Canceled) {
+			if err := l.Wait(ctx, "k", lim); !errors.Is(err, context.Canceled) {
 				t.Fatalf("Wait with its reservation shed, then cancelled: %v, want context.Canceled", err)
 			}
 		})
