@@ -322,7 +322,11 @@ func (l *Limiter) observe(ev Event, start time.Time) {
 		return
 	}
 	if err := ev.Result.BackendErr; err != nil {
-		ev.Err = err
+		if ev.Err == nil || errors.Is(ev.Err, err) {
+			ev.Err = err
+		} else { // a Wait's own error, after the failure
+			ev.Err = fmt.Errorf("%w (after %w)", ev.Err, err)
+		}
 		if !ev.Shed {
 			ev.Failed, ev.Fallback = true, l.guard.mode
 		}
@@ -478,7 +482,8 @@ func (l *Limiter) waitN(ctx context.Context, rule, key string, n int64, limits [
 	}
 	waited, failed, err := wait(ctx, key, n, limits) // failed: the failure the failure mode answered
 	if l.observer != nil {
-		l.observe(Event{Op: OpWait, Rule: rule, Key: key, Result: Result{Allowed: err == nil, Limit: limits[0], RetryAfter: waited, BackendErr: failed}, Err: err}, start)
+		l.observe(Event{Op: OpWait, Rule: rule, Key: key, Result: Result{Allowed: err == nil, Limit: limits[0], RetryAfter: waited, BackendErr: failed},
+			Shed: errors.Is(failed, ErrShed), Err: err}, start)
 	}
 	return err
 }

@@ -44,8 +44,10 @@ type Event struct {
 	// WithTimeout): Err and Result.BackendErr match ErrShed; Failed is false.
 	Shed     bool
 	Fallback FailureMode // the failure mode that answered, when Failed
-	// Err is the backend's error when Failed, else the error returned to the
-	// caller, if any (for OpWait, ErrWaitExceedsDeadline or ErrNeverFits too).
+	// Err is the backend's error when Failed or Shed, else the error
+	// returned to the caller, if any (for OpWait, ErrWaitExceedsDeadline or
+	// ErrNeverFits too, wrapping the backend's error when a Wait ended
+	// after a failure: errors.Is finds both).
 	Err error
 }
 

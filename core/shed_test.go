@@ -102,7 +102,9 @@ func TestOverloadedWaitWaits(t *testing.T) {
 		t.Run(mode.String()+"/"+c.alg.String(), func(t *testing.T) {
 			rs := redisstore.New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), "shed-wait:")
 			fake := overloadedStore{silentStore{&fakeRemote{Remote: rs}}}
-			l, err := New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), WithWaitTimeout(50*time.Millisecond), WithFailureMode(mode), WithLocalShare(1))
+			var events []Event
+			l, err := New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), WithWaitTimeout(50*time.Millisecond), WithFailureMode(mode), WithLocalShare(1),
+				WithObserver(func(e Event) { events = append(events, e) }))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -111,6 +113,14 @@ func TestOverloadedWaitWaits(t *testing.T) {
 			defer cancel()
 			if err := l.Wait(ctx, "k", lim); !errors.Is(err, ErrWaitExceedsDeadline) {
 				t.Fatalf("Wait with its reservation shed: %v, want ErrWaitExceedsDeadline", err)
+			}
+			// reported as shed, not as a failure the failure mode answered,
+			// with the caller's error and the shedding
+			if len(events) != 1 {
+				t.Fatalf("%d events, want 1", len(events))
+			}
+			if e := events[0]; e.Op != OpWait || !e.Shed || e.Failed || !errors.Is(e.Err, ErrWaitExceedsDeadline) || !errors.Is(e.Err, ErrShed) {
+				t.Fatalf("the Wait's event: %+v, want Shed, not Failed, Err matching ErrWaitExceedsDeadline and ErrShed", e)
 			}
 			ctx, cancel = context.WithCancel(context.Background())
 			time.AfterFunc(200*time.Millisecond, cancel)
