@@ -527,7 +527,7 @@ func (l *Limiter) reserveAndSleep(ctx context.Context, key string, n int64, limi
 			// replica) covers its slot: the slot goes back, and the units
 			// are reserved again, after the Block
 			err = sleep(ctx, wait)
-			again = err == nil && wait > 0 && l.blockedNow(ctx, r)
+			again = err == nil && wait > 0 && l.blockedAt(ctx, r, res.At)
 		}
 		if err != nil || again { // give the reservation back, best effort, though ctx may be done
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultWaitTimeout)
@@ -542,15 +542,16 @@ func (l *Limiter) reserveAndSleep(ctx context.Context, key string, n int64, limi
 	}
 }
 
-// blockedNow reports whether r's key is blocked now, by a peek; false when
-// the store cannot tell.
-func (l *Limiter) blockedNow(ctx context.Context, r store.Request) bool {
+// blockedAt reports whether r's key is blocked now, by a peek, and now is
+// at or past at (µs, the store's clock: a Block covers the slot at at);
+// false when the store cannot tell.
+func (l *Limiter) blockedAt(ctx context.Context, r store.Request, at int64) bool {
 	r.Commit, r.States, r.Now = false, nil, l.storeTime()
 	if l.waitTime > 0 {
 		r.Deadline = time.Now().Add(l.waitTime)
 	}
 	d, k, err := l.guard.allow(ctx, &r)
-	return err == nil && k == succeeded && d.Blocked
+	return err == nil && k == succeeded && d.Blocked && d.At >= at
 }
 
 // poll asks until n units of key fit, sleeping RetryAfter and some jitter.
