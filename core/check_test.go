@@ -94,7 +94,7 @@ func TestCheck(t *testing.T) {
 		}, nil, "EVALSHA on rw:{check}:check: NOPERM"},
 		{"no access to the prefix", func(t *testing.T, p *redistest.Process) *redis.Client {
 			return acl(t, p, "limiter", "~other:*", "+@all")
-		}, nil, "NOPERM"},
+		}, nil, "EVAL on rw:{check}:check: this user's ACL does not give it the Limiter's keys: allow reading and writing ~<prefix>* (~rw:* with the default prefix; the ACL line in docs/redis.md): NOPERM"},
 		{"read-only user", func(t *testing.T, p *redistest.Process) *redis.Client {
 			return acl(t, p, "limiter", "~rw:*", "+@all", "-@write")
 		}, nil, "NOPERM ratewindow: this user may not run SET on rw:{check}:check as the scripts do (docs/redis.md)"},

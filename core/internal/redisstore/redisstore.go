@@ -249,9 +249,13 @@ var refusals = [...]struct {
 	{"READONLY", "redis refuses writes: the server is a read-only replica: connect to the master (a failover or Cluster client follows it)", store.ErrNoWrites},
 	{"MISCONF", "redis refuses writes: its last RDB save failed and stop-writes-on-bgsave-error is yes: fix the save (disk space, permissions of dir)", store.ErrNoWrites},
 	{"NOREPLICAS", "redis refuses writes: fewer replicas are connected than min-replicas-to-write requires", store.ErrNoWrites},
+	{"NOPERM this user has no permissions to access one of the keys", noKeys, nil}, // Redis 7
+	{"NOPERM No permissions to access a key", noKeys, nil},
 	{"NOAUTH", "redis requires authentication (NOAUTH): set the client's Password (and Username for an ACL user)", nil},
 	{"Protocol error: unauthenticated", "redis requires authentication (NOAUTH): set the client's Password (and Username for an ACL user)", nil}, // a command of over 10 arguments without the password
 }
+
+const noKeys = "this user's ACL does not give it the Limiter's keys: allow reading and writing ~<prefix>* (~rw:* with the default prefix; the ACL line in docs/redis.md)"
 
 // refusal is an error reply of Redis explained by explainRefusal.
 type refusal struct {
