@@ -100,17 +100,14 @@ func newLimitHeaders(l Limit) limitHeaders {
 		item: string(append(appendSFString(nil, name), ";r="...)), problem: body, problemLen: strconv.Itoa(len(body))}
 }
 
-// lookup returns the values of the binding limit l, computed when l is not
-// the rule's (FailLocal's scaled limit keeps its rule limit's name). No two
-// limits of a rule share algorithm and window.
+// lookup returns the values of the rule's limit of the binding limit l's
+// algorithm and window (no two limits of a rule share them): FailLocal's
+// scaled limit shows as the rule's, as RateLimit-Policy lists it, with the
+// local Remaining; computed when the rule has none.
 func (hs *headerSet) lookup(l Limit) *limitHeaders {
 	for i := range hs.limits {
 		if o := hs.limits[i].limit; o.Algorithm == l.Algorithm && o.Window == l.Window {
-			if o == l {
-				return &hs.limits[i]
-			}
-			l.Name = o.PolicyName()
-			break
+			return &hs.limits[i]
 		}
 	}
 	lh := newLimitHeaders(l)

@@ -109,8 +109,8 @@ func TestHeaderSetWrite(t *testing.T) {
 		{"ietf never", IETF, never, map[string]string{
 			"Ratelimit-Policy": policy, "Ratelimit": `"100-per-1m";r=0`,
 		}},
-		{"x scaled limit", Both, scaled, map[string]string{
-			"X-Ratelimit-Limit": "50", "X-Ratelimit-Remaining": "7", "X-Ratelimit-Reset": "60",
+		{"x scaled limit", Both, scaled, map[string]string{ // shown as the rule's limit, as RateLimit-Policy lists it
+			"X-Ratelimit-Limit": "100", "X-Ratelimit-Remaining": "7", "X-Ratelimit-Reset": "60",
 			"Ratelimit-Policy": policy, "Ratelimit": `"100-per-1m";r=7;t=60`,
 		}},
 		{"ietf limit not in the rule", IETF, foreign, map[string]string{

@@ -501,3 +501,32 @@ func TestFrameworkContextKept(t *testing.T) {
 		t.Fatalf("FrameworkContext %v, want the outer adapter's %v", got, fc)
 	}
 }
+
+// TestFailLocalFields: under FailLocal the fields show one policy, the
+// rule's: X-RateLimit-Limit and RateLimit-Policy's q both the rule's
+// Count (4), with the local share's Remaining (2 of this replica's, then
+// a 429): one response never names two counts for one limit.
+func TestFailLocalFields(t *testing.T) {
+	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	t.Cleanup(func() { _ = down.Close() })
+	l, err := core.New(down, core.WithFailureMode(core.FailLocal), core.WithLocalShare(0.5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := mustEnforcer(t, l, core.Rule{Name: "local", Limits: []core.Limit{core.PerMinute(4)}, Headers: core.Both})
+	for i, want := range []struct {
+		code           int
+		limit, rl, pol string
+	}{
+		{200, "4", `"4-per-1m";r=1;t=60`, `"4-per-1m";q=4;w=60`},
+		{200, "4", `"4-per-1m";r=0;t=60`, `"4-per-1m";q=4;w=60`},
+		{429, "4", `"4-per-1m";r=0;t=60`, `"4-per-1m";q=4;w=60`},
+	} {
+		rec := serve(httptest.NewRequest(http.MethodGet, "/", nil), e)
+		h := rec.Header()
+		if rec.Code != want.code || h.Get("X-RateLimit-Limit") != want.limit || h.Get("RateLimit") != want.rl || h.Get("RateLimit-Policy") != want.pol {
+			t.Errorf("request %d: %d, X-RateLimit-Limit %q, RateLimit %q, RateLimit-Policy %q; want %d, %q, %q, %q",
+				i, rec.Code, h.Get("X-RateLimit-Limit"), h.Get("RateLimit"), h.Get("RateLimit-Policy"), want.code, want.limit, want.rl, want.pol)
+		}
+	}
+}

@@ -906,10 +906,12 @@ func scenarios() []scenario {
 			backend: silentRedis,
 			opts:    []core.Option{core.WithFailureMode(core.FailLocal), core.WithLocalShare(0.5)},
 			app:     on(with(perMinute("share", 4), func(r *core.Rule) { r.Headers = core.Both })),
+			// the rule's limit in both styles (one policy a response), this
+			// replica's share's remaining: 2 of 4
 			steps: steps(
-				ok(merge(xrl(2, 1, 60), ietf(`"4-per-1m";q=4;w=60`, `"4-per-1m";r=1;t=60`))),
-				ok(merge(xrl(2, 0, 60), ietf(`"4-per-1m";q=4;w=60`, `"4-per-1m";r=0;t=60`))),
-				problem(60, "4-per-1m", merge(xrl(2, 0, 60), ietf(`"4-per-1m";q=4;w=60`, `"4-per-1m";r=0;t=60`))).with("Accept", "application/problem+json"),
+				ok(merge(xrl(4, 1, 60), ietf(`"4-per-1m";q=4;w=60`, `"4-per-1m";r=1;t=60`))),
+				ok(merge(xrl(4, 0, 60), ietf(`"4-per-1m";q=4;w=60`, `"4-per-1m";r=0;t=60`))),
+				problem(60, "4-per-1m", merge(xrl(4, 0, 60), ietf(`"4-per-1m";q=4;w=60`, `"4-per-1m";r=0;t=60`))).with("Accept", "application/problem+json"),
 			),
 			wantErrors: 3,
 		},
