@@ -111,22 +111,23 @@ func NewClient(l *core.Limiter, rule ClientRule) (*ClientInterceptors, error) {
 // prepare returns c's key and cost, or the error that stops the call.
 func (ci *ClientInterceptors) prepare(c OutboundCall) (key string, n int64, err error) {
 	if key, err = ci.d.Key(c); err != nil {
-		return "", 0, ci.failed(fmt.Errorf("key: %w", err), codes.Unknown)
+		return "", 0, ci.failed(c, fmt.Errorf("key: %w", err), codes.Unknown)
 	}
 	if n, err = ci.d.Cost(c); err != nil {
-		return "", 0, ci.failed(err, codes.Unknown)
+		return "", 0, ci.failed(c, err, codes.Unknown)
 	}
 	return key, n, nil
 }
 
-// failed returns the error of a call the interceptors stopped unsent: err,
-// named after the rule, with the gRPC status code of its cause, else code.
-func (ci *ClientInterceptors) failed(err error, code codes.Code) error {
+// failed returns the error of call c that the interceptors stopped unsent:
+// err, named after the rule, with the gRPC status code of its cause (the
+// call's context ending, ...), else code.
+func (ci *ClientInterceptors) failed(c OutboundCall, err error, code codes.Code) error {
 	err = fmt.Errorf("ratewindow: grpcmw client rule %q: %w", ci.rule.Name, err)
 	switch {
-	case errors.Is(err, context.Canceled):
-		code = codes.Canceled
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, core.ErrWaitExceedsDeadline):
+	case c.Context.Err() != nil: // not a Redis timeout's DeadlineExceeded
+		code = status.FromContextError(c.Context.Err()).Code()
+	case errors.Is(err, core.ErrWaitExceedsDeadline):
 		code = codes.DeadlineExceeded
 	case errors.Is(err, core.ErrNeverFits):
 		code = codes.ResourceExhausted
@@ -184,7 +185,7 @@ func (ci *ClientInterceptors) Unary() grpc.UnaryClientInterceptor {
 				if last != nil && errors.Is(err, core.ErrWaitExceedsDeadline) {
 					return last // the upstream's answer
 				}
-				return ci.failed(err, codes.Unavailable) // else: the Limiter failed
+				return ci.failed(c, err, codes.Unavailable) // else: the Limiter failed
 			}
 			trailer = nil
 			err := invoker(ctx, method, req, reply, cc, opts...)
@@ -216,7 +217,7 @@ func (ci *ClientInterceptors) Stream() grpc.StreamClientInterceptor {
 			return nil, err
 		}
 		if err := ci.wait(c, key, n); err != nil {
-			return nil, ci.failed(err, codes.Unavailable) // else: the Limiter failed
+			return nil, ci.failed(c, err, codes.Unavailable) // else: the Limiter failed
 		}
 		cs, err := streamer(ctx, desc, cc, method, opts...)
 		if err != nil {
