@@ -898,6 +898,7 @@ func TestWaitHonoursBlockWhileSleeping(t *testing.T) {
 			a, b := c.limiters(t)
 			ctx := context.Background()
 			lim := PerSecond(1)
+			stalls := stall.Start(t)
 			if err := a.Wait(ctx, "k", lim); err != nil { // the slot of now
 				t.Fatal(err)
 			}
@@ -924,8 +925,13 @@ func TestWaitHonoursBlockWhileSleeping(t *testing.T) {
 			if d := first.Sub(blocked); d < block-5*time.Millisecond {
 				t.Errorf("a Wait returned %s after the Block of %s, inside it", d, block)
 			}
+			// a first Wait that woke late narrows the gap: not the code's
 			if d := second.Sub(first); d < time.Second-5*time.Millisecond {
-				t.Errorf("the Waits returned %s apart, want a window (1s) at least", d)
+				if stalled := stalls.Worst(); d+stalled >= time.Second-5*time.Millisecond {
+					t.Logf("the Waits returned %s apart, but this process stalled for %s: inconclusive", d, stalled)
+				} else {
+					t.Errorf("the Waits returned %s apart, want a window (1s) at least", d)
+				}
 			}
 		})
 	}
