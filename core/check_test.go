@@ -287,3 +287,22 @@ func TestCheckRingEveryShard(t *testing.T) {
 	}
 	t.Fatal("neither naming puts the check key on the writable shard")
 }
+
+// TestCheckNamesSentinelMaster: through a failover client (whose Options
+// name no server), Check's error names the master it checked.
+func TestCheckNamesSentinelMaster(t *testing.T) {
+	t.Parallel()
+	s := redistest.NewSentinel(t)
+	for _, kv := range [][2]string{{"maxmemory", "100mb"}, {"maxmemory-policy", "allkeys-lru"}} {
+		if err := s.Master.Client(t).ConfigSet(context.Background(), kv[0], kv[1]).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := New(s.Client(t), WithPrefix(uniquePrefix(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Check(context.Background()); !errors.Is(err, ErrEvictionPolicy) || !strings.Contains(err.Error(), "redis at "+s.Master.Addr+" ") {
+		t.Fatalf("Check: %v, want ErrEvictionPolicy naming the master %s", err, s.Master.Addr)
+	}
+}

@@ -93,14 +93,27 @@ func (s *Store) checkNodes(ctx context.Context) error {
 }
 
 func checkNode(ctx context.Context, c *redis.Client, sc *redis.Script, key string) error {
-	addr := c.Options().Addr
+	addr := serverAddr(ctx, c)
 	if err := c.Ping(ctx).Err(); err != nil {
 		return fmt.Errorf("ratewindow: check: redis at %s: %w", addr, explainRefusal(err))
 	}
 	if err := checkScript(ctx, c, sc, key); err != nil {
 		return fmt.Errorf("%w (redis at %s)", err, addr)
 	}
-	return checkEviction(ctx, c)
+	return checkEviction(ctx, c, addr)
+}
+
+// serverAddr returns the address of c's server: its Options' Addr, or for
+// a failover client (whose Addr is "FailoverClient") the master's, as
+// CLIENT INFO's laddr names it, else "the Sentinel's master".
+func serverAddr(ctx context.Context, c *redis.Client) string {
+	if addr := c.Options().Addr; addr != "FailoverClient" {
+		return addr
+	}
+	if info, err := c.ClientInfo(ctx).Result(); err == nil && info.LAddr != "" {
+		return info.LAddr
+	}
+	return "the Sentinel's master"
 }
 
 // checkScript runs check.lua with EVAL, then EVALSHA: a Limiter uses both.
@@ -114,10 +127,9 @@ func checkScript(ctx context.Context, c redis.Scripter, sc *redis.Script, key st
 	return nil
 }
 
-// checkEviction fails when the server would evict keys, as CONFIG GET
+// checkEviction fails when the server at addr would evict keys, as CONFIG GET
 // says, or INFO memory where CONFIG is forbidden or renamed (managed Redis).
-func checkEviction(ctx context.Context, c *redis.Client) error {
-	addr := c.Options().Addr
+func checkEviction(ctx context.Context, c *redis.Client, addr string) error {
 	maxmemory, policy, cfgErr := configEviction(ctx, c)
 	if cfgErr != nil {
 		var infoErr error
