@@ -97,12 +97,8 @@ func (g *guard) end(ctx context.Context, a attempt, err error) (kind, error) {
 		k = succeeded
 	case callerGone(ctx):
 		k = abandoned
-		gone := ctx.Err()
-		if gone == nil {
-			gone = context.DeadlineExceeded // the caller's deadline
-		}
-		if !errors.Is(err, gone) { // a read cut at the deadline: an i/o timeout
-			err = fmt.Errorf("%w (%w)", gone, err)
+		if ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("%w (%w)", context.DeadlineExceeded, err) // the caller's deadline
 		}
 	case store.Replied(err):
 		k = rejected
