@@ -59,7 +59,13 @@ func (t *transport) send(batch []*call) {
 		t.again(t.answer(cmds[0], reply, err))
 		return
 	}
-	pipe := t.pipe()
+	pipe, err := t.pipe(tag(live[0]))
+	if err != nil { // a Ring closed, or its shards down
+		for _, c := range live {
+			t.finish(c, nil, err)
+		}
+		return
+	}
 	lib := t.lib != nil && t.lib.usable()
 	for _, s := range cmds {
 		if lib {
@@ -75,7 +81,9 @@ func (t *transport) send(batch []*call) {
 	for _, s := range cmds {
 		if err := s.cmd.Err(); err != nil && (redis.HasErrorPrefix(err, "NOSCRIPT") || lib && t.lib.refused(err)) {
 			if again == nil {
-				again = t.pipe()
+				if again, err = t.pipe(tag(live[0])); err != nil {
+					break // the ring closed since: the commands keep their errors
+				}
 			}
 			s.cmd = s.out.script.Eval(ctx, again, s.out.keys, s.out.args...)
 		}

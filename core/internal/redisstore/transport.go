@@ -24,8 +24,12 @@ import (
 // after their callers left. On a Cluster or Ring a call that is no decision
 // goes alone. It adds no hook to the client.
 type transport struct {
-	rdb  redis.Scripter
-	pipe func() redis.Pipeliner // the client's pipeline
+	rdb redis.Scripter
+	// pipe returns a pipeline to the node serving a hash tag: the client's,
+	// or on a Ring its shard's (go-redis's Ring pipeline, run after Close,
+	// dereferences the closed shard map on a goroutine of its own and
+	// crashes the process; a shard's client says it is closed).
+	pipe func(tag string) (redis.Pipeliner, error)
 	// laneOf names the node serving a decision's hash tag on a Cluster or
 	// Ring (a Cluster's master while the client knows it, a Ring's shard;
 	// "": unknown, the tag names the lane): a pipeline to one node holds no
@@ -108,7 +112,7 @@ func newTransport(rdb redis.Scripter) *transport {
 	case *redis.Client: // a failover client too
 		opt := c.Options()
 		t.health = dialHealth(opt.Dialer, opt.DialTimeout, opt.Network, opt.Addr)
-		t.pipe, t.direct = c.Pipeline, c
+		t.pipe, t.direct = pipeOf(c), c
 		if !opt.ContextTimeoutEnabled {
 			clone := c.WithTimeout(opt.ReadTimeout)
 			clone.Options().ContextTimeoutEnabled = true // the clone's own options
@@ -122,7 +126,15 @@ func newTransport(rdb redis.Scripter) *transport {
 	case *redis.Ring: // its shards' addresses: a down shard takes no command
 		opt := c.Options()
 		t.health = dialHealth(opt.Dialer, opt.DialTimeout, "tcp", slices.Collect(maps.Values(opt.Addrs))...)
-		t.pipe, t.depth, t.laneOf = c.Pipeline, 1, func(tag string) string {
+		t.depth = 1
+		t.pipe = func(tag string) (redis.Pipeliner, error) {
+			shard, err := c.GetShardClientForKey(tag)
+			if err != nil {
+				return nil, err
+			}
+			return shard.Pipeline(), nil
+		}
+		t.laneOf = func(tag string) string {
 			if shard, err := c.GetShardClientForKey(tag); err == nil {
 				return shard.Options().Addr
 			}
@@ -143,10 +155,15 @@ func newTransport(rdb redis.Scripter) *transport {
 		if c.Options().ContextTimeoutEnabled {
 			t.direct = c
 		}
-		t.pipe, t.depth, t.laneOf = c.Pipeline, 1, t.master
+		t.pipe, t.depth, t.laneOf = pipeOf(c), 1, t.master
 	}
 	t.calls.New = func() any { return &call{done: make(chan struct{}, 1)} }
 	return t
+}
+
+// pipeOf returns a pipe of rdb's own pipelines.
+func pipeOf(rdb redis.UniversalClient) func(string) (redis.Pipeliner, error) {
+	return func(string) (redis.Pipeliner, error) { return rdb.Pipeline(), nil }
 }
 
 // master returns the address of the Cluster master serving tag's slot, as

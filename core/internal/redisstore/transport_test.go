@@ -767,6 +767,9 @@ func (h *pipelineHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { r
 
 func (h *pipelineHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if !slices.ContainsFunc(cmds, isScriptCall) { // a node's connection set up (HELLO, CLIENT SETINFO)
+			return next(ctx, cmds)
+		}
 		nodes := map[string]bool{}
 		for _, cmd := range cmds {
 			nodes[h.node(fmt.Sprint(cmd.Args()[3]))] = true
@@ -818,7 +821,13 @@ func TestPipelinesPerNode(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := &pipelineHook{node: tc.node}
-			tc.rdb.AddHook(h)
+			if ring, ok := tc.rdb.(*redis.Ring); ok { // its queued calls go through its shards' clients
+				for _, shard := range ring.GetShardClients() {
+					shard.AddHook(h)
+				}
+			} else {
+				tc.rdb.AddHook(h)
+			}
 			s := New(tc.rdb, uniquePrefix(t))
 			ctx := context.Background()
 			const goroutines, keys = 64, 3000
@@ -899,5 +908,47 @@ func TestLateReplyAnswersForItsNode(t *testing.T) {
 	}
 	if s.AnsweredSince(other, sent) {
 		t.Fatalf("master %s answered nothing since, yet AnsweredSince says it did", other)
+	}
+}
+
+// A Ring closed while decisions are in flight (a service shutting down)
+// fails the decisions sent after it, and nothing else: go-redis's Ring
+// pipeline, run after Close, dereferenced its closed shard map on a
+// goroutine of its own and crashed the process, so a Ring's queued calls go
+// to their shard's client, which says it is closed.
+func TestRingClosedWhileDeciding(t *testing.T) {
+	p1, p2 := redistest.Start(t), redistest.Start(t)
+	for round := range 5 {
+		ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": p1.Addr, "b": p2.Addr}})
+		s := New(ring, uniquePrefix(t))
+		closed := make(chan struct{})
+		var after, failed atomic.Int64
+		var wg sync.WaitGroup
+		for g := range 64 {
+			wg.Go(func() {
+				for i := 0; ; i++ {
+					select {
+					case <-closed:
+						if after.Add(1) > 2000 {
+							return
+						}
+					default:
+					}
+					_, err := s.Allow(context.Background(), within(decision(fmt.Sprint("user:", (g*31+i)%200), perHour(1000)), patient))
+					if err != nil {
+						failed.Add(1)
+					}
+				}
+			})
+		}
+		time.Sleep(50 * time.Millisecond)
+		if err := ring.Close(); err != nil {
+			t.Fatalf("round %d: closing the ring: %v", round, err)
+		}
+		close(closed)
+		wg.Wait()
+		if failed.Load() == 0 {
+			t.Errorf("round %d: no decision failed after the ring was closed", round)
+		}
 	}
 }
