@@ -15,9 +15,12 @@ import (
 // passed, asking again at least every denyRecheck (see WithDenyCache). Keys
 // are in store.HeldKey's form and limits copied: a fixed size per denial.
 //
-// An expired denial is asked again by one request at a time (its probe);
-// the others wait for its answer: a denial renews it, an admission lets the
-// next waiter ask. So each waiter's answer came after it arrived.
+// An expired denial is asked again by one request (its probe); the others
+// wait for its answer: a denial renews it, any other answer drops it, and
+// the waiters ask for themselves, together (one at a time, a hot key's
+// decisions went one round trip after another for as long as the denial
+// stayed: 14,000 a second where 300,000 went without it). So each
+// waiter's answer came after it arrived.
 type denyCache struct {
 	seed   maphash.Seed
 	shards []denyShard
@@ -124,14 +127,30 @@ func (d *denial) countedDown(now int64, least time.Duration) Result {
 	return r
 }
 
-// settle ends probe p: its waiters look again.
-func (c *denyCache) settle(key string, n int64, limits []Limit, p *probe) {
-	sh, d := c.locked(key, n, limits)
-	if d != nil && d.probe == p {
-		d.probe = nil
+// settle ends probe p at now (ns): a denial it did not renew is dropped,
+// and its waiters look again.
+func (c *denyCache) settle(key string, n int64, limits []Limit, p *probe, now int64) {
+	sh := c.shard(key)
+	sh.mu.Lock()
+	ds := sh.m[key]
+	if i := slices.IndexFunc(ds, func(d denial) bool { return d.probe == p }); i >= 0 {
+		ds[i].probe = nil
+		if now >= ds[i].until {
+			sh.drop(key, i)
+		}
 	}
 	sh.mu.Unlock()
 	close(p.done)
+}
+
+// drop removes key's i-th denial.
+func (sh *denyShard) drop(key string, i int) {
+	if ds := slices.Delete(sh.m[key], i, i+1); len(ds) > 0 {
+		sh.m[key] = ds
+	} else {
+		delete(sh.m, key)
+	}
+	sh.n--
 }
 
 // denyRecheck is the longest a cached denial answers unasked: another
@@ -158,8 +177,7 @@ func (c *denyCache) put(key string, n int64, limits []Limit, now int64, r Result
 	key = store.OwnKey(key) // the map keeps the key of its latest assignment
 	switch {
 	case len(ds) >= denialsPerKey, len(ds) > 0 && sh.n >= sh.size && len(sh.m) == 1:
-		sh.m[key] = slices.Delete(ds, 0, 1) // drop this key's oldest denial
-		sh.n--
+		sh.drop(key, 0) // this key's oldest denial
 	case sh.n >= sh.size:
 		sh.evict(key, now)
 	}

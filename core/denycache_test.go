@@ -250,14 +250,33 @@ func TestDenyCacheEntries(t *testing.T) {
 	if _, ok, p2, wait := c.get("a", 1, lim, int64(11*time.Second)); ok || p2 != p || !wait {
 		t.Fatalf("while probing: hit %v, probe %v, wait %v; want to wait for the probe", ok, p2, wait)
 	}
-	c.settle("a", 1, lim, p) // admitted: the waiters look again
+	// denied again: renewed, the waiters take the new denial
+	c.put("a", 1, lim, int64(denyRecheck), r)
+	c.settle("a", 1, lim, p, int64(denyRecheck))
 	select {
 	case <-p.done:
 	default:
 		t.Fatal("settle did not wake the waiters")
 	}
-	if _, _, p3, wait := c.get("a", 1, lim, int64(11*time.Second)); p3 == nil || p3 == p || wait {
-		t.Fatal("after an admitted probe, the next caller does not probe")
+	if got, ok, p2, _ := c.get("a", 1, lim, int64(1500*time.Millisecond)); !ok || p2 != nil || got.RetryAfter != 9500*time.Millisecond {
+		t.Fatalf("after a probe denied again: %+v, hit %v, probe %v; want the renewed denial", got, ok, p2)
+	}
+	// admitted (nothing put): the denial goes, and the waiters, woken, ask
+	// for themselves, together; none waits for another probe
+	_, _, p, _ = c.get("a", 1, lim, int64(2*denyRecheck))
+	c.settle("a", 1, lim, p, int64(2*denyRecheck))
+	select {
+	case <-p.done:
+	default:
+		t.Fatal("settle did not wake the waiters")
+	}
+	for range 2 {
+		if _, ok, p3, wait := c.get("a", 1, lim, int64(2*denyRecheck)); ok || p3 != nil || wait {
+			t.Fatalf("after an admitted probe: hit %v, probe %v, wait %v; want none: the key asks freely", ok, p3, wait)
+		}
+	}
+	if c.len() != 0 {
+		t.Fatalf("an admitted probe left %d denials", c.len())
 	}
 	c.forget("a", 0)
 	c.put("a", 1, lim, 0, Result{Allowed: true})

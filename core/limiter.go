@@ -269,7 +269,7 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 		l.cache.put(ck, n, limits, cachedAt, r)
 	}
 	if probing != nil {
-		l.cache.settle(ck, n, limits, probing)
+		l.cache.settle(ck, n, limits, probing, l.now().UnixNano())
 	}
 	if l.observer != nil {
 		l.observe(Event{Op: op, Rule: rule, Key: key, Result: r, Err: err, Banned: d.Banned, CacheHit: cacheHit,
@@ -291,7 +291,7 @@ func (l *Limiter) cached(ctx context.Context, key string, n int64, limits []Limi
 		case ok && (pen == nil || r.blocked):
 			return r, true, nil, nil
 		case pen != nil && p != nil && !wait:
-			l.cache.settle(key, n, limits, p)
+			l.cache.settle(key, n, limits, p, now)
 			return Result{}, false, nil, nil
 		case pen != nil || p == nil:
 			return Result{}, false, nil, nil
