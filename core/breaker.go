@@ -66,13 +66,19 @@ func (b *breaker) success() {
 }
 
 // failure counts a call sent at start (ns) that failed at now (ns), unless
-// it overlapped the last counted failure.
-func (b *breaker) failure(start, now int64) {
+// it overlapped the last counted failure; the probe's failure opens the
+// breaker again whenever it was sent (its start, backdated to its budget's,
+// may precede the failure that opened it: it ended no probe, and every
+// later call was refused for good).
+func (b *breaker) failure(start, now int64, probe bool) {
 	last := b.lastEnd.Load()
-	if start < last || !b.lastEnd.CompareAndSwap(last, now) {
+	switch {
+	case probe:
+		b.lastEnd.CompareAndSwap(last, max(last, now))
+	case start < last || !b.lastEnd.CompareAndSwap(last, now):
 		return // the same moment of Redis as a failure already counted
 	}
-	if b.failures.Add(1) >= breakerFailures {
+	if b.failures.Add(1) >= breakerFailures || probe {
 		b.openUntil.Store(now + breakerPause)
 		b.probing.Store(false)
 	}

@@ -414,9 +414,9 @@ func TestInstantAnswersYield(t *testing.T) {
 	now := time.Now().UnixNano()
 	c.put("hot", 1, limits, now, Result{Limit: limits[0], RetryAfter: time.Minute, ResetAfter: time.Minute})
 	var b breaker
-	b.failure(1, 2)
-	b.failure(3, 4)
-	b.failure(5, 6) // open until 6 + breakerPause
+	b.failure(1, 2, false)
+	b.failure(3, 4, false)
+	b.failure(5, 6, false) // open until 6 + breakerPause
 	for _, tc := range []struct {
 		name   string
 		answer func() bool // reports whether it answered without I/O

@@ -520,12 +520,12 @@ func TestFaultScriptFlushAndRestart(t *testing.T) {
 
 // TestFaultBreakerAbandonedProbe: a probe whose caller gives up says
 // nothing about Redis; the next call probes instead of the breaker staying
-// open for good.
+// open for good. A failed probe opens it again, whenever it was sent.
 func TestFaultBreakerAbandonedProbe(t *testing.T) {
 	var b breaker
 	now := int64(1e9)
 	for range breakerFailures {
-		b.failure(now, now)
+		b.failure(now, now, false)
 	}
 	if ok, _ := b.allow(now + 1); ok {
 		t.Fatal("open breaker allowed a call")
@@ -542,16 +542,27 @@ func TestFaultBreakerAbandonedProbe(t *testing.T) {
 	if ok, probe := b.allow(later); !ok || !probe {
 		t.Fatal("no probe after an abandoned one")
 	}
-	b.failure(later, later)
+	b.failure(later, later, true)
 	if ok, _ := b.allow(later + 1); ok {
 		t.Fatal("a failed probe did not open the breaker again")
 	}
 	if ok, probe := b.allow(later + breakerPause); !ok || !probe {
 		t.Fatal("no probe after the second pause")
 	}
+	// a probe whose start, its budget's, precedes the failure that opened
+	// the breaker: its failure opens it again too (it was taken for the
+	// same moment of Redis, ended no probe, and no call went again)
+	third := later + breakerPause
+	b.failure(now, third, true)
+	if ok, _ := b.allow(third + 1); ok {
+		t.Fatal("a backdated probe's failure did not open the breaker again")
+	}
+	if ok, probe := b.allow(third + breakerPause); !ok || !probe {
+		t.Fatal("no probe after a backdated probe failed")
+	}
 	b.success()
 	for range 3 {
-		if ok, probe := b.allow(later + breakerPause); !ok || probe {
+		if ok, probe := b.allow(third + breakerPause); !ok || probe {
 			t.Fatal("closed breaker: want plain calls")
 		}
 	}
@@ -566,7 +577,7 @@ func TestBreakerCountsFailuresInSequence(t *testing.T) {
 	const timeout = int64(100e6)
 	sent := int64(1e9)
 	for i := range 64 { // 64 concurrent calls time out together
-		b.failure(sent+int64(i), sent+timeout+int64(i))
+		b.failure(sent+int64(i), sent+timeout+int64(i), false)
 	}
 	if ok, _ := b.allow(sent + 2*timeout); !ok {
 		t.Fatal("one burst of concurrent timeouts opened the breaker")
@@ -576,7 +587,7 @@ func TestBreakerCountsFailuresInSequence(t *testing.T) {
 	}
 	end := sent + timeout + 63
 	for range breakerFailures - 1 { // then calls one after the other
-		b.failure(end, end+timeout)
+		b.failure(end, end+timeout, false)
 		end += timeout
 	}
 	if ok, _ := b.allow(end + 1); ok {
@@ -688,4 +699,45 @@ func exactAfter(t *testing.T, l *Limiter, prefix string) (shedCount int) {
 			t.Fatal("5 tries in a row saw a decision shed")
 		}
 	}
+}
+
+// TestBreakerRecoversAfterBackdatedProbe: a probe is judged from when its
+// budget began, here before the failure that opened the breaker (a Wait's
+// call, its WithWaitTimeout shorter than WithTimeout's budget). Its failure
+// was taken for the same moment of Redis and ended no probe: once Redis
+// was back, every decision still failed, for good.
+func TestBreakerRecoversAfterBackdatedProbe(t *testing.T) {
+	p := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr})
+	t.Cleanup(func() { rdb.Close() })
+	l, err := New(rdb, WithPrefix(uniquePrefix(t)), WithTimeout(time.Second), WithWaitTimeout(100*time.Millisecond), WithDenyCache(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	lim := PerSecond(1000)
+	if r, err := l.Allow(ctx, "k", lim); err != nil || r.BackendErr != nil {
+		t.Fatal(r, err)
+	}
+	p.Kill(t)
+	for range breakerFailures {
+		if r, _ := l.Allow(ctx, "k", lim); r.BackendErr == nil {
+			t.Fatal("a decision with Redis down had no BackendErr")
+		}
+	}
+	if r, _ := l.Allow(ctx, "k", lim); !errors.Is(r.BackendErr, ErrCircuitOpen) {
+		t.Fatalf("the breaker did not open: %v", r.BackendErr)
+	}
+	time.Sleep(time.Duration(breakerPause) + 50*time.Millisecond) // the next call probes
+	_ = l.Wait(ctx, "w", lim)                                      // the probe: Redis is still down
+	p.Restart(t)
+	var last error
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		r, err := l.Allow(ctx, "k", lim)
+		if err == nil && r.BackendErr == nil {
+			return
+		}
+		last = r.BackendErr
+	}
+	t.Fatalf("10s after Redis came back every decision still fails: %v", last)
 }

@@ -118,7 +118,7 @@ func (g *guard) end(ctx context.Context, a attempt, err error) (kind, error) {
 	case k == succeeded || k == rejected:
 		a.br.success()
 	case counted:
-		a.br.failure(a.sent, g.remote.Clock())
+		a.br.failure(a.sent, g.remote.Clock(), a.probe)
 	case a.probe:
 		a.br.abandon() // it said nothing about Redis: the next call probes
 	}
