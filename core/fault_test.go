@@ -729,7 +729,7 @@ func TestBreakerRecoversAfterBackdatedProbe(t *testing.T) {
 		t.Fatalf("the breaker did not open: %v", r.BackendErr)
 	}
 	time.Sleep(time.Duration(breakerPause) + 50*time.Millisecond) // the next call probes
-	_ = l.Wait(ctx, "w", lim)                                      // the probe: Redis is still down
+	_ = l.Wait(ctx, "w", lim)                                     // the probe: Redis is still down
 	p.Restart(t)
 	var last error
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
