@@ -38,3 +38,29 @@ func TestCallerGone(t *testing.T) {
 		t.Fatalf("the breaker counted %d failures", n)
 	}
 }
+
+// TestEndedContextDecidesNothing: a caller whose context has ended gets
+// ctx's error and no decision from every backend, and nothing is recorded:
+// the memory Limiter decided, recorded, and its Wait said proceed, so a
+// request whose client had left reached the handler.
+func TestEndedContextDecidesNothing(t *testing.T) {
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			e := b.new(t)
+			for _, alg := range algorithms {
+				lim := Per(5, time.Minute).With(alg)
+				key := "k" + alg.String()
+				if r, err := e.lim.AllowN(ended, key, 2, lim); !errors.Is(err, context.Canceled) || r.Allowed {
+					t.Errorf("%v: AllowN: %+v, %v; want context.Canceled and no decision", alg, r, err)
+				}
+				if err := e.lim.WaitN(ended, key, 2, lim); !errors.Is(err, context.Canceled) {
+					t.Errorf("%v: WaitN: %v; want context.Canceled", alg, err)
+				}
+				r, err := e.lim.Peek(context.Background(), key, lim)
+				e.expect(alg.String()+": after", r, err, want{true, 5, 0, 0})
+			}
+		})
+	}
+}

@@ -138,6 +138,9 @@ func callerGone(ctx context.Context) bool {
 // call runs f, a call about r.Key, behind the breaker.
 func (g *guard) call(ctx context.Context, r *store.Request, f func() error) (kind, error) {
 	if g.remote == nil { // the memory store fails only when ctx ends
+		if err := ctx.Err(); err != nil {
+			return abandoned, err // as a call to Redis: nothing decided
+		}
 		if err := f(); err != nil {
 			return abandoned, err
 		}
@@ -252,6 +255,9 @@ func (g *guard) reserve(ctx context.Context, r store.Request, longest int64) (re
 			return err
 		})
 		return o
+	}
+	if err := ctx.Err(); err != nil {
+		return reservation{}, err // nothing sent: nothing to give back later
 	}
 	var o outcome
 	if ctx.Done() == nil || g.remote == nil {
