@@ -530,7 +530,11 @@ func (l *Limiter) reserveAndSleep(ctx context.Context, key string, n int64, limi
 			again = err == nil && wait > 0 && l.blockedAt(ctx, r, res.At)
 		}
 		if err != nil || again { // give the reservation back, best effort, though ctx may be done
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultWaitTimeout)
+			bound := l.waitTime // a call of Wait's, ctx ended or not
+			if bound <= 0 {
+				bound = DefaultWaitTimeout
+			}
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bound)
 			_ = l.guard.release(rctx, r, res)
 			cancel()
 		}

@@ -936,3 +936,39 @@ func TestWaitHonoursBlockWhileSleeping(t *testing.T) {
 		})
 	}
 }
+
+// TestCancelledWaitReleasesWithinWaitTimeout: a Wait cancelled while it
+// sleeps to its slot gives the slot back by a call that WithWaitTimeout
+// bounds, as every call of Wait's: on a stalled Redis its caller returned
+// after DefaultWaitTimeout (2s) whatever the option said.
+func TestCancelledWaitReleasesWithinWaitTimeout(t *testing.T) {
+	p := redistest.Start(t)
+	l, err := New(p.Client(t), WithPrefix(uniquePrefix(t)), WithWaitTimeout(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	lim := Per(1, 5*time.Second)
+	if err := l.Wait(ctx, "k", lim); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- l.Wait(wctx, "k", lim) }() // reserves the slot 5s on, and sleeps
+	admin := p.Client(t)
+	eventually(t, "the second Wait's reservation", func() bool {
+		r, err := l.Peek(ctx, "k", lim)
+		return err == nil && r.RetryAfter > 5*time.Second
+	})
+	if err := admin.Do(ctx, "CLIENT", "PAUSE", "3000", "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Do(context.Background(), "CLIENT", "UNPAUSE") })
+	stalls := stall.Start(t)
+	cancel()
+	cancelled := time.Now()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Wait: %v, want context.Canceled", err)
+	}
+	beyond(t, stalls, time.Since(cancelled), time.Second, "the cancelled Wait's return (WithWaitTimeout 100ms)")
+}
