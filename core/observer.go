@@ -2,6 +2,8 @@ package core
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 )
 
@@ -59,7 +61,11 @@ type Observer func(Event)
 // Refused reports that an upstream refused a request of key: it blocks key
 // for d on every replica (Limiter.Block) and tells the observer (an
 // OpRefused Event; retried: the request goes again). Block's errors are
-// returned. nethttp.Transport uses it.
+// returned; but when retried, a Block that failed (Redis down) is waited
+// out here, on this replica alone, so that the retry still goes after d:
+// then the error is nil once d has passed, else ctx's, or
+// ErrWaitExceedsDeadline when d outlasts ctx's deadline (the retry should
+// not go). nethttp.Transport uses it.
 func (e *Enforcer) Refused(ctx context.Context, key string, d time.Duration, retried bool) error {
 	return e.d.Refused(ctx, key, d, retried)
 }
@@ -70,5 +76,16 @@ func (d *Decider[R]) Refused(ctx context.Context, key string, dur time.Duration,
 	err := d.l.Block(ctx, key, dur)
 	d.l.observe(Event{Op: OpRefused, Rule: d.p.Name, Key: key, Retried: retried, Err: err,
 		Result: Result{Limit: d.p.Limits[0], RetryAfter: dur}}, start)
-	return err
+	if err == nil || !retried || errors.Is(err, ErrInvalidDuration) || errors.Is(err, ErrInvalidKey) {
+		return err
+	}
+	// the upstream's time is waited out here: a retry sent at once (3 in
+	// a millisecond) would ignore it
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < dur {
+		return fmt.Errorf("%w (after %w)", exceedsDeadline(dur), err)
+	}
+	if serr := sleep(ctx, dur); serr != nil {
+		return fmt.Errorf("%w (after %w)", serr, err)
+	}
+	return nil
 }

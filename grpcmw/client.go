@@ -194,8 +194,9 @@ func (ci *ClientInterceptors) Unary() grpc.UnaryClientInterceptor {
 				return err
 			}
 			retry := attempt < retries && retries > 0 && !noRetry(trailer)
-			_ = ci.d.Refused(ctx, key, d, retry) // best effort: the call goes on
-			if !retry {
+			// best effort: when the Block fails, Refused waits d out before a
+			// retry, and an error says the retry cannot go
+			if rerr := ci.d.Refused(ctx, key, d, retry); !retry || rerr != nil {
 				return err
 			}
 			last = err

@@ -639,3 +639,33 @@ func TestDenialNamesBindingPolicy(t *testing.T) {
 		}
 	}
 }
+
+// TestClientRetryWaitsWhenBlockFails: a RESOURCE_EXHAUSTED's block
+// (DefaultBlock here) is waited out before the retry when the Block that
+// tells every replica fails (Redis down, or its client closed at
+// shutdown): the retries went at once, 4 calls in 2ms.
+func TestClientRetryWaitsWhenBlockFails(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: redistest.New(t).Addr})
+	l, err := core.New(rdb) // FailOpen: every Wait passes while Redis is gone
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb.Close()
+	ci, err := grpcmw.NewClient(l, grpcmw.ClientRule{Name: "out", Limits: []core.Limit{core.PerSecond(100)},
+		MaxRetries: 1, DefaultBlock: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, e := serve(t, nil, grpc.WithUnaryInterceptor(ci.Unary()))
+	if _, err := say(context.Background(), cc, "code:8"); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("%v, want the upstream's RESOURCE_EXHAUSTED", err)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.arrivals) != 2 {
+		t.Fatalf("%d calls, want 2", len(e.arrivals))
+	}
+	if gap := e.arrivals[1].Sub(e.arrivals[0]); gap < 500*time.Millisecond {
+		t.Fatalf("the retry went %s after the refusal, inside its 500ms block", gap)
+	}
+}

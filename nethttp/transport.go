@@ -202,10 +202,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		d = min(d, t.maxBlock())
 		retry := refused && attempt < retries && replayable(req)
-		// the refusal is the fleet's: blocking is best effort, the
-		// response or the retry goes on whatever Redis says
-		_ = enf.Refused(ctx, key, d, retry)
-		if !retry {
+		// the refusal is the fleet's: blocking is best effort; when it
+		// fails, Refused waits d out itself before a retry, and an error
+		// says the retry cannot go (ctx ended, or d outlasts it)
+		if err := enf.Refused(ctx, key, d, retry); !retry || err != nil {
 			return resp, nil
 		}
 		last = resp

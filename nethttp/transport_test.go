@@ -501,3 +501,58 @@ func beyond(t *testing.T, m *stall.Meter, d, bound time.Duration, what string) {
 		t.Logf("%s took %v, over %v, but this process stalled for %v: inconclusive", what, d, bound, stalled)
 	}
 }
+
+// TestTransportRetryWaitsWhenBlockFails: an upstream refusal's Retry-After
+// is waited out before the retry when the Block that tells every replica
+// fails (Redis down, or its client closed at shutdown): the retries went
+// at once, 4 requests in a millisecond to an upstream that asked for 1s.
+func TestTransportRetryWaitsWhenBlockFails(t *testing.T) {
+	var mu sync.Mutex
+	var arrived []time.Time
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		arrived = append(arrived, time.Now())
+		mu.Unlock()
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusTooManyRequests)
+	}))
+	t.Cleanup(up.Close)
+	rdb := redistest.New(t).Client(t)
+	l, err := core.New(rdb) // FailOpen: every Wait passes while Redis is gone
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb.Close()
+	tr := &nethttp.Transport{Limiter: l, MaxRetries: 1, Rule: core.Rule{Name: "api", Limits: []core.Limit{core.PerSecond(100)}}}
+	req, _ := http.NewRequest(http.MethodGet, up.URL, nil)
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	mu.Lock()
+	got := slices.Clone(arrived)
+	arrived = nil
+	mu.Unlock()
+	if resp.StatusCode != http.StatusTooManyRequests || len(got) != 2 {
+		t.Fatalf("%d, %d requests; want the upstream's 429 after 2", resp.StatusCode, len(got))
+	}
+	if gap := got[1].Sub(got[0]); gap < time.Second {
+		t.Fatalf("the retry went %s after the refusal, inside its Retry-After: 1", gap)
+	}
+	// a Retry-After that outlasts the request's deadline: no retry, the
+	// upstream's answer at once
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	req, _ = http.NewRequestWithContext(ctx, http.MethodGet, up.URL, nil)
+	resp, err = (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	if resp.StatusCode != http.StatusTooManyRequests || len(arrived) != 1 {
+		t.Fatalf("%d, %d requests; want the upstream's 429 after 1", resp.StatusCode, len(arrived))
+	}
+}
