@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratewindow/ratewindow/core/internal/redisstore"
+	"github.com/ratewindow/ratewindow/internal/redistest"
 )
 
 // lateContext is a context whose deadline passed while its timer has not
@@ -62,5 +63,35 @@ func TestEndedContextDecidesNothing(t *testing.T) {
 				e.expect(alg.String()+": after", r, err, want{true, 5, 0, 0})
 			}
 		})
+	}
+}
+
+// TestEndedContextBreakerOpen: with the breaker open, a caller whose
+// context ended still gets ctx's error, not the failure mode's answer
+// (FailOpen admitted it, and a Wait said proceed).
+func TestEndedContextBreakerOpen(t *testing.T) {
+	p := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr})
+	t.Cleanup(func() { rdb.Close() })
+	l, err := New(rdb, WithPrefix(uniquePrefix(t)), WithDenyCache(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	lim := PerMinute(5)
+	p.Kill(t)
+	for range breakerFailures {
+		l.Allow(ctx, "k", lim)
+	}
+	if r, _ := l.Allow(ctx, "k", lim); !errors.Is(r.BackendErr, ErrCircuitOpen) {
+		t.Fatalf("the breaker did not open: %v", r.BackendErr)
+	}
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	if r, err := l.Allow(ended, "k", lim); !errors.Is(err, context.Canceled) || r.Allowed {
+		t.Errorf("Allow: %+v, %v; want context.Canceled and no decision", r, err)
+	}
+	if err := l.Wait(ended, "k", lim.With(SlidingBuckets)); !errors.Is(err, context.Canceled) {
+		t.Errorf("Wait (polling): %v; want context.Canceled", err)
 	}
 }

@@ -16,11 +16,12 @@ import (
 // are in store.HeldKey's form and limits copied: a fixed size per denial.
 //
 // An expired denial is asked again by one request (its probe); the others
-// wait for its answer: a denial renews it, any other answer drops it, and
-// the waiters ask for themselves, together (one at a time, a hot key's
+// wait for its answer: a denial renews it, an admission drops it, and the
+// waiters ask for themselves, together (one at a time, a hot key's
 // decisions went one round trip after another for as long as the denial
-// stayed: 14,000 a second where 300,000 went without it). So each
-// waiter's answer came after it arrived.
+// stayed: 14,000 a second where 300,000 went without it); a probe Redis
+// did not answer leaves it, the last denial, and the next waiter probes.
+// So each waiter's answer came after it arrived.
 type denyCache struct {
 	seed   maphash.Seed
 	shards []denyShard
@@ -127,15 +128,16 @@ func (d *denial) countedDown(now int64, least time.Duration) Result {
 	return r
 }
 
-// settle ends probe p at now (ns): a denial it did not renew is dropped,
-// and its waiters look again.
-func (c *denyCache) settle(key string, n int64, limits []Limit, p *probe, now int64) {
+// settle ends probe p at now (ns), answered when Redis answered it: a
+// denial it did not renew is then dropped (else it stays, the last denial,
+// and the next waiter probes), and its waiters look again.
+func (c *denyCache) settle(key string, n int64, limits []Limit, p *probe, now int64, answered bool) {
 	sh := c.shard(key)
 	sh.mu.Lock()
 	ds := sh.m[key]
 	if i := slices.IndexFunc(ds, func(d denial) bool { return d.probe == p }); i >= 0 {
 		ds[i].probe = nil
-		if now >= ds[i].until {
+		if answered && now >= ds[i].until {
 			sh.drop(key, i)
 		}
 	}

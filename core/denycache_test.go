@@ -252,7 +252,7 @@ func TestDenyCacheEntries(t *testing.T) {
 	}
 	// denied again: renewed, the waiters take the new denial
 	c.put("a", 1, lim, int64(denyRecheck), r)
-	c.settle("a", 1, lim, p, int64(denyRecheck))
+	c.settle("a", 1, lim, p, int64(denyRecheck), true)
 	select {
 	case <-p.done:
 	default:
@@ -261,10 +261,21 @@ func TestDenyCacheEntries(t *testing.T) {
 	if got, ok, p2, _ := c.get("a", 1, lim, int64(1500*time.Millisecond)); !ok || p2 != nil || got.RetryAfter != 9500*time.Millisecond {
 		t.Fatalf("after a probe denied again: %+v, hit %v, probe %v; want the renewed denial", got, ok, p2)
 	}
+	// not answered by Redis (a timeout, shed, the failure mode): the
+	// denial stays, the last one, and the next caller probes
+	_, _, p, _ = c.get("a", 1, lim, int64(2*denyRecheck))
+	c.settle("a", 1, lim, p, int64(2*denyRecheck), false)
+	if _, ok, p2, wait := c.get("a", 1, lim, int64(2*denyRecheck)); ok || p2 == nil || p2 == p || wait {
+		t.Fatalf("after a probe Redis did not answer: hit %v, probe %v, wait %v; want a new probe", ok, p2, wait)
+	} else {
+		p = p2
+	}
+	if _, ok := c.last("a", 1, lim, int64(2*denyRecheck)); !ok {
+		t.Fatal("the last denial went with a probe Redis did not answer")
+	}
 	// admitted (nothing put): the denial goes, and the waiters, woken, ask
 	// for themselves, together; none waits for another probe
-	_, _, p, _ = c.get("a", 1, lim, int64(2*denyRecheck))
-	c.settle("a", 1, lim, p, int64(2*denyRecheck))
+	c.settle("a", 1, lim, p, int64(2*denyRecheck), true)
 	select {
 	case <-p.done:
 	default:
@@ -450,5 +461,38 @@ func TestInstantAnswersYield(t *testing.T) {
 				t.Fatalf("the loop answered %d times before this goroutine ran again, want at most %d", n, 4*instantYield)
 			}
 		})
+	}
+}
+
+// TestExpiredDenialAnswersEveryStalledDecision: on a stalled Redis an
+// expired cached denial answers each decision that runs out of time
+// (WithTimeout's doc: "a cached denial of the key, even expired, answers"),
+// not only the first: a probe Redis did not answer leaves the denial.
+func TestExpiredDenialAnswersEveryStalledDecision(t *testing.T) {
+	p := redistest.Start(t)
+	l, err := New(p.Client(t), WithPrefix(uniquePrefix(t)), WithTimeout(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	lim := PerMinute(1)
+	if _, err := l.Allow(ctx, "k", lim); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := l.Allow(ctx, "k", lim); err != nil || r.Allowed {
+		t.Fatal("want a denial", r, err)
+	}
+	admin := p.Client(t)
+	if err := admin.Do(ctx, "CLIENT", "PAUSE", "4000", "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Do(context.Background(), "CLIENT", "UNPAUSE") })
+	time.Sleep(1100 * time.Millisecond) // the denial is due again (denyRecheck)
+	for i := range 3 {
+		r, err := l.Allow(ctx, "k", lim)
+		t.Logf("#%d: allowed %v, backendErr %v, err %v", i, r.Allowed, r.BackendErr, err)
+		if err != nil || r.Allowed || r.BackendErr != nil {
+			t.Errorf("#%d: not answered by the cached denial: allowed %v, %v", i, r.Allowed, r.BackendErr)
+		}
 	}
 }

@@ -325,16 +325,16 @@ func TestGuardKinds(t *testing.T) {
 			case 3, 4:
 				r.reply.Store(1) // the clock reads a second now
 			}
-			var deadline time.Time
+			var began time.Time
 			switch {
 			case c.spent == starved:
 				g.budget = 100 * time.Millisecond
 				g.cpu.long = math.MaxInt64 // a goroutine waited to run since every call
 			case c.spent > 0: // (no budget else: the CPU rule stays out)
 				g.budget = 100 * time.Millisecond
-				deadline = time.Now().Add(g.budget - c.spent)
+				began = time.Now().Add(-c.spent)
 			}
-			a, err := g.begin("k", deadline)
+			a, err := g.begin("k", began)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -64,9 +64,9 @@ type attempt struct {
 	probe bool     // the call is br's probe
 }
 
-// begin starts a call to Redis about key for a decision whose budget ends
-// at deadline (zero: none), or returns ErrCircuitOpen.
-func (g *guard) begin(key string, deadline time.Time) (attempt, error) {
+// begin starts a call to Redis about key for a decision whose budget
+// began at began (zero: now), or returns ErrCircuitOpen.
+func (g *guard) begin(key string, began time.Time) (attempt, error) {
 	now := g.remote.Clock()
 	a := attempt{sent: now, node: g.remote.Node(key), br: &g.br}
 	if a.node != "" {
@@ -76,8 +76,8 @@ func (g *guard) begin(key string, deadline time.Time) (attempt, error) {
 		}
 		a.br = b.(*breaker)
 	}
-	if !deadline.IsZero() && g.budget > 0 {
-		spent := min(max(g.budget-time.Until(deadline), 0), g.budget)
+	if !began.IsZero() && g.budget > 0 {
+		spent := min(max(time.Since(began), 0), g.budget)
 		a.sent = max(now-int64(spent), 1)
 	}
 	var ok bool
@@ -137,25 +137,32 @@ func callerGone(ctx context.Context) bool {
 
 // call runs f, a call about r.Key, behind the breaker.
 func (g *guard) call(ctx context.Context, r *store.Request, f func() error) (kind, error) {
+	return g.callSince(ctx, r, time.Time{}, f)
+}
+
+// callSince is call for a decision whose budget began at began (see begin):
+// a Wait's calls, and the rest, begin when sent.
+func (g *guard) callSince(ctx context.Context, r *store.Request, began time.Time, f func() error) (kind, error) {
+	if err := ctx.Err(); err != nil {
+		return abandoned, err // nothing decided, not even by an open breaker's failure mode
+	}
 	if g.remote == nil { // the memory store fails only when ctx ends
-		if err := ctx.Err(); err != nil {
-			return abandoned, err // as a call to Redis: nothing decided
-		}
 		if err := f(); err != nil {
 			return abandoned, err
 		}
 		return succeeded, nil
 	}
-	a, err := g.begin(r.Key, r.Deadline)
+	a, err := g.begin(r.Key, began)
 	if err != nil {
 		return failed, err
 	}
 	return g.end(ctx, a, f())
 }
 
-// allow decides *r without the failure mode (see fail).
-func (g *guard) allow(ctx context.Context, r *store.Request) (d store.Decision, k kind, err error) {
-	k, err = g.call(ctx, r, func() (err error) {
+// allow decides *r without the failure mode (see fail), for a decision
+// whose budget began at began (zero: now).
+func (g *guard) allow(ctx context.Context, r *store.Request, began time.Time) (d store.Decision, k kind, err error) {
+	k, err = g.callSince(ctx, r, began, func() (err error) {
 		d, err = g.next.Allow(ctx, *r)
 		return err
 	})

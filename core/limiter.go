@@ -244,7 +244,7 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 			req.Now = l.storeTime() // the retry's own time
 		}
 		var e error
-		if d, k, e = l.guard.allow(ctx, &req); try == 0 || !errors.Is(e, ErrCircuitOpen) {
+		if d, k, e = l.guard.allow(ctx, &req, start); try == 0 || !errors.Is(e, ErrCircuitOpen) {
 			err = e // else the retry was not sent: the first failure answers
 		}
 		if !k.retried() {
@@ -269,7 +269,7 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 		l.cache.put(ck, n, limits, cachedAt, r)
 	}
 	if probing != nil {
-		l.cache.settle(ck, n, limits, probing, l.now().UnixNano())
+		l.cache.settle(ck, n, limits, probing, l.now().UnixNano(), err == nil && !cacheHit && r.BackendErr == nil)
 	}
 	if l.observer != nil {
 		l.observe(Event{Op: op, Rule: rule, Key: key, Result: r, Err: err, Banned: d.Banned, CacheHit: cacheHit,
@@ -291,7 +291,7 @@ func (l *Limiter) cached(ctx context.Context, key string, n int64, limits []Limi
 		case ok && (pen == nil || r.blocked):
 			return r, true, nil, nil
 		case pen != nil && p != nil && !wait:
-			l.cache.settle(key, n, limits, p, now)
+			l.cache.settle(key, n, limits, p, now, false)
 			return Result{}, false, nil, nil
 		case pen != nil || p == nil:
 			return Result{}, false, nil, nil
@@ -554,7 +554,7 @@ func (l *Limiter) blockedAt(ctx context.Context, r store.Request, at int64) bool
 	if l.waitTime > 0 {
 		r.Deadline = time.Now().Add(l.waitTime)
 	}
-	d, k, err := l.guard.allow(ctx, &r)
+	d, k, err := l.guard.allow(ctx, &r, time.Time{})
 	return err == nil && k == succeeded && d.Blocked && d.At >= at
 }
 
@@ -566,7 +566,7 @@ func (l *Limiter) poll(ctx context.Context, key string, n int64, limits []Limit)
 	for {
 		req := l.request(key, n, limits, &buf, l.waitTime) // FailLocal scales its limits
 		req.Commit = true
-		dec, k, err := l.guard.allow(ctx, &req)
+		dec, k, err := l.guard.allow(ctx, &req, time.Time{})
 		r, err := l.answer(ctx, req, limits, &dec, k, err)
 		if err != nil {
 			return waited, failed, err
