@@ -62,7 +62,8 @@ type Observer func(Event)
 // for d on every replica (Limiter.Block) and tells the observer (an
 // OpRefused Event; retried: the request goes again). Block's errors are
 // returned; but when retried, a Block that failed (Redis down) is waited
-// out here, on this replica alone, so that the retry still goes after d:
+// out here, on this replica alone (but under FailClosed, whose retry would
+// fail), so that the retry still goes after d:
 // then the error is nil once d has passed, else ctx's, or
 // ErrWaitExceedsDeadline when d outlasts ctx's deadline (the retry should
 // not go). nethttp.Transport uses it.
@@ -76,8 +77,8 @@ func (d *Decider[R]) Refused(ctx context.Context, key string, dur time.Duration,
 	err := d.l.Block(ctx, key, dur)
 	d.l.observe(Event{Op: OpRefused, Rule: d.p.Name, Key: key, Retried: retried, Err: err,
 		Result: Result{Limit: d.p.Limits[0], RetryAfter: dur}}, start)
-	if err == nil || !retried || errors.Is(err, ErrInvalidDuration) || errors.Is(err, ErrInvalidKey) {
-		return err
+	if err == nil || !retried || d.l.guard.mode == FailClosed || errors.Is(err, ErrInvalidDuration) || errors.Is(err, ErrInvalidKey) {
+		return err // FailClosed's retry would fail: no wait for it
 	}
 	// the upstream's time is waited out here: a retry sent at once (3 in
 	// a millisecond) would ignore it

@@ -555,4 +555,32 @@ func TestTransportRetryWaitsWhenBlockFails(t *testing.T) {
 	if resp.StatusCode != http.StatusTooManyRequests || len(arrived) != 1 {
 		t.Fatalf("%d, %d requests; want the upstream's 429 after 1", resp.StatusCode, len(arrived))
 	}
+	resp.Body.Close()
+}
+
+// TestTransportFailClosedRefusalNoWait: under FailClosed, when the Block of
+// a refusal fails the retry could only fail: the upstream's refusal comes
+// back at once, with no wait for its Retry-After.
+func TestTransportFailClosedRefusalNoWait(t *testing.T) {
+	rdb := redistest.New(t).Client(t)
+	var once sync.Once
+	var arrived atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived.Add(1)
+		once.Do(func() { rdb.Close() }) // Redis gone after the first Wait
+		w.Header().Set("Retry-After", "3")
+		w.WriteHeader(http.StatusTooManyRequests)
+	}))
+	t.Cleanup(up.Close)
+	l, err := core.New(rdb, core.WithFailureMode(core.FailClosed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &nethttp.Transport{Limiter: l, MaxRetries: 1, Rule: core.Rule{Name: "api", Limits: []core.Limit{core.PerSecond(100)}}}
+	req, _ := http.NewRequest(http.MethodGet, up.URL, nil)
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil || resp.StatusCode != http.StatusTooManyRequests || arrived.Load() != 1 {
+		t.Fatalf("%v, %d requests; want the upstream's 429 after 1", err, arrived.Load())
+	}
+	resp.Body.Close()
 }
