@@ -496,3 +496,64 @@ func TestExpiredDenialAnswersEveryStalledDecision(t *testing.T) {
 		}
 	}
 }
+
+// clockHook moves a fake clock by step during every script call while armed.
+type clockHook struct {
+	clock *fakeClock
+	step  time.Duration
+	armed atomic.Bool
+}
+
+func (h *clockHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *clockHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if h.armed.Load() {
+			h.clock.mu.Lock()
+			h.clock.t = h.clock.t.Add(h.step)
+			h.clock.mu.Unlock()
+		}
+		return err
+	}
+}
+func (h *clockHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestDenyCacheSkipsEndedDenial: a denial whose RetryAfter ended while it
+// was decided (near a high limit: µs) is not cached: kept, it was due at
+// once, and every later decision of the key waited for a probe of it and
+// then asked again. One whose RetryAfter outlasts its decision is cached.
+func TestDenyCacheSkipsEndedDenial(t *testing.T) {
+	srv := redistest.New(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	h := &clockHook{clock: newFakeClock(), step: 2 * time.Minute}
+	rdb.AddHook(h)
+	l, err := New(rdb, WithClock(h.clock.Now), WithPrefix(uniquePrefix(t)), WithTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	lim := PerMinute(1)
+	if r, err := l.Allow(ctx, "k", lim); err != nil || !r.Allowed {
+		t.Fatal(r, err)
+	}
+	h.armed.Store(true) // the denial's minute passes while it is decided
+	if r, err := l.Allow(ctx, "k", lim); err != nil || r.Allowed || r.BackendErr != nil {
+		t.Fatal(r, err)
+	}
+	if n := l.cache.len(); n != 0 {
+		t.Fatalf("cached %d denials that ended while decided", n)
+	}
+	h.armed.Store(false)
+	if r, err := l.Allow(ctx, "j", lim); err != nil || !r.Allowed {
+		t.Fatal(r, err)
+	}
+	if r, err := l.Allow(ctx, "j", lim); err != nil || r.Allowed {
+		t.Fatal(r, err)
+	}
+	if n := l.cache.len(); n != 1 {
+		t.Fatalf("cached %d denials, want the one that outlasts its decision", n)
+	}
+}

@@ -265,7 +265,12 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 		r, err = l.answer(ctx, req, limits, &d, k, err)
 	}
 	l.scratch.Put(buf)
-	if err == nil && l.cache != nil && commit && !r.Allowed && r.BackendErr == nil && !cacheHit {
+	// a denial that ended while it was decided is not kept: near a high
+	// limit (a RetryAfter of µs) every later decision of the key waited for
+	// a probe of it, then asked again: two round trips each, half the
+	// decisions a second of the same load without the cache
+	if err == nil && l.cache != nil && commit && !r.Allowed && r.BackendErr == nil && !cacheHit &&
+		cachedAt+int64(r.RetryAfter) > l.now().UnixNano() {
 		l.cache.put(ck, n, limits, cachedAt, r)
 	}
 	if probing != nil {
