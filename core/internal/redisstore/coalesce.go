@@ -48,13 +48,8 @@ func (t *transport) send(batch []*call) {
 	// to the end so that a slow moment costs no connection; the client's
 	// ReadTimeout ends a wait on a silent server.
 	ctx := context.WithoutCancel(live[0].ctx)
-	if len(live) == 1 {
-		reply, err := t.runOne(ctx, t.rdb, live[0])
-		t.finish(live[0], reply, err)
-		return
-	}
 	cmds := t.plan(live)
-	if len(cmds) == 1 { // one command (the decisions merged): no pipeline
+	if len(cmds) == 1 { // one command (a lone call, or the decisions merged): no pipeline
 		reply, err := t.runOne(ctx, t.rdb, cmds[0].out)
 		t.again(t.answer(cmds[0], reply, err))
 		return
