@@ -48,7 +48,7 @@ func (s *Store) loadScripts(ctx context.Context) error {
 		lib.state.Store(libraryUnusable)
 	}
 	for _, sc := range s.scripts {
-		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
+		if err := sc.Load(ctx, s.t.rdb).Err(); err != nil {
 			return fmt.Errorf("ratewindow: check: loading the scripts (SCRIPT LOAD): %w", explainRefusal(err))
 		}
 	}
@@ -57,7 +57,7 @@ func (s *Store) loadScripts(ctx context.Context) error {
 
 func (s *Store) checkNodes(ctx context.Context) error {
 	sc := redis.NewScript(checkLua)
-	switch c := s.rdb.(type) {
+	switch c := s.t.rdb.(type) {
 	case *redis.Client: // also NewFailoverClient
 		return checkNode(ctx, c, sc, checkKey(s.prefix, "check"))
 	case *redis.ClusterClient:
@@ -86,10 +86,10 @@ func (s *Store) checkNodes(ctx context.Context) error {
 			return checkNode(ctx, c, sc, checkKey(s.prefix, "check"))
 		})
 	}
-	if err := checkScript(ctx, s.rdb, sc, checkKey(s.prefix, "check")); err != nil {
+	if err := checkScript(ctx, s.t.rdb, sc, checkKey(s.prefix, "check")); err != nil {
 		return err
 	}
-	return fmt.Errorf("%w: a %T cannot be asked for its eviction policy", store.ErrCheckIncomplete, s.rdb)
+	return fmt.Errorf("%w: a %T cannot be asked for its eviction policy", store.ErrCheckIncomplete, s.t.rdb)
 }
 
 func checkNode(ctx context.Context, c *redis.Client, sc *redis.Script, key string) error {

@@ -72,7 +72,7 @@ func within(r store.Request, d time.Duration) store.Request {
 // calls through, which runs none of the client's hooks: a test's hook on
 // the client then sees every call of s.
 func hookClones(s *Store, h redis.Hook) {
-	if c, ok := s.t.direct.(*redis.Client); ok && s.t.direct != s.rdb {
+	if c, ok := s.t.direct.(*redis.Client); ok && s.t.direct != s.t.rdb {
 		c.AddHook(h)
 	}
 }

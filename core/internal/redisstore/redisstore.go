@@ -39,7 +39,6 @@ var (
 // Store runs the algorithms as Lua scripts (FCALL once the library is
 // loaded, else EVALSHA, EVAL after NOSCRIPT) through a transport.
 type Store struct {
-	rdb       redis.Scripter
 	prefix    string
 	t         *transport
 	limitArgs limitArgs
@@ -53,7 +52,7 @@ var _ store.Remote = (*Store)(nil)
 // New returns the store of rdb (a *redis.Client, *redis.ClusterClient,
 // *redis.Ring or failover client), its keys under prefix.
 func New(rdb redis.Scripter, prefix string) *Store {
-	s := &Store{rdb: rdb, prefix: prefix, t: newTransport(rdb)}
+	s := &Store{prefix: prefix, t: newTransport(rdb)}
 	add := func(name, body string, algorithms bool) *script {
 		src := body
 		if algorithms {
@@ -87,7 +86,7 @@ func (s *Store) AnsweredSince(node string, sent int64) bool { return s.t.answere
 // the client knows it without a round trip; "" when not a Cluster, before
 // Redis first answered, or when unknown.
 func (s *Store) Node(key string) string {
-	if _, ok := s.rdb.(*redis.ClusterClient); !ok || !s.t.answeredSince("", 1) {
+	if _, ok := s.t.rdb.(*redis.ClusterClient); !ok || !s.t.answeredSince("", 1) {
 		return ""
 	}
 	var buf [256]byte
