@@ -79,14 +79,20 @@ func New(rdb redis.Scripter, prefix string) *Store {
 func (s *Store) Clock() int64 { return s.t.clock() }
 
 // AnsweredSince reports whether node (a Cluster master; "": any) answered
-// this client since sent.
-func (s *Store) AnsweredSince(node string, sent int64) bool { return s.t.answeredSince(node, sent) }
+// this client since clock read sent.
+func (s *Store) AnsweredSince(node string, sent int64) bool {
+	if node == "" {
+		return s.t.lastReply.Load() >= sent
+	}
+	last, ok := s.t.nodeReply.Load(node)
+	return ok && last.(*atomic.Int64).Load() >= sent
+}
 
 // Node returns the address of the Cluster master serving key's slot, as
 // the client knows it without a round trip; "" when not a Cluster, before
 // Redis first answered, or when unknown.
 func (s *Store) Node(key string) string {
-	if _, ok := s.t.rdb.(*redis.ClusterClient); !ok || !s.t.answeredSince("", 1) {
+	if _, ok := s.t.rdb.(*redis.ClusterClient); !ok || !s.AnsweredSince("", 1) {
 		return ""
 	}
 	var buf [256]byte

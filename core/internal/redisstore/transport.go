@@ -183,16 +183,6 @@ func (t *transport) master(tag string) string {
 // clock is the monotonic time in ns since the transport was made; never 0.
 func (t *transport) clock() int64 { return int64(time.Since(t.born)) + 1 }
 
-// answeredSince reports whether node (a Cluster master; "": any) has
-// answered since clock read sent.
-func (t *transport) answeredSince(node string, sent int64) bool {
-	if node == "" {
-		return t.lastReply.Load() >= sent
-	}
-	last, ok := t.nodeReply.Load(node)
-	return ok && last.(*atomic.Int64).Load() >= sent
-}
-
 // answered notes a reply of Redis (on a Cluster, of keys' master too) when
 // err is none or an error reply: any reply, late for its caller or not.
 func (t *transport) answered(keys []string, err error) {

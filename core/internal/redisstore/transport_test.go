@@ -681,12 +681,13 @@ func TestClusterNodePerMaster(t *testing.T) {
 func TestAnsweredNeverGoesBack(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
 	t.Cleanup(func() { rdb.Close() })
-	tr := newTransport(rdb)
+	s := New(rdb, "t:")
+	tr := s.t
 	early := tr.clock()
 	later := early + int64(time.Hour) // noted by another goroutine first
 	tr.lastReply.Store(later)
 	tr.answered(nil, nil) // reads the clock now: before later
-	if !tr.answeredSince("", later) {
+	if !s.AnsweredSince("", later) {
 		t.Fatalf("a reply at %d noted after one at %d: answered since %d reports false", early, later, later)
 	}
 	tr.answered(nil, nil)
