@@ -99,9 +99,16 @@ func (s *Store) Node(key string) string {
 	return s.t.master(string(appendTag(buf[:0], s.prefix, key)))
 }
 
-// newCall returns a call of sc with r's storage keys (see appendKeys).
+// newCall returns a pooled call of sc with r's storage keys (see
+// appendKeys) and room for its arguments.
 func (s *Store) newCall(sc *script, r store.Request, own int) *call {
-	c := s.t.newCall(len(r.Limits))
+	c, n := s.t.calls.Get().(*call), len(r.Limits)
+	if cap(c.keys) < 1+n {
+		c.keys = make([]string, 0, 1+n)
+	}
+	if cap(c.args) < 3+2*n {
+		c.args = make([]any, 0, 3+2*n)
+	}
 	c.script = sc
 	c.keys = appendKeys(c.keys, s.prefix, r.Key, r.Limits, own)
 	return c

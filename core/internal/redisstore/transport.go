@@ -277,18 +277,6 @@ func replied(err error) bool {
 	return errors.As(err, &re) || errors.Is(err, store.ErrUnexpectedReply)
 }
 
-// newCall returns a pooled call with room for a call on limits limits.
-func (t *transport) newCall(limits int) *call {
-	c := t.calls.Get().(*call)
-	if cap(c.keys) < 1+limits {
-		c.keys = make([]string, 0, 1+limits)
-	}
-	if cap(c.args) < 3+2*limits {
-		c.args = make([]any, 0, 3+2*limits)
-	}
-	return c
-}
-
 func (t *transport) recycle(c *call) {
 	clear(c.keys)
 	clear(c.args)
