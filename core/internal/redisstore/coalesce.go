@@ -11,10 +11,6 @@ import (
 	"github.com/ratewindow/ratewindow/core/internal/store"
 )
 
-// Coalescing: the calls queued while every in-flight slot was taken go
-// together: the decisions as allow_batch.lua calls (which answer a run on
-// one hot key by one check), every other call beside them in one pipeline.
-
 // maxMerged bounds a merged call, so that it never holds the server long.
 const maxMerged = 256
 
@@ -166,9 +162,10 @@ func result(cmd redis.Cmder) (any, error) {
 	return cmd, nil
 }
 
-// plan turns a batch into commands: mergeable calls by maxMerged (on a
-// Cluster or Ring, a group per hash tag: a script touches one slot),
-// others alone.
+// plan turns a batch into commands, sent in one pipeline: the decisions
+// merged into allow_batch.lua calls of maxMerged at most (which answer a run
+// on one hot key by one check; on a Cluster or Ring, a group per hash tag: a
+// script touches one slot), every other call alone.
 func (t *transport) plan(live []*call) []*sent {
 	var cmds []*sent
 	groups := [][]*call{nil} // one server: one group
