@@ -45,9 +45,11 @@ func (t *transport) send(batch []*call) {
 	// ReadTimeout ends a wait on a silent server.
 	ctx := context.WithoutCancel(live[0].ctx)
 	cmds := t.plan(live)
-	if len(cmds) == 1 { // one command (a lone call, or the decisions merged): no pipeline
-		reply, err := t.runOne(ctx, t.rdb, cmds[0].out)
-		t.again(t.answer(cmds[0], reply, err))
+	if len(cmds) == 1 || t.pipe == nil { // one command, or a Scripter without pipelines: each alone
+		for _, s := range cmds {
+			reply, err := t.runOne(ctx, t.rdb, s.out)
+			t.again(t.answer(s, reply, err))
+		}
 		return
 	}
 	pipe, err := t.pipe(tag(live[0]))

@@ -28,7 +28,8 @@ type transport struct {
 	// pipe returns a pipeline to the node serving a hash tag: the client's,
 	// or on a Ring its shard's (go-redis's Ring pipeline, run after Close,
 	// dereferences the closed shard map on a goroutine of its own and
-	// crashes the process; a shard's client says it is closed).
+	// crashes the process; a shard's client says it is closed); nil: none
+	// (a Scripter of another type).
 	pipe func(tag string) (redis.Pipeliner, error)
 	// laneOf names the node serving a decision's hash tag on a Cluster or
 	// Ring (a Cluster's master while the client knows it, a Ring's shard;

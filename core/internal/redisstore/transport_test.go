@@ -696,6 +696,39 @@ func TestAnsweredNeverGoesBack(t *testing.T) {
 	}
 }
 
+// scripterOnly is a redis.Scripter of none of go-redis's client types (New
+// takes any): it has no pipelines.
+type scripterOnly struct{ redis.Scripter }
+
+// TestOtherScripterBatches: on a Scripter of another type, a batch of
+// several commands (decisions and blocks queued together) goes command by
+// command: every call answered, no panic in a flusher (it called the nil
+// pipe and crashed the process).
+func TestOtherScripterBatches(t *testing.T) {
+	rdb := redistest.New(t).Client(t)
+	s := New(scripterOnly{rdb}, uniquePrefix(t))
+	ctx := context.Background()
+	lim := perMinute(1000000)
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Go(func() {
+			for i := range 200 {
+				var err error
+				if (g+i)%2 == 0 {
+					_, err = s.Allow(ctx, decision("k", lim))
+				} else {
+					err = s.Block(ctx, store.Request{Key: "b"}, time.Millisecond)
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
 // On a Cluster, the decisions on one hot key queue behind the one in
 // flight and go to its master merged (allow_batch): every decision exact,
 // in fewer script calls than decisions.
