@@ -31,14 +31,11 @@ func appendKeys(dst []string, prefix, key string, limits []store.Limit, own int)
 	var tagBuf, buf [256]byte
 	tag := appendTag(tagBuf[:0], prefix, key)
 	b := buf[:0]
-	var endsBuf [2 + store.MaxLimits]int
-	ends := endsBuf[:0] // where each key ends in b
-	for _, k := range [...]struct {
-		flag int
-		name string
-	}{{withBlock, blockName}, {withPenalty, penaltyName}} {
-		if own&k.flag != 0 {
-			b = append(append(b, tag...), k.name...)
+	var endsBuf [2 + store.MaxLimits]int // where each key ends in b
+	ends := endsBuf[:0]
+	for i, name := range [...]string{blockName, penaltyName} { // own's bit i: withBlock, withPenalty
+		if own&(1<<i) != 0 {
+			b = append(append(b, tag...), name...)
 			ends = append(ends, len(b))
 		}
 	}
