@@ -263,10 +263,10 @@ func (t *transport) checkDial(err error) {
 // errUnhealthy: the health check tells nothing new; the last explanation stays.
 var errUnhealthy = errors.New("unhealthy")
 
-// explain returns err with the health check's recent failure, if any.
+// explain returns err with a recent failed dial (see checkDial) but err's own.
 func (t *transport) explain(err error) error {
 	last := t.dialErr.Load()
-	if last == nil || time.Since(last.at) > dialErrorAge {
+	if last == nil || time.Since(last.at) > dialErrorAge || errors.Is(err, last.err) {
 		return err
 	}
 	return fmt.Errorf("%w (the health check failed %s ago: %w)", err, time.Since(last.at).Round(time.Millisecond), last.err)

@@ -483,7 +483,9 @@ func TestRemoteExplainsFailedDial(t *testing.T) {
 		if !errors.As(err, &se) || se.Replied {
 			t.Fatalf("a refused connection: %v, want a *store.Error without a reply", err)
 		}
-		if strings.Contains(err.Error(), "refused") {
+		if n := strings.Count(err.Error(), "refused"); n > 1 {
+			t.Fatalf("%v: the refused dial told %d times", err, n)
+		} else if n == 1 {
 			break
 		}
 		if time.Now().After(deadline) {
