@@ -184,19 +184,22 @@ func (s *Store) Release(ctx context.Context, r store.Request, res store.Reservat
 	for _, l := range r.Limits {
 		c.args = append(c.args, micros(l.Window))
 	}
-	return s.exec(ctx, c, r.Deadline)
+	_, err := s.run(ctx, c, r.Deadline)
+	return err
 }
 
 // Reset forgets r.Key under r.Limits, its block and penalty (reset.lua).
 func (s *Store) Reset(ctx context.Context, r store.Request) error {
-	return s.exec(ctx, s.newCall(s.resetS, r, withBlock|withPenalty), r.Deadline)
+	_, err := s.run(ctx, s.newCall(s.resetS, r, withBlock|withPenalty), r.Deadline)
+	return err
 }
 
 // Block blocks r.Key for d (block.lua).
 func (s *Store) Block(ctx context.Context, r store.Request, d time.Duration) error {
 	c := s.newCall(s.blockS, store.Request{Key: r.Key}, withBlock)
 	c.args = append(c.args, r.Now, micros(d))
-	return s.exec(ctx, c, r.Deadline)
+	_, err := s.run(ctx, c, r.Deadline)
+	return err
 }
 
 // Refund gives back units (refund.lua).
@@ -232,12 +235,6 @@ func (s *Store) run(ctx context.Context, c *call, deadline time.Time) (any, erro
 	}
 	s.t.checkDial(err)
 	return nil, &store.Error{Err: s.t.explain(fmt.Errorf("ratewindow: %s script: %w", op, err))}
-}
-
-// exec runs c, a script whose reply tells nothing (see run).
-func (s *Store) exec(ctx context.Context, c *call, deadline time.Time) error {
-	_, err := s.run(ctx, c, deadline)
-	return err
 }
 
 // explainRefusal wraps err with what to do when it is an error reply that
