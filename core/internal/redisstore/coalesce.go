@@ -44,6 +44,11 @@ func (t *transport) send(batch []*call) {
 	// to the end so that a slow moment costs no connection; the client's
 	// ReadTimeout ends a wait on a silent server.
 	ctx := context.WithoutCancel(live[0].ctx)
+	if len(live) == 1 { // no plan: 3 allocations fewer a decision at 3 goroutines (13-14 against 16-17)
+		reply, err := t.runOne(ctx, t.rdb, live[0])
+		t.finish(live[0], reply, err)
+		return
+	}
 	cmds := t.plan(live)
 	if len(cmds) == 1 || t.pipe == nil { // one command, or a Scripter without pipelines: each alone
 		for _, s := range cmds {
