@@ -146,11 +146,8 @@ func (g *guard) callSince(ctx context.Context, r *store.Request, began time.Time
 	if err := ctx.Err(); err != nil {
 		return abandoned, err // nothing decided, not even by an open breaker's failure mode
 	}
-	if g.remote == nil { // the memory store fails only when ctx ends
-		if err := f(); err != nil {
-			return abandoned, err
-		}
-		return succeeded, nil
+	if g.remote == nil {
+		return succeeded, f() // the memory store returns no error
 	}
 	a, err := g.begin(r.Key, began)
 	if err != nil {
@@ -170,24 +167,21 @@ func (g *guard) allow(ctx context.Context, r *store.Request, began time.Time) (d
 }
 
 // fail answers r by the failure mode after Redis failed with err, returning
-// the failure for Result.BackendErr, then FailLocal's store's error. FailLocal
-// scales r.Limits' Counts in place (the Result names the scaled limits).
-func (g *guard) fail(ctx context.Context, r store.Request, err error) (store.Decision, error, error) {
+// the failure for Result.BackendErr. FailLocal scales r.Limits' Counts in
+// place (the Result names the scaled limits).
+func (g *guard) fail(ctx context.Context, r store.Request, err error) (store.Decision, error) {
 	d := store.Decision{Allowed: g.mode != FailClosed, States: r.Room()}
 	switch g.mode {
 	case FailClosed:
 		d = closed(r)
 	case FailLocal:
-		var lerr error
-		if d, lerr = g.local.Allow(ctx, g.localRequest(r)); lerr != nil {
-			return d, nil, lerr
-		}
+		d, _ = g.local.Allow(ctx, g.localRequest(r)) // the memory store returns no error
 	default: // FailOpen
 		for i, lim := range r.Limits {
 			d.States[i] = store.State{Remaining: max(lim.Count-r.N, 0)}
 		}
 	}
-	return d, backendError{err}, nil
+	return d, backendError{err}
 }
 
 // shed answers an overloaded r as FailClosed does, whatever the mode (ErrShed).
@@ -298,8 +292,8 @@ func (g *guard) reserve(ctx context.Context, r store.Request, longest int64) (re
 	case FailOpen:
 		return reservation{Reservation: store.Reservation{OK: true}, failed: err}, nil
 	case FailLocal:
-		res, lerr := g.local.Reserve(ctx, g.localCopy(r), longest)
-		return reservation{Reservation: res, local: true, failed: err}, lerr
+		res, _ := g.local.Reserve(ctx, g.localCopy(r), longest)
+		return reservation{Reservation: res, local: true, failed: err}, nil
 	}
 	return reservation{failed: err}, err
 }

@@ -385,10 +385,7 @@ func (l *Limiter) answer(ctx context.Context, req store.Request, limits []Limit,
 		*d, err = shed(req, err)
 		return result(d, limits, err), nil
 	}
-	var failure error
-	if *d, failure, err = l.guard.fail(ctx, req, err); err != nil {
-		return Result{}, err
-	}
+	*d, err = l.guard.fail(ctx, req, err)
 	if l.guard.mode == FailLocal {
 		var buf [MaxLimits]Limit
 		limits = append(buf[:0], limits...)
@@ -396,7 +393,7 @@ func (l *Limiter) answer(ctx context.Context, req store.Request, limits []Limit,
 			limits[i].Count = req.Limits[i].Count
 		}
 	}
-	return result(d, limits, failure), nil
+	return result(d, limits, err), nil
 }
 
 // result turns d, a decision on limits, into a Result with its binding
