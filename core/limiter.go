@@ -504,10 +504,7 @@ func (l *Limiter) reserveAndSleep(ctx context.Context, key string, n int64, limi
 		}
 		res, err := l.guard.reserve(ctx, r, longest)
 		if err == nil && errors.Is(res.failed, ErrShed) {
-			if hasDL && time.Until(dl) < time.Second {
-				return slept, res.failed, exceedsDeadline(time.Second)
-			}
-			if err := sleep(ctx, time.Second); err != nil {
+			if _, err := sleep(ctx, time.Second, time.Second); err != nil {
 				return slept, res.failed, err
 			}
 			slept += time.Second
@@ -522,13 +519,11 @@ func (l *Limiter) reserveAndSleep(ctx context.Context, key string, n int64, limi
 			return -1, res.failed, fmt.Errorf("%w: %d units", ErrNeverFits, n)
 		case !res.OK:
 			return slept + wait, res.failed, exceedsDeadline(wait)
-		case hasDL && time.Until(dl) < wait: // the reply took the slack
-			err = exceedsDeadline(wait)
-		default:
+		default: // ErrWaitExceedsDeadline if the reply took the slack
 			// a Block made while it slept (an upstream's refusal, on any
 			// replica) covers its slot: the slot goes back, and the units
 			// are reserved again, after the Block
-			err = sleep(ctx, wait)
+			_, err = sleep(ctx, wait, wait)
 			again = err == nil && wait > 0 && l.blockedAt(ctx, r, res.At)
 		}
 		if err != nil || again { // give the reservation back, best effort, though ctx may be done
@@ -585,15 +580,8 @@ func (l *Limiter) poll(ctx context.Context, key string, n int64, limits []Limit)
 		if r.RetryAfter < 0 {
 			return waited, failed, fmt.Errorf("%w: %d units", ErrNeverFits, n)
 		}
-		d := r.RetryAfter + rand.N(r.RetryAfter/10+time.Millisecond)
-		if dl, ok := ctx.Deadline(); ok {
-			if time.Until(dl) < r.RetryAfter {
-				return waited, failed, exceedsDeadline(r.RetryAfter)
-			}
-			// the jitter must not push the next try past the deadline
-			d = max(min(d, time.Until(dl)-time.Millisecond), r.RetryAfter)
-		}
-		if err := sleep(ctx, d); err != nil {
+		d, err := sleep(ctx, r.RetryAfter+rand.N(r.RetryAfter/10+time.Millisecond), r.RetryAfter)
+		if err != nil {
 			return waited, failed, err
 		}
 		waited += d
@@ -605,16 +593,25 @@ func exceedsDeadline(wait time.Duration) error {
 	return fmt.Errorf("%w: the units fit in %s", ErrWaitExceedsDeadline, wait)
 }
 
-func sleep(ctx context.Context, d time.Duration) error {
+// sleep sleeps d, or until ctx ends (its error), and returns the time slept:
+// d cut to end 1ms before ctx's deadline (a jitter must not pass it), not
+// below least; ErrWaitExceedsDeadline at once if least outlasts it.
+func sleep(ctx context.Context, d, least time.Duration) (time.Duration, error) {
+	if dl, ok := ctx.Deadline(); ok {
+		if time.Until(dl) < least {
+			return 0, exceedsDeadline(least)
+		}
+		d = max(min(d, time.Until(dl)-time.Millisecond), least)
+	}
 	if d <= 0 {
-		return ctx.Err()
+		return 0, ctx.Err()
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
-		return nil
+		return d, nil
 	case <-ctx.Done():
-		return ctx.Err()
+		return 0, ctx.Err()
 	}
 }

@@ -82,10 +82,7 @@ func (d *Decider[R]) Refused(ctx context.Context, key string, dur time.Duration,
 	}
 	// the upstream's time is waited out here: a retry sent at once (3 in
 	// a millisecond) would ignore it
-	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < dur {
-		return fmt.Errorf("%w (after %w)", exceedsDeadline(dur), err)
-	}
-	if serr := sleep(ctx, dur); serr != nil {
+	if _, serr := sleep(ctx, dur, dur); serr != nil {
 		return fmt.Errorf("%w (after %w)", serr, err)
 	}
 	return nil
