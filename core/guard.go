@@ -243,8 +243,8 @@ type reservation struct {
 // proceed, FailLocal reserves locally, FailClosed returns the failure.
 // The call runs to its reply even if ctx ends (only the reply names the
 // units recorded): the caller gets ctx's error at once, and a reservation
-// the reply holds is given back on another goroutine.
-func (g *guard) reserve(ctx context.Context, r store.Request, longest int64) (reservation, error) {
+// the reply holds is given back on another goroutine (see release).
+func (g *guard) reserve(ctx context.Context, r store.Request, longest int64, wait time.Duration) (reservation, error) {
 	type outcome struct {
 		res store.Reservation
 		k   kind
@@ -272,9 +272,7 @@ func (g *guard) reserve(ctx context.Context, r store.Request, longest int64) (re
 		case <-ctx.Done():
 			go func() {
 				if o := <-done; o.err == nil && o.res.OK {
-					rctx, cancel := context.WithTimeout(detached, DefaultWaitTimeout)
-					_ = g.release(rctx, r, reservation{Reservation: o.res})
-					cancel()
+					_ = g.release(detached, r, reservation{Reservation: o.res}, wait)
 				}
 			}()
 			return reservation{}, ctx.Err()
@@ -299,9 +297,15 @@ func (g *guard) reserve(ctx context.Context, r store.Request, longest int64) (re
 }
 
 // release gives back a reservation where it was made (FailOpen's: nowhere),
-// bounded by ctx's deadline alone: r's, the reservation's, may have passed
-// while its caller slept.
-func (g *guard) release(ctx context.Context, r store.Request, res reservation) error {
+// best effort, ctx ended or not, on a call bounded by wait (WithWaitTimeout;
+// 0: DefaultWaitTimeout) alone: r's deadline, the reservation's, may have
+// passed while its caller slept.
+func (g *guard) release(ctx context.Context, r store.Request, res reservation, wait time.Duration) error {
+	if wait <= 0 {
+		wait = DefaultWaitTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait)
+	defer cancel()
 	r.Deadline, _ = ctx.Deadline()
 	switch {
 	case res.local:

@@ -502,7 +502,7 @@ func (l *Limiter) reserveAndSleep(ctx context.Context, key string, n int64, limi
 		if hasDL {
 			longest = max(time.Until(dl).Microseconds(), 0)
 		}
-		res, err := l.guard.reserve(ctx, r, longest)
+		res, err := l.guard.reserve(ctx, r, longest, l.waitTime)
 		if err == nil && errors.Is(res.failed, ErrShed) {
 			if _, err := sleep(ctx, time.Second, time.Second); err != nil {
 				return slept, res.failed, err
@@ -526,14 +526,8 @@ func (l *Limiter) reserveAndSleep(ctx context.Context, key string, n int64, limi
 			_, err = sleep(ctx, wait, wait)
 			again = err == nil && wait > 0 && l.blockedAt(ctx, r, res.At)
 		}
-		if err != nil || again { // give the reservation back, best effort, though ctx may be done
-			bound := l.waitTime // a call of Wait's, ctx ended or not
-			if bound <= 0 {
-				bound = DefaultWaitTimeout
-			}
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bound)
-			_ = l.guard.release(rctx, r, res)
-			cancel()
+		if err != nil || again {
+			_ = l.guard.release(ctx, r, res, l.waitTime)
 		}
 		if again {
 			slept += wait
