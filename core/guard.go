@@ -325,14 +325,12 @@ func (g *guard) both(ctx context.Context, r store.Request, f func(store.Store, s
 	return failure(g.call(ctx, &r, func() error { return f(g.next, r) }))
 }
 
-// refund gives back units where they were recorded (local: by the failure
-// mode). When Redis fails, FailLocal gives back the local store's newest
-// units, and Redis's failure is returned.
+// refund gives back units where they were recorded (local: by FailLocal's
+// store; a Decision is charged for no other failure mode's). When Redis
+// fails, FailLocal gives back the local store's newest units, and Redis's
+// failure is returned.
 func (g *guard) refund(ctx context.Context, r store.Request, local bool) error {
 	if local {
-		if g.local == nil {
-			return nil // FailOpen recorded nothing
-		}
 		return g.local.Refund(ctx, g.localCopy(r))
 	}
 	k, err := g.call(ctx, &r, func() error { return g.next.Refund(ctx, r) })
