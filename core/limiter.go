@@ -240,9 +240,6 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 		req.Penalty = store.Penalty(*pen)
 	}
 	for try := 0; ; try++ {
-		if try > 0 {
-			req.Now = l.storeTime() // the retry's own time
-		}
 		var e error
 		if d, k, e = l.guard.allow(ctx, &req, start); try == 0 || !errors.Is(e, ErrCircuitOpen) {
 			err = e // else the retry was not sent: the first failure answers
@@ -260,6 +257,7 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 		if try == 1 || l.guard.mode == FailLocal || ctx.Err() != nil || !deadline.IsZero() && !time.Now().Before(deadline) {
 			break
 		}
+		req.Now = l.storeTime() // the retry's own time
 	}
 	if !cacheHit {
 		r, err = l.answer(ctx, req, limits, &d, k, err)
