@@ -284,8 +284,9 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 // cached answers a denial from the deny cache while it stands, and true.
 // Once expired, one caller asks the store (its probe, returned: settle it
 // after) while the others wait for its answer until deadline, then take the
-// last denial. Under a penalty only a ban answers. now is the Limiter's
-// clock in ns at the start. The error is ctx's.
+// last denial. Under a penalty only a ban answers, and no probe is waited
+// for (the store counts the denials). now is the Limiter's clock in ns at
+// the start. The error is ctx's.
 func (l *Limiter) cached(ctx context.Context, key string, n int64, limits []Limit, pen *Penalty, deadline time.Time, now int64) (Result, bool, *probe, error) {
 	var bound <-chan time.Time
 	for ; ; now = l.now().UnixNano() {
@@ -293,12 +294,9 @@ func (l *Limiter) cached(ctx context.Context, key string, n int64, limits []Limi
 		switch {
 		case ok && (pen == nil || r.blocked):
 			return r, true, nil, nil
-		case pen != nil && p != nil && !wait:
-			l.cache.settle(key, n, limits, p, now, false)
+		case pen != nil && wait:
 			return Result{}, false, nil, nil
-		case pen != nil || p == nil:
-			return Result{}, false, nil, nil
-		case !wait:
+		case p == nil || !wait:
 			return Result{}, false, p, nil
 		}
 		if bound == nil && !deadline.IsZero() {
