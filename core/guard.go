@@ -135,14 +135,9 @@ func callerGone(ctx context.Context) bool {
 	return ok && !time.Now().Before(d)
 }
 
-// call runs f, a call about r.Key, behind the breaker.
-func (g *guard) call(ctx context.Context, r *store.Request, f func() error) (kind, error) {
-	return g.callSince(ctx, r, time.Time{}, f)
-}
-
-// callSince is call for a decision whose budget began at began (see begin):
-// a Wait's calls, and the rest, begin when sent.
-func (g *guard) callSince(ctx context.Context, r *store.Request, began time.Time, f func() error) (kind, error) {
+// call runs f, a call about r.Key, behind the breaker, for a decision whose
+// budget began at began (see begin; zero for a Wait's calls and the rest).
+func (g *guard) call(ctx context.Context, r *store.Request, began time.Time, f func() error) (kind, error) {
 	if err := ctx.Err(); err != nil {
 		return abandoned, err // nothing decided, not even by an open breaker's failure mode
 	}
@@ -159,7 +154,7 @@ func (g *guard) callSince(ctx context.Context, r *store.Request, began time.Time
 // allow decides *r without the failure mode (see fail), for a decision
 // whose budget began at began (zero: now).
 func (g *guard) allow(ctx context.Context, r *store.Request, began time.Time) (d store.Decision, k kind, err error) {
-	k, err = g.callSince(ctx, r, began, func() (err error) {
+	k, err = g.call(ctx, r, began, func() (err error) {
 		d, err = g.next.Allow(ctx, *r)
 		return err
 	})
@@ -251,7 +246,7 @@ func (g *guard) reserve(ctx context.Context, r store.Request, longest int64, wai
 		err error
 	}
 	run := func(ctx context.Context) (o outcome) {
-		o.k, o.err = g.call(ctx, &r, func() (err error) {
+		o.k, o.err = g.call(ctx, &r, time.Time{}, func() (err error) {
 			o.res, err = g.next.Reserve(ctx, r, longest)
 			return err
 		})
@@ -313,7 +308,7 @@ func (g *guard) release(ctx context.Context, r store.Request, res reservation, w
 	case res.failed != nil:
 		return nil
 	}
-	return failure(g.call(ctx, &r, func() error { return g.next.Release(ctx, r, res.Reservation) }))
+	return failure(g.call(ctx, &r, time.Time{}, func() error { return g.next.Release(ctx, r, res.Reservation) }))
 }
 
 // both runs f (a Block or Reset) on the local store, if any, then on Redis,
@@ -322,7 +317,7 @@ func (g *guard) both(ctx context.Context, r store.Request, f func(store.Store, s
 	if g.local != nil {
 		_ = f(g.local, g.localCopy(r))
 	}
-	return failure(g.call(ctx, &r, func() error { return f(g.next, r) }))
+	return failure(g.call(ctx, &r, time.Time{}, func() error { return f(g.next, r) }))
 }
 
 // refund gives back units where they were recorded (local: by FailLocal's
@@ -333,7 +328,7 @@ func (g *guard) refund(ctx context.Context, r store.Request, local bool) error {
 	if local {
 		return g.local.Refund(ctx, g.localCopy(r))
 	}
-	k, err := g.call(ctx, &r, func() error { return g.next.Refund(ctx, r) })
+	k, err := g.call(ctx, &r, time.Time{}, func() error { return g.next.Refund(ctx, r) })
 	if k != succeeded && k != abandoned && g.local != nil {
 		r.At = 0
 		_ = g.local.Refund(ctx, g.localCopy(r))
