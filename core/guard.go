@@ -252,11 +252,8 @@ func (g *guard) reserve(ctx context.Context, r store.Request, longest int64, wai
 		})
 		return o
 	}
-	if err := ctx.Err(); err != nil {
-		return reservation{}, err // nothing sent: nothing to give back later
-	}
 	var o outcome
-	if ctx.Done() == nil || g.remote == nil {
+	if ctx.Done() == nil || g.remote == nil || ctx.Err() != nil { // ended: call sends nothing
 		o = run(ctx)
 	} else {
 		done := make(chan outcome, 1)
