@@ -499,18 +499,15 @@ func (l *Limiter) reserveAndSleep(ctx context.Context, key string, n int64, limi
 			longest = max(time.Until(dl).Microseconds(), 0)
 		}
 		res, err := l.guard.reserve(ctx, r, longest, l.waitTime)
-		if err == nil && errors.Is(res.failed, ErrShed) {
-			if _, err := sleep(ctx, time.Second, time.Second); err != nil {
-				return slept, res.failed, err
-			}
-			slept += time.Second
-			continue
-		}
 		wait := usec(res.Wait)
 		again := false
 		switch {
 		case err != nil:
 			return slept, res.failed, err
+		case errors.Is(res.failed, ErrShed): // no slot: asked again a second later
+			wait = time.Second
+			_, err = sleep(ctx, wait, wait)
+			again = err == nil
 		case res.Wait < 0:
 			return -1, res.failed, fmt.Errorf("%w: %d units", ErrNeverFits, n)
 		case !res.OK:
