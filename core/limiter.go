@@ -517,7 +517,7 @@ func (l *Limiter) reserveAndSleep(ctx context.Context, key string, n int64, limi
 			// replica) covers its slot: the slot goes back, and the units
 			// are reserved again, after the Block
 			_, err = sleep(ctx, wait, wait)
-			again = err == nil && wait > 0 && l.blockedAt(ctx, r, res.At)
+			again = err == nil && wait > 0 && l.blockedAt(ctx, key, n, limits, res.At)
 		}
 		if err != nil || again {
 			_ = l.guard.release(ctx, r, res, l.waitTime)
@@ -530,14 +530,11 @@ func (l *Limiter) reserveAndSleep(ctx context.Context, key string, n int64, limi
 	}
 }
 
-// blockedAt reports whether r's key is blocked now, by a peek, and now is
-// at or past at (µs, the store's clock: a Block covers the slot at at);
-// false when the store cannot tell.
-func (l *Limiter) blockedAt(ctx context.Context, r store.Request, at int64) bool {
-	r.Commit, r.States, r.Now = false, nil, l.storeTime()
-	if l.waitTime > 0 {
-		r.Deadline = time.Now().Add(l.waitTime)
-	}
+// blockedAt reports whether key is blocked now, by a peek, and now is at or
+// past at (µs, the store's clock: a Block covers the slot at at); false
+// when the store cannot tell.
+func (l *Limiter) blockedAt(ctx context.Context, key string, n int64, limits []Limit, at int64) bool {
+	r := l.request(key, n, limits, nil, l.waitTime)
 	d, k, err := l.guard.allow(ctx, &r, time.Time{})
 	return err == nil && k == succeeded && d.Blocked && d.At >= at
 }
