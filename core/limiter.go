@@ -136,8 +136,7 @@ func (l *Limiter) Reset(ctx context.Context, key string, limits ...Limit) error 
 	if err := validate(ctx, key, 1, limits); err != nil {
 		return err
 	}
-	l.forget(key)
-	defer l.forget(key) // and the denials decided meanwhile, maybe before the reset
+	defer l.forget(key) // once done: a denial decided meanwhile may be from before the reset
 	reset := func(s store.Store, r store.Request) error { return s.Reset(ctx, r) }
 	return l.guard.both(ctx, l.request(key, 1, limits, nil, l.guard.budget), reset)
 }
@@ -157,8 +156,7 @@ func (l *Limiter) Refund(ctx context.Context, key string, n int64, limits ...Lim
 // refundAt gives back the n units of key recorded at at (µs; 0: the newest),
 // by the local store when local.
 func (l *Limiter) refundAt(ctx context.Context, key string, n int64, limits []Limit, at int64, local bool) error {
-	l.forget(key)
-	defer l.forget(key) // and the denials decided meanwhile, maybe before the refund
+	defer l.forget(key) // once done (see Reset)
 	r := l.request(key, n, limits, nil, l.guard.budget)
 	r.At = at
 	return l.guard.refund(ctx, r, local)
@@ -192,8 +190,7 @@ func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) error 
 	case d < time.Microsecond || d > MaxBlock:
 		return fmt.Errorf("%w: block for %s; it must be in [1µs, %s]", ErrInvalidDuration, d, MaxBlock)
 	}
-	l.forget(key) // a cached denial would hide the block for up to a second
-	defer l.forget(key)
+	defer l.forget(key) // once done (see Reset): a cached denial would hide the block for up to a second
 	block := func(s store.Store, r store.Request) error { return s.Block(ctx, r, d) }
 	return l.guard.both(ctx, l.request(key, 1, nil, nil, l.guard.budget), block)
 }
