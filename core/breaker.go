@@ -22,15 +22,13 @@ type breaker struct {
 }
 
 // instantYield: every instantYield-th answer made without I/O (a cached
-// denial, an open breaker's refusal) yields the processor (runtime.Gosched).
-// A goroutine deciding in a loop on such answers would otherwise hold it
-// for a scheduler slice (10ms) while the goroutines behind it, their timers
-// and Redis's replies wait: in a flood of 64 or 256 goroutines on a denied
-// hot key and 200 on keys of their own, beside two busy loops, the slowest
-// decision took 0.6-1.0s of a 100ms timeout; 102-116ms with a yield every
-// 128th answer. Every 64th did as well, but the 1% of answers that yield
-// then made the p99 of a flood on one key 1ms (1-4µs at 128); every 256th
-// let the slowest reach 130ms, every 1,024th 480ms.
+// denial, an open breaker's refusal) yields the processor: a goroutine
+// deciding in a loop on them held it for a scheduler slice (10ms) while the
+// others, their timers and Redis's replies waited. Flooding a denied hot key
+// with 64 or 256 goroutines, and 200 more on keys of their own, beside two
+// busy loops: the slowest decision took 0.6-1.0s of a 100ms timeout, and
+// 102-116ms yielding every 128th answer (every 64th as well, but a flood's
+// p99 on one key was 1ms, not 1-4µs; every 256th 130ms, 1,024th 480ms).
 const instantYield = 128
 
 const (

@@ -128,9 +128,8 @@ func (d *denial) countedDown(now int64, least time.Duration) Result {
 	return r
 }
 
-// settle ends probe p at now (ns), answered when Redis answered it: a
-// denial it did not renew is then dropped (else it stays, the last denial,
-// and the next waiter probes), and its waiters look again.
+// settle ends probe p at now (ns), answered when Redis answered it (see
+// denyCache), and its waiters look again.
 func (c *denyCache) settle(key string, n int64, limits []Limit, p *probe, now int64, answered bool) {
 	sh := c.shard(key)
 	sh.mu.Lock()

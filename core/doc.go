@@ -33,11 +33,10 @@
 // # Failures
 //
 // Every decision's call to Redis is bounded by WithTimeout (Wait's by
-// WithWaitTimeout). When Redis fails, the
-// failure mode (FailOpen, FailClosed or FailLocal) answers with a nil error
-// and the failure in Result.BackendErr. A circuit breaker skips Redis
-// while it is down, and a deny cache answers the repeats of a denied key
-// without a round trip (WithDenyCache).
+// WithWaitTimeout). When Redis fails, the failure mode (FailOpen,
+// FailClosed or FailLocal) answers with a nil error and the failure in
+// Result.BackendErr. A circuit breaker skips Redis while it is down; a deny
+// cache answers a denied key's repeats without a round trip (WithDenyCache).
 //
 // # Beyond allow and deny
 //

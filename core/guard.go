@@ -105,7 +105,6 @@ func (g *guard) end(ctx context.Context, a attempt, err error) (kind, error) {
 	case g.remote.AnsweredSince(a.node, a.sent):
 		k = overloaded
 	case store.IsTimeout(err):
-		// short of CPU, the reply may have gone unread: not counted (cpuMeter)
 		starved := g.starvedSince(a)
 		k, counted = timedOut, !starved
 		if starved && g.remote.AnsweredSince(a.node, 1) && a.sent < g.silentSince(a)+int64(g.budget) {

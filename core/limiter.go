@@ -196,9 +196,8 @@ func (l *Limiter) Block(ctx context.Context, key string, d time.Duration) error 
 }
 
 // decide makes a decision for the Rule named rule (pen: its Penalty) and
-// returns the µs the store decided at (0: unknown). A call that failed
-// without a reply goes again once within the budget, unless a cached denial
-// of the key, even expired, answers.
+// returns the µs the store decided at (0: unknown). Its budget, retry and
+// cached answers are WithTimeout's.
 func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, limits []Limit, pen *Penalty) (Result, int64, error) {
 	if err := validate(ctx, key, n, limits); err != nil {
 		return Result{}, 0, err
@@ -260,10 +259,9 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 		r, err = l.answer(ctx, req, limits, &d, k, err)
 	}
 	l.scratch.Put(buf)
-	// a denial that ended while it was decided is not kept: near a high
-	// limit (a RetryAfter of µs) every later decision of the key waited for
-	// a probe of it, then asked again: two round trips each, half the
-	// decisions a second of the same load without the cache
+	// a denial that ended while decided is not kept: near a high limit (a
+	// RetryAfter of µs) each later decision waited for a probe of it, then
+	// asked again: two round trips, half the decisions a second of no cache
 	if err == nil && l.cache != nil && commit && !r.Allowed && r.BackendErr == nil && !cacheHit &&
 		cachedAt+int64(r.RetryAfter) > l.now().UnixNano() {
 		l.cache.put(ck, n, limits, cachedAt, r)
@@ -484,8 +482,7 @@ func (l *Limiter) waitN(ctx context.Context, rule, key string, n int64, limits [
 }
 
 // reserveAndSleep makes one reservation and sleeps until its time, giving
-// it back if ctx ends first. A reservation shed for overload (ErrShed) is
-// asked for again a second later, as poll asks again after FailClosed's answer.
+// it back if ctx ends first (see WaitN).
 func (l *Limiter) reserveAndSleep(ctx context.Context, key string, n int64, limits []Limit) (time.Duration, error, error) {
 	dl, hasDL := ctx.Deadline()
 	var slept time.Duration // after sheddings, and to slots a Block then covered
@@ -509,10 +506,7 @@ func (l *Limiter) reserveAndSleep(ctx context.Context, key string, n int64, limi
 			return -1, res.failed, fmt.Errorf("%w: %d units", ErrNeverFits, n)
 		case !res.OK:
 			return slept + wait, res.failed, exceedsDeadline(wait)
-		default: // ErrWaitExceedsDeadline if the reply took the slack
-			// a Block made while it slept (an upstream's refusal, on any
-			// replica) covers its slot: the slot goes back, and the units
-			// are reserved again, after the Block
+		default: // ErrWaitExceedsDeadline if the reply took the slack; again if a Block covers the slot
 			_, err = sleep(ctx, wait, wait)
 			again = err == nil && wait > 0 && l.blockedAt(ctx, key, n, limits, res.At)
 		}

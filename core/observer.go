@@ -63,10 +63,9 @@ type Observer func(Event)
 // OpRefused Event; retried: the request goes again). Block's errors are
 // returned; but when retried, a Block that failed (Redis down) is waited
 // out here, on this replica alone (but under FailClosed, whose retry would
-// fail), so that the retry still goes after d:
-// then the error is nil once d has passed, else ctx's, or
-// ErrWaitExceedsDeadline when d outlasts ctx's deadline (the retry should
-// not go). nethttp.Transport uses it.
+// fail), so that the retry still goes after d: then the error is nil once
+// d has passed, else ctx's, or ErrWaitExceedsDeadline when d outlasts
+// ctx's deadline (the retry should not go). nethttp.Transport uses it.
 func (e *Enforcer) Refused(ctx context.Context, key string, d time.Duration, retried bool) error {
 	return e.d.Refused(ctx, key, d, retried)
 }

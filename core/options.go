@@ -56,14 +56,13 @@ func WithClock(now func() time.Time) Option { return Option{func(c *config) { c.
 // scheduling delay. Zero means no bound beyond ctx. Default DefaultTimeout.
 //
 // When the budget runs out without Redis's answer, a cached denial of the
-// key, even expired, answers. Else, if Redis answered this client's other
-// calls meanwhile, or this process was short of CPU and Redis had answered
-// it before and not fallen silent a timeout or more before the call (see
-// docs/redis.md), the decision is shed:
-// denied as FailClosed denies, whatever the failure mode, with a
-// Result.BackendErr matching ErrShed; the breaker does not count it, and
-// Redis may have. Otherwise the failure mode answers and the timeout counts
-// towards the breaker (on a Cluster, the key's master's).
+// key, even expired, answers. Else the decision is shed if Redis answered
+// this client's other calls meanwhile, or this process was short of CPU and
+// Redis had answered it and not fallen silent a timeout or more before the
+// call (see docs/redis.md): denied as FailClosed denies, whatever the
+// failure mode, with a Result.BackendErr matching ErrShed; the breaker does
+// not count it, and Redis may have. Otherwise the failure mode answers and
+// the timeout counts towards the breaker (on a Cluster, the key's master's).
 //
 // A call that failed without any reply goes again once while budget is
 // left, but not under FailLocal. An error Redis answered (a script error,
