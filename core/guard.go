@@ -35,10 +35,8 @@ type kind uint8
 
 const (
 	succeeded kind = iota // Redis answered
-	// abandoned: the caller's context ended first; nothing learnt of Redis.
-	abandoned
-	// rejected: Redis answered an error; alive, so the breaker does not count it.
-	rejected
+	abandoned             // the caller's context ended first: nothing learnt of Redis
+	rejected              // Redis answered an error: alive, so the breaker does not count it
 	// overloaded: no reply, while Redis answered other calls since the
 	// decision began: slow, not down. Not counted; the decision is shed.
 	overloaded
