@@ -222,12 +222,10 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 		if l.clock != nil {
 			cachedAt = l.clock().UnixNano()
 		}
-		r, hit, p, err := l.cached(ctx, ck, n, limits, pen, deadline, cachedAt)
-		if hit || err != nil { // err: ctx's, and r is zero
-			l.observe(Event{Op: op, Rule: rule, Key: key, Result: r, Err: err, CacheHit: hit}, start)
+		if r, cacheHit, probing, err = l.cached(ctx, ck, n, limits, pen, deadline, cachedAt); cacheHit || err != nil {
+			l.observe(Event{Op: op, Rule: rule, Key: key, Result: r, Err: err, CacheHit: cacheHit}, start) // err: ctx's
 			return r, 0, err
 		}
-		probing = p
 	}
 	buf := l.scratch.Get().(*scratch)
 	req := l.request(key, n, limits, buf, 0)
