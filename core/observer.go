@@ -76,8 +76,8 @@ func (d *Decider[R]) Refused(ctx context.Context, key string, dur time.Duration,
 	err := d.l.Block(ctx, key, dur)
 	d.l.observe(Event{Op: OpRefused, Rule: d.p.Name, Key: key, Retried: retried, Err: err,
 		Result: Result{Limit: d.p.Limits[0], RetryAfter: dur}}, start)
-	if err == nil || !retried || d.l.guard.mode == FailClosed || errors.Is(err, ErrInvalidDuration) || errors.Is(err, ErrInvalidKey) {
-		return err // FailClosed's retry would fail: no wait for it
+	if !retried || d.l.guard.mode == FailClosed || !errors.As(err, new(backendError)) {
+		return err // FailClosed's retry would fail: no wait for it; nor for bad input, an ended ctx
 	}
 	// the upstream's time is waited out here: a retry sent at once (3 in
 	// a millisecond) would ignore it
