@@ -52,10 +52,9 @@ func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
 	return l, nil
 }
 
-// NewMemory returns a Limiter that keeps its counts in this process's
-// memory: limits hold per process, not across replicas. It applies
-// WithClock and WithObserver and ignores every other option, invalid ones
-// included.
+// NewMemory returns a Limiter that keeps its counts in this process's memory:
+// limits hold per process, not across replicas. It applies WithClock and
+// WithObserver and ignores every other option, invalid ones included.
 func NewMemory(opts ...Option) *Limiter {
 	c := configure(opts)
 	c.mode, c.cacheSize = FailOpen, 0
@@ -361,9 +360,8 @@ func (l *Limiter) request(key string, n int64, limits []Limit, sc *scratch, with
 	return r
 }
 
-// answer turns a decision's call (req on limits, kind k) into its Result:
-// the store's decision *d, or the failure mode's, put in *d. The error is
-// ctx's.
+// answer turns a decision's call (req on limits, kind k) into its Result: the
+// store's decision *d, or the failure mode's, put in *d. The error is ctx's.
 func (l *Limiter) answer(ctx context.Context, req store.Request, limits []Limit, d *store.Decision, k kind, err error) (Result, error) {
 	switch k {
 	case succeeded:
