@@ -15,9 +15,8 @@ import (
 	"github.com/ratewindow/ratewindow/core/internal/store"
 )
 
-// guard wraps a Limiter's calls to its store. Over Redis it keeps a
-// breaker per node and classifies failures (see end); over the memory store
-// it only passes calls on.
+// guard wraps a Limiter's calls to its store: over Redis it keeps a breaker
+// per node and classifies failures (see end); over memory it passes them on.
 type guard struct {
 	next    store.Store
 	remote  store.Remote // next, over Redis; nil: the memory store
@@ -314,10 +313,9 @@ func (g *guard) both(ctx context.Context, r store.Request, f func(store.Store, s
 	return failure(g.call(ctx, &r, time.Time{}, func() error { return f(g.next, r) }))
 }
 
-// refund gives back units where they were recorded (local: by FailLocal's
-// store; a Decision is charged for no other failure mode's). When Redis
-// fails, FailLocal gives back the local store's newest units, and Redis's
-// failure is returned.
+// refund gives back units where they were recorded (local: FailLocal's store,
+// the only failure mode whose units a Decision charges); when Redis fails,
+// FailLocal gives back its store's newest units. It returns Redis's failure.
 func (g *guard) refund(ctx context.Context, r store.Request, local bool) error {
 	if local {
 		return g.local.Refund(ctx, g.localCopy(r))
@@ -369,8 +367,7 @@ func (g *guard) silentSince(a attempt) int64 {
 	}
 }
 
-// starvedSince reports whether this process was short of CPU since a's
-// call was sent.
+// starvedSince reports whether this process was short of CPU since a went.
 func (g *guard) starvedSince(a attempt) bool {
 	now, wait := g.remote.Clock(), g.starved()
 	if wait <= 0 {

@@ -56,9 +56,8 @@ type Limit struct {
 // Bounds of a Limit, and of the limits of one call.
 const (
 	// MaxLogCount is the largest Count of a SlidingLog limit, and of the
-	// SlidingLog limits of one call together (the sum of their Counts), so
-	// that a call holds Redis a few ms at most. Larger limits belong to
-	// SlidingBuckets.
+	// SlidingLog limits of one call summed, so that a call holds Redis a few
+	// ms at most. Larger limits belong to SlidingBuckets.
 	MaxLogCount = 1 << 14
 	// MaxCount is the largest Count of any limit: 2^53 - 1, the largest
 	// integer the scripts' numbers (doubles) hold exactly.
