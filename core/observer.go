@@ -11,12 +11,10 @@ import (
 type Op uint8
 
 const (
-	OpAllow Op = iota // Allow, AllowN and the HTTP middleware
-	OpPeek            // Peek
-	OpWait            // Wait and WaitN (one event per call)
-	// OpRefused: an upstream refused a request (see Enforcer.Refused); the
-	// key was blocked for Result.RetryAfter.
-	OpRefused
+	OpAllow   Op = iota // Allow, AllowN and the HTTP middleware
+	OpPeek              // Peek
+	OpWait              // Wait and WaitN (one event per call)
+	OpRefused           // an upstream refused a request (Enforcer.Refused): its key blocked for Result.RetryAfter
 )
 
 // String returns "allow", "peek", "wait" or "refused"; for a value that
