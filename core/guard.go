@@ -343,8 +343,7 @@ func (e backendError) Unwrap() error { return e.err }
 // has answered this client and the call went within a budget of when Redis
 // fell silent (silentSince): a starved process's first calls after a quiet
 // spell are shed, not admitted, while a Redis that stopped answering gets
-// the failure mode for calls sent a budget later. It is looked at when the
-// Limiter is made and when a call ran out of time without a reply.
+// the failure mode for calls sent a budget later.
 type cpuMeter struct {
 	mu     sync.Mutex
 	sample [2]metrics.Sample
