@@ -124,7 +124,8 @@ func (sh *memShard) states(key string, limits []store.Limit, now int64, dst []*m
 	for _, l := range limits {
 		st := mk.find(l)
 		if st == nil {
-			st = &memState{alg: l.Algorithm, span: l.Window, step: stateStep(l), window: l.Window.Microseconds(), prec: statePrecision(l)}
+			st = &memState{alg: l.Algorithm, span: l.Window, step: stateStep(l), window: l.Window.Microseconds()}
+			st.prec = st.step.Microseconds()
 			mk.states = append(mk.states, st)
 		}
 		dst = append(dst, st) // expired buckets go in check, which every caller runs
@@ -156,26 +157,18 @@ func (mk *memKey) find(l store.Limit) *memState {
 	return nil
 }
 
-// stateStep is the bucket length of a SlidingBuckets limit, else 0: with
-// the algorithm and the window, what tells limits' states apart (not
-// their µs: windows a nanosecond apart have keys of their own in Redis).
+// stateStep is the bucket length of l's state: 1µs for SlidingLog, the
+// window for SlidingCounter. With the algorithm and the window it tells
+// limits' states apart (not their µs: windows a nanosecond apart have keys
+// of their own in Redis).
 func stateStep(l store.Limit) time.Duration {
-	if l.Algorithm == store.SlidingBuckets {
-		return l.Step()
-	}
-	return 0
-}
-
-// statePrecision is the bucket length in µs: 1 for SlidingLog, the window
-// for SlidingCounter.
-func statePrecision(l store.Limit) int64 {
 	switch l.Algorithm {
 	case store.SlidingLog:
-		return 1
+		return time.Microsecond
 	case store.SlidingBuckets:
-		return l.Step().Microseconds()
+		return l.Step()
 	}
-	return l.Window.Microseconds()
+	return l.Window
 }
 
 // bucketOf returns the index of the bucket of the µs t.
