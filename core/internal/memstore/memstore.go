@@ -364,40 +364,33 @@ func (sh *memShard) penalize(key string, p store.Penalty, now int64) int64 {
 
 // Refund mirrors refund.lua.
 func (s *Store) Refund(_ context.Context, r store.Request) error {
-	sh, key, now := s.lock(r.Key, r.Now)
-	defer sh.unlock(key, now)
-	mk := sh.keys[key]
-	for _, l := range r.Limits {
-		if st := mk.find(l); st != nil {
-			st.refund(r.N, now, r.At)
-		}
-	}
-	return nil
+	return s.refund(r, r.At, false)
 }
 
-// refund is Refund for one limit's state: the newest units first.
-func (st *memState) refund(n, now, at int64) {
-	st.drop(now)
-	current := st.bucketOf(now)
-	for i := len(st.buckets) - 1; i >= 0 && n > 0; i-- {
-		if b := st.buckets[i].index; b <= current && (at == 0 || b == st.bucketOf(at)) {
-			took := st.take(i, n)
-			if n -= took; took > 0 {
+// refund gives back up to r.N units of each limit, the newest first: those
+// at at (0: any), and none ahead of now unless reserved (see Release).
+func (s *Store) refund(r store.Request, at int64, reserved bool) error {
+	sh, key, now := s.lock(r.Key, r.Now)
+	defer sh.unlock(key, now)
+	for _, l := range r.Limits {
+		st, n := sh.keys[key].find(l), r.N
+		if st == nil {
+			continue
+		}
+		st.drop(now)
+		for i := len(st.buckets) - 1; i >= 0 && n > 0; i-- {
+			b := &st.buckets[i]
+			if (reserved || b.index <= st.bucketOf(now)) && (at == 0 || b.index == st.bucketOf(at)) {
+				took := min(n, b.count)
+				if b.count -= took; b.count == 0 {
+					st.buckets = slices.Delete(st.buckets, i, i+1)
+				}
+				n -= took
 				st.wrote(now)
 			}
 		}
 	}
-}
-
-// take takes up to n units from bucket i, dropping it when emptied, and
-// returns how many it took.
-func (st *memState) take(i int, n int64) int64 {
-	b := &st.buckets[i]
-	took := min(n, b.count)
-	if b.count -= took; b.count == 0 {
-		st.buckets = slices.Delete(st.buckets, i, i+1)
-	}
-	return took
+	return nil
 }
 
 // Reserve mirrors reserve.lua: the units wait for any block of the key too.
@@ -423,19 +416,10 @@ func (s *Store) Reserve(_ context.Context, r store.Request, longest int64) (stor
 	return store.Reservation{OK: true, Wait: at - now, At: at}, nil
 }
 
-// Release mirrors release.lua.
+// Release mirrors release.lua: refund.lua's path, for the units reserved
+// at res.At.
 func (s *Store) Release(_ context.Context, r store.Request, res store.Reservation) error {
-	sh, key, now := s.lock(r.Key, r.Now)
-	defer sh.unlock(key, now)
-	mk := sh.keys[key]
-	for _, l := range r.Limits {
-		if st := mk.find(l); st != nil {
-			if i, found := st.seek(st.bucketOf(res.At)); found { // r.N of the units at res.At
-				st.take(i, r.N)
-			}
-		}
-	}
-	return nil
+	return s.refund(r, res.At, true)
 }
 
 // Block mirrors block.lua.
