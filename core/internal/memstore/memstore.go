@@ -183,11 +183,6 @@ func (st *memState) bucketOf(t int64) int64 {
 	return b
 }
 
-// seek returns where the bucket of index b is in st.buckets, or goes.
-func (st *memState) seek(b int64) (int, bool) {
-	return slices.BinarySearchFunc(st.buckets, b, func(x bucket, b int64) int { return cmp.Compare(x.index, b) })
-}
-
 // unlock ends every call that locked the shard: it updates key's expiry
 // after its states changed, forgetting it when all are empty, and unlocks.
 func (sh *memShard) unlock(key string, now int64) {
@@ -222,10 +217,12 @@ func (st *memState) check(count, n, now int64) (free, retry, reset int64) {
 // add mirrors the *_add functions of algorithms.lua; it returns the reset.
 func (st *memState) add(n, t, now int64) int64 {
 	st.wrote(now)
-	if i, found := st.seek(st.bucketOf(t)); found {
+	b := st.bucketOf(t)
+	i, found := slices.BinarySearchFunc(st.buckets, b, func(x bucket, b int64) int { return cmp.Compare(x.index, b) })
+	if found {
 		st.buckets[i].count += n
 	} else {
-		st.buckets = slices.Insert(st.buckets, i, bucket{st.bucketOf(t), n})
+		st.buckets = slices.Insert(st.buckets, i, bucket{b, n})
 	}
 	return st.end() - now
 }
