@@ -118,9 +118,6 @@ func (sh *memShard) sweep(now int64) {
 func (sh *memShard) states(key string, limits []store.Limit, now int64, dst []*memState) ([]*memState, int64) {
 	mk := sh.key(key)
 	blocked := max(mk.blocked-now, 0)
-	if blocked == 0 {
-		mk.blocked = 0
-	}
 	for _, l := range limits {
 		st := mk.find(l)
 		if st == nil {
@@ -184,21 +181,18 @@ func (st *memState) bucketOf(t int64) int64 {
 }
 
 // unlock ends every call that locked the shard: it updates key's expiry
-// after its states changed, forgetting it when all are empty, and unlocks.
+// after its states changed, forgetting it once all of it has ended, and unlocks.
 func (sh *memShard) unlock(key string, now int64) {
 	defer sh.mu.Unlock()
 	mk := sh.keys[key]
 	if mk == nil {
 		return
 	}
-	if mk.denialsEnd <= now {
-		mk.denials, mk.denialsEnd = 0, 0
-	}
 	mk.expires = max(mk.blocked, mk.denialsEnd)
 	for _, st := range mk.states {
 		mk.expires = max(mk.expires, st.end())
 	}
-	if mk.expires == 0 {
+	if mk.expires <= now {
 		delete(sh.keys, key)
 	}
 }
