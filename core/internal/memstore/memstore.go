@@ -168,16 +168,13 @@ func stateStep(l store.Limit) time.Duration {
 	return l.Window
 }
 
-// bucketOf returns the index of the bucket of the µs t.
+// bucketOf returns the index of the bucket of the µs t, which is after the
+// epoch (as in Redis, which takes its TIME for a Now of 0 or less).
 func (st *memState) bucketOf(t int64) int64 {
 	if st.alg == store.SlidingLog {
 		t-- // the bucket ending at t
 	}
-	b := t / st.prec // floored: prec > 0, t may be before the epoch
-	if t%st.prec < 0 {
-		b--
-	}
-	return b
+	return t / st.prec
 }
 
 // unlock ends every call that locked the shard: it updates key's expiry
