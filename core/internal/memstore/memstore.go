@@ -423,10 +423,7 @@ func (s *Store) Block(_ context.Context, r store.Request, d time.Duration) error
 func (s *Store) Reset(_ context.Context, r store.Request) error {
 	sh, key, now := s.lock(r.Key, r.Now)
 	defer sh.unlock(key, now)
-	mk := sh.keys[key]
-	if mk == nil {
-		return nil
-	}
+	mk := sh.key(key) // a key created here has nothing: unlock forgets it
 	mk.blocked, mk.denials, mk.denialsEnd = 0, 0, 0
 	for _, l := range r.Limits {
 		if st := mk.find(l); st != nil {
