@@ -180,18 +180,16 @@ func (st *memState) bucketOf(t int64) int64 {
 // unlock ends every call that locked the shard: it updates key's expiry
 // after its states changed, forgetting it once all of it has ended, and unlocks.
 func (sh *memShard) unlock(key string, now int64) {
-	defer sh.mu.Unlock()
-	mk := sh.keys[key]
-	if mk == nil {
-		return
+	if mk := sh.keys[key]; mk != nil {
+		mk.expires = max(mk.blocked, mk.denialsEnd)
+		for _, st := range mk.states {
+			mk.expires = max(mk.expires, st.end())
+		}
+		if mk.expires <= now {
+			delete(sh.keys, key)
+		}
 	}
-	mk.expires = max(mk.blocked, mk.denialsEnd)
-	for _, st := range mk.states {
-		mk.expires = max(mk.expires, st.end())
-	}
-	if mk.expires <= now {
-		delete(sh.keys, key)
-	}
+	sh.mu.Unlock()
 }
 
 // check mirrors the *_check functions of algorithms.lua.
