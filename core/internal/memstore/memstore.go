@@ -42,7 +42,7 @@ type memShard struct {
 // memKey holds the state of every limit used with one key; times in µs.
 type memKey struct {
 	states              []*memState
-	blocked             int64 // the end of the key's block, 0: none
+	blocked             int64 // the end of the key's block (none: 0 or past)
 	denials, denialsEnd int64 // the penalty's count, until denialsEnd
 	expires             int64 // the latest of its states', block's and denials' ends
 }
