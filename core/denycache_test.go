@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"strconv"
@@ -555,5 +556,42 @@ func TestDenyCacheSkipsEndedDenial(t *testing.T) {
 	}
 	if n := l.cache.len(); n != 1 {
 		t.Fatalf("cached %d denials, want the one that outlasts its decision", n)
+	}
+}
+
+// TestCancelledWaitForgetsDenials: a Wait cancelled while it sleeps gives
+// its reservation back, and this Limiter's cached denials of the key go
+// with it (WithDenyCache's doc): the next Allow asks Redis.
+func TestCancelledWaitForgetsDenials(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	var hit atomic.Bool
+	l, err := New(rdb, WithPrefix(uniquePrefix(t)), WithTimeout(patient), WithObserver(func(ev Event) { hit.Store(ev.CacheHit) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, lim := context.Background(), Per(1, time.Minute)
+	for i, want := range []bool{true, false, false} {
+		if r, err := l.Allow(ctx, "k", lim); err != nil || r.Allowed != want {
+			t.Fatalf("allow %d: %+v %v", i, r, err)
+		}
+	}
+	if !hit.Load() {
+		t.Fatal("the third Allow was not answered by the cache")
+	}
+	base := evalCalls(t, rdb)
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- l.Wait(wctx, "k", lim) }()
+	eventually(t, "the reservation", func() bool { return evalCalls(t, rdb) > base }) // it sleeps a minute
+	time.Sleep(50 * time.Millisecond)
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("wait: %v", err)
+	}
+	eventually(t, "the give-back", func() bool { return evalCalls(t, rdb) > base+1 }) // here, or behind a late reply
+	time.Sleep(50 * time.Millisecond)
+	if r, err := l.Allow(ctx, "k", lim); err != nil || r.Allowed || hit.Load() {
+		t.Fatalf("after the cancelled Wait: %+v %v, cache hit %v; want a denial asked of Redis", r, err, hit.Load())
 	}
 }

@@ -26,7 +26,10 @@ type guard struct {
 	cpu     cpuMeter
 	budget  time.Duration   // a decision's: the Limiter's timeout
 	local   *memstore.Store // FailLocal's store; else nil
-	share   float64         // FailLocal's share of each Count
+	// released drops the Limiter's cached denials of a key whose
+	// reservation went back to Redis (its units are free); nil: none
+	released func(key string)
+	share    float64 // FailLocal's share of each Count
 }
 
 // kind is what the outcome of a call says about Redis.
@@ -301,7 +304,11 @@ func (g *guard) release(ctx context.Context, r store.Request, res reservation, w
 	case res.failed != nil:
 		return nil
 	}
-	return failure(g.call(ctx, &r, time.Time{}, func() error { return g.next.Release(ctx, r, res.Reservation) }))
+	err := failure(g.call(ctx, &r, time.Time{}, func() error { return g.next.Release(ctx, r, res.Reservation) }))
+	if g.released != nil {
+		g.released(r.Key)
+	}
+	return err
 }
 
 // both runs f (a Block or Reset) on the local store, if any, then on Redis,

@@ -44,7 +44,7 @@ func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
 	}
 	l := newLimiter(c)
 	rs := redisstore.New(rdb, c.prefix)
-	l.guard = &guard{next: rs, remote: rs, mode: c.mode, share: c.share, budget: c.timeout}
+	l.guard = &guard{next: rs, remote: rs, mode: c.mode, share: c.share, budget: c.timeout, released: l.forget}
 	l.guard.cpu.look(rs.Clock(), l.guard.starved(), l.guard.budget) // the counts from which later looks count
 	if c.mode == FailLocal {
 		l.guard.local = memstore.New(l.micros)
