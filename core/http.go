@@ -38,8 +38,7 @@ const (
 	problemType             = "application/problem+json"
 	textType                = "text/plain; charset=utf-8"
 	maxSFInteger            = 999_999_999_999_999 // RFC 8941: at most 15 digits
-	unavailableRetry        = "1"
-	partitionKeyBytes       = 12 // of the SHA-256 of the key, in pk
+	partitionKeyBytes       = 12                  // of the SHA-256 of the key, in pk
 	partitionKeyParamLength = len(";pk=::") + (partitionKeyBytes+2)/3*4
 	// The problem bodies up to "violated-policies" (problemBody), and one without.
 	quotaExceeded   = `{"type":"` + ProblemQuotaExceeded + `","title":"Request cannot be satisfied as assigned quota has been exceeded","status":429`
@@ -177,13 +176,19 @@ func clearRateHeaders(h http.Header) {
 // rateHeaders are the rate-limit fields a rule writes.
 var rateHeaders = [...]string{hdrXLimit, hdrXRemaining, hdrXReset, hdrPolicy, hdrRateLimit}
 
-// writeDenied writes the default 429 of dec: a short text, or with problem
-// set, the quota-exceeded problem (abnormal-usage for a banned key).
+// writeDenied writes the default answer to a Denied or Unavailable dec, 429
+// or 503: a short text, or with problem set, the problem (quota-exceeded,
+// abnormal-usage for a banned key, temporary-reduced-capacity for a 503).
 func writeDenied(w http.ResponseWriter, dec Decision, problem bool) {
-	const code = http.StatusTooManyRequests
+	code := http.StatusTooManyRequests
+	if dec.Verdict == Unavailable {
+		code = http.StatusServiceUnavailable
+	}
 	switch {
 	case !problem:
-		writeBody(w, code, textType, []byte("Too Many Requests\n"), "")
+		writeBody(w, code, textType, []byte(http.StatusText(code)+"\n"), "")
+	case code == http.StatusServiceUnavailable:
+		writeBody(w, code, problemType, dec.hdr.unavailable, "")
 	case dec.Result.blocked:
 		writeBody(w, code, problemType, []byte(abnormalUsage), "")
 	case bits.OnesCount16(dec.Result.violated) > 1:
@@ -191,16 +196,6 @@ func writeDenied(w http.ResponseWriter, dec Decision, problem bool) {
 	default:
 		lh := dec.hdr.lookup(dec.Result.Limit)
 		writeBody(w, code, problemType, lh.problem, lh.problemLen)
-	}
-}
-
-// writeUnavailable answers FailClosed's 503 with Retry-After: a text or problem.
-func (hs *headerSet) writeUnavailable(w http.ResponseWriter, problem bool) {
-	w.Header()[hdrRetryAfter] = []string{unavailableRetry}
-	if problem {
-		writeBody(w, http.StatusServiceUnavailable, problemType, hs.unavailable, "")
-	} else {
-		writeBody(w, http.StatusServiceUnavailable, textType, []byte("Service Unavailable\n"), "")
 	}
 }
 

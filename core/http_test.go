@@ -162,7 +162,9 @@ func TestWriteDenied(t *testing.T) {
 	}
 
 	rec = httptest.NewRecorder()
-	hs.writeUnavailable(rec, true)
+	unavailable := Decision{Verdict: Unavailable, hdr: &hs} // Retry-After by SetFields, as Handle writes it
+	new(Decider[exchange]).SetFields(rec.Header(), XRateLimit, unavailable)
+	writeDenied(rec, unavailable, true)
 	want = `{"type":"https://iana.org/assignments/http-problem-types#temporary-reduced-capacity","title":"Request cannot be satisfied due to temporary server capacity constraints","status":503,"violated-policies":["q\"\\"]}`
 	if rec.Code != 503 || rec.Body.String() != want || rec.Header().Get("Retry-After") != "1" || !json.Valid(rec.Body.Bytes()) ||
 		rec.Header().Get("Content-Length") != strconv.Itoa(len(want)) {

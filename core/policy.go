@@ -284,7 +284,7 @@ func (d *Decider[R]) report(r R, err error, msg string) (answered bool) {
 func (d *Decider[R]) SetFields(h http.Header, style HeaderStyle, dec Decision) {
 	switch {
 	case dec.Verdict == Unavailable:
-		h[hdrRetryAfter] = []string{unavailableRetry}
+		h[hdrRetryAfter] = []string{"1"}
 		return
 	case !dec.Shown || dec.hdr == nil:
 		return

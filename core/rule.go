@@ -281,27 +281,19 @@ func (e *Enforcer) HandleFrom(w http.ResponseWriter, r *http.Request, route stri
 			st.charges = append(st.charges, charge{e: e, key: dec.Key, u: dec.units})
 		}
 		return r, true
-	case Denied: // its fields and Retry-After, then OnDenied or the default 429
+	case Denied, Unavailable: // its fields and Retry-After, then OnDenied or the default 429 or 503
 		clearRateHeaders(w.Header())
 		e.d.SetFields(w.Header(), st.style(e.rule.Headers), dec)
-		if e.rule.OnDenied != nil {
+		if dec.Verdict == Denied && e.rule.OnDenied != nil {
 			e.rule.OnDenied(w, r, dec.Result)
 		} else {
-			writeDenied(w, dec, e.problem(r))
+			writeDenied(w, dec, e.rule.ProblemJSON || acceptsProblem(r.Header["Accept"]))
 		}
-	case Unavailable:
-		clearRateHeaders(w.Header())
-		dec.hdr.writeUnavailable(w, e.problem(r))
 	case Answered: // by OnError: this rule's units go back too (FailLocal's)
 		e.d.GiveBack(r.Context(), exchange{discard{}, r}, dec, "the rule's OnError answered the request")
 	}
 	st.refund(r) // the rules before this one give their units back
 	return nil, false
-}
-
-// problem reports whether a default answer to r is application/problem+json.
-func (e *Enforcer) problem(r *http.Request) bool {
-	return e.rule.ProblemJSON || acceptsProblem(r.Header["Accept"])
 }
 
 // refund gives back every unsettled charge of the rules on r's way.
