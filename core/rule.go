@@ -222,14 +222,14 @@ func NewEnforcer(l *Limiter, rule Rule) (*Enforcer, error) {
 				shown[i] = h[k]
 			}
 			clearRateHeaders(h)
-			ew := &errorWriter{ResponseWriter: x.w}
-			onError(ew, x.r, err)
+			sw := &statusWriter{ResponseWriter: x.w}
+			onError(sw, x.r, err)
 			for i, k := range rateHeaders {
-				if v := shown[i]; v != nil && !ew.wrote {
+				if v := shown[i]; v != nil && sw.status == 0 {
 					h[k] = v
 				}
 			}
-			return ew.wrote
+			return sw.status != 0
 		}
 	}
 	d, err := NewDecider(l, p)
@@ -369,16 +369,6 @@ type discard struct{}
 func (discard) Header() http.Header         { return http.Header{} }
 func (discard) Write(b []byte) (int, error) { return len(b), nil }
 func (discard) WriteHeader(int)             {}
-
-// errorWriter records whether OnError wrote a response.
-type errorWriter struct {
-	http.ResponseWriter
-	wrote bool
-}
-
-func (w *errorWriter) WriteHeader(code int)        { w.wrote = true; w.ResponseWriter.WriteHeader(code) }
-func (w *errorWriter) Write(b []byte) (int, error) { w.wrote = true; return w.ResponseWriter.Write(b) }
-func (w *errorWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter } // for http.ResponseController
 
 // The context keys of a request's *shown and of FrameworkContext.
 type (

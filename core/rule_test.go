@@ -160,6 +160,9 @@ func TestHandleInputErrors(t *testing.T) {
 		{"OnError answers", func() *core.Limiter { return closedLimiter(t) }, core.Rule{Key: failing, OnError: func(w http.ResponseWriter, _ *http.Request, _ error) {
 			http.Error(w, "who are you?", http.StatusUnauthorized)
 		}}, nil, errKey, []int{401, 401}, []string{"who are you?\n", "who are you?\n"}, nil},
+		{"OnError answers by a flush alone", memory, core.Rule{Key: failing, OnError: func(w http.ResponseWriter, _ *http.Request, _ error) {
+			_ = http.NewResponseController(w).Flush() // net/http sends 200: the handler must not run
+		}}, nil, errKey, []int{200, 200}, []string{"", ""}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var got []error

@@ -7,7 +7,8 @@ import (
 	"net/http"
 )
 
-// statusWriter records the status of a response, for Rule.CountIf.
+// statusWriter records the status of a response, for Rule.CountIf and
+// whether OnError answered.
 type statusWriter struct {
 	http.ResponseWriter
 	status int
