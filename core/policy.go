@@ -64,12 +64,6 @@ func NewDecider[R any](l *Limiter, p Policy[R]) (*Decider[R], error) {
 	return &Decider[R]{l: l, p: p, hdr: newHeaderSet(p.Limits), sets: limitSets{seed: maphash.MakeSeed()}}, nil
 }
 
-// Name returns the rule's name.
-func (d *Decider[R]) Name() string { return d.p.Name }
-
-// Limits returns a copy of the policy's limits.
-func (d *Decider[R]) Limits() []Limit { return slices.Clone(d.p.Limits) }
-
 // Key returns the Limiter key of r: Name, ":", and Key's result, escaped as
 // Rule.FallbackKey says. An empty result matches keyfuncs.ErrNoKey.
 func (d *Decider[R]) Key(r R) (string, error) {

@@ -242,9 +242,6 @@ func NewEnforcer(l *Limiter, rule Rule) (*Enforcer, error) {
 // Name returns the rule's name.
 func (e *Enforcer) Name() string { return e.rule.Name }
 
-// Limits returns a copy of the rule's limits (Rule.Limits).
-func (e *Enforcer) Limits() []Limit { return e.d.Limits() }
-
 // Key returns the Limiter key of r under the rule (see Decider.Key).
 func (e *Enforcer) Key(r *http.Request) (string, error) { return e.d.Key(exchange{r: r}) }
 
