@@ -38,10 +38,7 @@ func ByIP(l *core.Limiter, n int64, window time.Duration) core.Rule {
 
 // caller names the function that called Build: "package.Function".
 func caller() string {
-	pc, _, _, ok := runtime.Caller(2)
-	if !ok {
-		return "unknown"
-	}
+	pc, _, _, _ := runtime.Caller(2)     // there always is one (else FuncForPC(0).Name() is "")
 	name := runtime.FuncForPC(pc).Name() // "github.com/ratewindow/ratewindow/chimw.Limit"
 	return name[strings.LastIndexByte(name, '/')+1:]
 }
