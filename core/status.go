@@ -31,13 +31,11 @@ func (w *statusWriter) WriteHeader(code int) {
 
 func (w *statusWriter) Write(b []byte) (int, error) { w.ok(); return w.ResponseWriter.Write(b) }
 
-// ReadFrom copies src to the response, by the wrapped writer's ReadFrom if any.
+// ReadFrom copies src to the response: io.Copy uses the wrapped writer's
+// ReadFrom if any (sendfile), or src's WriteTo, which reaches it for a file.
 func (w *statusWriter) ReadFrom(src io.Reader) (int64, error) {
 	w.ok()
-	if rf, ok := w.ResponseWriter.(io.ReaderFrom); ok {
-		return rf.ReadFrom(src)
-	}
-	return io.Copy(struct{ io.Writer }{w.ResponseWriter}, src) // hides ReadFrom from io.Copy
+	return io.Copy(w.ResponseWriter, src)
 }
 
 func (w *statusWriter) Flush() { _ = w.FlushError() } // http.Flusher
