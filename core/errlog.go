@@ -3,23 +3,18 @@ package core
 import (
 	"context"
 	"log/slog"
-	"strings"
 	"sync/atomic"
 	"time"
 )
 
 // ruleError is a rule's error for OnError: "ratewindow: rule login: ...",
-// the prefix once.
+// the prefix once; it unwraps to the error unprefixed holds.
 type ruleError struct {
 	rule string
-	err  error
+	unprefixed
 }
 
-func (e ruleError) Error() string {
-	return "ratewindow: rule " + e.rule + ": " + strings.TrimPrefix(e.err.Error(), "ratewindow: ")
-}
-
-func (e ruleError) Unwrap() error { return e.err }
+func (e ruleError) Error() string { return "ratewindow: rule " + e.rule + ": " + e.unprefixed.Error() }
 
 // errorLog logs the errors of a rule without OnError to slog.Default, at
 // most one line per errorLogEvery.

@@ -68,7 +68,7 @@ func TestRuleErrorPrefixOnce(t *testing.T) {
 		{errors.New("ratewindow: header missing"), "ratewindow: rule login: header missing"},
 		{errors.New("no user"), "ratewindow: rule login: no user"},
 	} {
-		err := ruleError{"login", c.err}
+		err := ruleError{"login", unprefixed{c.err}}
 		if err.Error() != c.want || !errors.Is(err, c.err) {
 			t.Errorf("%q, Is %v; want %q", err.Error(), errors.Is(err, c.err), c.want)
 		}

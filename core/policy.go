@@ -263,7 +263,7 @@ func (d *Decider[R]) giveBack(ctx context.Context, r R, key string, u units, why
 // report hands err to OnError, or logs it with msg, and reports whether
 // OnError answered the request.
 func (d *Decider[R]) report(r R, err error, msg string) (answered bool) {
-	err = ruleError{d.p.Name, err}
+	err = ruleError{d.p.Name, unprefixed{err}}
 	if d.p.OnError == nil {
 		d.logs.log(err, msg, d.l.guard.mode)
 		return false
