@@ -352,12 +352,8 @@ func (e *Enforcer) show(w http.ResponseWriter, st *shown, dec Decision) {
 	if style == None || e.rule.CountIf != nil || st.e != nil && !moreRestrictive(e, dec.Result, st.e, st.res) {
 		return
 	}
-	h := w.Header()
-	if st.e != nil {
-		clearRateHeaders(h)
-	}
-	st.e, st.res = e, dec.Result
-	dec.hdr.write(h, style, dec.Result, e.d.partition(dec.Key))
+	st.e, st.res = e, dec.Result // its fields overwrite the shown's: one style, the same fields
+	e.d.SetFields(w.Header(), style, dec)
 }
 
 // discard is a ResponseWriter that writes nowhere.
