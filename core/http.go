@@ -1,8 +1,6 @@
 package core
 
 import (
-	"crypto/sha256"
-	"encoding/base64"
 	"math/bits"
 	"net/http"
 	"strconv"
@@ -116,7 +114,7 @@ func (hs *headerSet) lookup(l Limit) *limitHeaders {
 // write sets the rate-limit fields of style for res: seconds rounded up, a
 // reset never before Retry-After, t of a denial its Retry-After, integers
 // of at most 15 digits, pk on every IETF item.
-func (hs *headerSet) write(h http.Header, style HeaderStyle, res Result, pk string) {
+func (hs *headerSet) write(h http.Header, style HeaderStyle, res Result, pk []byte) {
 	if style == None || style > Both {
 		return
 	}
@@ -142,7 +140,7 @@ func (hs *headerSet) write(h http.Header, style HeaderStyle, res Result, pk stri
 		b = append(b, pk...)
 	}
 	endItem := len(b)
-	if pk != "" && style != XRateLimit {
+	if len(pk) > 0 && style != XRateLimit {
 		for i, item := range hs.items {
 			if i > 0 {
 				b = append(b, ", "...)
@@ -152,7 +150,7 @@ func (hs *headerSet) write(h http.Header, style HeaderStyle, res Result, pk stri
 	}
 	str := string(b)
 	v := []string{lh.count, str[:endRemaining], str[endRemaining:endReset], hs.policy, str[endReset:endItem]}
-	if pk != "" {
+	if len(pk) > 0 {
 		v[3] = str[endItem:]
 	}
 	if style != IETF {
@@ -212,18 +210,6 @@ func writeBody(w http.ResponseWriter, code int, ctype string, body []byte, size 
 	h[hdrContentLen] = []string{size}
 	w.WriteHeader(code)
 	_, _ = w.Write(body)
-}
-
-// partition returns key's ";pk=:<base64 of SHA-256 prefix>:" parameter, or "".
-func (d *Decider[R]) partition(key string) string {
-	if !d.p.PartitionKey || key == "" {
-		return ""
-	}
-	sum := sha256.Sum256([]byte(key))
-	b := make([]byte, 0, partitionKeyParamLength)
-	b = append(b, ";pk=:"...)
-	b = base64.StdEncoding.AppendEncode(b, sum[:partitionKeyBytes])
-	return string(append(b, ':'))
 }
 
 // ceilSeconds returns d in whole seconds, rounded up; 0 for d <= 0.

@@ -126,7 +126,7 @@ func TestHeaderSetWrite(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := http.Header{}
-			hs.write(h, tc.style, tc.res, "")
+			hs.write(h, tc.style, tc.res, nil)
 			got := map[string]string{}
 			for k, vs := range h {
 				got[k] = strings.Join(vs, "\n")
@@ -206,7 +206,7 @@ func FuzzHeaders(f *testing.F) {
 		}
 		h := http.Header{}
 		st := HeaderStyle(style % 4)
-		hs.write(h, st, res, "")
+		hs.write(h, st, res, nil)
 
 		for _, k := range []string{hdrXLimit, hdrXRemaining, hdrXReset} {
 			v, ok := h[k]

@@ -2,6 +2,8 @@ package core
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -283,7 +285,13 @@ func (d *Decider[R]) SetFields(h http.Header, style HeaderStyle, dec Decision) {
 	case !dec.Shown || dec.hdr == nil:
 		return
 	}
-	dec.hdr.write(h, style, dec.Result, d.partition(dec.Key))
+	var pk []byte // ";pk=:<base64 of the key's SHA-256 prefix>:" (PartitionKey)
+	if d.p.PartitionKey && dec.Key != "" {
+		var buf [partitionKeyParamLength]byte
+		sum := sha256.Sum256([]byte(dec.Key))
+		pk = append(base64.StdEncoding.AppendEncode(append(buf[:0], ";pk=:"...), sum[:partitionKeyBytes]), ':')
+	}
+	dec.hdr.write(h, style, dec.Result, pk)
 	if dec.Verdict == Denied && !dec.Result.Never() {
 		h[hdrRetryAfter] = []string{strconv.FormatInt(retrySeconds(dec.Result.RetryAfter), 10)}
 	}
