@@ -17,13 +17,11 @@ type ruleError struct {
 func (e ruleError) Error() string { return "ratewindow: rule " + e.rule + ": " + e.unprefixed.Error() }
 
 // errorLog logs the errors of a rule without OnError to slog.Default, at
-// most one line per errorLogEvery.
+// most one line a second.
 type errorLog struct {
 	next    atomic.Int64 // ns: no line before then
 	skipped atomic.Int64 // errors not logged since the last line
 }
-
-const errorLogEvery = time.Second
 
 // What a rule did about the error.
 const (
@@ -36,7 +34,7 @@ const (
 func (l *errorLog) log(err error, msg string, mode FailureMode) {
 	now := time.Now().UnixNano()
 	next := l.next.Load()
-	if now < next || !l.next.CompareAndSwap(next, now+int64(errorLogEvery)) {
+	if now < next || !l.next.CompareAndSwap(next, now+int64(time.Second)) {
 		l.skipped.Add(1)
 		return
 	}

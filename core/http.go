@@ -33,11 +33,9 @@ const (
 )
 
 const (
-	problemType             = "application/problem+json"
-	textType                = "text/plain; charset=utf-8"
-	maxSFInteger            = 999_999_999_999_999 // RFC 8941: at most 15 digits
-	partitionKeyBytes       = 12                  // of the SHA-256 of the key, in pk
-	partitionKeyParamLength = len(";pk=::") + (partitionKeyBytes+2)/3*4
+	problemType  = "application/problem+json"
+	textType     = "text/plain; charset=utf-8"
+	maxSFInteger = 999_999_999_999_999 // RFC 8941: at most 15 digits
 	// The problem bodies up to "violated-policies" (problemBody), and one without.
 	quotaExceeded   = `{"type":"` + ProblemQuotaExceeded + `","title":"Request cannot be satisfied as assigned quota has been exceeded","status":429`
 	reducedCapacity = `{"type":"` + ProblemReducedCapacity + `","title":"Request cannot be satisfied due to temporary server capacity constraints","status":503`

@@ -285,11 +285,11 @@ func (d *Decider[R]) SetFields(h http.Header, style HeaderStyle, dec Decision) {
 	case !dec.Shown || dec.hdr == nil:
 		return
 	}
-	var pk []byte // ";pk=:<base64 of the key's SHA-256 prefix>:" (PartitionKey)
+	var pk []byte // ";pk=:<base64 of the first 12 bytes of the key's SHA-256>:" (PartitionKey)
 	if d.p.PartitionKey && dec.Key != "" {
-		var buf [partitionKeyParamLength]byte
+		var buf [len(";pk=::") + 16]byte
 		sum := sha256.Sum256([]byte(dec.Key))
-		pk = append(base64.StdEncoding.AppendEncode(append(buf[:0], ";pk=:"...), sum[:partitionKeyBytes]), ':')
+		pk = append(base64.StdEncoding.AppendEncode(append(buf[:0], ";pk=:"...), sum[:12]), ':')
 	}
 	dec.hdr.write(h, style, dec.Result, pk)
 	if dec.Verdict == Denied && !dec.Result.Never() {
