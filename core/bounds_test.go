@@ -159,14 +159,19 @@ func TestBucketsAtMaxBuckets(t *testing.T) {
 	}
 }
 
-// TestNilContext: every method of a Limiter given a nil context returns an
-// error naming it, and panics nowhere, on every backend.
+// TestNilContext: every method of a Limiter (and an Enforcer's Refused)
+// given a nil context returns an error naming it, and panics nowhere, on
+// every backend.
 func TestNilContext(t *testing.T) {
 	var nilCtx context.Context
 	lim := PerSecond(1)
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
 			e := b.new(t)
+			enf, err := NewEnforcer(e.lim, Rule{Name: "r", Limits: []Limit{lim}})
+			if err != nil {
+				t.Fatal(err)
+			}
 			calls := map[string]error{
 				"Allow":  func() error { _, err := e.lim.Allow(nilCtx, "k", lim); return err }(),
 				"AllowN": func() error { _, err := e.lim.AllowN(nilCtx, "k", 2, lim); return err }(),
@@ -177,6 +182,8 @@ func TestNilContext(t *testing.T) {
 				"Refund": e.lim.Refund(nilCtx, "k", 1, lim),
 				"Block":  e.lim.Block(nilCtx, "k", time.Second),
 				"Check":  e.lim.Check(nilCtx),
+				// an upstream's refusal to retry: Block fails, and is not waited out
+				"Refused": enf.Refused(nilCtx, "k", time.Second, true),
 			}
 			for call, err := range calls {
 				if !errors.Is(err, errNilContext) || err.Error() != "ratewindow: nil context" {
