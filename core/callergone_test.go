@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ratewindow/ratewindow/core/internal/redisstore"
+	"github.com/ratewindow/ratewindow/core/internal/store"
 	"github.com/ratewindow/ratewindow/internal/redistest"
 )
 
@@ -22,21 +22,19 @@ func (lateContext) Deadline() (time.Time, bool) { return time.Now().Add(-time.Mi
 
 // TestCallerGone: a read cut at the caller's deadline a moment before the
 // context's timer ends it is the caller's deadline, not a failure of Redis
-// (the breaker does not count it), and the caller is told
+// (no health check, the node stays up), and the caller is told
 // context.DeadlineExceeded.
 func TestCallerGone(t *testing.T) {
-	r := &fakeRemote{Remote: redisstore.New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), "gone:")}
+	r := &fakeRemote{ping: errors.New("no health check expected")}
 	g := &guard{next: r, remote: r, budget: 100 * time.Millisecond}
-	a, err := g.begin("k", time.Time{})
-	if err != nil {
-		t.Fatal(err)
+	o, err := g.call(lateContext{context.Background()}, &store.Request{Key: "k"}, func() error {
+		return fmt.Errorf("read: %w", os.ErrDeadlineExceeded)
+	})
+	if o != abandoned || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("outcome %d, error %v; want abandoned, the caller's deadline", o, err)
 	}
-	k, err := g.end(lateContext{context.Background()}, a, fmt.Errorf("read: %w", os.ErrDeadlineExceeded))
-	if k != abandoned || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Fatalf("kind %d, error %v; want abandoned, the caller's deadline", k, err)
-	}
-	if n := g.br.failures.Load(); n != 0 {
-		t.Fatalf("the breaker counted %d failures", n)
+	if g.one.down.Load() != nil {
+		t.Fatal("the node went down")
 	}
 }
 
@@ -80,9 +78,7 @@ func TestEndedContextBreakerOpen(t *testing.T) {
 	ctx := context.Background()
 	lim := PerMinute(5)
 	p.Kill(t)
-	for range breakerFailures {
-		l.Allow(ctx, "k", lim)
-	}
+	l.Allow(ctx, "k", lim) // refused: the node is down at once
 	if r, _ := l.Allow(ctx, "k", lim); !errors.Is(r.BackendErr, ErrCircuitOpen) {
 		t.Fatalf("the breaker did not open: %v", r.BackendErr)
 	}

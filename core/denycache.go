@@ -16,12 +16,15 @@ import (
 // are in store.HeldKey's form and limits copied: a fixed size per denial.
 //
 // An expired denial is asked again by one request (its probe); the others
-// wait for its answer: a denial renews it, an admission drops it, and the
-// waiters ask for themselves, together (one at a time, a hot key's
-// decisions went one round trip after another for as long as the denial
-// stayed: 14,000 a second where 300,000 went without it); a probe Redis
-// did not answer leaves it, the last denial, and the next waiter probes.
-// So each waiter's answer came after it arrived.
+// wait for its answer: a denial renews it; an admission with room for the
+// waiters drops it, and they ask for themselves, together (one at a time,
+// a hot key's decisions went one round trip after another for as long as
+// the denial stayed: 14,000 a second where 300,000 went without it); an
+// admission with room for fewer lets that many go, and one more to learn
+// the next denial, while the rest wait for the next probe (all of a
+// flood's connections went to Redis at once); a probe Redis did not answer
+// leaves it, the last denial, and the next waiter probes. So each
+// waiter's answer came after it arrived.
 type denyCache struct {
 	seed   maphash.Seed
 	shards []denyShard
@@ -48,10 +51,15 @@ type denial struct {
 	ends   int64 // ns: when its RetryAfter ends
 	result Result
 	probe  *probe // the request asking the backend again; nil: none
+	free   int64  // expired: requests that may ask without waiting for a probe
 }
 
-// probe is one request asking about an expired denial; done closes on its answer.
-type probe struct{ done chan struct{} }
+// probe is one request asking about an expired denial; done closes on its
+// answer. waiters counts the requests waiting for it.
+type probe struct {
+	done    chan struct{}
+	waiters int64
+}
 
 // newDenyCache returns a cache of at most size (> 0) denials.
 func newDenyCache(size int) *denyCache {
@@ -66,6 +74,12 @@ func newDenyCache(size int) *denyCache {
 func (c *denyCache) shard(key string) *denyShard {
 	return &c.shards[maphash.String(c.seed, key)%uint64(len(c.shards))]
 }
+
+// instantYield: every instantYield-th answer of a shard made without I/O
+// yields the processor: a goroutine deciding in a loop on cached denials
+// held it for a scheduler slice (10ms) while the others, their timers and
+// Redis's replies waited (measured in docs/performance.md).
+const instantYield = 128
 
 // get returns the denial of (key, n, limits) at now (ns), counted down.
 // Expired, it returns a probe: wait false, this caller asks the backend
@@ -86,7 +100,11 @@ func (c *denyCache) get(key string, n int64, limits []Limit, now int64) (r Resul
 	switch {
 	case d == nil:
 		return Result{}, false, nil, false
+	case d.free > 0:
+		d.free--
+		return Result{}, false, nil, false
 	case d.probe != nil:
+		d.probe.waiters++
 		return Result{}, false, d.probe, true
 	}
 	d.probe = &probe{done: make(chan struct{})}
@@ -128,16 +146,20 @@ func (d *denial) countedDown(now int64, least time.Duration) Result {
 	return r
 }
 
-// settle ends probe p at now (ns), answered when Redis answered it (see
+// settle ends probe p at now (ns), answered r when Redis answered it (see
 // denyCache), and its waiters look again.
-func (c *denyCache) settle(key string, n int64, limits []Limit, p *probe, now int64, answered bool) {
+func (c *denyCache) settle(key string, n int64, limits []Limit, p *probe, now int64, answered bool, r Result) {
 	sh := c.shard(key)
 	sh.mu.Lock()
 	ds := sh.m[key]
 	if i := slices.IndexFunc(ds, func(d denial) bool { return d.probe == p }); i >= 0 {
 		ds[i].probe = nil
-		if answered && now >= ds[i].until {
+		switch {
+		case !answered || now < ds[i].until: // unanswered, or renewed by a denial
+		case !r.Allowed || p.waiters <= r.Remaining+1:
 			sh.drop(key, i)
+		default:
+			ds[i].free = r.Remaining + 1
 		}
 	}
 	sh.mu.Unlock()
@@ -171,7 +193,7 @@ func (c *denyCache) put(key string, n int64, limits []Limit, now int64, r Result
 	case now < sh.forgot:
 		return
 	case d != nil: // a probe, if any, settles itself
-		d.until, d.ends, d.result = until, ends, ownResult(r, d.limits)
+		d.until, d.ends, d.result, d.free = until, ends, ownResult(r, d.limits), 0
 		return
 	}
 	ds := sh.m[key]

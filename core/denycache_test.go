@@ -253,7 +253,7 @@ func TestDenyCacheEntries(t *testing.T) {
 	}
 	// denied again: renewed, the waiters take the new denial
 	c.put("a", 1, lim, int64(denyRecheck), r)
-	c.settle("a", 1, lim, p, int64(denyRecheck), true)
+	c.settle("a", 1, lim, p, int64(denyRecheck), true, r)
 	select {
 	case <-p.done:
 	default:
@@ -265,7 +265,7 @@ func TestDenyCacheEntries(t *testing.T) {
 	// not answered by Redis (a timeout, shed, the failure mode): the
 	// denial stays, the last one, and the next caller probes
 	_, _, p, _ = c.get("a", 1, lim, int64(2*denyRecheck))
-	c.settle("a", 1, lim, p, int64(2*denyRecheck), false)
+	c.settle("a", 1, lim, p, int64(2*denyRecheck), false, Result{})
 	if _, ok, p2, wait := c.get("a", 1, lim, int64(2*denyRecheck)); ok || p2 == nil || p2 == p || wait {
 		t.Fatalf("after a probe Redis did not answer: hit %v, probe %v, wait %v; want a new probe", ok, p2, wait)
 	} else {
@@ -274,9 +274,10 @@ func TestDenyCacheEntries(t *testing.T) {
 	if _, ok := c.last("a", 1, lim, int64(2*denyRecheck)); !ok {
 		t.Fatal("the last denial went with a probe Redis did not answer")
 	}
-	// admitted (nothing put): the denial goes, and the waiters, woken, ask
-	// for themselves, together; none waits for another probe
-	c.settle("a", 1, lim, p, int64(2*denyRecheck), true)
+	// admitted (nothing put) with room for its waiters: the denial goes,
+	// and the waiters, woken, ask for themselves, together; none waits for
+	// another probe
+	c.settle("a", 1, lim, p, int64(2*denyRecheck), true, Result{Allowed: true, Remaining: 5})
 	select {
 	case <-p.done:
 	default:
@@ -416,7 +417,7 @@ func (c *denyCache) len() int {
 }
 
 // TestInstantAnswersYield: a goroutine answered without I/O in a loop (by
-// the deny cache, by an open breaker) yields its processor every
+// the deny cache) yields its processor every
 // instantYield answers, so that the goroutines behind it run (without the
 // yield it keeps it until preempted, some 10ms: hundreds of thousands of
 // answers). Not parallel: it runs on one processor.
@@ -425,16 +426,11 @@ func TestInstantAnswersYield(t *testing.T) {
 	limits := []Limit{PerMinute(1)}
 	now := time.Now().UnixNano()
 	c.put("hot", 1, limits, now, Result{Limit: limits[0], RetryAfter: time.Minute, ResetAfter: time.Minute})
-	var b breaker
-	b.failure(1, 2, false)
-	b.failure(3, 4, false)
-	b.failure(5, 6, false) // open until 6 + breakerPause
 	for _, tc := range []struct {
 		name   string
 		answer func() bool // reports whether it answered without I/O
 	}{
 		{"deny cache", func() bool { _, ok, _, _ := c.get("hot", 1, limits, now); return ok }},
-		{"open breaker", func() bool { ok, _ := b.allow(7); return !ok }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
@@ -593,5 +589,46 @@ func TestCancelledWaitForgetsDenials(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	if r, err := l.Allow(ctx, "k", lim); err != nil || r.Allowed || hit.Load() {
 		t.Fatalf("after the cancelled Wait: %+v %v, cache hit %v; want a denial asked of Redis", r, err, hit.Load())
+	}
+}
+
+// TestDenyCacheHerd: a probe admitted with room for fewer than its
+// waiters lets that many go, and one more, while the others wait for the
+// next probe: a flood's connections do not all go to Redis at once.
+func TestDenyCacheHerd(t *testing.T) {
+	c := newDenyCache(10)
+	lim := []Limit{PerSecond(20)}
+	c.put("a", 1, lim, 0, Result{Limit: lim[0], RetryAfter: time.Second, ResetAfter: time.Second})
+	at := int64(time.Second) // expired
+	_, _, p, wait := c.get("a", 1, lim, at)
+	if p == nil || wait {
+		t.Fatal("no probe")
+	}
+	for range 100 { // a flood's waiters
+		if _, _, p2, wait := c.get("a", 1, lim, at); p2 != p || !wait {
+			t.Fatal("a waiter did not wait for the probe")
+		}
+	}
+	c.settle("a", 1, lim, p, at, true, Result{Allowed: true, Limit: lim[0], Remaining: 1})
+	free := 0
+	var next *probe
+	for range 100 {
+		_, ok, p2, wait := c.get("a", 1, lim, at)
+		switch {
+		case ok:
+			t.Fatal("a hit: the denial expired")
+		case p2 == nil && !wait:
+			if next != nil {
+				t.Fatal("a request went freely after the next probe began")
+			}
+			free++
+		case next == nil && !wait:
+			next = p2 // the next probe
+		case p2 != next || !wait:
+			t.Fatal("a request neither went, probed, nor waited for the probe")
+		}
+	}
+	if free != 2 || next == nil {
+		t.Fatalf("%d requests went freely, next probe %v; want 2 (Remaining 1, and one more), then one probe", free, next != nil)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"net/http/httptest"
 	"os"
 	"runtime"
@@ -17,7 +16,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ratewindow/ratewindow/core/internal/redisstore"
 	"github.com/ratewindow/ratewindow/core/internal/store"
 	"github.com/ratewindow/ratewindow/internal/redistest"
 	"github.com/ratewindow/ratewindow/internal/stall"
@@ -209,20 +207,20 @@ func TestRedisAnsweredErrorsStayWithTheirKey(t *testing.T) {
 			t.Parallel()
 			l, rec := faultLimiter(t, c.rdb(t), FailClosed, 1, WithPrefix(prefix), WithTimeout(patient))
 			ctx := context.Background()
-			for i := range 4 * breakerFailures { // one after the other
+			for i := range 12 { // one after the other
 				r, err := l.Allow(ctx, "bad", lim)
 				if err != nil || r.Allowed || r.BackendErr == nil || !strings.Contains(r.BackendErr.Error(), c.want) {
 					t.Fatalf("bad key, decision %d: %+v %v, want %s answered by fail-closed", i, r, err, c.want)
 				}
 			}
-			for i := range 4 * breakerFailures {
+			for i := range 12 {
 				r, err := l.Allow(ctx, fmt.Sprint("ok", i), lim)
 				if err != nil || !r.Allowed || r.BackendErr != nil || r.Remaining != 99 {
 					t.Fatalf("another key, decision %d: %+v %v, want Redis's answer", i, r, err)
 				}
 			}
-			if c := tallyEvents(rec.take()); c.failed != 4*breakerFailures {
-				t.Fatalf("observer: %+v, want %d failures (the bad key's)", c, 4*breakerFailures)
+			if c := tallyEvents(rec.take()); c.failed != 12 {
+				t.Fatalf("observer: %+v, want %d failures (the bad key's)", c, 12)
 			}
 		})
 	}
@@ -268,105 +266,103 @@ func TestPausedRedisHotKeyWaitersBounded(t *testing.T) {
 	wg.Wait()
 }
 
-// starved, as TestGuardKinds' spent budget, stands for a process short of
-// CPU since the call was sent (and a budget of 100ms).
-const starved = -1
-
-// TestGuardKinds: the one health rule, what a call's outcome says about
-// Redis. A reply, or an error reply of the server, shows Redis alive; no
-// reply is overload when Redis answered this client since the call was
-// sent, else a timeout or a connection failure, which the breaker counts;
-// a timeout while this process was short of CPU is overload when Redis
-// answered before and fell silent (if it did) less than a budget before.
-func TestGuardKinds(t *testing.T) {
+// TestGuardOutcomes: the one health rule, what a call's outcome says about
+// Redis. A reply, or an error reply, shows Redis alive; a connection's
+// failure is evidence at once (the node is down); a call out of time asks
+// the health check: no reply to its PING is evidence, a reply sends the
+// call again, callTries times at most, then it is shed.
+func TestGuardOutcomes(t *testing.T) {
 	serverErr := redistest.New(t).Client(t).Do(context.Background(), "NOSUCHCOMMAND").Err()
 	gone, cancel := context.WithCancel(context.Background())
 	cancel()
+	timeout := fmt.Errorf("read: %w", os.ErrDeadlineExceeded)
+	silent := fmt.Errorf("%w (200ms)", store.ErrSilent)
 	for _, c := range []struct {
-		name     string
-		ctx      context.Context
-		err      error
-		answered int // 0: never; 1: before the call; 2: since; 3: a second before
-		want     kind
-		counted  bool          // the breaker counts it
-		spent    time.Duration // of the decision's 100ms budget before its call
+		name  string
+		ctx   context.Context
+		calls []error // the call's outcome, try by try (the last repeats)
+		ping  error
+		want  outcome
+		tries int
+		down  bool
 	}{
-		{"reply", context.Background(), nil, 0, succeeded, false, 0},
-		{"error reply", context.Background(), &store.Error{Replied: true, Err: serverErr}, 0, rejected, false, 0},
-		{"wrapped error reply", context.Background(), fmt.Errorf("script: %w", &store.Error{Replied: true, Err: serverErr}), 2, rejected, false, 0},
-		{"unexpected reply", context.Background(), ErrUnexpectedReply, 1, rejected, false, 0},
-		{"caller gone", gone, context.Canceled, 1, abandoned, false, 0},
-		{"timeout, answered since", context.Background(), context.DeadlineExceeded, 2, overloaded, false, 0},
-		{"timeout, answered before", context.Background(), context.DeadlineExceeded, 1, timedOut, true, 0},
-		{"read timeout, never answered", context.Background(), fmt.Errorf("read: %w", os.ErrDeadlineExceeded), 0, timedOut, true, 0},
-		{"network, answered before", context.Background(), errors.New("connection refused"), 1, failed, true, 0},
-		// the budget went by before the call (waiting on another's probe):
-		// Redis answered since the decision began
-		{"budget spent, answered since the decision began", context.Background(), context.DeadlineExceeded, 1, overloaded, false, 100 * time.Millisecond},
-		{"budget half spent, answered since the decision began", context.Background(), context.DeadlineExceeded, 1, overloaded, false, 50 * time.Millisecond},
-		{"budget spent, never answered", context.Background(), context.DeadlineExceeded, 0, timedOut, true, 100 * time.Millisecond},
-		// this process was short of CPU since the call was sent (starved):
-		// its reply may have waited to be read
-		{"timeout, answered a moment before, starved", context.Background(), context.DeadlineExceeded, 1, overloaded, false, starved},
-		{"timeout, answered a second before, starved", context.Background(), context.DeadlineExceeded, 3, overloaded, false, starved},
-		{"timeout, never answered, starved", context.Background(), context.DeadlineExceeded, 0, timedOut, false, starved},
-		// Redis fell silent a budget before: a call sent then went unanswered
-		{"timeout, answered a second before, silent a budget, starved", context.Background(), context.DeadlineExceeded, 4, timedOut, false, starved},
-		{"network, never answered, starved", context.Background(), errors.New("connection refused"), 0, failed, true, starved},
+		{"reply", context.Background(), []error{nil}, nil, succeeded, 1, false},
+		{"error reply", context.Background(), []error{&store.Error{Replied: true, Err: serverErr}}, nil, rejected, 1, false},
+		{"wrapped error reply", context.Background(), []error{fmt.Errorf("script: %w", &store.Error{Replied: true, Err: serverErr})}, nil, rejected, 1, false},
+		{"unexpected reply", context.Background(), []error{ErrUnexpectedReply}, nil, rejected, 1, false},
+		{"caller gone", gone, []error{context.Canceled}, nil, abandoned, 1, false},
+		{"connection refused", context.Background(), []error{errors.New("dial tcp: connection refused")}, nil, failed, 1, true},
+		{"timeout, the PING unanswered", context.Background(), []error{timeout}, silent, failed, 1, true},
+		{"timeout, the PING's connection refused", context.Background(), []error{timeout}, errors.New("connection refused"), failed, 1, true},
+		{"timeout, the PING answered, then a reply", context.Background(), []error{timeout, nil}, nil, succeeded, 2, false},
+		{"timeout, the PING answered an error", context.Background(), []error{timeout, nil}, &store.Error{Replied: true, Err: serverErr}, succeeded, 2, false},
+		{"timeouts, the PING answered each time", context.Background(), []error{timeout}, nil, shed, callTries, false},
+		{"timeouts, the PING could not tell", context.Background(), []error{timeout}, context.DeadlineExceeded, shed, callTries, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			rs := redisstore.New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), "kinds:")
-			r := &fakeRemote{Remote: rs}
-			r.now.Store(int64(time.Second)) // the decision began after the clock's start
-			g := &guard{next: r, remote: r}
-			switch c.answered {
-			case 1:
-				r.answer()
-			case 3, 4:
-				r.reply.Store(1) // the clock reads a second now
+			r := &fakeRemote{ping: c.ping}
+			g := &guard{next: r, remote: r, budget: 100 * time.Millisecond}
+			req := &store.Request{Key: "k", Deadline: time.Now().Add(100 * time.Millisecond)}
+			tries := 0
+			o, _ := g.call(c.ctx, req, func() error {
+				tries++
+				return c.calls[min(tries, len(c.calls))-1]
+			})
+			if o != c.want || tries != c.tries {
+				t.Fatalf("outcome %d after %d calls, want %d after %d", o, tries, c.want, c.tries)
 			}
-			var began time.Time
-			switch {
-			case c.spent == starved:
-				g.budget = 100 * time.Millisecond
-				g.cpu.long = math.MaxInt64 // a goroutine waited to run since every call
-			case c.spent > 0: // (no budget else: the CPU rule stays out)
-				g.budget = 100 * time.Millisecond
-				began = time.Now().Add(-c.spent)
+			if down := g.one.down.Load() != nil; down != c.down {
+				t.Fatalf("node down %v, want %v", down, c.down)
 			}
-			a, err := g.begin("k", began)
-			if err != nil {
-				t.Fatal(err)
-			}
-			switch c.answered {
-			case 2:
-				r.answer()
-			case 4:
-				g.br.silence.Store(a.sent - int64(g.budget))
-			}
-			if k, _ := g.end(c.ctx, a, c.err); k != c.want {
-				t.Fatalf("kind %d, want %d", k, c.want)
-			}
-			counted := c.counted && !(c.spent > 0 && g.cpu.long >= a.sent) // (a loaded machine may starve the process)
-			if n := g.br.failures.Load(); n != map[bool]int32{true: 1}[counted] {
-				t.Fatalf("the breaker counted %d failures, want counted %v", n, c.counted)
+			if c.down { // skipped at once, until a PING answers
+				calls := tries
+				if o, err := g.call(context.Background(), req, func() error { tries++; return nil }); o != failed || !errors.Is(err, ErrCircuitOpen) || tries != calls {
+					t.Fatalf("while down: outcome %d, %v, %d calls", o, err, tries-calls)
+				}
 			}
 		})
 	}
 }
 
-// fakeRemote is a Redis store whose clock and replies a test sets: each
-// reading of Clock advances it, answer notes a reply now.
-type fakeRemote struct {
-	store.Remote
-	now, reply atomic.Int64
+// TestDownNodeRecovers: a node found down is checked again in the
+// background after downFor, while the failure mode answers; once its PING
+// is answered, calls go to Redis again.
+func TestDownNodeRecovers(t *testing.T) {
+	r := &fakeRemote{ping: errors.New("connection refused")}
+	g := &guard{next: r, remote: r, budget: 100 * time.Millisecond}
+	req := &store.Request{Key: "k"}
+	if o, _ := g.call(context.Background(), req, func() error { return errors.New("connection refused") }); o != failed {
+		t.Fatalf("outcome %d, want failed", o)
+	}
+	time.Sleep(downFor + 10*time.Millisecond)
+	r.mu.Lock()
+	r.ping = nil
+	r.mu.Unlock()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		o, err := g.call(context.Background(), req, func() error { return nil })
+		if o == succeeded {
+			return
+		}
+		if o != failed || !errors.Is(err, ErrCircuitOpen) || time.Now().After(deadline) {
+			t.Fatalf("outcome %d, %v: want the open circuit, then Redis", o, err)
+		}
+	}
 }
 
-func (r *fakeRemote) Clock() int64                            { return r.now.Add(1) }
-func (r *fakeRemote) answer()                                 { r.reply.Store(r.Clock()) }
-func (r *fakeRemote) AnsweredSince(_ string, sent int64) bool { return r.reply.Load() >= sent }
-func (r *fakeRemote) Node(string) string                      { return "" }
-func (r *fakeRemote) Failed(error)                            {}
+// fakeRemote is a Redis store without a server: its Ping answers ping; a
+// test calls the guard with calls of its own.
+type fakeRemote struct {
+	store.Remote
+	mu   sync.Mutex
+	ping error
+}
+
+func (r *fakeRemote) Node(string) string { return "" }
+func (r *fakeRemote) Ping(context.Context, string, time.Duration) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ping
+}
 
 // TestLonePathFrames measures the frames from Enforcer.HandleFrom to the
 // client's Process on the path of a lone decision (logged, not asserted).
@@ -455,10 +451,7 @@ func TestClusterBreakerPerMaster(t *testing.T) {
 			}
 		}
 	}()
-	// the paused master's breaker opens after breakerFailures timeouts in a
-	// row, more when the process was short of CPU (a timeout then is not
-	// counted: see cpuMeter)
-	start := storeClock(l)
+	// the paused master is found down by its first decision's health check
 	for i := 0; ; i++ {
 		r, err := l.Allow(ctx, "k", lim)
 		if err != nil || r.BackendErr == nil || r.Allowed {
@@ -467,7 +460,7 @@ func TestClusterBreakerPerMaster(t *testing.T) {
 		if errors.Is(r.BackendErr, ErrCircuitOpen) {
 			break
 		}
-		if i >= 2*breakerFailures && (!starvedAfter(l, start) || i >= 20) {
+		if i >= 20 {
 			t.Fatalf("the paused master's breaker is not open after %d decisions: %v", i+1, r.BackendErr)
 		}
 	}

@@ -5,123 +5,219 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"runtime"
-	"runtime/metrics"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ratewindow/ratewindow/core/internal/memstore"
 	"github.com/ratewindow/ratewindow/core/internal/store"
 )
 
-// guard wraps a Limiter's calls to its store: over Redis it keeps a breaker
-// per node and classifies failures (see end); over memory it passes them on.
+// The health rule: the failure mode answers only on evidence that Redis
+// cannot answer (the connection refused, reset or closed, a client error,
+// or the node's health check's PING without a byte of reply for twice
+// the timeout), never for a call that merely ran out of time, which asks the
+// health check and then goes again.
+//
+// Why not the timeout alone: a process short of CPU (a flood, a busy
+// machine, a spent CPU quota) cannot read replies that Redis already sent;
+// its timers fire first, and a call out of time says nothing of Redis. The
+// health check's PING goes on a connection of its own, and at its deadline
+// it looks into the socket: a reply that waits there unread is a reply.
+
+// guard wraps a Limiter's calls to its store: over Redis it keeps the health
+// of each node (see the rule above); over memory it passes them on.
 type guard struct {
-	next    store.Store
-	remote  store.Remote // next, over Redis; nil: the memory store
-	br      breaker      // the client's
-	masters sync.Map     // Cluster master address → *breaker: a failing master stops its keys only
-	mode    FailureMode
-	cpu     cpuMeter
-	budget  time.Duration   // a decision's: the Limiter's timeout
-	local   *memstore.Store // FailLocal's store; else nil
+	next   store.Store
+	remote store.Remote // next, over Redis; nil: the memory store
+	one    node         // a single server's
+	nodes  sync.Map     // a Cluster's master or a Ring's shard → *node: a failing node stops its keys only
+	mode   FailureMode
+	budget time.Duration   // a decision's: the Limiter's timeout
+	local  *memstore.Store // FailLocal's store; else nil
 	// released drops the Limiter's cached denials of a key whose
 	// reservation went back to Redis (its units are free); nil: none
 	released func(key string)
 	share    float64 // FailLocal's share of each Count
 }
 
-// kind is what the outcome of a call says about Redis.
-type kind uint8
+// outcome is what the outcome of a call says about Redis.
+type outcome uint8
 
 const (
-	succeeded kind = iota // Redis answered
-	abandoned             // the caller's context ended first: nothing learnt of Redis
-	rejected              // Redis answered an error: alive, so the breaker does not count it
-	// overloaded: no reply, while Redis answered other calls since the
-	// decision began: slow, not down. Not counted; the decision is shed.
-	overloaded
-	// timedOut: no reply in time, and no other reply since the decision
-	// began. Counted, unless this process was short of CPU (see cpuMeter).
-	timedOut
-	// failed: a connection failure with no other reply since the decision
-	// began (counted), or the breaker is open (not counted again).
-	failed
+	succeeded outcome = iota // Redis answered
+	abandoned                // the caller's context ended first: nothing learnt of Redis
+	rejected                 // Redis answered an error: this call's failure alone
+	failed                   // evidence that Redis cannot answer: the failure mode answers
+	// shed: out of time again and again while the health check found
+	// Redis answering; denied for a second whatever the failure mode.
+	shed
 )
 
-// retried reports whether a decision of this kind goes again once.
-func (k kind) retried() bool { return k == overloaded || k == timedOut }
+const (
+	// callTries bounds the calls of one operation that run out of time
+	// while the health check finds Redis answering: then it is shed.
+	callTries = 3
+	// downFor is how long a node found down skips Redis before the next
+	// health check, which runs in the background while the failure mode
+	// answers.
+	downFor = 250 * time.Millisecond
+)
 
-// attempt is one call to Redis under way.
-type attempt struct {
-	// sent is the store's clock when the decision's budget began (else when
-	// the call was sent): the outcome is judged by what happened since, so a
-	// budget spent before the call counts against this process, not Redis.
-	sent  int64
-	node  string   // the Cluster master that serves the key (store.Remote.Node); "": any
-	br    *breaker // node's breaker, else the client's
-	probe bool     // the call is br's probe
+// node is the health of one Redis node.
+type node struct {
+	down  atomic.Pointer[outage] // nil: up
+	mu    sync.Mutex
+	check *healthCheck // the health check under way; nil: none
 }
 
-// begin starts a call to Redis about key for a decision whose budget
-// began at began (zero: now), or returns ErrCircuitOpen.
-func (g *guard) begin(key string, began time.Time) (attempt, error) {
-	now := g.remote.Clock()
-	a := attempt{sent: now, node: g.remote.Node(key), br: &g.br}
-	if a.node != "" {
-		b, ok := g.masters.Load(a.node)
-		if !ok {
-			b, _ = g.masters.LoadOrStore(a.node, new(breaker))
-		}
-		a.br = b.(*breaker)
-	}
-	if !began.IsZero() && g.budget > 0 {
-		spent := min(max(time.Since(began), 0), g.budget)
-		a.sent = max(now-int64(spent), 1)
-	}
-	var ok bool
-	if ok, a.probe = a.br.allow(now); !ok {
-		return a, ErrCircuitOpen
-	}
-	return a, nil
+// outage is a node found down: why, and when to check it again.
+type outage struct {
+	err      error
+	until    time.Time
+	checking atomic.Bool
 }
 
-// end classifies the outcome err of attempt a by the caller's ctx (the
-// one health rule), and tells the breaker.
-func (g *guard) end(ctx context.Context, a attempt, err error) (kind, error) {
-	var k kind
-	counted := false // the breaker counts it
-	switch {
-	case err == nil:
-		k = succeeded
-	case callerGone(ctx):
-		k = abandoned
-		if ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
-			err = fmt.Errorf("%w (%w)", context.DeadlineExceeded, err) // the caller's deadline
-		}
-	case store.Replied(err):
-		k = rejected
-	case g.remote.AnsweredSince(a.node, a.sent):
-		k = overloaded
-	case store.IsTimeout(err):
-		starved := g.starvedSince(a)
-		k, counted = timedOut, !starved
-		if starved && g.remote.AnsweredSince(a.node, 1) && a.sent < g.silentSince(a)+int64(g.budget) {
-			k = overloaded // sent as Redis fell silent, if it did: shed
-		}
-	default:
-		k, counted = failed, true
+// healthCheck is a health check of a node: err, once done, is its evidence
+// that the node cannot answer; nil when the node answered.
+type healthCheck struct {
+	done chan struct{}
+	err  error
+}
+
+// node returns the health of the node serving key.
+func (g *guard) node(key string) *node {
+	name := g.remote.Node(key)
+	if name == "" {
+		return &g.one
 	}
-	switch {
-	case k == succeeded || k == rejected:
-		a.br.success()
-	case counted:
-		a.br.failure(a.sent, g.remote.Clock(), a.probe)
-	case a.probe:
-		a.br.abandon() // it said nothing about Redis: the next call probes
+	n, ok := g.nodes.Load(name)
+	if !ok {
+		n, _ = g.nodes.LoadOrStore(name, new(node))
 	}
-	return k, err
+	return n.(*node)
+}
+
+// fail notes evidence that n cannot answer.
+func (n *node) fail(err error) { n.down.Store(&outage{err: err, until: time.Now().Add(downFor)}) }
+
+// call runs f, a call about r.Key, by the health rule. A call out of time
+// goes again, with a deadline as far as its first one, once the health
+// check found Redis answering.
+func (g *guard) call(ctx context.Context, r *store.Request, f func() error) (outcome, error) {
+	if err := ctx.Err(); err != nil {
+		return abandoned, err // nothing decided, not even by a down node's failure mode
+	}
+	if g.remote == nil {
+		return succeeded, f() // the memory store returns no error
+	}
+	n := g.node(r.Key)
+	span := g.budget
+	if !r.Deadline.IsZero() {
+		span = max(time.Until(r.Deadline), time.Millisecond)
+	}
+	for try := 1; ; try++ {
+		if o := n.down.Load(); o != nil {
+			g.recheck(n, r.Key, o)
+			return failed, fmt.Errorf("%w (%w)", ErrCircuitOpen, o.err)
+		}
+		err := f()
+		switch {
+		case err == nil:
+			return succeeded, nil
+		case callerGone(ctx):
+			if ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
+				err = fmt.Errorf("%w (%w)", context.DeadlineExceeded, err) // the caller's deadline
+			}
+			return abandoned, err
+		case store.Replied(err):
+			return rejected, err
+		case !store.IsTimeout(err):
+			n.fail(err)
+			return failed, err
+		}
+		if down := g.verify(ctx, n, r.Key); down != nil {
+			return failed, fmt.Errorf("%w (%w)", err, down)
+		}
+		if err := ctx.Err(); err != nil {
+			return abandoned, err
+		}
+		if try == callTries {
+			return shed, err
+		}
+		if !r.Deadline.IsZero() {
+			r.Deadline = time.Now().Add(span)
+		}
+	}
+}
+
+// verify waits for n's health check (started if none is under way), and
+// returns its evidence that n cannot answer; nil when n answered, or ctx
+// ended first.
+func (g *guard) verify(ctx context.Context, n *node, key string) error {
+	n.mu.Lock()
+	v := n.check
+	if v == nil {
+		v = &healthCheck{done: make(chan struct{})}
+		n.check = v
+		go g.health(n, key, v)
+	}
+	n.mu.Unlock()
+	select {
+	case <-v.done:
+		return v.err
+	case <-ctx.Done():
+		return nil
+	}
+}
+
+// silence is how long a health check's PING may go without a reply before
+// the node is down: twice a decision's budget (200ms without one), as a
+// healthy Redis on a loaded machine took up to 94ms to answer a PING.
+func (g *guard) silence() time.Duration {
+	if g.budget <= 0 {
+		return 2 * DefaultTimeout
+	}
+	return 2 * g.budget
+}
+
+// ping runs a health check's PING about key's node; its dial may take up
+// to a second, for a process short of CPU.
+func (g *guard) ping(key string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	return g.remote.Ping(ctx, key, g.silence())
+}
+
+// health checks n by a PING: evidence that n cannot answer is no reply, no
+// connection, or the connection's failure; a timeout that tells nothing
+// (see store.Remote.Ping) is none.
+func (g *guard) health(n *node, key string, v *healthCheck) {
+	err := g.ping(key)
+	if err != nil && !store.Replied(err) && (!store.IsTimeout(err) || errors.Is(err, store.ErrSilent)) {
+		v.err = err
+		n.fail(err)
+	}
+	n.mu.Lock()
+	n.check = nil
+	n.mu.Unlock()
+	close(v.done)
+}
+
+// recheck checks a down node in the background once its outage o is due:
+// a reply brings it up, else it stays down for another downFor.
+func (g *guard) recheck(n *node, key string, o *outage) {
+	if time.Now().Before(o.until) || !o.checking.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		if err := g.ping(key); err == nil || store.Replied(err) {
+			n.down.CompareAndSwap(o, nil)
+			return
+		}
+		n.down.CompareAndSwap(o, &outage{err: o.err, until: time.Now().Add(downFor)})
+	}()
 }
 
 // callerGone reports whether ctx ended or its deadline passed (a read cut
@@ -134,30 +230,13 @@ func callerGone(ctx context.Context) bool {
 	return ok && !time.Now().Before(d)
 }
 
-// call runs f, a call about r.Key, behind the breaker, for a decision whose
-// budget began at began (see begin; zero for a Wait's calls and the rest).
-func (g *guard) call(ctx context.Context, r *store.Request, began time.Time, f func() error) (kind, error) {
-	if err := ctx.Err(); err != nil {
-		return abandoned, err // nothing decided, not even by an open breaker's failure mode
-	}
-	if g.remote == nil {
-		return succeeded, f() // the memory store returns no error
-	}
-	a, err := g.begin(r.Key, began)
-	if err != nil {
-		return failed, err
-	}
-	return g.end(ctx, a, f())
-}
-
-// allow decides *r without the failure mode (see fail), for a decision
-// whose budget began at began (zero: now).
-func (g *guard) allow(ctx context.Context, r *store.Request, began time.Time) (d store.Decision, k kind, err error) {
-	k, err = g.call(ctx, r, began, func() (err error) {
+// allow decides *r without the failure mode (see fail).
+func (g *guard) allow(ctx context.Context, r *store.Request) (d store.Decision, o outcome, err error) {
+	o, err = g.call(ctx, r, func() (err error) {
 		d, err = g.next.Allow(ctx, *r)
 		return err
 	})
-	return d, k, err
+	return d, o, err
 }
 
 // fail answers r by the failure mode after Redis failed with err, returning
@@ -178,8 +257,8 @@ func (g *guard) fail(ctx context.Context, r store.Request, err error) (store.Dec
 	return d, backendError{err}
 }
 
-// shed answers an overloaded r as FailClosed does, whatever the mode (ErrShed).
-func shed(r store.Request, err error) (store.Decision, error) {
+// shedding answers r as FailClosed does, whatever the mode (ErrShed).
+func shedding(r store.Request, err error) (store.Decision, error) {
 	return closed(r), backendError{fmt.Errorf("%w (%w)", ErrShed, err)}
 }
 
@@ -219,8 +298,8 @@ func scaled(count int64, share float64) int64 {
 
 // failure returns err for an operation the failure mode does not answer: a
 // failure of Redis as a backendError, the caller's context's end as it is.
-func failure(k kind, err error) error {
-	if k == succeeded || k == abandoned {
+func failure(o outcome, err error) error {
+	if o == succeeded || o == abandoned {
 		return err
 	}
 	return backendError{err}
@@ -239,23 +318,23 @@ type reservation struct {
 // units recorded): the caller gets ctx's error at once, and a reservation
 // the reply holds is given back on another goroutine (see release).
 func (g *guard) reserve(ctx context.Context, r store.Request, longest int64, wait time.Duration) (reservation, error) {
-	type outcome struct {
+	type reply struct {
 		res store.Reservation
-		k   kind
+		o   outcome
 		err error
 	}
-	run := func(ctx context.Context) (o outcome) {
-		o.k, o.err = g.call(ctx, &r, time.Time{}, func() (err error) {
+	run := func(ctx context.Context) (o reply) {
+		o.o, o.err = g.call(ctx, &r, func() (err error) {
 			o.res, err = g.next.Reserve(ctx, r, longest)
 			return err
 		})
 		return o
 	}
-	var o outcome
+	var o reply
 	if ctx.Done() == nil || g.remote == nil || ctx.Err() != nil { // ended: call sends nothing
 		o = run(ctx)
 	} else {
-		done := make(chan outcome, 1)
+		done := make(chan reply, 1)
 		detached := context.WithoutCancel(ctx)
 		go func() { done <- run(detached) }()
 		select {
@@ -269,11 +348,11 @@ func (g *guard) reserve(ctx context.Context, r store.Request, longest int64, wai
 			return reservation{}, ctx.Err()
 		}
 	}
-	switch o.k {
+	switch o.o {
 	case succeeded, abandoned:
 		return reservation{Reservation: o.res}, o.err
-	case overloaded: // shed: no slot, whatever the failure mode (see poll)
-		_, err := shed(r, o.err)
+	case shed: // no slot, whatever the failure mode (see poll)
+		_, err := shedding(r, o.err)
 		return reservation{failed: err}, nil
 	}
 	err := error(backendError{o.err})
@@ -304,7 +383,7 @@ func (g *guard) release(ctx context.Context, r store.Request, res reservation, w
 	case res.failed != nil:
 		return nil
 	}
-	err := failure(g.call(ctx, &r, time.Time{}, func() error { return g.next.Release(ctx, r, res.Reservation) }))
+	err := failure(g.call(ctx, &r, func() error { return g.next.Release(ctx, r, res.Reservation) }))
 	if g.released != nil {
 		g.released(r.Key)
 	}
@@ -317,7 +396,7 @@ func (g *guard) both(ctx context.Context, r store.Request, f func(store.Store, s
 	if g.local != nil {
 		_ = f(g.local, g.localCopy(r))
 	}
-	return failure(g.call(ctx, &r, time.Time{}, func() error { return f(g.next, r) }))
+	return failure(g.call(ctx, &r, func() error { return f(g.next, r) }))
 }
 
 // refund gives back units where they were recorded (local: FailLocal's store,
@@ -327,12 +406,12 @@ func (g *guard) refund(ctx context.Context, r store.Request, local bool) error {
 	if local {
 		return g.local.Refund(ctx, g.localCopy(r))
 	}
-	k, err := g.call(ctx, &r, time.Time{}, func() error { return g.next.Refund(ctx, r) })
-	if k != succeeded && k != abandoned && g.local != nil {
+	o, err := g.call(ctx, &r, func() error { return g.next.Refund(ctx, r) })
+	if o != succeeded && o != abandoned && g.local != nil {
 		r.At = 0
 		_ = g.local.Refund(ctx, g.localCopy(r))
 	}
-	return failure(k, err)
+	return failure(o, err)
 }
 
 // backendError is a failure of Redis that the caller is told of.
@@ -340,74 +419,3 @@ type backendError struct{ err error }
 
 func (e backendError) Error() string { return e.err.Error() }
 func (e backendError) Unwrap() error { return e.err }
-
-// cpuMeter tells, by the runtime's scheduler metrics, whether this process
-// was short of CPU since a call was sent. Then a call out of time may have
-// waited for this process, not Redis: the goroutine that would read the
-// reply sat in the run queue while its caller's timer fired. Counting such
-// calls once let floods through and opened the breaker on a healthy Redis.
-// So the breaker does not count them, and the decision is shed when Redis
-// has answered this client and the call went within a budget of when Redis
-// fell silent (silentSince): a starved process's first calls after a quiet
-// spell are shed, not admitted, while a Redis that stopped answering gets
-// the failure mode for calls sent a budget later.
-type cpuMeter struct {
-	mu     sync.Mutex
-	sample [2]metrics.Sample
-	last   []uint64 // the histogram's counts at the last look
-	long   int64    // the store's clock at the last look that saw a shortage
-}
-
-// silentSince returns when Redis fell silent for a's node, a's call out of
-// time without a reply: when the first call went of those out of time since
-// Redis last answered (a's, or an earlier).
-func (g *guard) silentSince(a attempt) int64 {
-	for {
-		s := a.br.silence.Load()
-		if s != 0 && s <= a.sent && !g.remote.AnsweredSince(a.node, s) {
-			return s // the silence goes on
-		}
-		if a.br.silence.CompareAndSwap(s, a.sent) {
-			return a.sent // a new silence, or a's call went before the one noted
-		}
-	}
-}
-
-// starvedSince reports whether this process was short of CPU since a went.
-func (g *guard) starvedSince(a attempt) bool {
-	now, wait := g.remote.Clock(), g.starved()
-	if wait <= 0 {
-		return false // no budget: nothing to tell
-	}
-	g.cpu.mu.Lock()
-	defer g.cpu.mu.Unlock()
-	g.cpu.look(now, wait, g.budget)
-	return g.cpu.long != 0 && g.cpu.long >= a.sent
-}
-
-// starved is how long a goroutine waits to run when this process is short
-// of CPU: half a decision's budget, at most 20ms.
-func (g *guard) starved() time.Duration { return min(g.budget/2, 20*time.Millisecond) }
-
-// look reads the metrics, noting now as short of CPU when a goroutine waited
-// at least wait to run since the last look, or the runnable goroutines would
-// fill the processors for budget at a scheduler time slice (10ms) each.
-func (m *cpuMeter) look(now int64, wait, budget time.Duration) {
-	m.sample[0].Name = "/sched/latencies:seconds"
-	m.sample[1].Name = "/sched/goroutines/runnable:goroutines"
-	metrics.Read(m.sample[:])
-	if m.sample[0].Value.Kind() != metrics.KindFloat64Histogram {
-		return // not measured by this runtime
-	}
-	if m.sample[1].Value.Kind() == metrics.KindUint64 &&
-		m.sample[1].Value.Uint64() >= uint64(runtime.GOMAXPROCS(0))*uint64(budget/(10*time.Millisecond)) {
-		m.long = now
-	}
-	h := m.sample[0].Value.Float64Histogram()
-	for i, c := range h.Counts {
-		if i < len(m.last) && c > m.last[i] && h.Buckets[i] >= wait.Seconds() {
-			m.long = now
-		}
-	}
-	m.last = append(m.last[:0], h.Counts...)
-}

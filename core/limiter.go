@@ -45,7 +45,6 @@ func New(rdb redis.Scripter, opts ...Option) (*Limiter, error) {
 	l := newLimiter(c)
 	rs := redisstore.New(rdb, c.prefix)
 	l.guard = &guard{next: rs, remote: rs, mode: c.mode, share: c.share, budget: c.timeout, released: l.forget}
-	l.guard.cpu.look(rs.Clock(), l.guard.starved(), l.guard.budget) // the counts from which later looks count
 	if c.mode == FailLocal {
 		l.guard.local = memstore.New(l.micros)
 	}
@@ -208,8 +207,6 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 	commit, ck := op != OpPeek, key // ck: the deny cache's form of key
 	var (
 		r        Result
-		d        store.Decision
-		k        kind
 		cacheHit bool
 		err      error
 		cachedAt int64
@@ -232,28 +229,14 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 	if pen != nil {
 		req.Penalty = store.Penalty(*pen)
 	}
-	for try := 0; ; try++ {
-		var e error
-		if d, k, e = l.guard.allow(ctx, &req, start); try == 0 || !errors.Is(e, ErrCircuitOpen) {
-			err = e // else the retry was not sent: the first failure answers
-		}
-		if !k.retried() {
-			break
-		}
-		if l.cache != nil && commit {
-			if r, cacheHit = l.cache.last(ck, n, limits, l.now().UnixNano()); cacheHit {
-				err = nil // the key's last denial answers (see above)
-				break
-			}
-		}
-		// FailLocal's answer is a limit of its own: it answers at once
-		if try == 1 || l.guard.mode == FailLocal || ctx.Err() != nil || !deadline.IsZero() && !time.Now().Before(deadline) {
-			break
-		}
-		req.Now = l.storeTime() // the retry's own time
+	d, o, err := l.guard.allow(ctx, &req)
+	if (o == failed || o == shed) && l.cache != nil && commit {
+		r, cacheHit = l.cache.last(ck, n, limits, l.now().UnixNano()) // the key's last denial answers
 	}
 	if !cacheHit {
-		r, err = l.answer(ctx, req, limits, &d, k, err)
+		r, err = l.answer(ctx, req, limits, &d, o, err)
+	} else {
+		err = nil
 	}
 	l.scratch.Put(buf)
 	// a denial that ended while decided is not kept: near a high limit (a
@@ -264,11 +247,10 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 		l.cache.put(ck, n, limits, cachedAt, r)
 	}
 	if probing != nil {
-		l.cache.settle(ck, n, limits, probing, l.now().UnixNano(), err == nil && !cacheHit && r.BackendErr == nil)
+		l.cache.settle(ck, n, limits, probing, l.now().UnixNano(), err == nil && !cacheHit && r.BackendErr == nil, r)
 	}
 	if l.observer != nil {
-		l.observe(Event{Op: op, Rule: rule, Key: key, Result: r, Err: err, Banned: d.Banned, CacheHit: cacheHit,
-			Shed: r.BackendErr != nil && k == overloaded}, start)
+		l.observe(Event{Op: op, Rule: rule, Key: key, Result: r, Err: err, Banned: d.Banned, CacheHit: cacheHit, Shed: o == shed && !cacheHit}, start)
 	}
 	return r, d.At, err
 }
@@ -360,16 +342,16 @@ func (l *Limiter) request(key string, n int64, limits []Limit, sc *scratch, with
 	return r
 }
 
-// answer turns a decision's call (req on limits, kind k) into its Result: the
-// store's decision *d, or the failure mode's, put in *d. The error is ctx's.
-func (l *Limiter) answer(ctx context.Context, req store.Request, limits []Limit, d *store.Decision, k kind, err error) (Result, error) {
-	switch k {
+// answer turns a decision's call (req on limits, outcome o) into its Result:
+// the store's decision *d, or the failure mode's, put in *d. The error is ctx's.
+func (l *Limiter) answer(ctx context.Context, req store.Request, limits []Limit, d *store.Decision, o outcome, err error) (Result, error) {
+	switch o {
 	case succeeded:
 		return result(d, limits, nil), nil
 	case abandoned:
 		return Result{}, err
-	case overloaded:
-		*d, err = shed(req, err)
+	case shed:
+		*d, err = shedding(req, err)
 		return result(d, limits, err), nil
 	}
 	*d, err = l.guard.fail(ctx, req, err)
@@ -522,8 +504,8 @@ func (l *Limiter) reserveAndSleep(ctx context.Context, key string, n int64, limi
 // when the store cannot tell.
 func (l *Limiter) blockedAt(ctx context.Context, key string, n int64, limits []Limit, at int64) bool {
 	r := l.request(key, n, limits, nil, l.waitTime)
-	d, k, err := l.guard.allow(ctx, &r, time.Time{})
-	return err == nil && k == succeeded && d.Blocked && d.At >= at
+	d, o, err := l.guard.allow(ctx, &r)
+	return err == nil && o == succeeded && d.Blocked && d.At >= at
 }
 
 // poll asks until n units of key fit, sleeping RetryAfter and some jitter.
@@ -534,8 +516,8 @@ func (l *Limiter) poll(ctx context.Context, key string, n int64, limits []Limit)
 	for {
 		req := l.request(key, n, limits, &buf, l.waitTime) // FailLocal scales its limits
 		req.Commit = true
-		dec, k, err := l.guard.allow(ctx, &req, time.Time{})
-		r, err := l.answer(ctx, req, limits, &dec, k, err)
+		dec, o, err := l.guard.allow(ctx, &req)
+		r, err := l.answer(ctx, req, limits, &dec, o, err)
 		if err != nil {
 			return waited, failed, err
 		}

@@ -89,9 +89,6 @@ func (t *transport) send(batch []*call) {
 	if again != nil {
 		_, _ = again.Exec(ctx)
 	}
-	if slices.ContainsFunc(cmds, func(s *sent) bool { err := s.cmd.Err(); return err == nil || replied(err) }) {
-		t.answered(live[0].keys, nil) // a lane's: one node
-	}
 	var failed []*call // decisions of a merged call that failed: sent again alone
 	for _, s := range cmds {
 		reply, err := result(s.cmd)

@@ -75,28 +75,15 @@ func New(rdb redis.Scripter, prefix string) *Store {
 	return s
 }
 
-// Clock is the transport's clock (see store.Remote).
-func (s *Store) Clock() int64 { return s.t.clock() }
-
-// AnsweredSince reports whether node (a Cluster master; "": any) answered
-// this client since clock read sent.
-func (s *Store) AnsweredSince(node string, sent int64) bool {
-	if node == "" {
-		return s.t.lastReply.Load() >= sent
-	}
-	last, ok := s.t.nodeReply.Load(node)
-	return ok && last.(*atomic.Int64).Load() >= sent
-}
-
-// Node returns the address of the Cluster master serving key's slot, as
-// the client knows it without a round trip; "" when not a Cluster, before
-// Redis first answered, or when unknown.
+// Node names the node serving key (a Cluster's master, a Ring's shard) as
+// the client knows it without a round trip; "" for a single server, or
+// when unknown.
 func (s *Store) Node(key string) string {
-	if _, ok := s.t.rdb.(*redis.ClusterClient); !ok || !s.AnsweredSince("", 1) {
+	if s.t.laneOf == nil {
 		return ""
 	}
 	var buf [256]byte
-	return s.t.master(string(appendTag(buf[:0], s.prefix, key)))
+	return s.t.laneOf(string(appendTag(buf[:0], s.prefix, key)))
 }
 
 // newCall returns a pooled call of sc with r's storage keys (see

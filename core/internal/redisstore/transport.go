@@ -44,10 +44,6 @@ type transport struct {
 	direct redis.Scripter
 	lib    *library // runs the scripts as FCALL once loaded; nil: EVALSHA
 
-	born      time.Time    // the origin of clock
-	lastReply atomic.Int64 // clock when Redis last answered (0: never)
-	nodeReply sync.Map     // a Cluster master's address → *atomic.Int64: its lastReply
-
 	// health checks the server after a failure (see checkDial), as a call's
 	// error does not say why (to a closed port, go-redis retries its dial
 	// and answers "context deadline exceeded"); nil: none.
@@ -105,7 +101,7 @@ type script struct {
 }
 
 func newTransport(rdb redis.Scripter) *transport {
-	t := &transport{rdb: rdb, born: time.Now(), depth: maxInFlight, lanes: map[string]*lane{}}
+	t := &transport{rdb: rdb, depth: maxInFlight, lanes: map[string]*lane{}}
 	known, cancel := context.WithCancel(context.Background())
 	cancel()
 	t.known = known
@@ -179,35 +175,6 @@ func (t *transport) master(tag string) string {
 		return ""
 	}
 	return m.Options().Addr
-}
-
-// clock is the monotonic time in ns since the transport was made; never 0.
-func (t *transport) clock() int64 { return int64(time.Since(t.born)) + 1 }
-
-// answered notes a reply of Redis (on a Cluster, of keys' master too) when
-// err is none or an error reply: any reply, late for its caller or not.
-func (t *transport) answered(keys []string, err error) {
-	if err != nil && !replied(err) {
-		return
-	}
-	now := t.clock()
-	later(&t.lastReply, now)
-	if len(keys) > 0 {
-		if node := t.master(keys[0]); node != "" {
-			last, ok := t.nodeReply.Load(node)
-			if !ok {
-				last, _ = t.nodeReply.LoadOrStore(node, new(atomic.Int64))
-			}
-			later(last.(*atomic.Int64), now)
-		}
-	}
-}
-
-// later sets v to now unless it holds a later time (a goroutine preempted
-// after reading the clock must not set it back).
-func later(v *atomic.Int64, now int64) {
-	for last := v.Load(); last < now && !v.CompareAndSwap(last, now); last = v.Load() {
-	}
 }
 
 // dialHealth returns a health check that dials each of addrs as the
@@ -453,13 +420,10 @@ func (t *transport) runOne(ctx context.Context, rdb redis.Scripter, c *call) (an
 	if t.lib != nil && t.lib.usable() {
 		reply, err := result(fcall(ctx, rdb.(processor), c))
 		if !t.lib.refused(err) {
-			t.answered(c.keys, err)
 			return reply, err
 		}
 	}
-	reply, err := c.script.Run(ctx, rdb, c.keys, c.args...).Result()
-	t.answered(c.keys, err)
-	return reply, err
+	return c.script.Run(ctx, rdb, c.keys, c.args...).Result()
 }
 
 // fcall runs (in a pipeline: queues) FCALL of c's function on p, built as

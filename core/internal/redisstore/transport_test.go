@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"runtime"
@@ -230,7 +231,6 @@ func TestTransportKeepsDeadline(t *testing.T) {
 					storeTimeout, bound = time.Minute, deadline+margin
 				}
 				s := New(rdb, uniquePrefix(t))
-				sent := s.Clock()
 				stalls := stall.Start(t)
 				var wg sync.WaitGroup
 				for i := range callers {
@@ -250,9 +250,6 @@ func TestTransportKeepsDeadline(t *testing.T) {
 					})
 				}
 				wg.Wait()
-				if s.AnsweredSince("", sent) {
-					t.Error("the store says the silent server answered")
-				}
 			})
 		}
 	}
@@ -349,9 +346,8 @@ func TestRedisAnsweredErrorsStayWithTheirKey(t *testing.T) {
 			ctx := context.Background()
 			const tries = 12       // four times the Limiter's breakerFailures
 			for i := range tries { // one after the other
-				sent := s.Clock()
 				d, err := s.Allow(ctx, within(decision("bad", lim), patient))
-				if err == nil || !strings.Contains(err.Error(), c.want) || !store.Replied(err) || !s.AnsweredSince("", sent) {
+				if err == nil || !strings.Contains(err.Error(), c.want) || !store.Replied(err) {
 					t.Fatalf("bad key, decision %d: %+v %v, want %s, an answer of the server", i, d, err, c.want)
 				}
 			}
@@ -430,37 +426,26 @@ func TestRemoteAnswers(t *testing.T) {
 		}
 	}
 
-	before := s.Clock()
-	if before == 0 {
-		t.Fatal("Clock is 0")
-	}
-	if s.AnsweredSince("", before) {
-		t.Fatal("a new store says Redis answered")
-	}
 	lim := perMinute(5)
-	if _, err := s.Allow(ctx, decision("k", lim)); err != nil || !s.AnsweredSince("", before) {
-		t.Fatalf("a reply: %v, answered since %v", err, s.AnsweredSince("", before))
+	if _, err := s.Allow(ctx, decision("k", lim)); err != nil {
+		t.Fatalf("a reply: %v", err)
 	}
 	if err := rdb.Set(ctx, storageKey(keyTag(s.prefix, "bad"), lim), "a string", time.Hour).Err(); err != nil {
 		t.Fatal(err)
 	}
-	sent := s.Clock()
-	if _, err := s.Allow(ctx, decision("bad", lim)); !store.Replied(err) || !s.AnsweredSince("", sent) {
-		t.Fatalf("an error reply: %v, answered since %v", err, s.AnsweredSince("", sent))
+	if _, err := s.Allow(ctx, decision("bad", lim)); !store.Replied(err) {
+		t.Fatalf("an error reply: %v", err)
 	}
 	if err := srv.Client(t).Do(ctx, "CLIENT", "PAUSE", "1000", "ALL").Err(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Client(t).Do(context.Background(), "CLIENT", "UNPAUSE") })
-	sent = s.Clock()
-	if _, err := s.Allow(ctx, within(decision("k", lim), 50*time.Millisecond)); !store.IsTimeout(err) || store.Replied(err) || s.AnsweredSince("", sent) {
-		t.Fatalf("no reply from a paused server: %v, answered since %v", err, s.AnsweredSince("", sent))
+	if _, err := s.Allow(ctx, within(decision("k", lim), 50*time.Millisecond)); !store.IsTimeout(err) || store.Replied(err) {
+		t.Fatalf("no reply from a paused server: %v", err)
 	}
-
 	silent := New(redis.NewClient(&redis.Options{Addr: redistest.Silent(t)}), uniquePrefix(t))
-	sent = silent.Clock()
-	if _, err := silent.Allow(ctx, within(decision("k", lim), 50*time.Millisecond)); !store.IsTimeout(err) || store.Replied(err) || silent.AnsweredSince("", sent) {
-		t.Fatalf("no reply from a silent server: %v, answered since %v", err, silent.AnsweredSince("", sent))
+	if _, err := silent.Allow(ctx, within(decision("k", lim), 50*time.Millisecond)); !store.IsTimeout(err) || store.Replied(err) {
+		t.Fatalf("no reply from a silent server: %v", err)
 	}
 }
 
@@ -608,9 +593,6 @@ func TestClusterNodePerMaster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := s.Node("k"); n != "" {
-		t.Fatalf("Node before Redis answered: %q, want \"\"", n)
-	}
 	var elsewhere []string // keys of the other masters
 	for i := 0; len(elsewhere) < 20; i++ {
 		key := fmt.Sprint("other-", i)
@@ -672,29 +654,6 @@ func TestClusterNodePerMaster(t *testing.T) {
 		if d, err := s.Allow(ctx, within(decision(key, lim), patient)); err != nil || !d.Allowed || d.States[0].Remaining != 998 {
 			t.Fatalf("%s on another master: %+v %v, want Redis's answer", key, d, err)
 		}
-	}
-}
-
-// TestAnsweredNeverGoesBack: a reply noted by one goroutine is never
-// overwritten by an earlier one that another goroutine notes after it (it
-// read the clock first, then was preempted): a call sent between the two
-// would be told that Redis did not answer since, and its timeout taken
-// for a failure of Redis.
-func TestAnsweredNeverGoesBack(t *testing.T) {
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
-	t.Cleanup(func() { rdb.Close() })
-	s := New(rdb, "t:")
-	tr := s.t
-	early := tr.clock()
-	later := early + int64(time.Hour) // noted by another goroutine first
-	tr.lastReply.Store(later)
-	tr.answered(nil, nil) // reads the clock now: before later
-	if !s.AnsweredSince("", later) {
-		t.Fatalf("a reply at %d noted after one at %d: answered since %d reports false", early, later, later)
-	}
-	tr.answered(nil, nil)
-	if got := tr.lastReply.Load(); got != later {
-		t.Fatalf("lastReply %d, want %d", got, later)
 	}
 }
 
@@ -901,49 +860,109 @@ func TestPipelinesPerNode(t *testing.T) {
 	}
 }
 
-// TestLateReplyAnswersForItsNode: on a Cluster, a reply read after its
-// caller left at its deadline still says that its master answered
-// (AnsweredSince of that node), and says nothing of the other masters: the
-// guard sheds the decisions of a slow master that answers, and judges each
-// master by its own replies.
-func TestLateReplyAnswersForItsNode(t *testing.T) {
+// TestPingJudgesItsNode: on a Cluster, the health check of a key's paused
+// master finds it silent; another master's answers.
+func TestPingJudgesItsNode(t *testing.T) {
 	cl := redistest.NewCluster(t)
 	rdb := cl.Client(t)
 	s := New(rdb, "late:")
 	ctx := context.Background()
 	lim := perMinute(100)
-	if _, err := s.Allow(ctx, decision("k", lim)); err != nil { // the slot map, and a first reply
+	if _, err := s.Allow(ctx, decision("k", lim)); err != nil { // the slot map
 		t.Fatal(err)
 	}
 	node := s.Node("k")
-	other := ""
-	for i := 0; other == "" || other == node; i++ {
-		other = s.Node(fmt.Sprint("other-", i))
+	otherKey := ""
+	for i := 0; otherKey == "" || s.Node(otherKey) == node; i++ {
+		otherKey = fmt.Sprint("other-", i)
 	}
 	pause := redis.NewClient(&redis.Options{Addr: node})
 	t.Cleanup(func() { pause.Close() })
-	if err := pause.Do(ctx, "CLIENT", "PAUSE", "300", "ALL").Err(); err != nil {
+	if err := pause.Do(ctx, "CLIENT", "PAUSE", "1000", "ALL").Err(); err != nil {
 		t.Fatal(err)
 	}
-	sent := s.Clock()
-	if _, err := s.Allow(ctx, within(decision("k", lim), 50*time.Millisecond)); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("a call to a paused master: %v, want its deadline", err)
+	if err := s.Ping(ctx, "k", 100*time.Millisecond); !errors.Is(err, store.ErrSilent) {
+		t.Fatalf("the paused master's health check: %v, want ErrSilent", err)
 	}
-	if s.AnsweredSince(node, sent) {
-		t.Fatal("the paused master answered before its pause ended")
+	if err := s.Ping(ctx, otherKey, time.Second); err != nil {
+		t.Fatalf("another master's health check: %v", err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for !s.AnsweredSince(node, sent) {
-		if time.Now().After(deadline) {
-			t.Fatal("the late reply was never noted for its master")
+}
+
+// TestPing: a health check's PING is answered by a server, silent on a
+// server that accepts and never answers, and fails at once, no timeout,
+// on a refused connection.
+func TestPing(t *testing.T) {
+	ctx := context.Background()
+	s := New(redistest.Start(t).Client(t), "ping:")
+	if err := s.Ping(ctx, "k", time.Second); err != nil {
+		t.Fatalf("a server: %v", err)
+	}
+	silent := New(redis.NewClient(&redis.Options{Addr: redistest.Silent(t)}), "ping:")
+	start := time.Now()
+	if err := silent.Ping(ctx, "k", 50*time.Millisecond); !errors.Is(err, store.ErrSilent) || time.Since(start) < 50*time.Millisecond {
+		t.Fatalf("a silent server: %v after %v, want ErrSilent after 50ms", err, time.Since(start))
+	}
+	refused := New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), "ping:")
+	if err := refused.Ping(ctx, "k", time.Second); err == nil || store.IsTimeout(err) || errors.Is(err, store.ErrSilent) || store.Replied(err) {
+		t.Fatalf("a refused connection: %v, want its failure", err)
+	}
+}
+
+// TestPendingSeesUnreadReply: a reply that arrived while this process did
+// not read (a stall past the health check's deadline) is found in the
+// socket; none is found on a silent server, and a closed connection says so.
+func TestPendingSeesUnreadReply(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		addr string
+		want bool
+	}{{"server", redistest.Start(t).Addr, true}, {"silent", redistest.Silent(t), false}} {
+		conn, err := net.Dial("tcp", c.addr)
+		if err != nil {
+			t.Fatal(err)
 		}
+		if _, err := conn.Write([]byte("*1\r\n$4\r\nPING\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(2 * time.Second)
+		got, err := pending(conn)
+		for ; !got && err == nil && c.want && time.Now().Before(deadline); got, err = pending(conn) {
+			time.Sleep(10 * time.Millisecond) // the reply on its way, unread
+		}
+		if err != nil || got != c.want {
+			t.Errorf("%s: pending %v, %v; want %v", c.name, got, err, c.want)
+		}
+		conn.Close()
+	}
+	a, b := net.Pipe() // no socket: nothing can tell
+	defer a.Close()
+	defer b.Close()
+	if _, err := pending(a); !errors.Is(err, errNoPeek) {
+		t.Errorf("a pipe: %v, want errNoPeek", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			c.Close()
+		}
+	}()
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	deadline := time.Now().Add(2 * time.Second)
+	_, err = pending(conn)
+	for ; err == nil && time.Now().Before(deadline); _, err = pending(conn) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if !s.AnsweredSince("", sent) {
-		t.Fatal("a reply of a master is no reply of the client")
-	}
-	if s.AnsweredSince(other, sent) {
-		t.Fatalf("master %s answered nothing since, yet AnsweredSince says it did", other)
+	if !errors.Is(err, io.EOF) {
+		t.Errorf("a closed connection: %v, want io.EOF", err)
 	}
 }
 

@@ -36,18 +36,20 @@ type Store interface {
 }
 
 // Remote is a Store across a network (Redis): a failed call returns an
-// *Error, and the guard's health rule reads when the server last answered.
+// *Error, or a timeout (IsTimeout) when no reply came in time.
 type Remote interface {
 	Store
-	// Clock is the store's monotonic time in ns, never 0, for AnsweredSince.
-	Clock() int64
-	// AnsweredSince reports whether node (a Cluster master, see Node; "":
-	// any server of the client) answered, even with an error reply, since
-	// sent.
-	AnsweredSince(node string, sent int64) bool
-	// Node names the Cluster master serving key, as the client knows it
-	// without a round trip; "" when there is one server, or unknown.
+	// Node names the node serving key (a Cluster's master, a Ring's
+	// shard), as the client knows it without a round trip; "" when there
+	// is one server, or unknown.
 	Node(key string) string
+	// Ping asks the server serving key for any reply to PING, on a
+	// connection of its own, and waits silence for its first byte: nil
+	// when one came, whenever this process looked; ErrSilent when none
+	// came, however late this process looked, or no connection was made
+	// before ctx's deadline; another timeout when nothing can tell (no
+	// evidence); else the connection's failure.
+	Ping(ctx context.Context, key string, silence time.Duration) error
 }
 
 // Error is a failed call of a Remote store.
@@ -165,6 +167,8 @@ var (
 	ErrEvictionPolicy = errors.New("ratewindow: redis may evict the limiter's keys")
 	// ErrCheckIncomplete: Check could not read the eviction policy.
 	ErrCheckIncomplete = errors.New("ratewindow: check incomplete")
+	// ErrSilent: Redis sent nothing back to a health check's PING.
+	ErrSilent = errors.New("ratewindow: redis is silent")
 	// ErrNoWrites: OOM, READONLY, MISCONF or NOREPLICAS.
 	ErrNoWrites = errors.New("ratewindow: redis refuses the limiter's writes")
 )

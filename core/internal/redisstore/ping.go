@@ -1,0 +1,101 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratewindow/ratewindow/core/internal/store"
+)
+
+// Ping writes PING to the server serving key, on a connection of its own,
+// and reports whether any byte came back within silence of the write (see
+// store.Remote). The answer does not depend on when this process runs: a
+// wait cut at its deadline looks into the socket, and a reply that arrived
+// while the process was not reading counts as a reply.
+func (s *Store) Ping(ctx context.Context, key string, silence time.Duration) error {
+	var buf [256]byte
+	opt, err := s.t.nodeOptions(string(appendTag(buf[:0], s.prefix, key)))
+	if err != nil || opt == nil {
+		return err // nil: no way to ask, so no evidence
+	}
+	dial := opt.Dialer
+	if dial == nil {
+		dial = redis.NewDialer(opt)
+	}
+	conn, err := dial(ctx, opt.Network, opt.Addr)
+	switch {
+	case err != nil && store.IsTimeout(err): // a connection unanswered for as long as ctx allowed
+		return &store.Error{Err: fmt.Errorf("%w (no connection: %w)", store.ErrSilent, err)}
+	case err != nil:
+		return &store.Error{Err: fmt.Errorf("ratewindow: health check: %w", err)}
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) })
+	defer stop()
+	if _, err := conn.Write([]byte("*1\r\n$4\r\nPING\r\n")); err != nil {
+		return &store.Error{Err: fmt.Errorf("ratewindow: health check: %w", err)}
+	}
+	if !stop() {
+		return ctx.Err()
+	}
+	if err := conn.SetReadDeadline(time.Now().Add(silence)); err != nil {
+		return &store.Error{Err: err}
+	}
+	var b [1]byte
+	_, err = conn.Read(b[:])
+	var ne net.Error
+	switch {
+	case err == nil:
+		return nil
+	case !errors.As(err, &ne) || !ne.Timeout():
+		return &store.Error{Err: fmt.Errorf("ratewindow: health check: %w", err)}
+	}
+	// The wait ended at its deadline; a reply may wait in the socket all
+	// the same, for a process that ran late.
+	if t, ok := conn.(*tls.Conn); ok {
+		conn = t.NetConn()
+	}
+	_ = conn.SetReadDeadline(time.Time{})
+	arrived, err := pending(conn)
+	switch {
+	case errors.Is(err, errNoPeek):
+		return err // a timeout: no evidence either way
+	case err != nil:
+		return &store.Error{Err: fmt.Errorf("ratewindow: health check: %w", err)}
+	case arrived:
+		return nil
+	}
+	return fmt.Errorf("%w (%s, no reply to PING)", store.ErrSilent, silence)
+}
+
+// errNoPeek: the connection cannot tell whether bytes wait in it; a timeout,
+// so that it is no evidence.
+var errNoPeek = fmt.Errorf("ratewindow: health check: %w", context.DeadlineExceeded)
+
+// nodeOptions returns the options of the client of the node serving tag;
+// nil when rdb is no client whose nodes are known.
+func (t *transport) nodeOptions(tag string) (*redis.Options, error) {
+	switch c := t.rdb.(type) {
+	case *redis.Client:
+		return c.Options(), nil
+	case *redis.ClusterClient:
+		m, err := c.MasterForKey(t.known, tag)
+		if err != nil {
+			return nil, nil // the slots are not known yet: nothing to ask
+		}
+		return m.Options(), nil
+	case *redis.Ring:
+		shard, err := c.GetShardClientForKey(tag)
+		if err != nil {
+			return nil, &store.Error{Err: err}
+		}
+		return shard.Options(), nil
+	}
+	return nil, nil
+}
