@@ -66,10 +66,10 @@ func TestDashboardQueries(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(metrics)
 	srv := redistest.New(t)
-	api, err := core.New(srv.Client(t),
-		core.WithPrefix(fmt.Sprintf("dashboards%d:", time.Now().UnixNano())), // keys of this run only
-		core.WithTimeout(5*time.Second),                                      // generous: no decision of a loaded machine is shed
-		core.WithObserver(metrics.Observe))
+	prefix := fmt.Sprintf("dashboards%d:", time.Now().UnixNano()) // keys of this run only
+	// A generous timeout: no decision of a loaded machine is shed, so the
+	// load's answers are the limit's.
+	api, err := core.New(srv.Client(t), core.WithPrefix(prefix), core.WithTimeout(5*time.Second), core.WithObserver(metrics.Observe))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,19 +97,19 @@ func TestDashboardQueries(t *testing.T) {
 
 	// The warm-up key: the series start with the load's proportions, and
 	// Prometheus has them before the load.
-	load := &load{client: app.Client(), base: app.URL, counts: map[string]*counts{}}
-	load.client.Timeout = 10 * time.Second
+	requests := &load{client: app.Client(), base: app.URL, counts: map[string]*counts{}}
+	requests.client.Timeout = 10 * time.Second
 	start := time.Now()
-	load.run(t, 0, 1, 1, time.Time{})
-	prom.waitForTotals(t, "the warm-up", load.totals())
+	requests.run(t, 0, 1, 1, time.Time{})
+	prom.waitForTotals(t, "the warm-up", requests.totals())
 	circuitBefore := counterValue(t, reg, "ratewindow_circuit_open_total")
 
-	load.run(t, 1, 1+loadKeys, loadWorkers, time.Now().Add(loadBudget))
-	prom.waitForTotals(t, "the load", load.totals())
+	requests.run(t, 1, 1+loadKeys, loadWorkers, time.Now().Add(loadBudget))
+	prom.waitForTotals(t, "the load", requests.totals())
 	circuitAfter := counterValue(t, reg, "ratewindow_circuit_open_total")
 	at := time.Now()
-	t.Logf("load: %d keys in %v; responses %v", load.keys, at.Sub(start).Round(time.Millisecond), load)
-	if c := load.counts["api"]; c.denied*perKey != c.total*(perKey-allowedPerKey) {
+	t.Logf("load: %d keys in %v; responses %v", requests.keys, at.Sub(start).Round(time.Millisecond), requests)
+	if c := requests.counts["api"]; c.denied*perKey != c.total*(perKey-allowedPerKey) {
 		t.Fatalf("api: %d of %d requests denied, want %d/%d", c.denied, c.total, perKey-allowedPerKey, perKey)
 	}
 
@@ -143,7 +143,7 @@ func TestDashboardQueries(t *testing.T) {
 		selections = append(selections, one)
 	}
 	for _, values := range selections {
-		rules := slices.Collect(maps.Keys(load.counts))
+		rules := slices.Collect(maps.Keys(requests.counts))
 		if values["rule"] != ".*" {
 			rules = []string{values["rule"]}
 		}
@@ -171,7 +171,7 @@ func TestDashboardQueries(t *testing.T) {
 					}
 					switch {
 					case strings.HasPrefix(p.Title, "Denial ratio"):
-						if want := load.ratio(of); math.Abs(s.value-want) > ratioTolerance {
+						if want := requests.ratio(of); math.Abs(s.value-want) > ratioTolerance {
 							t.Errorf("%s: %v shows a denial ratio of %.4f, the load's is %.4f (±%v)", where, s.metric, s.value, want, ratioTolerance)
 						}
 					case p.Title == "Circuit breaker":
