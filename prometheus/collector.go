@@ -1,6 +1,7 @@
 package ratewindowprom
 
 import (
+	"errors"
 	"sync"
 
 	prom "github.com/prometheus/client_golang/prometheus"
@@ -45,6 +46,7 @@ type Collector struct {
 	duration  *prom.HistogramVec
 	refusals  *prom.CounterVec
 	bans      *prom.CounterVec
+	circuit   *prom.CounterVec
 
 	rules sync.Map // rule name → *ruleMetrics
 }
@@ -55,6 +57,7 @@ type ruleMetrics struct {
 	shed                    prom.Counter
 	cacheHits               prom.Counter
 	bans                    prom.Counter
+	circuit                 prom.Counter                     // calls the open breaker answered
 	errors                  [core.FailLocal + 1]prom.Counter // by failure mode
 	duration                prom.Observer
 	refused, retried        prom.Counter // upstream refusals, without and with a retry
@@ -88,6 +91,11 @@ func NewCollector(opts Opts) *Collector {
 			Help:        "Keys banned by a rule's Penalty: denials that reached its count and started a ban on every replica.",
 			ConstLabels: opts.ConstLabels,
 		}, []string{"rule"}),
+		circuit: prom.NewCounterVec(prom.CounterOpts{
+			Name:        "ratewindow_circuit_open_total",
+			Help:        "Calls the failure mode answered without asking Redis because the circuit breaker was open (after failures in a row; it probes Redis again every 250ms). Also counted in ratewindow_backend_errors_total.",
+			ConstLabels: opts.ConstLabels,
+		}, []string{"rule"}),
 		errors: prom.NewCounterVec(prom.CounterOpts{
 			Name:        "ratewindow_backend_errors_total",
 			Help:        "Calls that Redis did not answer in time (an error, the timeout or the open circuit breaker), by the failure mode that answered instead.",
@@ -117,6 +125,9 @@ func (c *Collector) Observe(e core.Event) {
 	}
 	if e.Failed && int(e.Fallback) < len(m.errors) {
 		m.errors[e.Fallback].Inc()
+		if errors.Is(e.Err, core.ErrCircuitOpen) {
+			m.circuit.Inc()
+		}
 	}
 	if e.Op == core.OpPeek {
 		return
@@ -153,6 +164,7 @@ func (c *Collector) forRule(rule string) *ruleMetrics {
 		shed:      c.decisions.WithLabelValues(rule, OutcomeShed),
 		cacheHits: c.cacheHits.WithLabelValues(rule),
 		bans:      c.bans.WithLabelValues(rule),
+		circuit:   c.circuit.WithLabelValues(rule),
 		duration:  c.duration.WithLabelValues(rule),
 		refused:   c.refusals.WithLabelValues(rule, "false"),
 		retried:   c.refusals.WithLabelValues(rule, "true"),
@@ -173,6 +185,7 @@ func (c *Collector) Describe(ch chan<- *prom.Desc) {
 	c.duration.Describe(ch)
 	c.refusals.Describe(ch)
 	c.bans.Describe(ch)
+	c.circuit.Describe(ch)
 }
 
 // Collect sends the current values of the metrics. It implements
@@ -184,6 +197,7 @@ func (c *Collector) Collect(ch chan<- prom.Metric) {
 	c.duration.Collect(ch)
 	c.refusals.Collect(ch)
 	c.bans.Collect(ch)
+	c.circuit.Collect(ch)
 }
 
 var _ prom.Collector = (*Collector)(nil)

@@ -2,6 +2,7 @@ package ratewindowprom
 
 import (
 	"context"
+	"errors"
 	"net"
 	"strings"
 	"testing"
@@ -25,6 +26,7 @@ func TestCollectorEvents(t *testing.T) {
 		{Op: core.OpAllow, Rule: "login", Result: core.Result{}, CacheHit: true, Latency: 10 * time.Microsecond},
 		{Op: core.OpAllow, Rule: "login", Result: core.Result{Allowed: true}, Failed: true, Fallback: core.FailOpen, Latency: 100 * ms},
 		{Op: core.OpAllow, Rule: "api", Result: core.Result{}, Failed: true, Fallback: core.FailClosed, Latency: 250 * ms},
+		{Op: core.OpAllow, Rule: "api", Result: core.Result{}, Failed: true, Fallback: core.FailClosed, Err: core.ErrCircuitOpen, Latency: 0}, // the breaker answered
 		{Op: core.OpAllow, Rule: "api", Result: core.Result{Allowed: true}, Failed: true, Fallback: core.FailLocal, Latency: 62500 * time.Microsecond},
 		{Op: core.OpAllow, Rule: "api", Result: core.Result{}, Shed: true, Err: core.ErrShed, Latency: 100 * ms},  // overload: no failure
 		{Op: core.OpPeek, Rule: "api", Result: core.Result{Allowed: true}, Latency: ms},                           // not a decision
@@ -39,7 +41,7 @@ func TestCollectorEvents(t *testing.T) {
 # HELP ratewindow_backend_errors_total Calls that Redis did not answer in time (an error, the timeout or the open circuit breaker), by the failure mode that answered instead.
 # TYPE ratewindow_backend_errors_total counter
 ratewindow_backend_errors_total{mode="fail-closed",rule=""} 0
-ratewindow_backend_errors_total{mode="fail-closed",rule="api"} 1
+ratewindow_backend_errors_total{mode="fail-closed",rule="api"} 2
 ratewindow_backend_errors_total{mode="fail-closed",rule="login"} 0
 ratewindow_backend_errors_total{mode="fail-local",rule=""} 0
 ratewindow_backend_errors_total{mode="fail-local",rule="api"} 1
@@ -56,7 +58,7 @@ ratewindow_decisions_total{outcome="denied",rule=""} 1
 ratewindow_decisions_total{outcome="denied",rule="api"} 0
 ratewindow_decisions_total{outcome="denied",rule="login"} 2
 ratewindow_decisions_total{outcome="error",rule=""} 0
-ratewindow_decisions_total{outcome="error",rule="api"} 2
+ratewindow_decisions_total{outcome="error",rule="api"} 3
 ratewindow_decisions_total{outcome="error",rule="login"} 1
 ratewindow_decisions_total{outcome="shed",rule=""} 0
 ratewindow_decisions_total{outcome="shed",rule="api"} 1
@@ -73,18 +75,23 @@ ratewindow_decision_duration_seconds_bucket{rule="",le="0.1"} 0
 ratewindow_decision_duration_seconds_bucket{rule="",le="+Inf"} 0
 ratewindow_decision_duration_seconds_sum{rule=""} 0
 ratewindow_decision_duration_seconds_count{rule=""} 0
-ratewindow_decision_duration_seconds_bucket{rule="api",le="0.001"} 0
-ratewindow_decision_duration_seconds_bucket{rule="api",le="0.1"} 2
-ratewindow_decision_duration_seconds_bucket{rule="api",le="+Inf"} 3
+ratewindow_decision_duration_seconds_bucket{rule="api",le="0.001"} 1
+ratewindow_decision_duration_seconds_bucket{rule="api",le="0.1"} 3
+ratewindow_decision_duration_seconds_bucket{rule="api",le="+Inf"} 4
 ratewindow_decision_duration_seconds_sum{rule="api"} 0.4125
-ratewindow_decision_duration_seconds_count{rule="api"} 3
+ratewindow_decision_duration_seconds_count{rule="api"} 4
 ratewindow_decision_duration_seconds_bucket{rule="login",le="0.001"} 2
 ratewindow_decision_duration_seconds_bucket{rule="login",le="0.1"} 5
 ratewindow_decision_duration_seconds_bucket{rule="login",le="+Inf"} 5
 ratewindow_decision_duration_seconds_sum{rule="login"} 0.10451
 ratewindow_decision_duration_seconds_count{rule="login"} 5
+# HELP ratewindow_circuit_open_total Calls the failure mode answered without asking Redis because the circuit breaker was open (after failures in a row; it probes Redis again every 250ms). Also counted in ratewindow_backend_errors_total.
+# TYPE ratewindow_circuit_open_total counter
+ratewindow_circuit_open_total{rule=""} 0
+ratewindow_circuit_open_total{rule="api"} 1
+ratewindow_circuit_open_total{rule="login"} 0
 `
-	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "ratewindow_backend_errors_total", "ratewindow_decision_duration_seconds", "ratewindow_decisions_total", "ratewindow_deny_cache_hits_total"); err != nil {
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "ratewindow_backend_errors_total", "ratewindow_circuit_open_total", "ratewindow_decision_duration_seconds", "ratewindow_decisions_total", "ratewindow_deny_cache_hits_total"); err != nil {
 		t.Fatal(err)
 	}
 	if problems, err := testutil.CollectAndLint(c); err != nil || len(problems) != 0 {
@@ -123,10 +130,21 @@ func TestCollectorWithLimiter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for range 4 {
-		if r, err := down.Allow(ctx, "user:42", core.PerMinute(3)); err != nil || r.BackendErr == nil || r.Allowed {
+	// Three failures in a row open the breaker: from then on, for 250ms,
+	// the failure mode answers without a call (a starved test may miss
+	// that pause, so it asks until the breaker has answered).
+	calls, open := 0, 0
+	for ; calls < 20 && open == 0; calls++ {
+		r, err := down.Allow(ctx, "user:42", core.PerMinute(3))
+		if err != nil || r.BackendErr == nil || r.Allowed {
 			t.Fatalf("fail-closed: %+v %v", r, err)
 		}
+		if errors.Is(r.BackendErr, core.ErrCircuitOpen) {
+			open++
+		}
+	}
+	if open == 0 || calls < 4 {
+		t.Fatalf("%d calls, %d answered by the open breaker; want the breaker open after 3 failures", calls, open)
 	}
 
 	for _, m := range []struct {
@@ -135,8 +153,9 @@ func TestCollectorWithLimiter(t *testing.T) {
 	}{
 		{c.decisions.WithLabelValues("", OutcomeAllowed), 3},
 		{c.decisions.WithLabelValues("", OutcomeDenied), 2},
-		{c.decisions.WithLabelValues("", OutcomeError), 4},
-		{c.errors.WithLabelValues("", "fail-closed"), 4},
+		{c.decisions.WithLabelValues("", OutcomeError), float64(calls)},
+		{c.errors.WithLabelValues("", "fail-closed"), float64(calls)},
+		{c.circuit.WithLabelValues(""), float64(open)},
 		{c.errors.WithLabelValues("", "fail-open"), 0},
 		{c.cacheHits.WithLabelValues(""), 0}, // NewMemory has no deny cache
 	} {

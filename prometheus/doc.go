@@ -25,6 +25,7 @@
 //	ratewindow_decision_duration_seconds{rule}       histogram
 //	ratewindow_upstream_refusals_total{rule, retried} counter
 //	ratewindow_bans_total{rule}                      counter
+//	ratewindow_circuit_open_total{rule}              counter
 //
 // rule is the Rule's Name for decisions of the HTTP middleware, and empty
 // for direct calls of the Limiter (Allow, AllowN, Wait).
@@ -45,6 +46,11 @@
 //
 // ratewindow_bans_total counts the bans a rule's Penalty started: each
 // denial that reached the Penalty's count (it is also a denied decision).
+//
+// ratewindow_circuit_open_total counts the calls the failure mode answered
+// because the circuit breaker was open, without asking Redis (they are
+// also backend errors): it is zero while Redis answers, and its rate shows
+// when and for which rules the breaker stood open.
 //
 // ratewindow_deny_cache_hits_total counts the denials answered from memory
 // without a round trip; they are also counted as denied decisions.
