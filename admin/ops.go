@@ -28,6 +28,10 @@ var (
 	ErrNotTracked = errors.New("ratewindow: rule does not record its denied keys")
 )
 
+// errBadInput marks a parameter that cannot be read or is out of range,
+// where core has no sentinel for it.
+var errBadInput = errors.New("ratewindow: bad parameter")
+
 // Defaults of Top.
 const (
 	DefaultTopN     = 10
@@ -67,6 +71,9 @@ func (o *Ops) Rules(ctx context.Context) ([]Rule, error) {
 // rule returns the published rule named name, or an error wrapping
 // ErrUnknownRule that lists the names published.
 func (o *Ops) rule(ctx context.Context, name string) (core.RuleInfo, error) {
+	if name == "" {
+		return core.RuleInfo{}, fmt.Errorf("%w: a rule name is needed", errBadInput)
+	}
 	infos, err := o.l.Rules(ctx)
 	if err != nil {
 		return core.RuleInfo{}, fmt.Errorf("rules: %w", err)
@@ -84,10 +91,20 @@ func (o *Ops) rule(ctx context.Context, name string) (core.RuleInfo, error) {
 	return core.RuleInfo{}, fmt.Errorf("%w %q (published: %s)", ErrUnknownRule, name, strings.Join(names, ", "))
 }
 
+// target returns the published rule named rule, after checking that key
+// names a key: an empty one is an error wrapping core.ErrInvalidKey (the
+// rule's name alone is a key the Limiter would take).
+func (o *Ops) target(ctx context.Context, rule, key string) (core.RuleInfo, error) {
+	if key == "" {
+		return core.RuleInfo{}, fmt.Errorf("%w: empty key", core.ErrInvalidKey)
+	}
+	return o.rule(ctx, rule)
+}
+
 // Usage returns what key holds under rule, consuming nothing. A key that
 // holds nothing is an error wrapping ErrUnknownKey.
 func (o *Ops) Usage(ctx context.Context, rule, key string) (Usage, error) {
-	info, err := o.rule(ctx, rule)
+	info, err := o.target(ctx, rule, key)
 	if err != nil {
 		return Usage{}, err
 	}
@@ -125,7 +142,7 @@ func (o *Ops) usage(ctx context.Context, info core.RuleInfo, key string) (Usage,
 // A key that holds nothing is an error wrapping ErrUnknownKey, and nothing
 // is written.
 func (o *Ops) Reset(ctx context.Context, rule, key string) error {
-	info, err := o.rule(ctx, rule)
+	info, err := o.target(ctx, rule, key)
 	if err != nil {
 		return err
 	}
@@ -141,7 +158,7 @@ func (o *Ops) Reset(ctx context.Context, rule, key string) error {
 // Block denies key under rule for d on every replica (d in [1µs,
 // core.MaxBlock]); a later Block never shortens an earlier one.
 func (o *Ops) Block(ctx context.Context, rule, key string, d time.Duration) error {
-	info, err := o.rule(ctx, rule)
+	info, err := o.target(ctx, rule, key)
 	if err != nil {
 		return err
 	}
@@ -154,7 +171,7 @@ func (o *Ops) Block(ctx context.Context, rule, key string, d time.Duration) erro
 // Unblock lifts key's block or ban under rule, and nothing else. A key
 // that is not blocked is an error wrapping ErrNotBlocked.
 func (o *Ops) Unblock(ctx context.Context, rule, key string) error {
-	info, err := o.rule(ctx, rule)
+	info, err := o.target(ctx, rule, key)
 	if err != nil {
 		return err
 	}
@@ -175,7 +192,7 @@ func (o *Ops) Unblock(ctx context.Context, rule, key string) error {
 // removed). spec lists counts per window of the rule's limits, as
 // ParseOverride reads them. It returns the override as stored.
 func (o *Ops) SetOverride(ctx context.Context, rule, key, spec string, ttl time.Duration) (Override, error) {
-	info, err := o.rule(ctx, rule)
+	info, err := o.target(ctx, rule, key)
 	if err != nil {
 		return Override{}, err
 	}
@@ -192,7 +209,7 @@ func (o *Ops) SetOverride(ctx context.Context, rule, key, spec string, ttl time.
 // Override returns key's override under rule: an error wrapping
 // core.ErrNoOverride when it has none.
 func (o *Ops) Override(ctx context.Context, rule, key string) (Override, error) {
-	info, err := o.rule(ctx, rule)
+	info, err := o.target(ctx, rule, key)
 	if err != nil {
 		return Override{}, err
 	}
@@ -216,13 +233,16 @@ func (o *Ops) RemoveOverride(ctx context.Context, rule, key string) error {
 	return nil
 }
 
-// Top returns the n keys denied most under rule within since, most
-// denied first, across replicas. The rule must record its denied keys
-// (ErrNotTracked otherwise).
+// Top returns the n keys (1 or more) denied most under rule within since
+// (see core.Limiter.TopDenied), most denied first, across replicas. The
+// rule must record its denied keys (ErrNotTracked otherwise).
 func (o *Ops) Top(ctx context.Context, rule string, n int, since time.Duration) (Top, error) {
 	info, err := o.rule(ctx, rule)
 	if err != nil {
 		return Top{}, err
+	}
+	if n < 1 {
+		return Top{}, fmt.Errorf("%w: the top %d keys; ask for 1 or more", errBadInput, n)
 	}
 	if !info.TrackDenied {
 		return Top{}, fmt.Errorf("%w: %q (set TrackDenied on the rule to record them)", ErrNotTracked, info.Name)
