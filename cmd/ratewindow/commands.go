@@ -146,7 +146,7 @@ func (c *cli) each(name string, args []string, op func(rule, key string) error) 
 		if err := op(rule, key); err != nil {
 			o.Done, o.Error = false, err.Error()
 			failed++
-			fmt.Fprintf(c.stderr, "ratewindow: %s: %v\n", name, err)
+			report(c.stderr, err)
 		} else if !c.opt.json {
 			fmt.Fprintf(c.stdout, "%s: %q under rule %q\n", done(name), key, rule)
 		}

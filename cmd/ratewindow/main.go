@@ -131,12 +131,13 @@ func run(args []string, getenv func(string) string, stdin io.Reader, stdout, std
 		return exitOK
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "ratewindow: %v\n\n%s", err, usageText)
+		report(stderr, err)
+		fmt.Fprint(stderr, "\n"+usageText)
 		return exitUsage
 	}
 	if cmd.many && len(rest) > 2 && !opt.yes {
 		if err := confirm(cmd.name, rest[0], rest[1:], stdin, stderr); err != nil {
-			fmt.Fprintf(stderr, "ratewindow: %v\n", err)
+			report(stderr, err)
 			return exitFail
 		}
 	}
@@ -144,26 +145,32 @@ func run(args []string, getenv func(string) string, stdin io.Reader, stdout, std
 	defer cancel()
 	rdb, err := connect(ctx, getenv("REDIS_URL"))
 	if err != nil {
-		fmt.Fprintf(stderr, "ratewindow: %v\n", err)
+		report(stderr, err)
 		return exitFail
 	}
 	defer func() { _ = rdb.Close() }()
 	l, err := core.New(rdb, core.WithPrefix(opt.prefix), core.WithTimeout(opt.timeout))
 	if err != nil {
-		fmt.Fprintf(stderr, "ratewindow: %v\n", err)
+		report(stderr, err)
 		return exitFail
 	}
 	ops, err := admin.NewOps(l)
 	if err != nil {
-		fmt.Fprintf(stderr, "ratewindow: %v\n", err)
+		report(stderr, err)
 		return exitFail
 	}
 	c := &cli{ctx: ctx, opt: opt, ops: ops, stdout: stdout, stderr: stderr}
 	if err := cmd.run(c, rest); err != nil {
-		fmt.Fprintf(stderr, "ratewindow: %v\n", err)
+		report(stderr, err)
 		return exitFail
 	}
 	return exitOK
+}
+
+// report writes err on stderr after the tool's name, once: the errors of
+// ratewindow's packages start with it already.
+func report(stderr io.Writer, err error) {
+	fmt.Fprintln(stderr, "ratewindow: "+strings.TrimPrefix(err.Error(), "ratewindow: "))
 }
 
 // parseArgs reads the command line: the flags wherever they are, the

@@ -128,6 +128,9 @@ func (s *service) mustFail(t *testing.T, code int, args ...string) string {
 	if got != code {
 		t.Fatalf("ratewindow %s: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), got, code, out, errOut)
 	}
+	if strings.Contains(errOut, "ratewindow: ratewindow:") {
+		t.Errorf("ratewindow %s: the tool's name twice: %s", strings.Join(args, " "), errOut)
+	}
 	return errOut
 }
 
