@@ -25,6 +25,7 @@ func TestMain(m *testing.M) { redistest.Main(m) }
 // published under a prefix of the test's own.
 type service struct {
 	url    string // REDIS_URL of its Redis
+	rdb    redis.Scripter
 	prefix string
 	a, b   *core.Limiter
 	api    [2]*core.Enforcer // the rule "api" on a and on b
@@ -54,22 +55,31 @@ func backends(t *testing.T, f func(t *testing.T, s *service)) {
 // "login" (3/m with a ban) under a fresh prefix on rdb.
 func newService(t *testing.T, url string, rdb redis.Scripter) *service {
 	t.Helper()
-	s := &service{url: url, prefix: "rwcli:" + strings.ReplaceAll(t.Name(), "/", ":") + ":"}
-	api := core.Rule{Name: "api", Limits: apiLimits(), TrackDenied: true}
-	var err error
-	for i, l := range []**core.Limiter{&s.a, &s.b} {
-		if *l, err = core.New(rdb, core.WithPrefix(s.prefix), core.WithTimeout(5*time.Second)); err != nil {
-			t.Fatal(err)
-		}
-		if s.api[i], err = core.NewEnforcer(*l, api); err != nil {
-			t.Fatal(err)
-		}
-	}
+	s := &service{url: url, rdb: rdb, prefix: "rwcli:" + strings.ReplaceAll(t.Name(), "/", ":") + ":"}
+	s = s.replicas(t, core.DefaultDenyCacheSize)
 	s.login = core.Rule{Name: "login", Limits: []core.Limit{core.PerMinute(3)}, Penalty: &core.Penalty{Denials: 2, Within: time.Minute, Ban: 15 * time.Minute}}
-	if err := s.a.Publish(context.Background(), api.Info(), s.login.Info()); err != nil {
+	if err := s.a.Publish(context.Background(), core.Rule{Name: "api", Limits: apiLimits(), TrackDenied: true}.Info(), s.login.Info()); err != nil {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// replicas returns s with two new replicas whose deny caches hold cache
+// denials (0: none).
+func (s *service) replicas(t *testing.T, cache int) *service {
+	t.Helper()
+	c := *s
+	api := core.Rule{Name: "api", Limits: apiLimits(), TrackDenied: true}
+	var err error
+	for i, l := range []**core.Limiter{&c.a, &c.b} {
+		if *l, err = core.New(s.rdb, core.WithPrefix(s.prefix), core.WithTimeout(5*time.Second), core.WithDenyCache(cache)); err != nil {
+			t.Fatal(err)
+		}
+		if c.api[i], err = core.NewEnforcer(*l, api); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &c
 }
 
 // hit sends a request through replica i's rule "api" from the client
@@ -278,51 +288,76 @@ func TestBlockAndUnblock(t *testing.T) {
 	})
 }
 
-func TestOverride(t *testing.T) {
-	backends(t, func(t *testing.T, s *service) {
-		const ip = "ip:10.0.0.5"
-		for range 5 {
-			s.hit(t, 0, ip)
-		}
-		if s.hit(t, 1, ip) != http.StatusTooManyRequests {
-			t.Fatal("the 6th request passed")
-		}
-		var ov admin.Override
-		decode(t, s.mustRun(t, "override", "set", "-json", "api", ip, "8/m"), &ov)
-		if len(ov.Limits) != 1 || ov.Limits[0].Count != 8 || time.Duration(ov.Limits[0].Window) != time.Minute || ov.TTL != 0 {
-			t.Fatalf("override set -json: %+v", ov)
-		}
-		contains(t, "override get", s.mustRun(t, "override", "get", "api", ip), "8/1m until removed")
+// denyCacheBound is how long a replica may answer from its deny cache
+// after another replica's change (WithDenyCache: a second), and the time
+// of a few requests on a busy machine.
+const denyCacheBound = time.Second + 250*time.Millisecond
 
-		// Both replicas decide under the new limit: 3 more pass, then none.
-		passed := 0
-		deadline := time.Now().Add(2 * time.Second)
-		for time.Now().Before(deadline) && passed < 3 {
-			for i := range 2 {
-				if s.hit(t, i, ip) == http.StatusOK {
-					passed++
-				}
-			}
+// admits sends requests from key through both replicas in turn until n
+// have passed, and fails t unless that happens within denyCacheBound; it
+// then checks that neither replica admits one more for longer than the
+// deny cache holds a denial.
+func (s *service) admits(t *testing.T, key string, n int) {
+	t.Helper()
+	start, passed := time.Now(), 0
+	for passed < n {
+		if time.Since(start) > denyCacheBound {
+			t.Fatalf("%s: %d of %d passed within %s", key, passed, n, denyCacheBound)
 		}
 		for i := range 2 {
-			if code := s.hit(t, i, ip); code != http.StatusTooManyRequests {
-				t.Errorf("replica %d: request past the override's 8: %d", i, code)
+			if passed < n && s.hit(t, i, key) == http.StatusOK {
+				passed++
 			}
 		}
-		if passed != 3 {
-			t.Errorf("%d passed under the override, want 3", passed)
+	}
+	for end := time.Now().Add(denyCacheBound); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		for i := range 2 {
+			if code := s.hit(t, i, key); code != http.StatusTooManyRequests {
+				t.Fatalf("%s: replica %d admitted one more than %d: %d", key, i, n, code)
+			}
 		}
-		var u admin.Usage
-		decode(t, s.mustRun(t, "usage", "-json", "api", ip), &u)
-		if u.Override == nil || u.Limits[0].Limit.Count != 8 || u.Limits[0].Used != 8 || u.Limits[0].Remaining != 0 {
-			t.Errorf("usage under the override: %+v", u)
-		}
+	}
+}
 
-		s.mustRun(t, "override", "rm", "api", ip)
-		errOut := s.mustFail(t, exitFail, "override", "get", "api", ip)
-		contains(t, "override get after rm", errOut, "no override")
-		errOut = s.mustFail(t, exitFail, "override", "rm", "api", ip)
-		contains(t, "override rm twice", errOut, "no override")
+func TestOverride(t *testing.T) {
+	backends(t, func(t *testing.T, s *service) {
+		for _, c := range []struct {
+			name  string
+			cache int
+			key   string
+		}{{"deny cache", core.DefaultDenyCacheSize, "ip:10.0.0.5"}, {"no deny cache", 0, "ip:10.0.0.15"}} {
+			t.Run(c.name, func(t *testing.T) {
+				s, key := s.replicas(t, c.cache), c.key
+				// At its limit on both replicas, each holding the denial.
+				s.admits(t, key, 5)
+
+				// A raise: 3 more pass, on either replica, and no more.
+				var ov admin.Override
+				decode(t, s.mustRun(t, "override", "set", "-json", "api", key, "8/m"), &ov)
+				if len(ov.Limits) != 1 || ov.Limits[0].Count != 8 || time.Duration(ov.Limits[0].Window) != time.Minute || ov.TTL != 0 {
+					t.Fatalf("override set -json: %+v", ov)
+				}
+				s.admits(t, key, 3)
+				contains(t, "override get", s.mustRun(t, "override", "get", "api", key), "8/1m until removed")
+				var u admin.Usage
+				decode(t, s.mustRun(t, "usage", "-json", "api", key), &u)
+				if u.Override == nil || u.Limits[0].Limit.Count != 8 || u.Limits[0].Used != 8 || u.Limits[0].Remaining != 0 || u.Limits[1].Limit.Count != 100 {
+					t.Errorf("usage under the override: %+v", u)
+				}
+
+				// A lower limit on a fresh key, then its removal restores the rule's 5.
+				low := key + "1"
+				s.mustRun(t, "override", "set", "api", low, "2/m")
+				s.admits(t, low, 2)
+				s.mustRun(t, "override", "rm", "api", low)
+				s.admits(t, low, 3)
+				errOut := s.mustFail(t, exitFail, "override", "get", "api", low)
+				contains(t, "override get after rm", errOut, "no override")
+				errOut = s.mustFail(t, exitFail, "override", "rm", "api", low)
+				contains(t, "override rm twice", errOut, "no override")
+			})
+		}
+		const ip = "ip:10.0.0.25"
 
 		// A temporary override, and bad ones that write nothing.
 		contains(t, "override set -for", s.mustRun(t, "override", "set", "-for", "1h", "api", ip, "50/m, 500/h"), "50/1m, 500/1h for 1h")
