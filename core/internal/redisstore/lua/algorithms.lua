@@ -34,9 +34,6 @@ local function now_us(arg)
   return tonumber(tm[1]) * 1000000 + str2d(tm[2]) -- µs: seldom twice
 end
 
--- px returns the PX argument of a TTL of us µs: whole ms, rounded up, >= 1.
-local function px(us) return max(ceil(us / 1000), 1) end
-
 -- Redis formats a number argument with printf (about 0.3 µs, a short
 -- command's cost); a string goes as it is: recurring ones are made once.
 local ints, ttl_ms, ttl_arg = {}, -1, ''
@@ -48,9 +45,10 @@ local function int_arg(x)
   return ints[x]
 end
 
--- px_arg returns px(us) for a redis.call argument (see int_arg).
+-- px_arg returns the PX argument of a TTL of us µs: whole ms, rounded up,
+-- >= 1, made once a ms (see int_arg).
 local function px_arg(us)
-  local ms = max(ceil(us / 1000), 1) -- px(us), by the ms: the same for the calls of a ms
+  local ms = max(ceil(us / 1000), 1)
   if ms ~= ttl_ms then ttl_ms, ttl_arg = ms, format('%d', ms) end
   return ttl_arg
 end
@@ -613,7 +611,7 @@ end
 -- block_key blocks the key for d µs and returns the µs it stays blocked.
 local function block_key(key, d, now)
   local untl = max(now + d, tonumber(call('GET', key) or 0) or 0)
-  call('SET', key, untl, 'PX', px(untl - now))
+  call('SET', key, untl, 'PX', px_arg(untl - now))
   return untl - now
 end
 
@@ -627,7 +625,7 @@ local function penalize(block, penalty, v, denials, within, ban, now)
   if ends <= now then ends, count = now + within, 0 end
   count = count + 1
   if count < denials then
-    call('SET', penalty, format('%d %d', ends, count), 'PX', px(ends - now))
+    call('SET', penalty, format('%d %d', ends, count), 'PX', px_arg(ends - now))
     return 0
   end
   call('DEL', penalty)
@@ -662,23 +660,21 @@ local function spec_of(raw)
   return keep(raw, spec)
 end
 
--- override_count returns the Count of the key's override v (false: none;
--- Limiter.SetOverride's "<alg> <window µs> <count> ...", as functions.go
--- writes it) for a limit of alg and window, else count. overridden returns
--- spec with those Counts (over: the override's), kept as specs are.
-local function override_count(v, alg, window, count)
-  for a, w, c in string.gmatch(v or '', '(%d) (%d+) (%d+)') do
-    if a == alg and tonumber(w) == window then return tonumber(c), true end
+-- override_count returns the Count of the key's override v (SetOverride's
+-- "<alg> <window µs> <count> ...", see operate.go) for a limit of alg and
+-- window, or nil; overridden returns spec with those Counts (over), kept.
+local function override_count(v, alg, window)
+  for a, w, c in string.gmatch(v, '(%d) (%d+) (%d+)') do
+    if a == alg and tonumber(w) == window then return tonumber(c) end
   end
-  return count, false
 end
 local function overridden(spec, v)
   local raw = spec.raw .. '\n' .. v -- no spec holds a newline
   if specs[raw] then return specs[raw] end
   local o = {raw = raw, commit = spec.commit, denials = spec.denials, within = spec.within, ban = spec.ban, limits = {}, reads = spec.reads}
   for i, l in ipairs(spec.limits) do
-    local count, over = override_count(v, l.alg, l.window, l.count)
-    o.limits[i] = {alg = l.alg, count = count, window = l.window, prec = l.prec, ring = l.ring, over = over and count}
+    local c = override_count(v, l.alg, l.window)
+    o.limits[i] = {alg = l.alg, count = c or l.count, window = l.window, prec = l.prec, ring = l.ring, over = c}
   end
   return keep(raw, o)
 end
@@ -878,7 +874,7 @@ local function reserve(keys, args)
   local at, st = now + blocked_for(vals[1], now), {}
   for i = 3, #keys do -- limit i - 2 (after the block and override keys)
     local window = tonumber(args[2 * i - 1])
-    local count = override_count(vals[2], '0', window, tonumber(args[2 * i - 2]))
+    local count = vals[2] and override_count(vals[2], '0', window) or tonumber(args[2 * i - 2])
     local v = log_value(keys[i], vals[i])
     local _, retry, _, used, lo, newest = log_check(keys[i], v, count, window, n, now)
     if retry < 0 then return {0, -1} end

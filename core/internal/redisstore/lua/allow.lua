@@ -2,9 +2,8 @@
 -- when they do and the spec commits, records them: all or none (see decide
 -- in algorithms.lua).
 --
--- KEYS[1]  the key's block key; KEYS[2] its override key; KEYS[3] its
---          penalty key, when the spec has a penalty; then the storage key
---          of each limit (one hash tag)
+-- KEYS     the key's block and override keys, its penalty key when the
+--          spec has a penalty, then each limit's storage key (one hash tag)
 -- ARGV[1]  the spec, one string of values separated by spaces: commit (1
 --          records the units, 0 only looks: Peek), the penalty's denials
 --          (0: none), within µs and ban µs, then per limit its algorithm
