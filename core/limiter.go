@@ -27,6 +27,7 @@ type Limiter struct {
 	cache    *denyCache
 	observer Observer  // nil: none
 	scratch  sync.Pool // of *scratch: one on the stack escapes via the Store interface
+	denied   denied    // the denials of the rules that track them (operate.go)
 }
 
 // New returns a Limiter that keeps its counts in Redis. rdb may be a
@@ -246,6 +247,9 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 		cachedAt+int64(r.RetryAfter) > l.now().UnixNano() {
 		l.cache.put(ck, n, limits, cachedAt, r)
 	}
+	if err == nil && !r.Allowed && k == succeeded && !cacheHit && rule != "" {
+		l.recordDenied(rule, key) // a denial that reached the store (TopDenied)
+	}
 	if probing != nil {
 		l.cache.settle(ck, n, limits, probing, l.now().UnixNano(), err == nil && !cacheHit && r.BackendErr == nil, r)
 	}
@@ -374,8 +378,11 @@ func result(d *store.Decision, limits []Limit, backendErr error) Result {
 			b = i
 		}
 	}
-	s := d.States[b]
-	r := Result{Allowed: d.Allowed, Limit: limits[b], Remaining: max(s.Remaining, 0), ResetAfter: usec(max(s.Reset, 0)), BackendErr: backendErr,
+	s, lim := d.States[b], limits[b]
+	if s.Count > 0 { // the key's override's
+		lim.Count = s.Count
+	}
+	r := Result{Allowed: d.Allowed, Limit: lim, Remaining: max(s.Remaining, 0), ResetAfter: usec(max(s.Reset, 0)), BackendErr: backendErr,
 		blocked: d.Blocked}
 	if !d.Allowed {
 		r.RetryAfter = usec(s.Retry)

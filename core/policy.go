@@ -28,6 +28,7 @@ type Policy[R any] struct {
 	DryRun       bool                     // decide and count every request, never deny
 	Headers      HeaderStyle              // the style of the rate-limit fields (SetFields)
 	PartitionKey bool                     // adds pk to the IETF fields
+	TrackDenied  bool                     // records the keys denied (Limiter.TopDenied)
 	// OnError is called with every error of the functions above and of
 	// the backend, and reports whether it answered the request itself
 	// (Verdict Answered). Nil: errors are logged, at most a line a second.
@@ -63,6 +64,9 @@ func NewDecider[R any](l *Limiter, p Policy[R]) (*Decider[R], error) {
 		pen := *p.Penalty
 		p.Penalty = &pen
 	}
+	if p.TrackDenied {
+		l.track(p.Name)
+	}
 	return &Decider[R]{l: l, p: p, hdr: newHeaderSet(p.Limits), sets: limitSets{seed: maphash.MakeSeed()}}, nil
 }
 
@@ -75,10 +79,19 @@ func (d *Decider[R]) Key(r R) (string, error) {
 		return "", err
 	case k == "":
 		return "", errEmptyKey
-	case k[0] == keyEscape[0] || strings.HasPrefix(k, noKey):
-		return d.p.Name + ":" + keyEscape + k, nil
 	}
-	return d.p.Name + ":" + k, nil
+	return RuleKey(d.p.Name, k), nil
+}
+
+// RuleKey returns the Limiter key under which the Rule or Policy named rule
+// counts the requests its Key gives key: rule + ":" + key, with "~" before
+// a key that starts with "nokey" or "~" (see Rule.FallbackKey). Tools look
+// a rule's keys up with it (Limiter.Usage, SetOverride).
+func RuleKey(rule, key string) string {
+	if strings.HasPrefix(key, keyEscape) || strings.HasPrefix(key, noKey) {
+		return rule + ":" + keyEscape + key
+	}
+	return rule + ":" + key
 }
 
 // fallbackKey returns the Limiter key of a request whose Key failed.

@@ -110,6 +110,14 @@ type Rule struct {
 	// first 12 bytes of the SHA-256 of the request's key (reversible for a
 	// small key space, such as IP addresses).
 	PartitionKey bool
+	// TrackDenied records the keys this rule denies, for Limiter.TopDenied:
+	// only denials that reached Redis, a few calls a second at most.
+	TrackDenied bool
+}
+
+// Info returns what Limiter.Publish makes known of the rule.
+func (r Rule) Info() RuleInfo {
+	return RuleInfo{Name: r.Name, Limits: slices.Clone(r.Limits), Penalty: r.Penalty, TrackDenied: r.TrackDenied}
 }
 
 // Penalty bans a key that keeps hitting its limits: after Denials denials
@@ -199,7 +207,7 @@ func NewEnforcer(l *Limiter, rule Rule) (*Enforcer, error) {
 	key, fallback := rule.Key, rule.FallbackKey
 	p := Policy[exchange]{
 		Name: rule.Name, Limits: rule.Limits, Penalty: rule.Penalty, DryRun: rule.DryRun,
-		Headers: rule.Headers, PartitionKey: rule.PartitionKey,
+		Headers: rule.Headers, PartitionKey: rule.PartitionKey, TrackDenied: rule.TrackDenied,
 		Key:         func(x exchange) (string, error) { return key(x.r) },
 		FallbackKey: func(x exchange) (string, error) { return fallback(x.r) },
 	}

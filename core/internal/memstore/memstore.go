@@ -25,6 +25,7 @@ type Store struct {
 	clock  func() int64 // µs since the epoch
 	calls  atomic.Uint64
 	shards [memShards]memShard
+	ops    ops // what the operating methods keep beside the keys (operate.go)
 }
 
 const (
@@ -45,6 +46,7 @@ type memKey struct {
 	blocked             int64 // the end of the key's block (none: 0 or past)
 	denials, denialsEnd int64 // the penalty's count, until denialsEnd
 	expires             int64 // the latest of its states', block's and denials' ends
+	override            *override
 }
 
 // memState is one limit's state: buckets of prec µs. A sliding log's are
@@ -181,7 +183,7 @@ func (st *memState) bucketOf(t int64) int64 {
 // after its states changed, forgetting it once all of it has ended, and unlocks.
 func (sh *memShard) unlock(key string, now int64) {
 	if mk := sh.keys[key]; mk != nil {
-		mk.expires = max(mk.blocked, mk.denialsEnd)
+		mk.expires = max(mk.blocked, mk.denialsEnd, mk.override.end())
 		for _, st := range mk.states {
 			mk.expires = max(mk.expires, st.end())
 		}
@@ -307,9 +309,11 @@ func (s *Store) Allow(_ context.Context, r store.Request) (store.Decision, error
 	var buf [4]*memState
 	mstates, blocked := sh.states(key, r.Limits, now, buf[:0])
 	d := store.Decision{Allowed: blocked == 0, Blocked: blocked > 0, At: now, States: r.Room()}
+	mk := sh.keys[key]
 	for i, st := range mstates {
-		f, retry, z := st.check(r.Limits[i].Count, r.N, now)
-		d.States[i] = store.State{Remaining: f, Retry: retry, Reset: z}
+		count, over := mk.override.count(r.Limits[i], now)
+		f, retry, z := st.check(count, r.N, now)
+		d.States[i] = store.State{Remaining: f, Retry: retry, Reset: z, Count: over}
 		d.Allowed = d.Allowed && retry == 0
 	}
 	if p := r.Penalty; p.Denials > 0 && !d.Allowed && r.Commit && blocked == 0 {
@@ -385,9 +389,10 @@ func (s *Store) Reserve(_ context.Context, r store.Request, longest int64) (stor
 	defer sh.unlock(key, now)
 	var buf [4]*memState
 	states, blocked := sh.states(key, r.Limits, now, buf[:0])
-	at := now + blocked
+	at, mk := now+blocked, sh.keys[key]
 	for i, st := range states {
-		_, retry, _ := st.check(r.Limits[i].Count, r.N, now)
+		count, _ := mk.override.count(r.Limits[i], now)
+		_, retry, _ := st.check(count, r.N, now)
 		if retry < 0 {
 			return store.Reservation{Wait: -1}, nil
 		}

@@ -90,8 +90,8 @@ func (s *Store) Node(key string) string {
 // appendKeys) and room for its arguments.
 func (s *Store) newCall(sc *script, r store.Request, own int) *call {
 	c, n := s.t.calls.Get().(*call), len(r.Limits)
-	if cap(c.keys) < 1+n {
-		c.keys = make([]string, 0, 1+n)
+	if cap(c.keys) < 3+n {
+		c.keys = make([]string, 0, 3+n)
 	}
 	if cap(c.args) < 3+2*n {
 		c.args = make([]any, 0, 3+2*n)
@@ -103,12 +103,12 @@ func (s *Store) newCall(sc *script, r store.Request, own int) *call {
 
 // Allow decides r (allow.lua, or merged with others in allow_batch.lua).
 func (s *Store) Allow(ctx context.Context, r store.Request) (store.Decision, error) {
-	own := withBlock
+	own := withBlock | withOverride
 	if r.Penalty.Denials > 0 {
 		own |= withPenalty
 	}
 	c := s.newCall(s.allowS, r, own)
-	c.merged, c.answers = s.allowBatchS, 3+3*len(r.Limits)
+	c.merged, c.answers = s.allowBatchS, 3+4*len(r.Limits)
 	c.args = append(c.args, s.spec(r), r.N)
 	if r.Now != 0 {
 		c.args = append(c.args, r.Now)
@@ -121,27 +121,27 @@ func (s *Store) Allow(ctx context.Context, r store.Request) (store.Decision, err
 }
 
 // parseAllow reads allow.lua's reply {allowed, blocked, now, then per
-// limit remaining, retry, reset} into a Decision with states.
+// limit remaining, retry, reset, override's count} into a Decision with states.
 func parseAllow(reply any, states []store.State) (store.Decision, error) {
 	n := len(states)
-	var buf [3 + 3*4]int64
+	var buf [3 + 4*4]int64
 	ints, err := replyInts("allow", reply, buf[:0])
 	if err != nil {
 		return store.Decision{}, err
 	}
-	if len(ints) != 3+3*n {
+	if len(ints) != 3+4*n {
 		return store.Decision{}, fmt.Errorf("%w: allow returned %d values for %d limits", store.ErrUnexpectedReply, len(ints), n)
 	}
 	d := store.Decision{Allowed: ints[0] == 1, Blocked: ints[1] > 0, Banned: ints[1] == 2, At: ints[2], States: states}
 	for i := range n {
-		d.States[i] = store.State{Remaining: ints[3+3*i], Retry: ints[4+3*i], Reset: ints[5+3*i]}
+		d.States[i] = store.State{Remaining: ints[3+4*i], Retry: ints[4+4*i], Reset: ints[5+4*i], Count: ints[6+4*i]}
 	}
 	return d, nil
 }
 
 // Reserve makes a reservation (reserve.lua).
 func (s *Store) Reserve(ctx context.Context, r store.Request, longest int64) (store.Reservation, error) {
-	c := s.newCall(s.reserveS, r, withBlock)
+	c := s.newCall(s.reserveS, r, withBlock|withOverride)
 	c.args = append(c.args, r.N, r.Now, longest)
 	for _, l := range r.Limits {
 		c.args = append(c.args, l.Count, micros(l.Window))

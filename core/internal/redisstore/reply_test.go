@@ -21,9 +21,9 @@ func TestParseAllow(t *testing.T) {
 	const limits = 2
 	want := store.Decision{Allowed: true, Blocked: true, At: 1700000000000000, States: []store.State{
 		{Remaining: 7, Retry: 0, Reset: 60000000},
-		{Remaining: 1, Retry: 0, Reset: 1000000},
+		{Remaining: 1, Retry: 0, Reset: 1000000, Count: 9},
 	}}
-	ints := []int64{1, 1, 1700000000000000, 7, 0, 60000000, 1, 0, 1000000}
+	ints := []int64{1, 1, 1700000000000000, 7, 0, 60000000, 0, 1, 0, 1000000, 9}
 	boxed := make([]any, len(ints))
 	for i, v := range ints {
 		boxed[i] = v
@@ -42,11 +42,11 @@ func TestParseAllow(t *testing.T) {
 		{"merged FCALL", &ints, true},
 		{"EVALSHA", boxed, true},
 		{"numbers as strings", asStrings, true},
-		{"too short", boxed[:8], false},
+		{"too short", boxed[:10], false},
 		{"too short, merged", &short, false},
 		{"too long, boxed", append(append([]any{}, boxed...), int64(0)), false},
-		{"not a number", append(append([]any{}, boxed[:8]...), "x"), false},
-		{"an error value", append(append([]any{}, boxed[:8]...), errors.New("WRONGTYPE")), false},
+		{"not a number", append(append([]any{}, boxed[:10]...), "x"), false},
+		{"an error value", append(append([]any{}, boxed[:10]...), errors.New("WRONGTYPE")), false},
 		{"not an array", int64(1), false},
 		{"nil", nil, false},
 	}

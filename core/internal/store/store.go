@@ -33,6 +33,8 @@ type Store interface {
 	Reset(ctx context.Context, r Request) error
 	// Check reports whether the backend can do its job (core.Limiter.Check).
 	Check(ctx context.Context) error
+	// Operator: what the Limiter's operating methods call (see operate.go).
+	Operator
 }
 
 // Remote is a Store across a network (Redis): a failed call returns an
@@ -141,6 +143,7 @@ type State struct {
 	Remaining int64 // units still admitted now, after this request
 	Retry     int64 // µs until the request fits: 0 now, -1 never
 	Reset     int64 // µs until the limit is back to its full Count
+	Count     int64 // an override's Count, in force for this limit; 0: none
 }
 
 // Decision is a store's answer to Allow.

@@ -190,6 +190,10 @@ var cases = []struct {
 	{"keys", keys},
 	{"huge limits", hugeLimits},
 	{"concurrency", concurrency},
+	{"overrides", overrides},
+	{"Unblock", unblock},
+	{"denied keys", deniedKeys},
+	{"published rules", published},
 }
 
 // exactCounts: five units of five per minute are admitted one by one at

@@ -34,9 +34,6 @@ local function now_us(arg)
   return tonumber(tm[1]) * 1000000 + str2d(tm[2]) -- µs: seldom twice
 end
 
--- px returns the PX argument of a TTL of us µs: whole ms, rounded up, >= 1.
-local function px(us) return max(ceil(us / 1000), 1) end
-
 -- Redis formats a number argument with printf (about 0.3 µs, a short
 -- command's cost); a string goes as it is: recurring ones are made once.
 local ints, ttl_ms, ttl_arg = {}, -1, ''
@@ -48,9 +45,10 @@ local function int_arg(x)
   return ints[x]
 end
 
--- px_arg returns px(us) for a redis.call argument (see int_arg).
+-- px_arg returns the PX argument of a TTL of us µs: whole ms, rounded up,
+-- >= 1, made once a ms (see int_arg).
 local function px_arg(us)
-  local ms = max(ceil(us / 1000), 1) -- px(us), by the ms: the same for the calls of a ms
+  local ms = max(ceil(us / 1000), 1)
   if ms ~= ttl_ms then ttl_ms, ttl_arg = ms, format('%d', ms) end
   return ttl_arg
 end
@@ -613,7 +611,7 @@ end
 -- block_key blocks the key for d µs and returns the µs it stays blocked.
 local function block_key(key, d, now)
   local untl = max(now + d, tonumber(call('GET', key) or 0) or 0)
-  call('SET', key, untl, 'PX', px(untl - now))
+  call('SET', key, untl, 'PX', px_arg(untl - now))
   return untl - now
 end
 
@@ -627,7 +625,7 @@ local function penalize(block, penalty, v, denials, within, ban, now)
   if ends <= now then ends, count = now + within, 0 end
   count = count + 1
   if count < denials then
-    call('SET', penalty, format('%d %d', ends, count), 'PX', px(ends - now))
+    call('SET', penalty, format('%d %d', ends, count), 'PX', px_arg(ends - now))
     return 0
   end
   call('DEL', penalty)
@@ -640,6 +638,11 @@ end
 -- µs. Specs are kept by their string (up to SPECS_KEPT), parsed once; one
 -- argument for all of it (each argument costs a call about 0.2 µs).
 local specs, nspecs, SPECS_KEPT = {}, 0, 256
+local function keep(raw, spec)
+  if nspecs >= SPECS_KEPT then specs, nspecs = {}, 0 end
+  specs[raw], nspecs = spec, nspecs + 1
+  return spec
+end
 local function spec_of(raw)
   local spec = specs[raw]
   if spec then return spec end
@@ -647,16 +650,33 @@ local function spec_of(raw)
   for x in string.gmatch(raw, '%S+') do v[#v + 1] = tonumber(x) end
   local nlim = (#v - 4) / 4
   if nlim < 1 or nlim % 1 ~= 0 then error({err = 'ERR ratewindow: not a decision spec: ' .. raw}) end
-  spec = {commit = v[1] == 1, denials = v[2], within = v[3], ban = v[4], limits = {}, reads = 0}
+  spec = {raw = raw, commit = v[1] == 1, denials = v[2], within = v[3], ban = v[4], limits = {}, reads = 0}
   for i = 1, nlim do
     local a = 4 * i
     spec.limits[i] = {alg = format('%d', v[a + 1]), count = v[a + 2], window = v[a + 3], prec = v[a + 4],
       ring = v[a + 1] == 1 and bucket_ring(v[a + 3], v[a + 4])} -- buckets: their ring
     if v[a + 1] ~= 1 then spec.reads = i end -- the last limit whose key the MGET reads
   end
-  if nspecs >= SPECS_KEPT then specs, nspecs = {}, 0 end
-  specs[raw], nspecs = spec, nspecs + 1
-  return spec
+  return keep(raw, spec)
+end
+
+-- override_count returns the Count of the key's override v (SetOverride's
+-- "<alg> <window µs> <count> ...", see operate.go) for a limit of alg and
+-- window, or nil; overridden returns spec with those Counts (over), kept.
+local function override_count(v, alg, window)
+  for a, w, c in string.gmatch(v, '(%d) (%d+) (%d+)') do
+    if a == alg and tonumber(w) == window then return tonumber(c) end
+  end
+end
+local function overridden(spec, v)
+  local raw = spec.raw .. '\n' .. v -- no spec holds a newline
+  if specs[raw] then return specs[raw] end
+  local o = {raw = raw, commit = spec.commit, denials = spec.denials, within = spec.within, ban = spec.ban, limits = {}, reads = spec.reads}
+  for i, l in ipairs(spec.limits) do
+    local c = override_count(v, l.alg, l.window)
+    o.limits[i] = {alg = l.alg, count = c or l.count, window = l.window, prec = l.prec, ring = l.ring, over = c}
+  end
+  return keep(raw, o)
 end
 
 -- fresh_value returns the value that u units at now make in a missing key
@@ -725,7 +745,7 @@ local function decide_at(i, keys, lk, vals, vo, spec, n, now, out, at, runs, blo
       end
     end
     if not allowed and blocked == 0 and spec.commit and spec.denials > 0 then
-      ban = penalize(keys[lk - 1], keys[lk], vals[2], spec.denials, spec.within, spec.ban, now)
+      ban = penalize(keys[lk - vo + 1], keys[lk], vals[vo], spec.denials, spec.within, spec.ban, now)
       if ban > 0 then status = 2 end
     end
   end
@@ -748,21 +768,23 @@ local function decide_at(i, keys, lk, vals, vo, spec, n, now, out, at, runs, blo
     if retry >= 0 and retry < ban then retry = ban end
     if reset < ban then reset = ban end
   end
-  local o = at + 3 * i
-  out[o + 1], out[o + 2], out[o + 3] = free, retry, reset
+  local o = at + 4 * i - 1
+  out[o + 1], out[o + 2], out[o + 3], out[o + 4] = free, retry, reset, l.over or 0
   return true, allowed, status, ban, k
 end
 
 -- decide decides whether n units fit under every limit of spec for one key
 -- at now and, if they do and the spec commits, records them under every
 -- limit: all or none. Its keys start at keys[first]: the block key, the
--- penalty key if the spec has a penalty, then the limits' keys, all read
--- by one MGET (a hash or sorted set reads as missing: see decide_at). A
--- blocked key is denied, retry and reset at least the block's time left. A
--- committed denial counts towards the penalty; the one that reaches it
--- bans the key, and its retry and reset are the ban's. The answer goes in
--- out after out[at]: allowed (1, 0), blocked (0, 1, 2: banned now), now,
--- then per limit remaining (after the units), retry (-1: never), reset.
+-- override key, the penalty key if the spec has a penalty, then the limits'
+-- keys, all read by one MGET (a hash or sorted set reads as missing: see
+-- decide_at); an override replaces Counts (overridden). A blocked key is
+-- denied, retry and reset at least the block's time left. A committed
+-- denial counts towards the penalty; the one that reaches it bans the key,
+-- and its retry and reset are the ban's. The answer goes in out after
+-- out[at]: allowed (1, 0), blocked (0, 1, 2: banned now), now, then per
+-- limit remaining (after the units), retry (-1: never), reset, the
+-- override's Count in force (0: none).
 --
 -- runs is how many such decisions come one after another (a hot key's in a
 -- merged call: the same keys, spec, n and now; no penalty): decide answers
@@ -775,15 +797,16 @@ end
 -- limit (log or counter) read as missing, unblocked, runs * n fitting and
 -- committed, goes in short: decide_at's SET NX (in its verdict) and answer.
 local function decide(keys, first, n, now, spec, out, at, runs)
-  local lk, nlim = spec.denials > 0 and first + 1 or first, #spec.limits -- limit i's key: keys[lk + i]
+  local lk, nlim = spec.denials > 0 and first + 2 or first + 1, #spec.limits -- limit i's key: keys[lk + i]
   local vals = call('MGET', unpack(keys, first, lk + spec.reads))
+  if vals[2] then spec = overridden(spec, vals[2]) end
   local blocked, vo = vals[1] and blocked_for(vals[1], now) or 0, lk - first + 1
   local l, ok, allowed, status, _, k = spec.limits[1], false, true, 0, nil, runs
   if nlim == 1 and blocked == 0 and spec.commit and l.alg ~= '1' and not vals[vo + 1] and runs * n <= l.count and
     (l.alg == '2' or 8 + runs * n <= LOG_WHOLE) then -- the common case (found: careful, below)
     local v, ttl = fresh_value(l, k * n, now)
     ok = call('SET', keys[lk + 1], v, 'PX', px_arg(ttl), 'NX')
-    out[at + 4], out[at + 5], out[at + 6] = l.count - n, 0, ttl -- decide_at's answer
+    out[at + 4], out[at + 5], out[at + 6], out[at + 7] = l.count - n, 0, ttl, l.over or 0 -- decide_at's answer
   else
     ok, allowed, status, _, k = decide_at(1, keys, lk, vals, vo, spec, n, now, out, at, runs, blocked, runs, false)
   end
@@ -791,10 +814,10 @@ local function decide(keys, first, n, now, spec, out, at, runs)
     ok, allowed, status, _, k = decide_at(1, keys, lk, vals, vo, spec, n, now, out, at, runs, blocked, runs, true)
   end
   out[at + 1], out[at + 2], out[at + 3] = allowed and 1 or 0, status, now
-  local size, last = 3 + 3 * nlim, at + 3 + 3 * nlim
+  local size, last = 3 + 4 * nlim, at + 3 + 4 * nlim
   for _ = 2, k do -- the others of the run: the same answer, less remaining
     for i = 1, size do out[last + i] = out[last + i - size] end
-    for i = 1, (allowed and spec.commit) and nlim or 0 do out[last + 3 * i + 1] = out[last + 3 * i + 1] - n end
+    for i = 1, (allowed and spec.commit) and nlim or 0 do out[last + 4 * i] = out[last + 4 * i] - n end
     last = last + size
   end
   return last, k
@@ -804,7 +827,7 @@ end
 -- each script's file describes them.
 
 local function allow(keys, args)
-  local out = {0, 0, 0, 0, 0, 0}
+  local out = {0, 0, 0, 0, 0, 0, 0}
   decide(keys, 1, nums[args[2]] or tonumber(args[2]), now_us(args[3]), spec_of(args[1]), out, 0, 1)
   return out
 end
@@ -819,7 +842,7 @@ local function allow_batch(keys, args)
     local si, sn, snow = args[at], args[at + 1], args[at + 2]
     local spec, n, now = specs_[nums[si] or tonumber(si)], nums[sn] or tonumber(sn), nums[snow] or tonumber(snow)
     if not now or now <= 0 then server_now = server_now or now_us(0); now = server_now end
-    local nkeys = spec.denials > 0 and #spec.limits + 2 or #spec.limits + 1 -- block, penalty, limits
+    local nkeys = spec.denials > 0 and #spec.limits + 3 or #spec.limits + 2 -- block, override, penalty, limits
     -- the run: the decisions right after this one that ask the same of the
     -- same keys (a hot key's), which decide answers together
     local runs = 1
@@ -830,7 +853,7 @@ local function allow_batch(keys, args)
       if not same then break end
       runs = runs + 1
     end
-    local size, left = 3 + 3 * #spec.limits, runs
+    local size, left = 3 + 4 * #spec.limits, runs
     while left > 0 do
       local ok, last, answered = pcall(decide, keys, key, n, now, spec, out, o, left)
       if ok then
@@ -849,17 +872,19 @@ local function reserve(keys, args)
   local n, now, longest = tonumber(args[1]), now_us(args[2]), tonumber(args[3])
   local vals = call('MGET', unpack(keys))
   local at, st = now + blocked_for(vals[1], now), {}
-  for i = 2, #keys do
+  for i = 3, #keys do -- limit i - 2 (after the block and override keys)
+    local window = tonumber(args[2 * i - 1])
+    local count = vals[2] and override_count(vals[2], '0', window) or tonumber(args[2 * i - 2])
     local v = log_value(keys[i], vals[i])
-    local _, retry, _, used, lo, newest = log_check(keys[i], v, tonumber(args[2 * i]), tonumber(args[2 * i + 1]), n, now)
+    local _, retry, _, used, lo, newest = log_check(keys[i], v, count, window, n, now)
     if retry < 0 then return {0, -1} end
     if now + retry > at then at = now + retry end
     st[#st + 1], st[#st + 2], st[#st + 3], st[#st + 4] = v, used, lo, newest
   end
   if longest >= 0 and at - now > longest then return {0, at - now} end
-  for i = 2, #keys do
-    local j = 4 * (i - 2)
-    log_add(keys[i], st[j + 1], st[j + 2], st[j + 3], st[j + 4], tonumber(args[2 * i + 1]), n, at, now)
+  for i = 3, #keys do
+    local j = 4 * (i - 3)
+    log_add(keys[i], st[j + 1], st[j + 2], st[j + 3], st[j + 4], tonumber(args[2 * i - 1]), n, at, now)
   end
   return {1, at - now, at}
 end
