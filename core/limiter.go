@@ -247,7 +247,7 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 		cachedAt+int64(r.RetryAfter) > l.now().UnixNano() {
 		l.cache.put(ck, n, limits, cachedAt, r)
 	}
-	if err == nil && !r.Allowed && k == succeeded && !cacheHit && rule != "" {
+	if err == nil && !r.Allowed && o == succeeded && !cacheHit && rule != "" {
 		l.recordDenied(rule, key) // a denial that reached the store (TopDenied)
 	}
 	if probing != nil {

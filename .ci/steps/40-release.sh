@@ -63,7 +63,7 @@ refuses "tag $version exists already" "$version"
 
 # Every tag on the release commit; every requirement on our modules at the version.
 head="$(git -C "$tmp/repo" rev-parse HEAD)"
-for t in "$version" chimw/"$version" ginmw/"$version" echomw/"$version" connectmw/"$version" grpcmw/"$version" prometheus/"$version" otel/"$version"; do
+for t in "$version" chimw/"$version" ginmw/"$version" echomw/"$version" connectmw/"$version" grpcmw/"$version" prometheus/"$version" otel/"$version" admin/"$version" cmd/ratewindow/"$version"; do
 	[ "$(git -C "$tmp/repo" rev-list -n 1 "$t")" = "$head" ] || fail "tag $t is not on the release commit"
 done
 stale="$(cd "$tmp/repo" && git grep -nE '^[[:space:]]*(require[[:space:]]+)?github\.com/ratewindow/ratewindow(/[a-z]+)? v' -- '*go.mod' | grep -v " $version\$" || true)"
