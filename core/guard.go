@@ -138,7 +138,7 @@ func (g *guard) call(ctx context.Context, r *store.Request, f func() error) (out
 			return failed, err
 		}
 		if down := g.verify(ctx, n, r.Key); down != nil {
-			return failed, fmt.Errorf("%w (%w)", err, down)
+			return failed, fmt.Errorf("%w (%w)", err, down) // down: the health check's finding
 		}
 		if err := ctx.Err(); err != nil {
 			return abandoned, err

@@ -24,22 +24,18 @@ func (s *Store) Ping(ctx context.Context, key string, silence time.Duration) err
 	if err != nil || opt == nil {
 		return err // nil: no way to ask, so no evidence
 	}
-	dial := opt.Dialer
-	if dial == nil {
-		dial = redis.NewDialer(opt)
-	}
-	conn, err := dial(ctx, opt.Network, opt.Addr)
+	conn, err := dial(ctx, opt, silence)
 	switch {
-	case err != nil && store.IsTimeout(err): // a connection unanswered for as long as ctx allowed
-		return &store.Error{Err: fmt.Errorf("%w (no connection: %w)", store.ErrSilent, err)}
+	case err != nil && store.IsTimeout(err): // no connection within silence
+		return &store.Error{Err: fmt.Errorf("%w (no connection in %s: %w)", store.ErrSilent, silence, err)}
 	case err != nil:
-		return &store.Error{Err: fmt.Errorf("ratewindow: health check: %w", err)}
+		return &store.Error{Err: fmt.Errorf("health check: %w", err)}
 	}
 	defer conn.Close()
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) })
 	defer stop()
 	if _, err := conn.Write([]byte("*1\r\n$4\r\nPING\r\n")); err != nil {
-		return &store.Error{Err: fmt.Errorf("ratewindow: health check: %w", err)}
+		return &store.Error{Err: fmt.Errorf("health check: %w", err)}
 	}
 	if !stop() {
 		return ctx.Err()
@@ -54,7 +50,7 @@ func (s *Store) Ping(ctx context.Context, key string, silence time.Duration) err
 	case err == nil:
 		return nil
 	case !errors.As(err, &ne) || !ne.Timeout():
-		return &store.Error{Err: fmt.Errorf("ratewindow: health check: %w", err)}
+		return &store.Error{Err: fmt.Errorf("health check: %w", err)}
 	}
 	// The wait ended at its deadline; a reply may wait in the socket all
 	// the same, for a process that ran late.
@@ -67,16 +63,48 @@ func (s *Store) Ping(ctx context.Context, key string, silence time.Duration) err
 	case errors.Is(err, errNoPeek):
 		return err // a timeout: no evidence either way
 	case err != nil:
-		return &store.Error{Err: fmt.Errorf("ratewindow: health check: %w", err)}
+		return &store.Error{Err: fmt.Errorf("health check: %w", err)}
 	case arrived:
 		return nil
 	}
-	return fmt.Errorf("%w (%s, no reply to PING)", store.ErrSilent, silence)
+	return fmt.Errorf("%w (no reply to PING in %s)", store.ErrSilent, silence)
+}
+
+// dial connects to opt's server as the client does, within ctx and
+// silence: a dialer that queries Sentinels first, or waits out its own
+// DialTimeout, is left behind (its connection closed when it comes).
+func dial(ctx context.Context, opt *redis.Options, silence time.Duration) (net.Conn, error) {
+	d := opt.Dialer
+	if d == nil {
+		d = redis.NewDialer(opt)
+	}
+	ctx, cancel := context.WithTimeout(ctx, silence)
+	defer cancel()
+	type dialed struct {
+		conn net.Conn
+		err  error
+	}
+	done := make(chan dialed, 1)
+	go func() {
+		conn, err := d(ctx, opt.Network, opt.Addr)
+		done <- dialed{conn, err}
+	}()
+	select {
+	case r := <-done:
+		return r.conn, r.err
+	case <-ctx.Done():
+		go func() {
+			if r := <-done; r.conn != nil {
+				r.conn.Close()
+			}
+		}()
+		return nil, ctx.Err()
+	}
 }
 
 // errNoPeek: the connection cannot tell whether bytes wait in it; a timeout,
 // so that it is no evidence.
-var errNoPeek = fmt.Errorf("ratewindow: health check: %w", context.DeadlineExceeded)
+var errNoPeek = fmt.Errorf("health check: %w", context.DeadlineExceeded)
 
 // nodeOptions returns the options of the client of the node serving tag;
 // nil when rdb is no client whose nodes are known.
@@ -86,10 +114,15 @@ func (t *transport) nodeOptions(tag string) (*redis.Options, error) {
 		return c.Options(), nil
 	case *redis.ClusterClient:
 		m, err := c.MasterForKey(t.known, tag)
-		if err != nil {
-			return nil, nil // the slots are not known yet: nothing to ask
+		if err == nil {
+			return m.Options(), nil
 		}
-		return m.Options(), nil
+		// the slots are not known yet: ask the first address the client has
+		co := c.Options()
+		if len(co.Addrs) == 0 {
+			return nil, nil
+		}
+		return &redis.Options{Network: "tcp", Addr: co.Addrs[0], Dialer: co.Dialer, TLSConfig: co.TLSConfig, DialTimeout: co.DialTimeout}, nil
 	case *redis.Ring:
 		shard, err := c.GetShardClientForKey(tag)
 		if err != nil {

@@ -171,7 +171,7 @@ var (
 	// ErrCheckIncomplete: Check could not read the eviction policy.
 	ErrCheckIncomplete = errors.New("ratewindow: check incomplete")
 	// ErrSilent: Redis sent nothing back to a health check's PING.
-	ErrSilent = errors.New("ratewindow: redis is silent")
+	ErrSilent = errors.New("redis sent no reply")
 	// ErrNoWrites: OOM, READONLY, MISCONF or NOREPLICAS.
 	ErrNoWrites = errors.New("ratewindow: redis refuses the limiter's writes")
 )
