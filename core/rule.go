@@ -458,8 +458,9 @@ func prepare(r *http.Request, route string) (*http.Request, *shown) {
 	return r.WithContext(ctx), st
 }
 
-// ByIP returns the Rule of the adapters' LimitByIP: n requests per window
-// for each client IP (keyfuncs.IP), named after the limit ("ip-100-per-1m").
+// ByIP returns n requests per window for each client IP (keyfuncs.IP),
+// named after the limit ("ip-100-per-1m"); the adapters' LimitByIP add the
+// line that called them to the name.
 func ByIP(n int64, window time.Duration) Rule {
 	lim := Per(n, window)
 	return Rule{Name: "ip-" + lim.PolicyName(), Limits: []Limit{lim}, Key: keyfuncs.IP()}
