@@ -40,7 +40,7 @@ var headerStyles = [...]string{"x-ratelimit", "ietf", "both", "none"}
 var ErrInvalidRule = errors.New("ratewindow: invalid rule")
 
 // Rule describes which HTTP requests to limit and how to answer, for every
-// adapter (nethttp, chimw, ginmw, echomw), which validates it at start-up.
+// adapter (nethttp, chimw, ginmw, echomw, connectmw), which validates it at start-up.
 // When several rules apply, a request passes only when each admits it, and
 // one that a rule stops (429, 503, or its OnError's answer) consumes
 // nothing under any of them (the rules it passed give their units back:
