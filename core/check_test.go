@@ -306,3 +306,70 @@ func TestCheckNamesSentinelMaster(t *testing.T) {
 		t.Fatalf("Check: %v, want ErrEvictionPolicy naming the master %s", err, s.Master.Addr)
 	}
 }
+
+// TestCheckThenDecide sweeps maxmemory margins across the size of the
+// scripts on a fresh redis-server (noeviction): at every margin where Check
+// returns nil, the first decision after it runs (no OOM). Loading the
+// scripts takes memory, so Check's write must come after the load: it
+// used to come before, and at a margin just over the load's size Check
+// passed and the first decision failed with OOM. The sweep crosses the
+// boundary: some margins fail Check, some pass it.
+func TestCheckThenDecide(t *testing.T) {
+	p := redistest.Start(t)
+	rdb := p.Client(t)
+	ctx := context.Background()
+	usedMemory := func() int64 {
+		t.Helper()
+		info, err := rdb.Info(ctx, "memory").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+		}
+		t.Fatalf("no used_memory in INFO memory: %q", info)
+		return 0
+	}
+	if err := rdb.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+		t.Fatal(err)
+	}
+	var passed, failed int
+	for margin := int64(0); margin <= 240<<10; margin += 4 << 10 {
+		// a server without the scripts, as a new deployment finds it
+		for _, cmd := range [][]any{{"CONFIG", "SET", "maxmemory", "0"}, {"FUNCTION", "FLUSH"}, {"SCRIPT", "FLUSH"}, {"FLUSHALL"}} {
+			if err := rdb.Do(ctx, cmd...).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := rdb.ConfigSet(ctx, "maxmemory", strconv.FormatInt(usedMemory()+margin, 10)).Err(); err != nil {
+			t.Fatal(err)
+		}
+		l, err := New(rdb, WithPrefix(uniquePrefix(t)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Check(ctx); err != nil {
+			if !errors.Is(err, ErrNoWrites) {
+				t.Fatalf("margin %d KB: Check: %v, want nil or an error matching ErrNoWrites", margin>>10, err)
+			}
+			failed++
+			continue
+		}
+		passed++
+		if r, err := l.Allow(ctx, "k", PerMinute(1)); err != nil || r.BackendErr != nil || !r.Allowed {
+			t.Fatalf("margin %d KB (used_memory %d): Check passed, then the first decision: %+v %v", margin>>10, usedMemory(), r, err)
+		}
+	}
+	if passed == 0 || failed == 0 {
+		t.Fatalf("Check passed at %d margins and failed at %d: the sweep does not cross the scripts' size", passed, failed)
+	}
+	if err := rdb.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+}

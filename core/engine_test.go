@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http/httptest"
 	"os"
-	"runtime"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -367,42 +364,6 @@ func (r *fakeRemote) Ping(context.Context, string, time.Duration) error {
 	return r.ping
 }
 
-// TestLonePathFrames measures the frames from Enforcer.HandleFrom to the
-// client's Process on the path of a lone decision (logged, not asserted).
-// Without ContextTimeoutEnabled, the store sends through a clone of the
-// client, which runs none of its hooks: nothing is logged.
-func TestLonePathFrames(t *testing.T) {
-	for _, cte := range []bool{false, true} {
-		t.Run(fmt.Sprint("ContextTimeoutEnabled=", cte), func(t *testing.T) {
-			srv := redistest.New(t)
-			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: cte})
-			t.Cleanup(func() { rdb.Close() })
-			frames := &frameHook{}
-			rdb.AddHook(frames)
-			l, err := New(rdb, WithPrefix(uniquePrefix(t)), WithTimeout(10*time.Second))
-			if err != nil {
-				t.Fatal(err)
-			}
-			e, err := NewEnforcer(l, Rule{Name: "frames", Limits: []Limit{PerHour(100)}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for range 3 { // the library loads in the background: FCALL by the third
-				req := httptest.NewRequest("GET", "/", nil)
-				e.HandleFrom(httptest.NewRecorder(), req, "/", nil)
-			}
-			t.Logf("frames from HandleFrom to Process: %v", frames.take())
-		})
-	}
-}
-
-// frameHook records, for each script call, the stack between
-// Enforcer.HandleFrom and the client's Process.
-type frameHook struct {
-	mu     sync.Mutex
-	stacks []string
-}
-
 // TestClusterBreakerPerMaster: one master stops answering (CLIENT PAUSE):
 // decisions on its keys time out until its breaker opens, and are then
 // answered by the failure mode at once; keys on the other masters are
@@ -478,44 +439,3 @@ func TestClusterBreakerPerMaster(t *testing.T) {
 	}
 }
 
-func (h *frameHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *frameHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if isScriptCall(cmd) {
-			pcs := make([]uintptr, 64)
-			frames := runtime.CallersFrames(pcs[:runtime.Callers(1, pcs)])
-			var names []string
-			for {
-				f, more := frames.Next()
-				fn := f.Function[strings.LastIndex(f.Function, "/")+1:]
-				names = append(names, fn)
-				if strings.HasSuffix(fn, "HandleFrom") || !more {
-					break
-				}
-			}
-			// from the client's Process (the hook runs within it) up
-			for i, n := range names {
-				if strings.HasSuffix(n, ").Process") {
-					names = names[i:]
-					break
-				}
-			}
-			slices.Reverse(names)
-			h.mu.Lock()
-			h.stacks = append(h.stacks, fmt.Sprintf("%s %d: %s", cmd.Name(), len(names), strings.Join(names, " → ")))
-			h.mu.Unlock()
-		}
-		return next(ctx, cmd)
-	}
-}
-
-func (h *frameHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
-func (h *frameHook) take() []string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.stacks
-}

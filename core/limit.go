@@ -56,9 +56,13 @@ type Limit struct {
 // Bounds of a Limit, and of the limits of one call.
 const (
 	// MaxLogCount is the largest Count of a SlidingLog limit, and of the
-	// SlidingLog limits of one call summed, so that a call holds Redis a few
-	// ms at most. Larger limits belong to SlidingBuckets.
-	MaxLogCount = 1 << 14
+	// SlidingLog limits of one call summed. It bounds the costliest calls
+	// on a long log (a refund of half of it, a decision after half of it
+	// left the window at once), which read and remove up to MaxLogCount/2
+	// members: at this bound no call holds Redis for 10 ms or more
+	// (docs/performance.md has the measurement). Larger limits belong to
+	// SlidingBuckets.
+	MaxLogCount = 1 << 13
 	// MaxCount is the largest Count of any limit: 2^53 - 1, the largest
 	// integer the scripts' numbers (doubles) hold exactly.
 	MaxCount  = 1<<53 - 1

@@ -102,13 +102,14 @@ func longLog(t *testing.T, rdb *redis.Client, key string, units int64, from, ste
 // MaxLogCount can take and wants none to hold Redis for 10 ms or more:
 // AllowN(MaxLogCount) on an empty log; a decision that finds half of a
 // full log's units left the window; a denial of AllowN(MaxLogCount/2) on a
-// full log, whose retry is the unit in its middle; a CountIf refund (at
-// the time of the decision) of its oldest unit; a refund of every unit,
-// and of every unit but one; a reset; the half-gone decision and a refund
-// across MaxLimits logs of MaxLogCount units together. Every call's answer is checked. Each call's cost is the CPU time
-// Redis's main thread spent while it ran (where /proc can be read; else
-// Redis's SLOWLOG, its wall time). Measured on a quiet machine, the
-// slowest (the half-gone log read from its nearer end) took about 2 ms.
+// full log, whose retry is the unit in its middle; a decision after two
+// thirds of a log's units (two a member) left at once; a CountIf refund
+// (at the time of the decision) of its oldest unit; a refund of half of a
+// full log, of every unit, and of every unit but one; a reset; the
+// half-gone decision and a refund across MaxLimits logs of MaxLogCount
+// units together. Every call's answer is checked. Each call's cost is the
+// CPU time Redis's main thread spent while it ran (where /proc can be
+// read; else Redis's SLOWLOG, its wall time); the log shows both.
 func TestLongLogBoundedCalls(t *testing.T) {
 	p := redistest.Start(t, "--slowlog-log-slower-than", "10000", "--slowlog-max-len", "1024")
 	rdb := p.Client(t)
@@ -178,6 +179,33 @@ func TestLongLogBoundedCalls(t *testing.T) {
 		r, err := l.Allow(ctx, "half", lim)
 		return want(r, err, true, c/2-1, 0)
 	})
+
+	// two thirds of the units, two a member, left a window ago; the first
+	// decision after drops them and counts what stays
+	now = t0
+	zs := []redis.Z{{Score: -c, Member: "#"}}
+	for i := int64(0); i < c/3; i++ {
+		zs = append(zs, redis.Z{Score: float64(us + i), Member: fmt.Sprintf("2:%d", us+i)})
+	}
+	for i := int64(0); i < c-c/3*2; i++ {
+		at := us + int64(w/time.Microsecond)/2 + i
+		zs = append(zs, redis.Z{Score: float64(at), Member: fmt.Sprintf("1:%d", at)})
+	}
+	if err := rdb.ZAdd(ctx, "rw:{thirds}:v2:r1h", zs...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	now = t0.Add(w).Add(time.Duration(c) * time.Microsecond)
+	measure("a decision with two thirds of a full log, two units a member, gone", func() error {
+		r, err := l.Allow(ctx, "thirds", lim)
+		return want(r, err, true, c/3*2-1, 0)
+	})
+	now = t0
+	longLog(t, rdb, "rw:{halves}:v2:r1h", c, us-c-1000, 1)
+	measure("a refund of half of a full log", func() error { return l.Refund(ctx, "halves", c/2, lim) })
+	if r, err := l.Peek(ctx, "halves", lim); want(r, err, true, c/2, 0) != nil {
+		t.Fatal(want(r, err, true, c/2, 0))
+	}
+	now = t0.Add(w).Add(time.Duration(c) * time.Microsecond)
 
 	// the same across MaxLimits logs of MaxLogCount units together (a
 	// call's work grows with the units of all its logs)
@@ -412,7 +440,7 @@ func TestSortedLogMatchesMemory(t *testing.T) {
 	rng := rand.New(rand.NewPCG(28, 2))
 	// about 22,000 units a window asked: sorted, and its oldest units
 	// leaving all the time; the two logs count MaxLogCount units together
-	long, longer := core.Per(12000, 20*time.Second), core.Per(core.MaxLogCount-12000, time.Minute)
+	long, longer := core.Per(core.MaxLogCount*3/4, 20*time.Second), core.Per(core.MaxLogCount/4, time.Minute)
 	sorted := 0 // the steps after which the long log was a sorted set
 	for step := range 1500 {
 		lims := []core.Limit{long}

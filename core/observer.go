@@ -11,7 +11,7 @@ import (
 type Op uint8
 
 const (
-	OpAllow   Op = iota // Allow, AllowN and the HTTP middleware
+	OpAllow   Op = iota // Allow, AllowN and every rule's middleware (HTTP, gRPC, Connect)
 	OpPeek              // Peek
 	OpWait              // Wait and WaitN (one event per call)
 	OpRefused           // an upstream refused a request (Enforcer.Refused): its key blocked for Result.RetryAfter
@@ -26,7 +26,7 @@ var ops = [...]string{"allow", "peek", "wait", "refused"}
 // Event describes one decision, for an Observer.
 type Event struct {
 	Op   Op     // what was decided: Allow (AllowN and the middleware's), Peek, Wait, or a refusal
-	Rule string // the Rule's Name for the HTTP middleware, else empty
+	Rule string // the rule's Name for a rule's decisions and refusals (every adapter and throttler), else empty
 	Key  string // the caller's key: high cardinality, never a metric label
 	// Result is the answer given; its Limit is the binding limit. For
 	// OpWait, Allowed means proceed and RetryAfter is the time waited.

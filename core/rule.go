@@ -40,7 +40,7 @@ var headerStyles = [...]string{"x-ratelimit", "ietf", "both", "none"}
 var ErrInvalidRule = errors.New("ratewindow: invalid rule")
 
 // Rule describes which HTTP requests to limit and how to answer, for every
-// adapter (nethttp, chimw, ginmw, echomw), which validates it at start-up.
+// adapter (nethttp, chimw, ginmw, echomw, connectmw), which validates it at start-up.
 // When several rules apply, a request passes only when each admits it, and
 // one that a rule stops (429, 503, or its OnError's answer) consumes
 // nothing under any of them (the rules it passed give their units back:
@@ -466,8 +466,9 @@ func prepare(r *http.Request, route string) (*http.Request, *shown) {
 	return r.WithContext(ctx), st
 }
 
-// ByIP returns the Rule of the adapters' LimitByIP: n requests per window
-// for each client IP (keyfuncs.IP), named after the limit ("ip-100-per-1m").
+// ByIP returns n requests per window for each client IP (keyfuncs.IP),
+// named after the limit ("ip-100-per-1m"); the adapters' LimitByIP add the
+// line that called them to the name.
 func ByIP(n int64, window time.Duration) Rule {
 	lim := Per(n, window)
 	return Rule{Name: "ip-" + lim.PolicyName(), Limits: []Limit{lim}, Key: keyfuncs.IP()}

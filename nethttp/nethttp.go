@@ -150,6 +150,12 @@ func (h routed) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // start-up when n < 1 or the window is invalid.
 //
 //	http.ListenAndServe(":8080", nethttp.LimitByIP(l, 100, time.Minute)(mux))
+//
+// The rule is named after the limit and the line that called LimitByIP
+// ("ip-100-per-1m@api/routes.go#42"): two LimitByIP on two routes count
+// apart, one around a whole router counts it all, and replicas built from
+// the same code share the counter. A loop that builds several at one line
+// builds one counter: use Limit with core.ByIP and a Name of your own.
 func LimitByIP(l *core.Limiter, n int64, window time.Duration) func(http.Handler) http.Handler {
 	return must.Build(New(l, must.ByIP(l, n, window)))
 }

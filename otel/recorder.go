@@ -65,7 +65,7 @@ func New(mp metric.MeterProvider) (*Recorder, error) {
 		metric.WithDescription("Decisions that the failure mode answered because Redis failed, by failure mode."))
 	err = errors.Join(err, e)
 	r.refusals, e = m.Int64Counter("ratewindow.upstream.refusals", metric.WithUnit("{refusal}"),
-		metric.WithDescription("Refusals by an upstream of requests sent through nethttp.Transport, which blocked the key for the fleet."))
+		metric.WithDescription("Refusals by an upstream of requests sent through a throttler (nethttp.Transport, grpcmw's client interceptors), which blocked the key for the fleet."))
 	err = errors.Join(err, e)
 	r.bans, e = m.Int64Counter("ratewindow.bans", metric.WithUnit("{ban}"),
 		metric.WithDescription("Keys banned by a rule's Penalty: denials that reached its count and started a ban on every replica."))

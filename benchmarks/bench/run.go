@@ -91,7 +91,7 @@ const MinMemKeys = 50_000
 // throughputCount and throughputWindow are the throughput runs' limit:
 // 500,000 a second, above the most decisions any contender made on one key
 // (280,000 a second), in a window short enough that a sliding log holds
-// no more than core.MaxLogCount units (16,384 per 32.768ms).
+// no more than core.MaxLogCount units (8,192 per 16.384ms).
 const (
 	throughputCount  = min(50_000, core.MaxLogCount)
 	throughputWindow = throughputCount * time.Second / 500_000

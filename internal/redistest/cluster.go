@@ -38,6 +38,7 @@ type Cluster struct {
 func NewCluster(t testing.TB) *Cluster {
 	t.Helper()
 	requireMain(t, "NewCluster")
+	shared.log.watch(t)
 	if env := os.Getenv(envClusterAddrs); env != "" {
 		var addrs []string
 		for _, addr := range strings.Split(env, ",") {

@@ -58,6 +58,7 @@ type Process struct {
 func Start(t testing.TB, args ...string) *Process {
 	t.Helper()
 	needBinaries(t, "Start", serverBin)
+	shared.log.watch(t)
 	p, err := startServer(args...)
 	if err != nil {
 		t.Fatalf("redistest.Start: %v", err)

@@ -46,6 +46,8 @@ var shared struct {
 
 	server  lazy[*Process]
 	cluster lazy[[]*Process]
+
+	log goRedisLog // go-redis's logger while Main runs
 }
 
 // Main runs the package's tests and then stops every server this package started
@@ -55,11 +57,13 @@ var shared struct {
 //	func TestMain(m *testing.M) { redistest.Main(m) }
 //
 // [New] and [NewCluster] fail the test when Main is not running, because nothing
-// else would stop the servers they share.
+// else would stop the servers they share. Main also sends go-redis's log lines
+// to the log of the test that asked for a server (see goRedisLog).
 func Main(m *testing.M) {
 	shared.mu.Lock()
 	shared.running = true
 	shared.mu.Unlock()
+	redis.SetLogger(&shared.log)
 
 	code := m.Run()
 
@@ -110,6 +114,7 @@ type Server struct {
 func New(t testing.TB) *Server {
 	t.Helper()
 	requireMain(t, "New")
+	shared.log.watch(t)
 	if addr := os.Getenv(envAddr); addr != "" {
 		if err := checkLoopback(addr); err != nil {
 			t.Fatalf("redistest.New: %s: %v", envAddr, err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -350,4 +351,42 @@ func run(t *testing.T, fn func(testing.TB)) *fakeTB {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f
+}
+
+// logTB records what is logged to it; the rest goes to the real test.
+type logTB struct {
+	testing.TB
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logTB) Logf(format string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, fmt.Sprintf(format, args...))
+}
+
+// TestGoRedisLogGoesToTheTest: Main made go-redis log to the test that
+// asked for a server: a client whose server is gone logs its failed dials
+// there, not on the binary's stderr; once the test's cleanup ran, its log
+// gets nothing more.
+func TestGoRedisLogGoesToTheTest(t *testing.T) {
+	var rec *logTB
+	t.Run("user", func(t *testing.T) {
+		rec = &logTB{TB: t}
+		p := Start(rec)
+		c := p.Client(t)
+		p.Kill(t)
+		_ = c.Ping(context.Background()).Err() // go-redis logs the dials it could not make
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		if !slices.ContainsFunc(rec.lines, func(s string) bool { return strings.HasPrefix(s, "go-redis: ") }) {
+			t.Fatalf("no go-redis line in the test's log: %q", rec.lines)
+		}
+	})
+	n := len(rec.lines)
+	shared.log.Printf(context.Background(), "after the test")
+	if len(rec.lines) != n {
+		t.Fatalf("a line logged after the test ended went to its log: %q", rec.lines[n:])
+	}
 }

@@ -41,6 +41,7 @@ type Sentinel struct {
 func NewSentinel(t testing.TB) *Sentinel {
 	t.Helper()
 	needBinaries(t, "NewSentinel", serverBin, sentinelBin)
+	shared.log.watch(t)
 	ctx, cancel := context.WithTimeout(context.Background(), sentinelTimeout)
 	defer cancel()
 

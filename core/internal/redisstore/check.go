@@ -19,15 +19,19 @@ var checkLua string
 // checkKey is check.lua's key, with tag as its hash tag.
 func checkKey(prefix, tag string) string { return prefix + "{" + tag + "}:check" }
 
-// Check runs core.Limiter.Check on every node of s's client: each answers,
-// runs the scripts, takes a write and will not evict; then it loads the
-// scripts, so that a Redis near maxmemory fails here, not at a decision.
+// Check runs core.Limiter.Check: it loads the scripts, then asks every node
+// of s's client to answer, run a script, take a write and not evict. The
+// load comes first because it takes memory: a Redis whose used memory the
+// load lifts to maxmemory refuses the check's write, as it would refuse
+// the first decision. A node's own error (unreachable, ACL, eviction) is
+// reported before the load's, which it usually explains.
 func (s *Store) Check(ctx context.Context) error {
+	lerr := s.loadScripts(ctx)
 	err := s.checkNodes(ctx)
 	if err != nil && !errors.Is(err, store.ErrCheckIncomplete) {
 		return err
 	}
-	if lerr := s.loadScripts(ctx); lerr != nil {
+	if lerr != nil {
 		return lerr
 	}
 	return err

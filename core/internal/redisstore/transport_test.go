@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -477,80 +476,6 @@ func TestRemoteExplainsFailedDial(t *testing.T) {
 			t.Fatalf("%v, want the refused dial", err)
 		}
 	}
-}
-
-// TestLonePathFrames measures the frames from the store's Allow to the
-// client's Process on the path of a lone decision (logged, not asserted).
-func TestLonePathFrames(t *testing.T) {
-	for _, cte := range []bool{false, true} {
-		t.Run(fmt.Sprint("ContextTimeoutEnabled=", cte), func(t *testing.T) {
-			srv := redistest.New(t)
-			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: cte})
-			t.Cleanup(func() { rdb.Close() })
-			frames := &frameHook{}
-			rdb.AddHook(frames)
-			const timeout = 10 * time.Second
-			s := New(rdb, uniquePrefix(t))
-			hookClones(s, frames)
-			for range 3 { // the library loads in the background: FCALL by the third
-				ctx, cancel := context.WithTimeout(context.Background(), timeout)
-				if _, err := s.Allow(ctx, within(decision("k", perHour(100)), timeout)); err != nil {
-					t.Fatal(err)
-				}
-				cancel()
-			}
-			t.Logf("frames from Store.Allow to Process: %v", frames.take())
-		})
-	}
-}
-
-// frameHook records, for each script call, the stack between the store's
-// Allow and the client's Process.
-type frameHook struct {
-	mu     sync.Mutex
-	stacks []string
-}
-
-func (h *frameHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *frameHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if isScriptCall(cmd) {
-			pcs := make([]uintptr, 64)
-			frames := runtime.CallersFrames(pcs[:runtime.Callers(1, pcs)])
-			var names []string
-			for {
-				f, more := frames.Next()
-				fn := f.Function[strings.LastIndex(f.Function, "/")+1:]
-				names = append(names, fn)
-				if strings.HasSuffix(fn, "(*Store).Allow") || !more {
-					break
-				}
-			}
-			// from the client's Process (the hook runs within it) up
-			for i, n := range names {
-				if strings.HasSuffix(n, ").Process") {
-					names = names[i:]
-					break
-				}
-			}
-			slices.Reverse(names)
-			h.mu.Lock()
-			h.stacks = append(h.stacks, fmt.Sprintf("%s %d: %s", cmd.Name(), len(names), strings.Join(names, " → ")))
-			h.mu.Unlock()
-		}
-		return next(ctx, cmd)
-	}
-}
-
-func (h *frameHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
-func (h *frameHook) take() []string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.stacks
 }
 
 // settledCluster returns a client of the test binary's cluster once a

@@ -1,7 +1,7 @@
--- algorithms.lua: the three sliding-window algorithms, the one decision over
--- several limits built on them, and the functions the scripts call (listed in
--- functions.go). Times are µs since the epoch, exact in doubles up to 2^53;
--- numbers go to redis.call as numbers or '%d', never tostring or '..'.
+-- algorithms.lua: the sliding-window algorithms, the decision over several
+-- limits built on them, and the functions the scripts call (the Store's table
+-- in redisstore.go lists them). Times are µs since the epoch, exact in doubles
+-- up to 2^53; numbers go to redis.call as numbers or '%d', never tostring or '..'.
 --
 -- A check returns the state of one limit as values (no table): free (units
 -- that fit now, >= 0), retry (µs until n more fit: 0 now, -1 never), reset

@@ -1,7 +1,7 @@
--- allow_batch.lua: many allow.lua decisions in one call to a single server
--- (never a Cluster), each atomic on its own; TIME read once. Decisions that
--- ask alike share one spec; a run of decisions asking the same of the same
--- keys (a hot key's) is answered by one check and one add (see decide).
+-- allow_batch.lua: many allow.lua decisions in one call (on a Cluster or a
+-- Ring, those of one hash tag), each atomic on its own; TIME read once.
+-- Decisions that ask alike share one spec; a run of decisions asking the same
+-- of the same keys (a hot key's) is answered by one check and one add.
 --
 -- KEYS     the keys of every decision, in turn, as allow.lua's KEYS
 -- ARGV[1]  the number of decisions; ARGV[2] the number of specs
