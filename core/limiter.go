@@ -436,7 +436,11 @@ func Throttle[T any](ctx context.Context, l *Limiter, key string, limits []Limit
 
 // WaitN blocks until n units fit under every limit, and records them. When
 // every limit is SlidingLog, it reserves the earliest time they fit and
-// sleeps once: callers are served in order. Other algorithms poll.
+// sleeps until then: callers are served in order. A caller that wakes more
+// than 1% of the shortest window (at least 1ms) after its slot, as in a
+// process short of CPU, gives the slot back and reserves the next, so that
+// the starts, not only Redis's log, keep within the limits. Other
+// algorithms poll.
 //
 // If the units cannot start before ctx's deadline, WaitN records nothing
 // and returns ErrWaitExceedsDeadline at once; if they never fit,
@@ -491,9 +495,11 @@ func (l *Limiter) reserveAndSleep(ctx context.Context, key string, n int64, limi
 			return -1, res.failed, fmt.Errorf("%w: %d units", ErrNeverFits, n)
 		case !res.OK:
 			return slept + wait, res.failed, exceedsDeadline(wait)
-		default: // ErrWaitExceedsDeadline if the reply took the slack; again if a Block covers the slot
+		default: // ErrWaitExceedsDeadline if the reply took the slack; again if late, or if a Block covers the slot
+			due := time.Now().Add(wait)
 			_, err = sleep(ctx, wait, wait)
-			again = err == nil && wait > 0 && l.blockedAt(ctx, key, n, limits, res.At)
+			again = err == nil && res.failed == nil && !res.local && time.Since(due) > lateness(limits)
+			again = again || err == nil && wait > 0 && l.blockedAt(ctx, key, n, limits, res.At)
 		}
 		if err != nil || again {
 			_ = l.guard.release(ctx, r, res, l.waitTime)
@@ -504,6 +510,19 @@ func (l *Limiter) reserveAndSleep(ctx context.Context, key string, n int64, limi
 		}
 		return slept + wait, res.failed, err
 	}
+}
+
+// lateness is how long after its slot a waiter may still go: 1% of the
+// shortest window, at least 1ms (nethttp.Transport's default Margin). A
+// waiter that wakes later (this process was short of CPU) gives its slot
+// back and takes the next: going then would put more than Count arrivals
+// in a window at the upstream, though Redis's log holds the limit.
+func lateness(limits []Limit) time.Duration {
+	w := limits[0].Window
+	for _, l := range limits[1:] {
+		w = min(w, l.Window)
+	}
+	return max(w/100, time.Millisecond)
 }
 
 // blockedAt reports whether key is blocked now, by a peek, and now is at or

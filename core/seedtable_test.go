@@ -76,8 +76,8 @@ func runSeedTable(t *testing.T, rows []throttleRun) {
 // seedTable formats runs as a Markdown table.
 func seedTable(runs []throttleRun) string {
 	var b strings.Builder
-	b.WriteString("| window | limit | replicas | callers each | successes | failures | script calls per Wait | mean wait | max per window (Redis log) | max per window − 50ms (caller starts) | lateness p50 / max | worst stall | wall | ideal wall |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| window | limit | replicas | callers each | successes | failures | script calls per Wait | slots given back late | mean wait | max per window (Redis log) | max per window − 50ms (caller starts) | lateness p50 / max | worst stall | wall | ideal wall |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range runs {
 		total := r.replicas * r.callers
 		groups := (int64(total) + r.limit - 1) / r.limit
@@ -91,8 +91,8 @@ func seedTable(runs []throttleRun) string {
 		if len(late) > 0 {
 			p50, worst = late[len(late)/2], late[len(late)-1]
 		}
-		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %.2f | %s | %d | %d | %s / %s | %s | %s | %s |\n",
-			r.window, r.limit, r.replicas, r.callers, r.successes, r.failures, perWait,
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %.2f | %d | %s | %d | %d | %s / %s | %s | %s | %s |\n",
+			r.window, r.limit, r.replicas, r.callers, r.successes, r.failures, perWait, r.releases,
 			r.meanWait.Round(time.Millisecond),
 			maxInWindow(r.reserved, micros(r.window)), maxInWindow(r.starts, micros(r.window-startTolerance)),
 			p50.Round(100*time.Microsecond), worst.Round(100*time.Microsecond), r.stalls.Finish().Round(100*time.Microsecond), r.wall.Round(time.Millisecond), ideal)

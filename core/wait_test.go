@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -304,7 +305,7 @@ func TestMaxInWindow(t *testing.T) {
 // scriptCounter counts a client's script calls that Redis answered
 // (EVALSHA or EVAL, alone or in a pipeline; a NOSCRIPT reply and its EVAL
 // retry count once).
-type scriptCounter struct{ n atomic.Int64 }
+type scriptCounter struct{ n, releases atomic.Int64 }
 
 // count counts cmd if it is a script call that ran. For a command on its
 // own, err is what the hook's next returned: go-redis reports NOSCRIPT
@@ -312,6 +313,9 @@ type scriptCounter struct{ n atomic.Int64 }
 func (h *scriptCounter) count(cmd redis.Cmder, err error) {
 	if err == nil && isScriptCall(cmd) {
 		h.n.Add(1)
+		if strings.Contains(fmt.Sprint(cmd.Args()...), "release") {
+			h.releases.Add(1) // a late waiter's slot given back
+		}
 	}
 }
 
@@ -419,6 +423,7 @@ type throttleRun struct {
 	successes, failures int
 	firstErr            error
 	scriptCalls         int64
+	releases            int64 // slots given back by waiters that woke late
 	meanWait            time.Duration
 	wall                time.Duration // from the start to the last caller's start
 	starts              []int64       // callers' local start times, µs, sorted
@@ -511,7 +516,7 @@ func runThrottle(t *testing.T, r throttleRun) throttleRun {
 		r.wall = usec(starts[len(starts)-1]) - usec(t0.UnixMicro())
 		r.meanWait = waited / time.Duration(len(starts))
 	}
-	r.scriptCalls = counter.n.Load()
+	r.scriptCalls, r.releases = counter.n.Load(), counter.releases.Load()
 	return r
 }
 
@@ -547,9 +552,11 @@ func (r *throttleRun) check(t *testing.T) {
 	}
 	// one reservation each, and a peek for a Block made while it slept by
 	// each that slept: every Wait but the first limit ones (an empty log
-	// holds them now); no polling
-	if most := int64(2*total) - r.limit; r.scriptCalls < int64(total) || r.scriptCalls > most {
-		t.Errorf("%d script calls for %d Waits; want %d to %d: a reservation each, a peek after each sleep, no polling", r.scriptCalls, total, total, most)
+	// holds them now); no polling. A caller that woke late gives its slot
+	// back and reserves again (two calls more, and a peek): a loaded
+	// machine's, as many as late wakes
+	if most := int64(2*total) - r.limit; r.scriptCalls < int64(total) || r.scriptCalls > most+3*r.releases {
+		t.Errorf("%d script calls for %d Waits; want %d to %d and 3 a late wake: a reservation each, a peek after each sleep, no polling", r.scriptCalls, total, total, most)
 	}
 	if len(r.reserved) != total {
 		t.Errorf("the log recorded %d units, want %d", len(r.reserved), total)
