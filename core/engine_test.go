@@ -438,4 +438,3 @@ func TestClusterBreakerPerMaster(t *testing.T) {
 		}
 	}
 }
-
