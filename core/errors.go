@@ -29,11 +29,12 @@ var (
 	ErrNoWrites = store.ErrNoWrites
 	// ErrInvalidDuration is returned by Block for a duration outside [1µs, MaxBlock].
 	ErrInvalidDuration = errors.New("ratewindow: invalid duration")
-	// ErrCircuitOpen is the Result.BackendErr while the circuit breaker skips Redis.
+	// ErrCircuitOpen is the Result.BackendErr while Redis is skipped: its
+	// node was found down (see WithFailureMode).
 	ErrCircuitOpen = errors.New("ratewindow: redis unavailable, circuit open")
-	// ErrShed is the Result.BackendErr of a decision shed for overload (its
-	// time ran out while Redis answered other calls, or while this process
-	// was short of CPU, see WithTimeout): denied whatever the failure mode;
-	// Redis may have counted it.
-	ErrShed = errors.New("ratewindow: decision shed: redis answered other calls but not this one in time")
+	// ErrShed is the Result.BackendErr of a decision shed: its calls ran
+	// out of time again and again while Redis answered its health check (a
+	// process short of CPU, see WithTimeout): denied whatever the failure
+	// mode; Redis may have counted it.
+	ErrShed = errors.New("ratewindow: decision shed: redis is up but this decision ran out of time")
 )

@@ -49,25 +49,33 @@ func WithPrefix(prefix string) Option { return Option{func(c *config) { c.prefix
 // miniredis.SetTime. In production every replica must use the server's.
 func WithClock(now func() time.Time) Option { return Option{func(c *config) { c.clock = now }} }
 
-// WithTimeout sets a decision's budget, from when it is asked to its
-// answer, or ctx's deadline when sooner (then the caller gets ctx's error
-// and no decision). Waiting on another caller's probe, the call to Redis and
-// a retry all spend this budget: a decision takes at most the timeout plus
-// scheduling delay. Zero means no bound beyond ctx. Default DefaultTimeout.
+// WithTimeout sets how long a decision waits for Redis, from when it is
+// asked, or ctx's deadline when sooner (then the caller gets ctx's error
+// and no decision). Waiting on another caller's probe and the call to Redis
+// spend this budget. It bounds the wait for Redis; it cannot bound a
+// process that is not running. Zero means no bound beyond ctx (a health
+// check then waits 200ms). Default DefaultTimeout.
 //
-// When the budget runs out without Redis's answer, a cached denial of the
-// key, even expired, answers. Else the decision is shed if Redis answered
-// this client's other calls meanwhile, or this process was short of CPU and
-// Redis had answered it and not fallen silent a timeout or more before the
-// call (see docs/redis.md): denied as FailClosed denies, whatever the
-// failure mode, with a Result.BackendErr matching ErrShed; the breaker does
-// not count it, and Redis may have. Otherwise the failure mode answers and
-// the timeout counts towards the breaker (on a Cluster, the key's master's).
+// What a decision gets (see docs/redis.md):
+//   - Redis down (connection refused, reset or closed): the failure mode,
+//     at once, and at once for every decision on that node while it is
+//     down; a health check in the background brings it back.
+//   - Redis silent (paused, stalled, overloaded): the call runs out of
+//     time, then a health check sends PING on a connection of its own and
+//     waits twice the timeout for a reply. None: the failure mode answers,
+//     after about three timeouts for the first decisions, at once after.
+//   - This process slow (a flood, a busy machine, a spent CPU quota): its
+//     calls may run out of time while Redis answers. The health check looks
+//     into its socket at its deadline, so a reply this process had not read
+//     yet counts: Redis is up, the failure mode does not answer, and the
+//     call goes again, late but exact. After three calls out of time the
+//     decision is shed: denied as FailClosed denies, whatever the failure
+//     mode, with a Result.BackendErr matching ErrShed (Redis may have
+//     counted it).
 //
-// A call that failed without any reply goes again once while budget is
-// left, but not under FailLocal. An error Redis answered (a script error,
-// NOPERM, OOM, ...) is answered by the failure mode at once and never opens
-// the breaker.
+// A cached denial of the key, even expired, answers before the failure
+// mode or a shed does. An error Redis answered (a script error, NOPERM,
+// OOM, ...) is answered by the failure mode at once, for that call only.
 //
 // A *redis.Client without ContextTimeoutEnabled (the go-redis default)
 // sends decisions through a clone with it enabled and go-redis's retries
@@ -106,10 +114,11 @@ func (m FailureMode) String() string { return enumName(m, failureModes[:], "fail
 
 var failureModes = [...]string{"fail-open", "fail-closed", "fail-local"}
 
-// WithFailureMode sets what the Limiter answers when Redis errs, times out
-// or is skipped by the circuit breaker. The breaker (one per Cluster master)
-// opens after 3 failures in a row, concurrent timeouts counting as one, then
-// probes Redis every 250ms. Default FailOpen. FailLocal needs WithLocalShare.
+// WithFailureMode sets what the Limiter answers when Redis cannot answer:
+// on evidence only (see WithTimeout), never for a call that merely ran out
+// of time. A node found down (a Cluster's master, a Ring's shard) is
+// skipped, its decisions answered at once, and checked again every 250ms.
+// Default FailOpen. FailLocal needs WithLocalShare.
 func WithFailureMode(m FailureMode) Option { return Option{func(c *config) { c.mode = m }} }
 
 // WithLocalShare sets the share of each limit's Count, in (0, 1], that this
@@ -122,7 +131,9 @@ func WithLocalShare(share float64) Option { return Option{func(c *config) { c.sh
 // RetryAfter has passed or for one second, whichever is sooner. Refund,
 // Reset, Block and a cancelled Wait drop this Limiter's denials of the key at once;
 // another replica's change arrives within that second. A due denial is asked
-// by one request while the others wait, within their timeout. When full,
+// by one request while the others wait, within their timeout; if Redis
+// admits it, only as many waiters as it has room for (and one more) ask in
+// turn, so a flood on a denied key costs Redis a few calls a second. When full,
 // the cache evicts, preferring expired denials. Zero turns it off. Default
 // DefaultDenyCacheSize. NewMemory has none. Memory is bounded whatever
 // clients send: about 430 bytes a denial, 2.5 KB at most under MaxLimits.

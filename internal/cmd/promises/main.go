@@ -5,11 +5,14 @@
 //	go run ./internal/cmd/promises -redis 127.0.0.1:6379 flood    # wrk, 1,024 connections on one denied key, and an innocent client
 //	go run ./internal/cmd/promises -redis 127.0.0.1:6379 burst    # fresh Limiters beside 6 CPU-bound processes
 //	go run ./internal/cmd/promises -redis 127.0.0.1:6379 stopped  # a process stopped 120ms of every 220ms (SIGSTOP/SIGCONT)
-//	go run ./internal/cmd/promises -redis 127.0.0.1:6379 paused   # Redis paused (CLIENT PAUSE), then killed (give it a server it may pause)
+//	go run ./internal/cmd/promises -redis 127.0.0.1:6379 paused   # Redis paused (CLIENT PAUSE), then killed (give it a server it may kill)
 //
-// Each prints one line a round; a round fails (exit status 1) when the
-// failure mode admitted anything while Redis answered, or a strict 1s window
-// held more admissions than the limit.
+// Each prints one line a round, and exits 1 when a promise broke: the
+// failure mode admitted anything while Redis answered, a strict 1s window
+// by Redis's clock (its sliding log, read every 100ms) held more than the
+// limit, the innocent client got anything but 200, or fewer than 90% of the
+// decisions made during the outage were the failure mode's. .ci/steps/45-promises.sh
+// runs each once.
 package main
 
 import (
@@ -492,6 +495,7 @@ func paused(addr string) error {
 	total, failed, slowest := run(2*time.Second, start.Add(500*time.Millisecond))
 	fmt.Printf("paused: after the first 500ms, %d of %d decisions (%.1f%%) answered by the failure mode; the slowest took %s\n",
 		failed, total, 100*float64(failed)/float64(max(total, 1)), slowest.Round(time.Millisecond))
+	bad := failed*10 < total*9 // the slowest is reported, not judged: a loaded machine moves it
 	time.Sleep(time.Second) // the pause ends
 	if _, err := l.Peek(ctx, "warm", core.PerSecond(1)); err != nil {
 		return err
@@ -500,6 +504,9 @@ func paused(addr string) error {
 	time.Sleep(100 * time.Millisecond)
 	total, failed, slowest = run(time.Second, time.Now().Add(100*time.Millisecond))
 	fmt.Printf("killed: %d of %d decisions answered by the failure mode; the slowest took %s\n", failed, total, slowest.Round(time.Millisecond))
+	if bad || failed*10 < total*9 {
+		return errors.New("fewer than 90% of the decisions were answered by the failure mode")
+	}
 	return nil
 }
 
