@@ -27,7 +27,7 @@ func (lateContext) Deadline() (time.Time, bool) { return time.Now().Add(-time.Mi
 func TestCallerGone(t *testing.T) {
 	r := &fakeRemote{ping: errors.New("no health check expected")}
 	g := &guard{next: r, remote: r, budget: 100 * time.Millisecond}
-	o, err := g.call(lateContext{context.Background()}, &store.Request{Key: "k"}, func() error {
+	o, err := g.call(lateContext{context.Background()}, &store.Request{Key: "k"}, callTries, func() error {
 		return fmt.Errorf("read: %w", os.ErrDeadlineExceeded)
 	})
 	if o != abandoned || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, os.ErrDeadlineExceeded) {

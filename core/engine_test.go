@@ -304,7 +304,7 @@ func TestGuardOutcomes(t *testing.T) {
 			g := &guard{next: r, remote: r, budget: 100 * time.Millisecond}
 			req := &store.Request{Key: "k", Deadline: time.Now().Add(100 * time.Millisecond)}
 			tries := 0
-			o, _ := g.call(c.ctx, req, func() error {
+			o, _ := g.call(c.ctx, req, callTries, func() error {
 				tries++
 				return c.calls[min(tries, len(c.calls))-1]
 			})
@@ -316,7 +316,7 @@ func TestGuardOutcomes(t *testing.T) {
 			}
 			if c.down { // skipped at once, until a PING answers
 				calls := tries
-				if o, err := g.call(context.Background(), req, func() error { tries++; return nil }); o != failed || !errors.Is(err, ErrCircuitOpen) || tries != calls {
+				if o, err := g.call(context.Background(), req, callTries, func() error { tries++; return nil }); o != failed || !errors.Is(err, ErrCircuitOpen) || tries != calls {
 					t.Fatalf("while down: outcome %d, %v, %d calls", o, err, tries-calls)
 				}
 			}
@@ -331,7 +331,7 @@ func TestDownNodeRecovers(t *testing.T) {
 	r := &fakeRemote{ping: errors.New("connection refused")}
 	g := &guard{next: r, remote: r, budget: 100 * time.Millisecond}
 	req := &store.Request{Key: "k"}
-	if o, _ := g.call(context.Background(), req, func() error { return errors.New("connection refused") }); o != failed {
+	if o, _ := g.call(context.Background(), req, callTries, func() error { return errors.New("connection refused") }); o != failed {
 		t.Fatalf("outcome %d, want failed", o)
 	}
 	time.Sleep(downFor + 10*time.Millisecond)
@@ -339,7 +339,7 @@ func TestDownNodeRecovers(t *testing.T) {
 	r.ping = nil
 	r.mu.Unlock()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		o, err := g.call(context.Background(), req, func() error { return nil })
+		o, err := g.call(context.Background(), req, callTries, func() error { return nil })
 		if o == succeeded {
 			return
 		}

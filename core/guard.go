@@ -57,7 +57,9 @@ const (
 
 const (
 	// callTries bounds the calls of one operation that run out of time
-	// while the health check finds Redis answering: then it is shed.
+	// while the health check finds Redis answering: then it is shed. A
+	// reservation goes once: one whose reply was lost may stand in Redis,
+	// and another would hold a second slot for the window.
 	callTries = 3
 	// downFor is how long a node found down skips Redis before the next
 	// health check, which runs in the background while the failure mode
@@ -104,8 +106,8 @@ func (n *node) fail(err error) { n.down.Store(&outage{err: err, until: time.Now(
 
 // call runs f, a call about r.Key, by the health rule. A call out of time
 // goes again, with a deadline as far as its first one, once the health
-// check found Redis answering.
-func (g *guard) call(ctx context.Context, r *store.Request, f func() error) (outcome, error) {
+// check found Redis answering, tries times in all.
+func (g *guard) call(ctx context.Context, r *store.Request, tries int, f func() error) (outcome, error) {
 	if err := ctx.Err(); err != nil {
 		return abandoned, err // nothing decided, not even by a down node's failure mode
 	}
@@ -143,7 +145,7 @@ func (g *guard) call(ctx context.Context, r *store.Request, f func() error) (out
 		if err := ctx.Err(); err != nil {
 			return abandoned, err
 		}
-		if try == callTries {
+		if try >= tries {
 			return shed, err
 		}
 		if !r.Deadline.IsZero() {
@@ -232,7 +234,7 @@ func callerGone(ctx context.Context) bool {
 
 // allow decides *r without the failure mode (see fail).
 func (g *guard) allow(ctx context.Context, r *store.Request) (d store.Decision, o outcome, err error) {
-	o, err = g.call(ctx, r, func() (err error) {
+	o, err = g.call(ctx, r, callTries, func() (err error) {
 		d, err = g.next.Allow(ctx, *r)
 		return err
 	})
@@ -324,7 +326,7 @@ func (g *guard) reserve(ctx context.Context, r store.Request, longest int64, wai
 		err error
 	}
 	run := func(ctx context.Context) (o reply) {
-		o.o, o.err = g.call(ctx, &r, func() (err error) {
+		o.o, o.err = g.call(ctx, &r, 1, func() (err error) {
 			o.res, err = g.next.Reserve(ctx, r, longest)
 			return err
 		})
@@ -383,7 +385,7 @@ func (g *guard) release(ctx context.Context, r store.Request, res reservation, w
 	case res.failed != nil:
 		return nil
 	}
-	err := failure(g.call(ctx, &r, func() error { return g.next.Release(ctx, r, res.Reservation) }))
+	err := failure(g.call(ctx, &r, callTries, func() error { return g.next.Release(ctx, r, res.Reservation) }))
 	if g.released != nil {
 		g.released(r.Key)
 	}
@@ -396,7 +398,7 @@ func (g *guard) both(ctx context.Context, r store.Request, f func(store.Store, s
 	if g.local != nil {
 		_ = f(g.local, g.localCopy(r))
 	}
-	return failure(g.call(ctx, &r, func() error { return f(g.next, r) }))
+	return failure(g.call(ctx, &r, callTries, func() error { return f(g.next, r) }))
 }
 
 // refund gives back units where they were recorded (local: FailLocal's store,
@@ -406,7 +408,7 @@ func (g *guard) refund(ctx context.Context, r store.Request, local bool) error {
 	if local {
 		return g.local.Refund(ctx, g.localCopy(r))
 	}
-	o, err := g.call(ctx, &r, func() error { return g.next.Refund(ctx, r) })
+	o, err := g.call(ctx, &r, callTries, func() error { return g.next.Refund(ctx, r) })
 	if o != succeeded && o != abandoned && g.local != nil {
 		r.At = 0
 		_ = g.local.Refund(ctx, g.localCopy(r))

@@ -496,9 +496,9 @@ func (l *Limiter) reserveAndSleep(ctx context.Context, key string, n int64, limi
 		case !res.OK:
 			return slept + wait, res.failed, exceedsDeadline(wait)
 		default: // ErrWaitExceedsDeadline if the reply took the slack; again if late, or if a Block covers the slot
-			due := time.Now().Add(wait)
+			due := l.now().Add(wait) // the Limiter's clock: an injected one may stand still
 			_, err = sleep(ctx, wait, wait)
-			again = err == nil && res.failed == nil && !res.local && time.Since(due) > lateness(limits)
+			again = err == nil && wait > 0 && res.failed == nil && !res.local && l.now().Sub(due) > lateness(limits)
 			again = again || err == nil && wait > 0 && l.blockedAt(ctx, key, n, limits, res.At)
 		}
 		if err != nil || again {

@@ -343,10 +343,14 @@ func (h *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 // exact server time, by reading the whole log every 50ms. A unit stays in
 // the log from its reservation until at least one Window after its time,
 // so no unit is missed while Window > 50ms. Units of one time are alike:
-// the most of them seen in one read are counted.
+// the most of them seen in one read are counted, but for units still
+// inside their window at a read: those count as that read finds them, so
+// that a unit given back (a late waiter's slot, a cancelled Wait) is not
+// counted.
 type logRecorder struct {
-	rdb  *redis.Client
-	key  string
+	rdb    *redis.Client
+	key    string
+	window time.Duration
 	mu   sync.Mutex
 	seen map[int64]int
 	err  error
@@ -354,8 +358,8 @@ type logRecorder struct {
 	done chan struct{}
 }
 
-func recordLog(t *testing.T, srv *redistest.Server, key string) *logRecorder {
-	r := &logRecorder{rdb: srv.Client(t), key: key, seen: map[int64]int{}, stop: make(chan struct{}), done: make(chan struct{})}
+func recordLog(t *testing.T, srv *redistest.Server, key string, window time.Duration) *logRecorder {
+	r := &logRecorder{rdb: srv.Client(t), key: key, window: window, seen: map[int64]int{}, stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(r.done)
 		tick := time.NewTicker(50 * time.Millisecond)
@@ -374,7 +378,11 @@ func recordLog(t *testing.T, srv *redistest.Server, key string) *logRecorder {
 }
 
 func (r *logRecorder) read() {
-	times, err := storedLog(context.Background(), r.rdb, r.key)
+	now, err := r.rdb.Time(context.Background()).Result()
+	var times []int64
+	if err == nil {
+		times, err = storedLog(context.Background(), r.rdb, r.key)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err != nil {
@@ -385,8 +393,18 @@ func (r *logRecorder) read() {
 	for _, us := range times {
 		counts[us]++
 	}
+	inside := now.UnixMicro() - r.window.Microseconds() + 1000 // a unit in its window at this read
+	for us := range r.seen {
+		if us > inside && counts[us] == 0 {
+			delete(r.seen, us) // given back
+		}
+	}
 	for us, n := range counts {
-		r.seen[us] = max(r.seen[us], n)
+		if us > inside {
+			r.seen[us] = n
+		} else {
+			r.seen[us] = max(r.seen[us], n)
+		}
 	}
 }
 
@@ -468,7 +486,7 @@ func runThrottle(t *testing.T, r throttleRun) throttleRun {
 		}
 		limiters[i] = l
 	}
-	rec := recordLog(t, srv, storageKey(keyTag(prefix, "api"), lim))
+	rec := recordLog(t, srv, storageKey(keyTag(prefix, "api"), lim), lim.Window)
 	r.stalls = stall.Start(t)
 	total := r.replicas * r.callers
 	var (
@@ -576,9 +594,9 @@ func (r *throttleRun) check(t *testing.T) {
 func (r *throttleRun) checkStarts(t *testing.T) {
 	t.Helper()
 	if got := maxInWindow(r.starts, micros(r.window-startTolerance)); got > int(r.limit) {
-		late := r.lateness()
+		late := append(r.lateness(), 0)
 		timingFailed(t, r.stalls, fmt.Sprintf("a window of %s holds %d starts, limit %d (callers started up to %s after their slots)",
-			r.window-startTolerance, got, r.limit, late[len(late)-1]))
+			r.window-startTolerance, got, r.limit, late[len(late)-2:]))
 	}
 }
 
@@ -589,7 +607,7 @@ func TestWaitReplicas(t *testing.T) {
 	r := runThrottle(t, throttleRun{window: time.Second, limit: 20, replicas: 3, callers: 40})
 	r.check(t)
 	r.checkStarts(t)
-	late := r.lateness()
+	late := append(r.lateness(), 0) // (0: none when the log and the starts differ, which check reported)
 	t.Logf("120 calls: wall %s, mean wait %s, lateness %s..%s, worst stall %s, max per 1s window %d (reserved), %d (starts)",
 		r.wall.Round(time.Millisecond), r.meanWait.Round(time.Millisecond), late[0], late[len(late)-1], r.stalls.Worst(),
 		maxInWindow(r.reserved, micros(time.Second)), maxInWindow(r.starts, micros(time.Second-startTolerance)))
@@ -673,7 +691,7 @@ func TestWaitMixedWithAllow(t *testing.T) {
 	srv := redistest.New(t)
 	prefix := uniquePrefix(t)
 	lim := Per(10, 500*time.Millisecond)
-	rec := recordLog(t, srv, storageKey(keyTag(prefix, "mix"), lim))
+	rec := recordLog(t, srv, storageKey(keyTag(prefix, "mix"), lim), lim.Window)
 	var (
 		mu             sync.Mutex
 		times          []int64
@@ -868,8 +886,11 @@ func TestWaitDeadlineUnderLoad(t *testing.T) {
 	if ok.Load() != 10 || late.Load() != 50 {
 		t.Fatalf("%d went through, %d gave up; want 10 and 50", ok.Load(), late.Load())
 	}
-	if n := logLen(t, rdb, key); n != 10 {
-		t.Fatalf("the log holds %d units, want the 10 admitted", n)
+	// a waiter that woke late (a loaded machine) gave its slot back, and the
+	// release trimmed the units that had left the window: the log holds the
+	// admitted units still in it, never one of a Wait that gave up
+	if n := logLen(t, rdb, key); n > 10 || n < 5 {
+		t.Fatalf("the log holds %d units, want the 10 admitted, or the 5 to 10 still in the window", n)
 	}
 }
 
