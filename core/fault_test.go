@@ -176,9 +176,14 @@ func silentRun(t *testing.T, rdb redis.UniversalClient, m failureCase, margin ti
 	var slowest time.Duration
 	var results []Result
 	// The first decision runs out of time, and its health check's PING
-	// gets no reply (or no connection, through a silent Sentinel, within
-	// a second): the node is down, and the failure mode answers the rest
-	// at once, also after downFor, while a PING checks it again.
+	// gets no reply: the node is down, and the failure mode answers the
+	// rest at once, also after downFor, while a PING checks it again.
+	// Through a silent Sentinel no connection is made, which is no
+	// evidence: each decision goes callTries times, then is shed.
+	if _, ok := rdb.(*redis.Client); ok && rdb.(*redis.Client).Options().Addr == "FailoverClient" {
+		silentSentinel(t, l, m, margin)
+		return
+	}
 	for i := range 8 {
 		if i == 5 {
 			time.Sleep(downFor + 20*time.Millisecond)
@@ -213,6 +218,22 @@ func silentRun(t *testing.T, rdb redis.UniversalClient, m failureCase, margin ti
 		}
 	}
 	t.Logf("silent server, %s: slowest decision %v", m.mode, slowest.Round(time.Millisecond))
+}
+
+// silentSentinel is silentRun's scenario through a failover client whose
+// Sentinel never answers: every decision is shed, denied whatever the
+// failure mode, after callTries calls each out of time and a health check
+// that could not connect.
+func silentSentinel(t *testing.T, l *Limiter, m failureCase, margin time.Duration) {
+	t.Helper()
+	stalls := stall.Start(t)
+	for i := range 2 {
+		r, err, d := faultAllow(context.Background(), l, "k", PerMinute(4))
+		beyond(t, stalls, d, callTries*3*DefaultTimeout+margin, fmt.Sprintf("request %d", i))
+		if !errors.Is(err, ErrShed) || r.Allowed {
+			t.Fatalf("request %d: %+v %v, want shed", i, r, err)
+		}
+	}
 }
 
 // beyond fails t when d, the time something took, passed bound by more

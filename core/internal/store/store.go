@@ -48,9 +48,9 @@ type Remote interface {
 	// Ping asks the server serving key for any reply to PING, on a
 	// connection of its own, and waits silence for its first byte: nil
 	// when one came, whenever this process looked; ErrSilent when none
-	// came, however late this process looked, or no connection was made
-	// before ctx's deadline; another timeout when nothing can tell (no
-	// evidence); else the connection's failure.
+	// came, however late this process looked; a timeout when nothing can
+	// tell, such as a dial out of time (no evidence); else the
+	// connection's failure.
 	Ping(ctx context.Context, key string, silence time.Duration) error
 }
 
