@@ -190,6 +190,25 @@ func TestNilContext(t *testing.T) {
 					t.Errorf("%s(nil ctx): %v, want %q", call, err, errNilContext)
 				}
 			}
+			// a Decider reports a nil context to OnError: no decision, no refund
+			var reported []error
+			d, err := NewDecider(e.lim, Policy[string]{Name: "d", Limits: []Limit{lim},
+				Key:     func(k string) (string, error) { return k, nil },
+				OnError: func(_ string, err error) bool { reported = append(reported, err); return false }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if dec := d.Decide(nilCtx, "k"); dec.Verdict != Unavailable || dec.Charged() {
+				t.Errorf("Decide(nil ctx): %v, charged %v; want unavailable, nothing charged", dec.Verdict, dec.Charged())
+			}
+			dec := d.Decide(context.Background(), "k")
+			d.GiveBack(nilCtx, "k", dec, "test")
+			if len(reported) != 2 || !errors.Is(reported[0], errNilContext) || !errors.Is(reported[1], errNilContext) {
+				t.Errorf("OnError got %v, want the nil context of Decide and of GiveBack", reported)
+			}
+			if err := e.lim.Reset(context.Background(), "d:k", lim); err != nil {
+				t.Fatal(err)
+			}
 			if keys := e.storedKeys(); len(keys) != 0 {
 				t.Fatalf("calls with a nil context stored %v", keys)
 			}

@@ -211,9 +211,9 @@ func (d *Decider[R]) Decide(ctx context.Context, r R) Decision {
 	res, at, err := d.l.decide(ctx, OpAllow, d.p.Name, key, n, limits, d.p.Penalty)
 	dec := Decision{Result: res, Key: key, hdr: hs, units: units{n: n, limits: limits, at: at, local: res.BackendErr != nil}}
 	switch {
-	case err != nil: // no decision: the request's context ended
+	case err != nil: // no decision: the request's context ended, or is nil
 		dec.Verdict = Unavailable
-		if ctx.Err() == nil && d.report(r, err, undecidedMessage) {
+		if (ctx == nil || ctx.Err() == nil) && d.report(r, err, undecidedMessage) {
 			dec.Verdict = Answered
 		}
 		return dec
@@ -248,7 +248,7 @@ func verdict(res Result, mode FailureMode, dryRun bool) (Verdict, bool) {
 
 // GiveBack gives back the units dec recorded (when Charged), at most once
 // per Decision. why is quoted in the error OnError receives when the refund
-// fails. ctx's cancellation is ignored.
+// fails (a nil ctx is such an error). ctx's cancellation is ignored.
 func (d *Decider[R]) GiveBack(ctx context.Context, r R, dec Decision, why string) {
 	if dec.charged {
 		d.giveBack(ctx, r, dec.Key, dec.units, why)
@@ -256,8 +256,11 @@ func (d *Decider[R]) GiveBack(ctx context.Context, r R, dec Decision, why string
 }
 
 func (d *Decider[R]) giveBack(ctx context.Context, r R, key string, u units, why string) {
-	ctx = context.WithoutCancel(ctx)
-	if err := d.l.refundAt(ctx, key, u.n, u.limits, u.at, u.local); err != nil {
+	err := errNilContext
+	if ctx != nil {
+		err = d.l.refundAt(context.WithoutCancel(ctx), key, u.n, u.limits, u.at, u.local)
+	}
+	if err != nil {
 		d.report(r, fmt.Errorf("refund (%s): %w", why, err), refundMessage)
 	}
 }

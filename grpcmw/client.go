@@ -276,7 +276,7 @@ func (ci *ClientInterceptors) refusal(err error, trailer metadata.MD) (time.Dura
 	default:
 		return 0, false
 	}
-	if !found || d <= 0 {
+	if !found || d < time.Microsecond { // below Block's least: the documented zero
 		d = DefaultRefusalBlock
 		if ci.rule.DefaultBlock > 0 {
 			d = ci.rule.DefaultBlock

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/prototext"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ratewindow/ratewindow/core"
@@ -667,5 +669,41 @@ func TestClientRetryWaitsWhenBlockFails(t *testing.T) {
 	}
 	if gap := e.arrivals[1].Sub(e.arrivals[0]); gap < 500*time.Millisecond {
 		t.Fatalf("the retry went %s after the refusal, inside its 500ms block", gap)
+	}
+}
+
+// TestClientTinyRetryInfo: an upstream's RetryInfo below 1µs (1ns) counts
+// as none: the key is blocked for DefaultBlock and the call goes again
+// after it (Block refused 1ns, and the call ended at once).
+func TestClientTinyRetryInfo(t *testing.T) {
+	var refusals []time.Duration
+	l := core.NewMemory(core.WithObserver(func(ev core.Event) {
+		if ev.Op == core.OpRefused {
+			refusals = append(refusals, ev.Result.RetryAfter)
+		}
+	}))
+	var calls atomic.Int64
+	tiny := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if calls.Add(1) == 1 {
+			st, _ := status.New(codes.ResourceExhausted, "slow down").WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Nanosecond)})
+			return nil, st.Err()
+		}
+		return handler(ctx, req)
+	}
+	ci, err := grpcmw.NewClient(l, grpcmw.ClientRule{Name: "out", Limits: []core.Limit{core.PerSecond(100)},
+		MaxRetries: 1, DefaultBlock: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, _ := serve(t, []grpc.ServerOption{grpc.UnaryInterceptor(tiny)}, grpc.WithUnaryInterceptor(ci.Unary()))
+	began := time.Now()
+	if _, err := say(context.Background(), cc, "x"); err != nil {
+		t.Fatalf("%v, want the retry to pass", err)
+	}
+	if calls.Load() != 2 || len(refusals) != 1 || refusals[0] != 200*time.Millisecond {
+		t.Fatalf("%d calls, blocks %v; want 2 calls and one block of DefaultBlock (200ms)", calls.Load(), refusals)
+	}
+	if took := time.Since(began); took < 200*time.Millisecond {
+		t.Fatalf("the retry went after %s, inside the 200ms block", took)
 	}
 }
