@@ -26,8 +26,14 @@ type Policy[R any] struct {
 	LimitsFor    func(R) ([]Limit, error) // each request's limits
 	Penalty      *Penalty                 // bans a key that keeps being denied
 	DryRun       bool                     // decide and count every request, never deny
-	Headers      HeaderStyle              // the style of the rate-limit fields (SetFields)
 	PartitionKey bool                     // adds pk to the IETF fields
+	// CountIf, when set, counts only the requests whose status it accepts
+	// (Charges.Settle, Charges.Stop): an HTTP status, or the transport's
+	// own (grpcmw: a codes.Code).
+	CountIf func(status int) bool
+	// RefundIfStopped gives a request's units back when a later rule stops
+	// it (Charges.Stop); not with a Penalty.
+	RefundIfStopped bool
 	// OnError is called with every error of the functions above and of
 	// the backend, and reports whether it answered the request itself
 	// (Verdict Answered). Nil: errors are logged, at most a line a second.
@@ -52,7 +58,7 @@ func NewDecider[R any](l *Limiter, p Policy[R]) (*Decider[R], error) {
 	case p.Key == nil:
 		return nil, fmt.Errorf("%w %q: nil Key", ErrInvalidRule, p.Name)
 	}
-	if err := validateRule(p.Name, p.Limits, p.Headers, p.Penalty); err != nil {
+	if err := validateRule(p.Name, p.Limits, p.Penalty, p.RefundIfStopped); err != nil {
 		return nil, err
 	}
 	p.Limits = slices.Clone(p.Limits)
@@ -250,15 +256,12 @@ func verdict(res Result, mode FailureMode, dryRun bool) (Verdict, bool) {
 // per Decision. why is quoted in the error OnError receives when the refund
 // fails (a nil ctx is such an error). ctx's cancellation is ignored.
 func (d *Decider[R]) GiveBack(ctx context.Context, r R, dec Decision, why string) {
-	if dec.charged {
-		d.giveBack(ctx, r, dec.Key, dec.units, why)
+	if !dec.charged {
+		return
 	}
-}
-
-func (d *Decider[R]) giveBack(ctx context.Context, r R, key string, u units, why string) {
 	err := errNilContext
 	if ctx != nil {
-		err = d.l.refundAt(context.WithoutCancel(ctx), key, u.n, u.limits, u.at, u.local)
+		err = d.l.refundAt(context.WithoutCancel(ctx), dec.Key, dec.units.n, dec.units.limits, dec.units.at, dec.units.local)
 	}
 	if err != nil {
 		d.report(r, fmt.Errorf("refund (%s): %w", why, err), refundMessage)

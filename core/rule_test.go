@@ -428,11 +428,12 @@ func TestKeySpaces(t *testing.T) {
 
 // TestStoppedRequestKeepsNothing: a request that an inner rule stops, by
 // failing closed (503) or by its OnError's own answer, keeps no unit under
-// the outer rule nor under the inner one (FailLocal's, when its OnError
-// answers a Redis failure), and its response shows no rate-limit fields.
+// an outer rule with RefundIfStopped nor under the inner one (FailLocal's,
+// when its OnError answers a Redis failure), and its response shows no
+// rate-limit fields.
 func TestStoppedRequestKeepsNothing(t *testing.T) {
 	outerLimiter := core.NewMemory()
-	outerRule := core.Rule{Name: "outer", Limits: []core.Limit{core.PerMinute(3)}, Headers: core.Both}
+	outerRule := core.Rule{Name: "outer", Limits: []core.Limit{core.PerMinute(3)}, Headers: core.Both, RefundIfStopped: true}
 	outer := mustEnforcer(t, outerLimiter, outerRule)
 	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
 	t.Cleanup(func() { _ = down.Close() })
