@@ -712,3 +712,27 @@ func TestClientTinyRetryInfo(t *testing.T) {
 		t.Fatalf("the retry went after %s, inside the 200ms block", took)
 	}
 }
+
+// TestFailedLogins: a rule counting codes.Unauthenticated (3 a minute)
+// admits exactly 3 failed logins of 20 from a grpc-go client; the calls
+// that succeed are not counted.
+func TestFailedLogins(t *testing.T) {
+	l := redisLimiter(t, redistest.New(t))
+	cc, e := serveRule(t, l, grpcmw.Rule{Name: "login", Limits: []core.Limit{core.PerMinute(3)},
+		CountIf: func(c codes.Code) bool { return c == codes.Unauthenticated }})
+	for i := range 5 {
+		if _, err := say(context.Background(), cc, "right"); err != nil {
+			t.Fatalf("call %d: %v", i+1, err)
+		}
+	}
+	got := map[codes.Code]int{}
+	for range 20 {
+		_, err := say(context.Background(), cc, "code:16")
+		got[status.Code(err)]++
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.arrivals) != 5+3 || got[codes.Unauthenticated] != 3 || got[codes.ResourceExhausted] != 17 {
+		t.Fatalf("20 failed logins reached the handler %d times (codes %v), want 3", len(e.arrivals)-5, got)
+	}
+}
