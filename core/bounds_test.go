@@ -168,7 +168,7 @@ func TestNilContext(t *testing.T) {
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
 			e := b.new(t)
-			enf, err := NewEnforcer(e.lim, Rule{Name: "r", Limits: []Limit{lim}})
+			out, err := NewDecider(e.lim, Policy[string]{Name: "r", Limits: []Limit{lim}, Key: func(k string) (string, error) { return k, nil }})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -183,7 +183,7 @@ func TestNilContext(t *testing.T) {
 				"Block":  e.lim.Block(nilCtx, "k", time.Second),
 				"Check":  e.lim.Check(nilCtx),
 				// an upstream's refusal to retry: Block fails, and is not waited out
-				"Refused": enf.Refused(nilCtx, "k", time.Second, true),
+				"Refused": out.Refused(nilCtx, "k", time.Second, true),
 			}
 			for call, err := range calls {
 				if !errors.Is(err, errNilContext) || err.Error() != "ratewindow: nil context" {

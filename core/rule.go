@@ -262,18 +262,6 @@ func NewEnforcer(l *Limiter, rule Rule) (*Enforcer, error) {
 	return &Enforcer{rule: rule, d: d}, nil
 }
 
-// Name returns the rule's name.
-func (e *Enforcer) Name() string { return e.rule.Name }
-
-// Key returns the Limiter key of r under the rule (see Decider.Key).
-func (e *Enforcer) Key(r *http.Request) (string, error) { return e.d.Key(exchange{r: r}) }
-
-// Cost returns the units r takes under the rule (see Decider.Cost).
-func (e *Enforcer) Cost(r *http.Request) (int64, error) { return e.d.Cost(exchange{r: r}) }
-
-// Wait is Decider.Wait: the outbound side of a rule (nethttp.Transport).
-func (e *Enforcer) Wait(ctx context.Context, key string, n int64) error { return e.d.Wait(ctx, key, n) }
-
 var errEmptyKey = fmt.Errorf("%w: the key function returned an empty key", keyfuncs.ErrNoKey)
 
 // Handle decides r under the rule. When the request stops here, it writes

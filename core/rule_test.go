@@ -406,8 +406,11 @@ func TestHandleContextEnded(t *testing.T) {
 // TestKeySpaces: whatever the key function returns, its keys never equal a
 // fallback key ("<name>:nokey..."), and two results never share a key.
 func TestKeySpaces(t *testing.T) {
-	e := mustEnforcer(t, core.NewMemory(), core.Rule{Name: "r", Limits: []core.Limit{core.PerMinute(1)},
+	e, err := core.NewDecider(core.NewMemory(), core.Policy[*http.Request]{Name: "r", Limits: []core.Limit{core.PerMinute(1)},
 		Key: func(r *http.Request) (string, error) { return r.Header.Get("X-Key"), nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct{ key, want string }{
 		{"ip:192.0.2.1", "r:ip:192.0.2.1"},
 		{"nokey:ip:192.0.2.1", "r:~nokey:ip:192.0.2.1"},
