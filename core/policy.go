@@ -147,12 +147,12 @@ type Decision struct {
 	Shown bool
 
 	hdr     *headerSet
-	units   units
+	units   taken
 	charged bool // units were recorded (by Redis or FailLocal)
 }
 
-// units is what a decision recorded, to give back.
-type units struct {
+// taken is what a decision recorded, to give back.
+type taken struct {
 	n      int64
 	limits []Limit
 	at     int64 // µs: the decision's time, the units' own
@@ -215,7 +215,7 @@ func (d *Decider[R]) Decide(ctx context.Context, r R) Decision {
 		}
 	}
 	res, at, err := d.l.decide(ctx, OpAllow, d.p.Name, key, n, limits, d.p.Penalty)
-	dec := Decision{Result: res, Key: key, hdr: hs, units: units{n: n, limits: limits, at: at, local: res.BackendErr != nil}}
+	dec := Decision{Result: res, Key: key, hdr: hs, units: taken{n: n, limits: limits, at: at, local: res.BackendErr != nil}}
 	switch {
 	case err != nil: // no decision: the request's context ended, or is nil
 		dec.Verdict = Unavailable

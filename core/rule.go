@@ -124,16 +124,6 @@ type Rule struct {
 	PartitionKey bool
 }
 
-// Penalty bans a key that keeps hitting its limits: after Denials denials
-// of one key within Within (from the first), the key is banned for Ban on
-// every replica: denied with a Retry-After of the ban's time left (problem
-// type ProblemAbnormalUsage), counted nowhere. A ban is a Limiter.Block.
-type Penalty struct {
-	Denials int64         // the denials that ban the key: at least 1
-	Within  time.Duration // from the first denial counted: 1ms to MaxWindow
-	Ban     time.Duration // how long a ban lasts: 1ms to MaxBlock
-}
-
 // Validate reports whether the rule can be enforced. Its errors wrap
 // ErrInvalidRule, and ErrInvalidLimit or ErrNoLimits where they apply.
 func (r Rule) Validate() error {
