@@ -70,9 +70,6 @@ func (c *Charges[R]) Stop(ctx context.Context, status int) {
 	}
 }
 
-// Reset forgets every charge, settled or not, keeping the storage.
-func (c *Charges[R]) Reset() { c.list = c.list[:0] }
-
 // countsStatus reports whether a charge not settled yet judges a status.
 func (c *Charges[R]) countsStatus() bool {
 	for i := range c.list {

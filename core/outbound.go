@@ -63,7 +63,7 @@ func (o Outbound) Block(asked time.Duration) time.Duration {
 }
 
 // Throttle sends an outbound request of key and cost n: it waits for its
-// slot (Wait), sends it (send, told the attempt, from 0, and the time it
+// slot (Limiter.WaitN), sends it (send, told the attempt, from 0, and the time it
 // waited), and while the upstream refuses it, blocks key on every replica
 // for the time asked (Refused; DefaultBlock when none, at most MaxBlock)
 // and sends it again, up to MaxRetries times, each attempt waiting for its
@@ -79,7 +79,7 @@ func (d *Decider[R]) Throttle(ctx context.Context, key string, n int64, o Outbou
 	}
 	for attempt := 0; ; attempt++ {
 		start := time.Now()
-		if err := d.Wait(ctx, key, n); err != nil {
+		if err := d.wait(ctx, key, n); err != nil {
 			if attempt > 0 && errors.Is(err, ErrWaitExceedsDeadline) {
 				return nil // the upstream's refusal goes to the caller
 			}

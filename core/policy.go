@@ -110,9 +110,9 @@ func (d *Decider[R]) Cost(r R) (int64, error) {
 	return n, nil
 }
 
-// Wait is Limiter.WaitN of key (what Key returned) under the policy's
+// wait is Limiter.WaitN of key (what Key returned) under the policy's
 // limits, with observers told the rule's name.
-func (d *Decider[R]) Wait(ctx context.Context, key string, n int64) error {
+func (d *Decider[R]) wait(ctx context.Context, key string, n int64) error {
 	return d.l.waitN(ctx, d.p.Name, key, n, d.p.Limits)
 }
 

@@ -385,7 +385,7 @@ func (s *chargedStream) RecvMsg(m any) error {
 		return err
 	}
 	if s.first { // a new message: the first rule's stream receives it first
-		s.t.msg.Reset()
+		s.t.msg = core.Charges[Call]{}
 	}
 	if !s.i.rule.PerMessage {
 		return nil
@@ -395,7 +395,7 @@ func (s *chargedStream) RecvMsg(m any) error {
 	dec := s.i.d.Decide(ctx, call)
 	if _, err := s.i.answer(ctx, dec, s.ServerStream); err != nil {
 		s.t.msg.Stop(ctx, int(status.Code(err)))
-		s.t.msg.Reset()
+		s.t.msg = core.Charges[Call]{}
 		return err
 	}
 	s.t.msg.Add(s.i.d, call, dec)
