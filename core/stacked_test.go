@@ -1,48 +1,19 @@
 package core_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/ratewindow/ratewindow/core"
 	"github.com/ratewindow/ratewindow/internal/redistest"
 	"github.com/ratewindow/ratewindow/keyfuncs"
 )
-
-// scriptCalls returns the script calls (FCALL, EVALSHA, EVAL) rdb's
-// server has run, read from INFO commandstats.
-func scriptCalls(t *testing.T, rdb *redis.Client) int64 {
-	t.Helper()
-	info, err := rdb.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n int64
-	sc := bufio.NewScanner(strings.NewReader(info))
-	for sc.Scan() {
-		name, stats, ok := strings.Cut(sc.Text(), ":")
-		switch name {
-		case "cmdstat_fcall", "cmdstat_fcall_ro", "cmdstat_evalsha", "cmdstat_evalsha_ro", "cmdstat_eval", "cmdstat_eval_ro":
-		default:
-			continue
-		}
-		calls, _, _ := strings.Cut(strings.TrimPrefix(stats, "calls="), ",")
-		if c, err := strconv.ParseInt(calls, 10, 64); ok && err == nil {
-			n += c
-		}
-	}
-	return n
-}
 
 // TestStackedOuterCounts: an outer per-IP rule (10 a minute, a Penalty
 // banning after 3 denials) in front of an inner per-account rule (1 a
@@ -80,14 +51,14 @@ func TestStackedOuterCounts(t *testing.T) {
 		return serve(req, outer, inner)
 	}
 	const requests = 3000
-	before := scriptCalls(t, rdb)
+	before := core.EvalCalls(t, rdb)
 	began := time.Now()
 	var calls []int64 // script calls of each of the first requests
 	for i := range requests {
-		c := scriptCalls(t, rdb)
+		c := core.EvalCalls(t, rdb)
 		rec := request()
 		if i < 20 {
-			calls = append(calls, scriptCalls(t, rdb)-c) // INFO is no script call
+			calls = append(calls, core.EvalCalls(t, rdb)-c) // INFO is no script call
 		}
 		body := rec.Body.String()
 		switch {
@@ -104,7 +75,7 @@ func TestStackedOuterCounts(t *testing.T) {
 		}
 	}
 	took := time.Since(began)
-	total := scriptCalls(t, rdb) - before
+	total := core.EvalCalls(t, rdb) - before
 	t.Logf("%d requests in %s (%.0f/s): %d script calls; per request of the first 20: %v",
 		requests, took.Round(time.Millisecond), requests/took.Seconds(), total, calls)
 	mu.Lock()
