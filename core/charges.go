@@ -20,7 +20,8 @@ type Charges[R any] struct {
 type charge[R any] struct {
 	d       *Decider[R]
 	r       R
-	dec     Decision
+	key     string
+	u       taken
 	settled bool
 }
 
@@ -32,7 +33,7 @@ func (c *Charges[R]) Add(d *Decider[R], r R, dec Decision) {
 	if c.list == nil {
 		c.list = c.inline[:0]
 	}
-	c.list = append(c.list, charge[R]{d: d, r: r, dec: dec})
+	c.list = append(c.list, charge[R]{d: d, r: r, key: dec.Key, u: dec.units})
 }
 
 // Settle settles d's charge after the request's handler answered with
@@ -43,7 +44,7 @@ func (c *Charges[R]) Settle(ctx context.Context, d *Decider[R], status int) {
 		if ch := &c.list[i]; ch.d == d && !ch.settled {
 			ch.settled = true
 			if d.p.CountIf != nil && !d.p.CountIf(status) {
-				d.GiveBack(ctx, ch.r, ch.dec, "status "+strconv.Itoa(status))
+				d.giveBack(ctx, ch.r, ch.key, ch.u, "status "+strconv.Itoa(status))
 			}
 			return
 		}
@@ -63,9 +64,9 @@ func (c *Charges[R]) Stop(ctx context.Context, status int) {
 		ch.settled = true
 		switch p := &ch.d.p; {
 		case p.CountIf != nil && !p.CountIf(status):
-			ch.d.GiveBack(ctx, ch.r, ch.dec, "status "+strconv.Itoa(status)+" of a later rule")
+			ch.d.giveBack(ctx, ch.r, ch.key, ch.u, "status "+strconv.Itoa(status)+" of a later rule")
 		case p.CountIf == nil && p.RefundIfStopped:
-			ch.d.GiveBack(ctx, ch.r, ch.dec, "a later rule stopped the request")
+			ch.d.giveBack(ctx, ch.r, ch.key, ch.u, "a later rule stopped the request")
 		}
 	}
 }

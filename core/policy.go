@@ -256,12 +256,16 @@ func verdict(res Result, mode FailureMode, dryRun bool) (Verdict, bool) {
 // per Decision. why is quoted in the error OnError receives when the refund
 // fails (a nil ctx is such an error). ctx's cancellation is ignored.
 func (d *Decider[R]) GiveBack(ctx context.Context, r R, dec Decision, why string) {
-	if !dec.charged {
-		return
+	if dec.charged {
+		d.giveBack(ctx, r, dec.Key, dec.units, why)
 	}
+}
+
+// giveBack gives back the units u that a decision of key recorded.
+func (d *Decider[R]) giveBack(ctx context.Context, r R, key string, u taken, why string) {
 	err := errNilContext
 	if ctx != nil {
-		err = d.l.refundAt(context.WithoutCancel(ctx), dec.Key, dec.units.n, dec.units.limits, dec.units.at, dec.units.local)
+		err = d.l.refundAt(context.WithoutCancel(ctx), key, u.n, u.limits, u.at, u.local)
 	}
 	if err != nil {
 		d.report(r, fmt.Errorf("refund (%s): %w", why, err), refundMessage)
