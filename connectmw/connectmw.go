@@ -70,9 +70,12 @@ var ErrNilErrorWriter = errors.New("ratewindow: connectmw: nil ErrorWriter")
 // Both kinds of request count under the same keys: the rule's Key and
 // every other function of it apply unchanged, Rule.OnDenied answers the
 // plain callers only, and an OnError that writes a response answers every
-// caller with it. A stream is decided once, when it starts. Rule.CountIf
-// sees the HTTP status, which is 200 for every gRPC and gRPC-Web call
-// (their status travels in trailers).
+// caller with it. A stream is decided once, when it starts. For a call,
+// Rule.CountIf sees the HTTP status its code maps to under the Connect
+// protocol (connect-go's mapping: Unauthenticated 401, ResourceExhausted
+// 429, ...; 200 when it succeeded), whatever protocol the client spoke:
+// the code is read from the grpc-status trailer (gRPC, gRPC-Web) or the
+// Connect error. A handler that panics counts as 500.
 func New(l *core.Limiter, rule core.Rule, opts ...Option) (func(http.Handler) http.Handler, error) {
 	o := options{ew: connect.NewErrorWriter(connect.WithRequireConnectProtocolHeader()), strict: true}
 	for _, opt := range opts {
@@ -163,8 +166,16 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	next, ok := h.rpc.Handle(sw, r, "")
 	*sw = stopWriter{}
 	h.pool.Put(sw)
-	if ok {
-		h.rpc.ServeNext(w, next, h.next)
+	switch {
+	case !ok:
+	case h.rpc.Settles(): // CountIf sees the call's code as Connect's HTTP status
+		cw := &callWriter{ResponseWriter: w}
+		h.rpc.SettleAfter(next, func() int {
+			h.next.ServeHTTP(cw, next)
+			return cw.httpStatus()
+		})
+	default:
+		h.next.ServeHTTP(w, next)
 	}
 }
 

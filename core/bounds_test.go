@@ -168,7 +168,7 @@ func TestNilContext(t *testing.T) {
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
 			e := b.new(t)
-			enf, err := NewEnforcer(e.lim, Rule{Name: "r", Limits: []Limit{lim}})
+			out, err := NewDecider(e.lim, Policy[string]{Name: "r", Limits: []Limit{lim}, Key: func(k string) (string, error) { return k, nil }})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -183,12 +183,31 @@ func TestNilContext(t *testing.T) {
 				"Block":  e.lim.Block(nilCtx, "k", time.Second),
 				"Check":  e.lim.Check(nilCtx),
 				// an upstream's refusal to retry: Block fails, and is not waited out
-				"Refused": enf.Refused(nilCtx, "k", time.Second, true),
+				"Refused": out.Refused(nilCtx, "k", time.Second, true),
 			}
 			for call, err := range calls {
 				if !errors.Is(err, errNilContext) || err.Error() != "ratewindow: nil context" {
 					t.Errorf("%s(nil ctx): %v, want %q", call, err, errNilContext)
 				}
+			}
+			// a Decider reports a nil context to OnError: no decision, no refund
+			var reported []error
+			d, err := NewDecider(e.lim, Policy[string]{Name: "d", Limits: []Limit{lim},
+				Key:     func(k string) (string, error) { return k, nil },
+				OnError: func(_ string, err error) bool { reported = append(reported, err); return false }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if dec := d.Decide(nilCtx, "k"); dec.Verdict != Unavailable || dec.Charged() {
+				t.Errorf("Decide(nil ctx): %v, charged %v; want unavailable, nothing charged", dec.Verdict, dec.Charged())
+			}
+			dec := d.Decide(context.Background(), "k")
+			d.GiveBack(nilCtx, "k", dec, "test")
+			if len(reported) != 2 || !errors.Is(reported[0], errNilContext) || !errors.Is(reported[1], errNilContext) {
+				t.Errorf("OnError got %v, want the nil context of Decide and of GiveBack", reported)
+			}
+			if err := e.lim.Reset(context.Background(), "d:k", lim); err != nil {
+				t.Fatal(err)
 			}
 			if keys := e.storedKeys(); len(keys) != 0 {
 				t.Fatalf("calls with a nil context stored %v", keys)

@@ -53,6 +53,16 @@ type Limit struct {
 	Precision time.Duration
 }
 
+// Penalty bans a key that keeps hitting its limits: after Denials denials
+// of one key within Within (from the first), the key is banned for Ban on
+// every replica: denied with a Retry-After of the ban's time left (problem
+// type ProblemAbnormalUsage), counted nowhere. A ban is a Limiter.Block.
+type Penalty struct {
+	Denials int64         // the denials that ban the key: at least 1
+	Within  time.Duration // from the first denial counted: 1ms to MaxWindow
+	Ban     time.Duration // how long a ban lasts: 1ms to MaxBlock
+}
+
 // Bounds of a Limit, and of the limits of one call.
 const (
 	// MaxLogCount is the largest Count of a SlidingLog limit, and of the

@@ -1,11 +1,6 @@
 package core
 
-import (
-	"context"
-	"errors"
-	"fmt"
-	"time"
-)
+import "time"
 
 // Op names the call that made a decision.
 type Op uint8
@@ -14,7 +9,7 @@ const (
 	OpAllow   Op = iota // Allow, AllowN and every rule's middleware (HTTP, gRPC, Connect)
 	OpPeek              // Peek
 	OpWait              // Wait and WaitN (one event per call)
-	OpRefused           // an upstream refused a request (Enforcer.Refused): its key blocked for Result.RetryAfter
+	OpRefused           // an upstream refused a request (Decider.Refused): its key blocked for Result.RetryAfter
 )
 
 // String returns "allow", "peek", "wait" or "refused"; for a value that
@@ -56,31 +51,20 @@ type Event struct {
 // Without one, a Limiter builds no Event and reads no clock for it.
 type Observer func(Event)
 
-// Refused reports that an upstream refused a request of key: it blocks key
-// for d on every replica (Limiter.Block) and tells the observer (an
-// OpRefused Event; retried: the request goes again). Block's errors are
-// returned; but when retried, a Block that failed (Redis down) is waited
-// out here, on this replica alone (but under FailClosed, whose retry would
-// fail), so that the retry still goes after d: then the error is nil once
-// d has passed, else ctx's, or ErrWaitExceedsDeadline when d outlasts
-// ctx's deadline (the retry should not go). nethttp.Transport uses it.
-func (e *Enforcer) Refused(ctx context.Context, key string, d time.Duration, retried bool) error {
-	return e.d.Refused(ctx, key, d, retried)
-}
-
-// Refused is Enforcer.Refused for any transport.
-func (d *Decider[R]) Refused(ctx context.Context, key string, dur time.Duration, retried bool) error {
-	start := d.l.started()
-	err := d.l.Block(ctx, key, dur)
-	d.l.observe(Event{Op: OpRefused, Rule: d.p.Name, Key: key, Retried: retried, Err: err,
-		Result: Result{Limit: d.p.Limits[0], RetryAfter: dur}}, start)
-	if !retried || d.l.guard.mode == FailClosed || !errors.As(err, new(backendError)) {
-		return err // FailClosed's retry would fail: no wait for it; nor for bad input, an ended ctx
+// Outcome names what became of a decision, as the metrics label it:
+// "allowed", "denied", "error" (the failure mode answered for Redis, or the
+// call got no decision of Redis's), or "shed" (see Event.Shed); "" for an
+// event that is no decision counted as one (OpPeek, OpRefused).
+func (e Event) Outcome() string {
+	switch {
+	case e.Op == OpPeek || e.Op == OpRefused:
+		return ""
+	case e.Shed:
+		return "shed"
+	case e.Failed, e.Op != OpWait && e.Err != nil:
+		return "error"
+	case e.Result.Allowed:
+		return "allowed"
 	}
-	// the upstream's time is waited out here: a retry sent at once (3 in
-	// a millisecond) would ignore it
-	if _, serr := sleep(ctx, dur, dur); serr != nil {
-		return fmt.Errorf("%w (after %w)", serr, err)
-	}
-	return nil
+	return "denied"
 }

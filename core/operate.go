@@ -195,7 +195,7 @@ func (l *Limiter) Publish(ctx context.Context, rules ...RuleInfo) error {
 	}
 	entries := make(map[string]string, len(rules))
 	for _, r := range rules {
-		if err := validateRule(r.Name, r.Limits, None, r.Penalty); err != nil {
+		if err := validateRule(r.Name, r.Limits, r.Penalty, false); err != nil {
 			return err
 		}
 		b, err := json.Marshal(r)

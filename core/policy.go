@@ -26,9 +26,15 @@ type Policy[R any] struct {
 	LimitsFor    func(R) ([]Limit, error) // each request's limits
 	Penalty      *Penalty                 // bans a key that keeps being denied
 	DryRun       bool                     // decide and count every request, never deny
-	Headers      HeaderStyle              // the style of the rate-limit fields (SetFields)
 	PartitionKey bool                     // adds pk to the IETF fields
 	TrackDenied  bool                     // records the keys denied (Limiter.TopDenied)
+	// CountIf, when set, counts only the requests whose status it accepts
+	// (Charges.Settle, Charges.Stop): an HTTP status, or the transport's
+	// own (grpcmw: a codes.Code).
+	CountIf func(status int) bool
+	// RefundIfStopped gives a request's units back when a later rule stops
+	// it (Charges.Stop); not with a Penalty.
+	RefundIfStopped bool
 	// OnError is called with every error of the functions above and of
 	// the backend, and reports whether it answered the request itself
 	// (Verdict Answered). Nil: errors are logged, at most a line a second.
@@ -53,7 +59,7 @@ func NewDecider[R any](l *Limiter, p Policy[R]) (*Decider[R], error) {
 	case p.Key == nil:
 		return nil, fmt.Errorf("%w %q: nil Key", ErrInvalidRule, p.Name)
 	}
-	if err := validateRule(p.Name, p.Limits, p.Headers, p.Penalty); err != nil {
+	if err := validateRule(p.Name, p.Limits, p.Penalty, p.RefundIfStopped); err != nil {
 		return nil, err
 	}
 	p.Limits = slices.Clone(p.Limits)
@@ -117,9 +123,9 @@ func (d *Decider[R]) Cost(r R) (int64, error) {
 	return n, nil
 }
 
-// Wait is Limiter.WaitN of key (what Key returned) under the policy's
+// wait is Limiter.WaitN of key (what Key returned) under the policy's
 // limits, with observers told the rule's name.
-func (d *Decider[R]) Wait(ctx context.Context, key string, n int64) error {
+func (d *Decider[R]) wait(ctx context.Context, key string, n int64) error {
 	return d.l.waitN(ctx, d.p.Name, key, n, d.p.Limits)
 }
 
@@ -154,12 +160,12 @@ type Decision struct {
 	Shown bool
 
 	hdr     *headerSet
-	units   units
+	units   taken
 	charged bool // units were recorded (by Redis or FailLocal)
 }
 
-// units is what a decision recorded, to give back.
-type units struct {
+// taken is what a decision recorded, to give back.
+type taken struct {
 	n      int64
 	limits []Limit
 	at     int64 // µs: the decision's time, the units' own
@@ -222,11 +228,11 @@ func (d *Decider[R]) Decide(ctx context.Context, r R) Decision {
 		}
 	}
 	res, at, err := d.l.decide(ctx, OpAllow, d.p.Name, key, n, limits, d.p.Penalty)
-	dec := Decision{Result: res, Key: key, hdr: hs, units: units{n: n, limits: limits, at: at, local: res.BackendErr != nil}}
+	dec := Decision{Result: res, Key: key, hdr: hs, units: taken{n: n, limits: limits, at: at, local: res.BackendErr != nil}}
 	switch {
-	case err != nil: // no decision: the request's context ended
+	case err != nil: // no decision: the request's context ended, or is nil
 		dec.Verdict = Unavailable
-		if ctx.Err() == nil && d.report(r, err, undecidedMessage) {
+		if (ctx == nil || ctx.Err() == nil) && d.report(r, err, undecidedMessage) {
 			dec.Verdict = Answered
 		}
 		return dec
@@ -261,16 +267,20 @@ func verdict(res Result, mode FailureMode, dryRun bool) (Verdict, bool) {
 
 // GiveBack gives back the units dec recorded (when Charged), at most once
 // per Decision. why is quoted in the error OnError receives when the refund
-// fails. ctx's cancellation is ignored.
+// fails (a nil ctx is such an error). ctx's cancellation is ignored.
 func (d *Decider[R]) GiveBack(ctx context.Context, r R, dec Decision, why string) {
 	if dec.charged {
 		d.giveBack(ctx, r, dec.Key, dec.units, why)
 	}
 }
 
-func (d *Decider[R]) giveBack(ctx context.Context, r R, key string, u units, why string) {
-	ctx = context.WithoutCancel(ctx)
-	if err := d.l.refundAt(ctx, key, u.n, u.limits, u.at, u.local); err != nil {
+// giveBack gives back the units u that a decision of key recorded.
+func (d *Decider[R]) giveBack(ctx context.Context, r R, key string, u taken, why string) {
+	err := errNilContext
+	if ctx != nil {
+		err = d.l.refundAt(context.WithoutCancel(ctx), key, u.n, u.limits, u.at, u.local)
+	}
+	if err != nil {
 		d.report(r, fmt.Errorf("refund (%s): %w", why, err), refundMessage)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -41,10 +40,16 @@ var ErrInvalidRule = errors.New("ratewindow: invalid rule")
 
 // Rule describes which HTTP requests to limit and how to answer, for every
 // adapter (nethttp, chimw, ginmw, echomw, connectmw), which validates it at start-up.
+//
 // When several rules apply, a request passes only when each admits it, and
-// one that a rule stops (429, 503, or its OnError's answer) consumes
-// nothing under any of them (the rules it passed give their units back:
-// Limiter.Refund); of its rate-limit fields, only a denial shows its own.
+// each rule counts every request that reached it: a request that a later
+// rule stops (429, 503, or its OnError's answer) stays counted by the
+// rules it passed, so an outer per-IP rule counts, denies and bans a
+// client whose requests an inner per-account rule denies. A rule with
+// RefundIfStopped gives the units of such a request back instead (a quota
+// spent only on requests that are served), and a rule with CountIf judges
+// the status the request was stopped with. The rule that stops a request
+// consumes nothing itself, and the response shows only its fields.
 type Rule struct {
 	// Name is the rule's namespace (keys are Name + ":" + Key's result) and
 	// Event.Rule. Required: printable ASCII without spaces, ':', '{' or
@@ -106,6 +111,13 @@ type Rule struct {
 	CountIf func(status int) bool
 	// Penalty, when set, bans a key that keeps being denied: see Penalty.
 	Penalty *Penalty
+	// RefundIfStopped gives a request's units back when a later rule stops
+	// it (Limiter.Refund: one more Redis call each), for a quota that only
+	// served requests should spend. Validate refuses it with a Penalty: a
+	// rule that bans must count every request that reached it, or a client
+	// that a later rule stops would never be denied nor banned. Ignored with
+	// CountIf, which judges the status the request was stopped with.
+	RefundIfStopped bool
 	// PartitionKey adds the partition key (pk) to the IETF fields: the
 	// first 12 bytes of the SHA-256 of the request's key (reversible for a
 	// small key space, such as IP addresses).
@@ -120,30 +132,28 @@ func (r Rule) Info() RuleInfo {
 	return RuleInfo{Name: r.Name, Limits: slices.Clone(r.Limits), Penalty: r.Penalty, TrackDenied: r.TrackDenied}
 }
 
-// Penalty bans a key that keeps hitting its limits: after Denials denials
-// of one key within Within (from the first), the key is banned for Ban on
-// every replica: denied with a Retry-After of the ban's time left (problem
-// type ProblemAbnormalUsage), counted nowhere. A ban is a Limiter.Block.
-type Penalty struct {
-	Denials int64         // the denials that ban the key: at least 1
-	Within  time.Duration // from the first denial counted: 1ms to MaxWindow
-	Ban     time.Duration // how long a ban lasts: 1ms to MaxBlock
-}
-
 // Validate reports whether the rule can be enforced. Its errors wrap
 // ErrInvalidRule, and ErrInvalidLimit or ErrNoLimits where they apply.
-func (r Rule) Validate() error { return validateRule(r.Name, r.Limits, r.Headers, r.Penalty) }
+func (r Rule) Validate() error {
+	if err := validateRule(r.Name, r.Limits, r.Penalty, r.RefundIfStopped); err != nil {
+		return err
+	}
+	if r.Headers > None {
+		return fmt.Errorf("%w %q: unknown %s", ErrInvalidRule, r.Name, r.Headers)
+	}
+	return nil
+}
 
 // validateRule checks what a Rule and a Policy share.
-func validateRule(name string, limits []Limit, headers HeaderStyle, pen *Penalty) error {
+func validateRule(name string, limits []Limit, pen *Penalty, refund bool) error {
 	const maxName = 64
 	switch {
 	case name == "":
 		return fmt.Errorf("%w: empty Name", ErrInvalidRule)
 	case len(name) > maxName:
 		return fmt.Errorf("%w %q: Name is longer than %d bytes", ErrInvalidRule, name, maxName)
-	case headers > None:
-		return fmt.Errorf("%w %q: unknown %s", ErrInvalidRule, name, headers)
+	case pen != nil && refund:
+		return fmt.Errorf("%w %q: Penalty with RefundIfStopped: a rule that bans counts every request that reached it", ErrInvalidRule, name)
 	case len(limits) == 0:
 		return fmt.Errorf("%w %q: %w", ErrInvalidRule, name, unprefixed{ErrNoLimits})
 	case !printable(name) || strings.ContainsAny(name, " :{}"):
@@ -205,9 +215,13 @@ func NewEnforcer(l *Limiter, rule Rule) (*Enforcer, error) {
 		rule.FallbackKey = keyfuncs.IP()
 	}
 	key, fallback := rule.Key, rule.FallbackKey
+	if rule.Headers > None { // the one field the Policy has not
+		return nil, rule.Validate()
+	}
 	p := Policy[exchange]{
 		Name: rule.Name, Limits: rule.Limits, Penalty: rule.Penalty, DryRun: rule.DryRun,
-		Headers: rule.Headers, PartitionKey: rule.PartitionKey, TrackDenied: rule.TrackDenied,
+		PartitionKey: rule.PartitionKey, CountIf: rule.CountIf, RefundIfStopped: rule.RefundIfStopped,
+		TrackDenied: rule.TrackDenied,
 		Key:         func(x exchange) (string, error) { return key(x.r) },
 		FallbackKey: func(x exchange) (string, error) { return fallback(x.r) },
 	}
@@ -247,18 +261,6 @@ func NewEnforcer(l *Limiter, rule Rule) (*Enforcer, error) {
 	return &Enforcer{rule: rule, d: d}, nil
 }
 
-// Name returns the rule's name.
-func (e *Enforcer) Name() string { return e.rule.Name }
-
-// Key returns the Limiter key of r under the rule (see Decider.Key).
-func (e *Enforcer) Key(r *http.Request) (string, error) { return e.d.Key(exchange{r: r}) }
-
-// Cost returns the units r takes under the rule (see Decider.Cost).
-func (e *Enforcer) Cost(r *http.Request) (int64, error) { return e.d.Cost(exchange{r: r}) }
-
-// Wait is Decider.Wait: the outbound side of a rule (nethttp.Transport).
-func (e *Enforcer) Wait(ctx context.Context, key string, n int64) error { return e.d.Wait(ctx, key, n) }
-
 var errEmptyKey = fmt.Errorf("%w: the key function returned an empty key", keyfuncs.ErrNoKey)
 
 // Handle decides r under the rule. When the request stops here, it writes
@@ -276,15 +278,19 @@ func (e *Enforcer) HandleFrom(w http.ResponseWriter, r *http.Request, route stri
 	if fc != nil { // an inner rule of another adapter keeps the outer framework's
 		st.framework = fc
 	}
+	var sw *statusWriter // the status a stop answers, for an earlier rule's CountIf
+	if st.charges.countsStatus() {
+		sw = &statusWriter{ResponseWriter: w}
+		w = sw
+	}
 	dec := e.d.Decide(r.Context(), exchange{w, r})
 	switch dec.Verdict {
 	case Pass:
 		if dec.Shown {
 			e.show(w, st, dec)
 		}
-		if dec.charged { // to give back if a later rule stops r, or by CountIf
-			st.charges = append(st.charges, charge{e: e, key: dec.Key, u: dec.units})
-		}
+		// kept, to be settled by CountIf or a later rule's stop
+		st.charges.Add(e.d, exchange{discard{}, r}, dec)
 		return r, true
 	case Denied, Unavailable: // its fields and Retry-After, then OnDenied or the default 429 or 503
 		clearRateHeaders(w.Header())
@@ -294,21 +300,16 @@ func (e *Enforcer) HandleFrom(w http.ResponseWriter, r *http.Request, route stri
 		} else {
 			writeDenied(w, dec, e.rule.ProblemJSON || acceptsProblem(r.Header["Accept"]))
 		}
-	case Answered: // by OnError: this rule's units go back too (FailLocal's)
+	case Answered: // by OnError: this rule's units go back (FailLocal's)
 		e.d.GiveBack(r.Context(), exchange{discard{}, r}, dec, "the rule's OnError answered the request")
 	}
-	st.refund(r) // the rules before this one give their units back
-	return nil, false
-}
-
-// refund gives back every unsettled charge of the rules on r's way.
-func (s *shown) refund(r *http.Request) {
-	for i := range s.charges {
-		if c := &s.charges[i]; !c.settled {
-			c.settled = true
-			c.e.d.giveBack(r.Context(), exchange{discard{}, r}, c.key, c.u, "a later rule stopped the request")
-		}
+	if sw != nil {
+		sw.ok()
+		st.charges.Stop(r.Context(), sw.status)
+	} else {
+		st.charges.Stop(r.Context(), 0) // no rule judges the status
 	}
+	return nil, false
 }
 
 // Settles reports whether the rule settles a request's charge after its
@@ -321,18 +322,8 @@ func (e *Enforcer) Settles() bool { return e.rule.CountIf != nil }
 func (e *Enforcer) SettleAfter(r *http.Request, serve func() (status int)) {
 	status := http.StatusInternalServerError // unless serve returns
 	defer func() {
-		st, _ := r.Context().Value(shownKey{}).(*shown)
-		if e.rule.CountIf == nil || st == nil {
-			return
-		}
-		for i := range st.charges {
-			if c := &st.charges[i]; c.e == e && !c.settled {
-				c.settled = true
-				if !e.rule.CountIf(status) {
-					e.d.giveBack(r.Context(), exchange{discard{}, r}, c.key, c.u, "status "+strconv.Itoa(status))
-				}
-				return
-			}
+		if st, _ := r.Context().Value(shownKey{}).(*shown); st != nil && e.rule.CountIf != nil {
+			st.charges.Settle(r.Context(), e.d, status)
 		}
 	}()
 	status = serve()
@@ -386,17 +377,8 @@ type shown struct {
 	res       Result
 	fields    HeaderStyle // the response's style, once styled
 	styled    bool
-	framework any      // the adapter's own request context (HandleFrom)
-	charges   []charge // units the rules recorded, to give back if need be
-	inline    [2]charge
-}
-
-// charge is what a rule took from a request.
-type charge struct {
-	e       *Enforcer
-	key     string
-	u       units
-	settled bool
+	framework any               // the adapter's own request context (HandleFrom)
+	charges   Charges[exchange] // what the rules took, to settle
 }
 
 // Value answers shownKey and frameworkKey, else asks the parent.
@@ -460,7 +442,6 @@ func prepare(r *http.Request, route string) (*http.Request, *shown) {
 	}
 	if st == nil {
 		st = &shown{Context: ctx}
-		st.charges = st.inline[:0]
 		ctx = st
 	}
 	return r.WithContext(ctx), st

@@ -406,8 +406,11 @@ func TestHandleContextEnded(t *testing.T) {
 // TestKeySpaces: whatever the key function returns, its keys never equal a
 // fallback key ("<name>:nokey..."), and two results never share a key.
 func TestKeySpaces(t *testing.T) {
-	e := mustEnforcer(t, core.NewMemory(), core.Rule{Name: "r", Limits: []core.Limit{core.PerMinute(1)},
+	e, err := core.NewDecider(core.NewMemory(), core.Policy[*http.Request]{Name: "r", Limits: []core.Limit{core.PerMinute(1)},
 		Key: func(r *http.Request) (string, error) { return r.Header.Get("X-Key"), nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct{ key, want string }{
 		{"ip:192.0.2.1", "r:ip:192.0.2.1"},
 		{"nokey:ip:192.0.2.1", "r:~nokey:ip:192.0.2.1"},
@@ -428,11 +431,12 @@ func TestKeySpaces(t *testing.T) {
 
 // TestStoppedRequestKeepsNothing: a request that an inner rule stops, by
 // failing closed (503) or by its OnError's own answer, keeps no unit under
-// the outer rule nor under the inner one (FailLocal's, when its OnError
-// answers a Redis failure), and its response shows no rate-limit fields.
+// an outer rule with RefundIfStopped nor under the inner one (FailLocal's,
+// when its OnError answers a Redis failure), and its response shows no
+// rate-limit fields.
 func TestStoppedRequestKeepsNothing(t *testing.T) {
 	outerLimiter := core.NewMemory()
-	outerRule := core.Rule{Name: "outer", Limits: []core.Limit{core.PerMinute(3)}, Headers: core.Both}
+	outerRule := core.Rule{Name: "outer", Limits: []core.Limit{core.PerMinute(3)}, Headers: core.Both, RefundIfStopped: true}
 	outer := mustEnforcer(t, outerLimiter, outerRule)
 	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
 	t.Cleanup(func() { _ = down.Close() })

@@ -56,3 +56,15 @@ func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 }
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter } // for http.ResponseController
+
+// WatchStatus returns w wrapped to record the status of its response as
+// net/http sends it (the first final status, 1xx but 101 being interim;
+// 200 when the body or a flush goes first; 101 for a hijack before any
+// status), and a function that returns it (0: none yet), for an adapter
+// that settles Rule.CountIf itself (Enforcer.SettleAfter). Flusher,
+// Hijacker and io.ReaderFrom still work, and http.ResponseController
+// reaches w.
+func WatchStatus(w http.ResponseWriter) (http.ResponseWriter, func() int) {
+	sw := &statusWriter{ResponseWriter: w}
+	return sw, func() int { return sw.status }
+}

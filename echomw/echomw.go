@@ -21,9 +21,7 @@
 package echomw
 
 import (
-	"bufio"
 	"errors"
-	"net"
 	"net/http"
 	"time"
 
@@ -86,16 +84,15 @@ func (c Config) ToMiddleware() (echo.MiddlewareFunc, error) {
 func serveCounted(e *core.Enforcer, r *http.Request, ec echo.Context, next echo.HandlerFunc) error {
 	var err error
 	res := ec.Response()
-	hw := &hijackWatch{ResponseWriter: res.Writer, res: res}
-	res.Writer = hw
+	w := res.Writer
+	sw, status := core.WatchStatus(w) // below echo's Response, which after a 1xx drops the final status
+	res.Writer = sw
 	e.SettleAfter(r, func() int {
 		err = next(ec)
-		res.Writer = hw.ResponseWriter
-		switch {
-		case hw.upgraded:
-			return http.StatusSwitchingProtocols
-		case hw.status != 0:
-			return hw.status
+		res.Writer = w
+		switch s := status(); {
+		case s != 0:
+			return s
 		case err == nil || res.Committed:
 			return res.Status
 		}
@@ -107,44 +104,6 @@ func serveCounted(e *core.Enforcer, r *http.Request, ec echo.Context, next echo.
 	})
 	return err
 }
-
-// hijackWatch notes a hijack before the response was committed (the
-// connection was upgraded: 101), and the final status sent, which echo's
-// Response does not say: after a 1xx, echo drops the handler's status and
-// net/http sends 200 with the body.
-type hijackWatch struct {
-	http.ResponseWriter
-	res      *echo.Response
-	upgraded bool
-	status   int // the final status sent; 0: none yet
-}
-
-// WriteHeader sends code; the first final one is the response's status.
-func (w *hijackWatch) WriteHeader(code int) {
-	if w.status == 0 && (code < 100 || code > 199 || code == http.StatusSwitchingProtocols) {
-		w.status = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-// Write sends b, with a status of 200 when none was sent.
-func (w *hijackWatch) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	return w.ResponseWriter.Write(b)
-}
-
-// Hijack hands the connection over (http.Hijacker).
-func (w *hijackWatch) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	committed := w.res.Committed
-	c, rw, err := http.NewResponseController(w.ResponseWriter).Hijack()
-	w.upgraded = err == nil && !committed
-	return c, rw, err
-}
-
-// Unwrap returns the writer it watches, for http.ResponseController.
-func (w *hijackWatch) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // LimitWithConfig returns the middleware of c. It panics when c is invalid,
 // at start-up, as echo's own WithConfig functions do.

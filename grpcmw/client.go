@@ -62,11 +62,11 @@ type ClientRule struct {
 	Margin time.Duration
 }
 
-// Defaults of ClientRule's fields, as nethttp.Transport's.
+// Defaults of ClientRule's fields: core.Outbound's, as nethttp.Transport's.
 const (
-	DefaultMaxRetries   = 3
-	DefaultMaxBlock     = time.Minute
-	DefaultRefusalBlock = time.Second
+	DefaultMaxRetries   = core.DefaultMaxRetries
+	DefaultMaxBlock     = core.DefaultMaxBlock
+	DefaultRefusalBlock = core.DefaultRefusalBlock
 )
 
 // ClientInterceptors throttles outbound calls: each waits for its slot
@@ -150,18 +150,6 @@ func (e callError) Error() string              { return e.err.Error() }
 func (e callError) Unwrap() error              { return e.err }
 func (e callError) GRPCStatus() *status.Status { return status.New(e.code, e.err.Error()) }
 
-// wait waits for c's slot (see ClientInterceptors).
-func (ci *ClientInterceptors) wait(c OutboundCall, key string, n int64) error {
-	start := time.Now()
-	if err := ci.d.Wait(c.Context, key, n); err != nil {
-		return err
-	}
-	if ci.rule.OnWait != nil {
-		ci.rule.OnWait(c, time.Since(start))
-	}
-	return nil
-}
-
 // Unary returns the unary client interceptor.
 func (ci *ClientInterceptors) Unary() grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
@@ -173,34 +161,21 @@ func (ci *ClientInterceptors) Unary() grpc.UnaryClientInterceptor {
 		if err != nil {
 			return err
 		}
-		retries := ci.rule.MaxRetries
-		if retries == 0 {
-			retries = DefaultMaxRetries
-		}
 		var trailer metadata.MD
 		opts = append(opts[:len(opts):len(opts)], grpc.Trailer(&trailer))
-		var last error // the refusal the next attempt would replace
-		for attempt := 0; ; attempt++ {
-			if err := ci.wait(c, key, n); err != nil {
-				if last != nil && errors.Is(err, core.ErrWaitExceedsDeadline) {
-					return last // the upstream's answer
-				}
-				return ci.failed(c, err, codes.Unavailable) // else: the Limiter failed
+		var last error // the call's answer: the next attempt replaces a refusal
+		err = ci.d.Throttle(ctx, key, n, ci.outbound(), func(_ int, waited time.Duration) (core.Upstream, error) {
+			if ci.rule.OnWait != nil {
+				ci.rule.OnWait(c, waited)
 			}
 			trailer = nil
-			err := invoker(ctx, method, req, reply, cc, opts...)
-			d, refused := ci.refusal(err, trailer)
-			if !refused {
-				return err
-			}
-			retry := attempt < retries && retries > 0 && !noRetry(trailer)
-			// best effort: when the Block fails, Refused waits d out before a
-			// retry, and an error says the retry cannot go
-			if rerr := ci.d.Refused(ctx, key, d, retry); !retry || rerr != nil {
-				return err
-			}
-			last = err
+			last = invoker(ctx, method, req, reply, cc, opts...)
+			return refusal(last, trailer), nil
+		})
+		if err != nil {
+			return ci.failed(c, err, codes.Unavailable) // else: the Limiter failed
 		}
+		return last
 	}
 }
 
@@ -217,18 +192,30 @@ func (ci *ClientInterceptors) Stream() grpc.StreamClientInterceptor {
 		if err != nil {
 			return nil, err
 		}
-		if err := ci.wait(c, key, n); err != nil {
-			return nil, ci.failed(c, err, codes.Unavailable) // else: the Limiter failed
-		}
-		cs, err := streamer(ctx, desc, cc, method, opts...)
-		if err != nil {
-			if d, refused := ci.refusal(err, nil); refused {
-				_ = ci.d.Refused(ctx, key, d, false)
+		var cs grpc.ClientStream
+		var serr error // the stream's
+		o := ci.outbound()
+		o.MaxRetries = -1 // a stream is not sent again
+		err = ci.d.Throttle(ctx, key, n, o, func(_ int, waited time.Duration) (core.Upstream, error) {
+			if ci.rule.OnWait != nil {
+				ci.rule.OnWait(c, waited)
 			}
-			return nil, err
+			cs, serr = streamer(ctx, desc, cc, method, opts...)
+			return refusal(serr, nil), nil
+		})
+		switch {
+		case err != nil:
+			return nil, ci.failed(c, err, codes.Unavailable) // else: the Limiter failed
+		case serr != nil:
+			return nil, serr
 		}
 		return &obeyingStream{ClientStream: cs, ci: ci, key: key}, nil
 	}
+}
+
+// outbound returns the rule's core.Outbound.
+func (ci *ClientInterceptors) outbound() core.Outbound {
+	return core.Outbound{MaxRetries: ci.rule.MaxRetries, MaxBlock: ci.rule.MaxBlock, DefaultBlock: ci.rule.DefaultBlock}
 }
 
 // obeyingStream blocks its key when the upstream ends it with
@@ -242,10 +229,8 @@ type obeyingStream struct {
 // RecvMsg receives m; a refusal blocks the stream's key.
 func (s *obeyingStream) RecvMsg(m any) error {
 	err := s.ClientStream.RecvMsg(m)
-	if err != nil {
-		if d, refused := s.ci.refusal(err, s.Trailer()); refused {
-			_ = s.ci.d.Refused(context.WithoutCancel(s.Context()), s.key, d, false)
-		}
+	if up := refusal(err, s.Trailer()); up.Refused {
+		_ = s.ci.d.Refused(context.WithoutCancel(s.Context()), s.key, s.ci.outbound().Block(up.Delay), false)
 	}
 	return err
 }
@@ -253,40 +238,31 @@ func (s *obeyingStream) RecvMsg(m any) error {
 // refusal reads a call's error: refused for RESOURCE_EXHAUSTED, or
 // UNAVAILABLE with a delay (as nethttp.Transport reads a 503 with
 // Retry-After: an upstream's limiter that could not decide), with the
-// delay of its RetryInfo, else of the pushback trailer, else DefaultBlock,
-// at most MaxBlock. grpc-go's own RESOURCE_EXHAUSTED (a message larger
-// than a side allows: its message starts "grpc: ") is no refusal: the call
-// may have run; nor is one that names no delay and asks not to be retried
-// (a negative pushback, as grpcmw's for a call whose cost exceeds a limit).
-func (ci *ClientInterceptors) refusal(err error, trailer metadata.MD) (time.Duration, bool) {
+// delay of its RetryInfo, else of the pushback trailer (core.Outbound
+// applies DefaultBlock and MaxBlock). grpc-go's own RESOURCE_EXHAUSTED (a
+// message larger than a side allows: its message starts "grpc: ") is no
+// refusal: the call may have run; nor is one that names no delay and asks
+// not to be retried (a negative pushback, as grpcmw's for a call whose
+// cost exceeds a limit).
+func refusal(err error, trailer metadata.MD) core.Upstream {
 	st, ok := status.FromError(err)
 	if err == nil || !ok || strings.HasPrefix(st.Message(), "grpc: ") {
-		return 0, false
+		return core.Upstream{}
 	}
 	d, found := RetryDelay(st, trailer)
 	switch st.Code() {
 	case codes.ResourceExhausted:
 		if !found && noRetry(trailer) { // this call can never pass: the quota is not spent
-			return 0, false
+			return core.Upstream{}
 		}
 	case codes.Unavailable:
 		if !found {
-			return 0, false
+			return core.Upstream{}
 		}
 	default:
-		return 0, false
+		return core.Upstream{}
 	}
-	if !found || d <= 0 {
-		d = DefaultRefusalBlock
-		if ci.rule.DefaultBlock > 0 {
-			d = ci.rule.DefaultBlock
-		}
-	}
-	limit := DefaultMaxBlock
-	if ci.rule.MaxBlock > 0 {
-		limit = ci.rule.MaxBlock
-	}
-	return min(d, limit, core.MaxBlock), true
+	return core.Upstream{Refused: true, Delay: d, Final: noRetry(trailer)}
 }
 
 // noRetry reports a negative pushback: the upstream asks not to retry.

@@ -94,6 +94,10 @@ type Rule struct {
 	// mode). Default: log/slog's default logger, at most one line a
 	// second.
 	OnError func(Call, error)
+	// RefundIfStopped gives a call's units back when a later rule refuses
+	// it (see core.Rule.RefundIfStopped); New refuses it with a Penalty.
+	// Without it, a rule counts every call that reached it.
+	RefundIfStopped bool
 	// PerMessage, for streams: besides the decision when the stream
 	// starts, every message received is decided as a call of its own
 	// (Call.Message set, Cost sees it); a denied message ends RecvMsg
@@ -152,6 +156,9 @@ func New(l *core.Limiter, rule Rule) (*Interceptors, error) {
 	case !utf8.ValidString(rule.Domain):
 		return nil, fmt.Errorf("%w %q: Domain %q is not UTF-8 (grpcmw)", core.ErrInvalidRule, rule.Name, rule.Domain)
 	}
+	if rule.Headers > core.None {
+		return nil, fmt.Errorf("%w %q: unknown %s (grpcmw)", core.ErrInvalidRule, rule.Name, rule.Headers)
+	}
 	if rule.PerMessage && rule.CountIf != nil {
 		return nil, fmt.Errorf("%w %q: PerMessage with CountIf: messages are counted as they arrive, before the stream's status is known; decide them in a rule without CountIf (grpcmw)", core.ErrInvalidRule, rule.Name)
 	}
@@ -159,7 +166,10 @@ func New(l *core.Limiter, rule Rule) (*Interceptors, error) {
 	p := core.Policy[Call]{
 		Name: rule.Name, Limits: rule.Limits, Key: rule.Key, FallbackKey: rule.FallbackKey,
 		Cost: rule.Cost, Skip: rule.Skip, LimitsFor: rule.LimitsFor, Penalty: rule.Penalty,
-		DryRun: rule.DryRun, Headers: rule.Headers, PartitionKey: rule.PartitionKey,
+		DryRun: rule.DryRun, PartitionKey: rule.PartitionKey, RefundIfStopped: rule.RefundIfStopped,
+	}
+	if countIf := rule.CountIf; countIf != nil {
+		p.CountIf = func(code int) bool { return countIf(codes.Code(code)) }
 	}
 	if onError := rule.OnError; onError != nil {
 		p.OnError = func(c Call, err error) bool { onError(c, err); return false }
@@ -181,10 +191,10 @@ func (i *Interceptors) Unary() grpc.UnaryServerInterceptor {
 		dec := i.d.Decide(ctx, call)
 		md, err := i.answer(ctx, dec, nil)
 		if err != nil {
-			refundEarlier(ctx)
+			stopEarlier(ctx, err)
 			return nil, err
 		}
-		ctx, t, n := i.record(ctx, call, dec, md, false)
+		ctx, t := i.record(ctx, call, dec, md, false)
 		if t != nil && t.Context == call.Context { // the first rule's trail: it sends the fields
 			sts := grpc.ServerTransportStreamFromContext(ctx)
 			if sts != nil {
@@ -195,7 +205,7 @@ func (i *Interceptors) Unary() grpc.UnaryServerInterceptor {
 		if i.rule.CountIf == nil {
 			return handler(ctx, req)
 		}
-		defer i.settle(ctx, n, &err)
+		defer i.settle(ctx, &err)
 		return handler(ctx, req)
 	}
 }
@@ -209,10 +219,10 @@ func (i *Interceptors) Stream() grpc.StreamServerInterceptor {
 		dec := i.d.Decide(ctx, call)
 		md, err := i.answer(ctx, dec, ss)
 		if err != nil {
-			refundEarlier(ctx)
+			stopEarlier(ctx, err)
 			return err
 		}
-		ctx, t, n := i.record(ctx, call, dec, md, i.rule.PerMessage)
+		ctx, t := i.record(ctx, call, dec, md, i.rule.PerMessage)
 		if first := t != nil && t.Context == call.Context; first || i.rule.PerMessage {
 			if sts := grpc.ServerTransportStreamFromContext(ctx); first && sts != nil { // grpc.SendHeader(ctx, md)
 				ctx = grpc.NewContextWithServerTransportStream(ctx, &headerStream{ServerTransportStream: sts, t: t})
@@ -226,23 +236,21 @@ func (i *Interceptors) Stream() grpc.StreamServerInterceptor {
 		if i.rule.CountIf == nil {
 			return handler(srv, ss)
 		}
-		defer i.settle(ctx, n, &err)
+		defer i.settle(ctx, &err)
 		return handler(srv, ss)
 	}
 }
 
 // trail is what the interceptors on a call's way share, in its context:
-// their charges, which they give back when one refuses the call, so that a
-// refused call consumes nothing (as core.Rule's), and those of the message
-// being received (Rule.PerMessage); the rate-limit fields of the rules that
+// their charges, settled as core.Rule's (core.Charges), and those of the
+// message being received (Rule.PerMessage); the rate-limit fields of the rules that
 // passed it, sent as header metadata once it passed them all (by the first
 // rule, before the handler's header, or as it returns), so that a refused
 // call's response stays trailers-only.
 type trail struct {
 	context.Context
-	charges []charge
-	inline  [1]charge
-	msg     []charge // the charges of the message being received
+	charges core.Charges[Call]
+	msg     core.Charges[Call] // the charges of the message being received
 	mu      sync.Mutex
 	header  metadata.MD // the fields to send; nil once sent, or refused
 }
@@ -270,14 +278,6 @@ func (s *headerStream) SendHeader(md metadata.MD) error {
 	return s.ServerTransportStream.SendHeader(md)
 }
 
-// charge is what one rule took from a call.
-type charge struct {
-	i       *Interceptors
-	call    Call
-	dec     core.Decision
-	settled bool
-}
-
 type trailKey struct{}
 
 // Value answers trailKey, else asks the parent.
@@ -290,13 +290,11 @@ func (t *trail) Value(key any) any {
 
 // record adds a passed call's charge and fields md to its trail, made
 // when the call needs one (a charge, fields, or always), and returns the
-// context, the trail (nil: none) and the charge's index, or -1 when
-// nothing was charged.
-func (i *Interceptors) record(ctx context.Context, call Call, dec core.Decision, md metadata.MD, always bool) (context.Context, *trail, int) {
+// context and the trail (nil: none).
+func (i *Interceptors) record(ctx context.Context, call Call, dec core.Decision, md metadata.MD, always bool) (context.Context, *trail) {
 	t, _ := ctx.Value(trailKey{}).(*trail)
 	if t == nil && (dec.Charged() || md != nil || always) {
 		t = &trail{Context: ctx}
-		t.charges = t.inline[:0]
 		ctx = t
 	}
 	if md != nil {
@@ -304,16 +302,16 @@ func (i *Interceptors) record(ctx context.Context, call Call, dec core.Decision,
 		t.header = metadata.Join(t.header, md)
 		t.mu.Unlock()
 	}
-	if !dec.Charged() {
-		return ctx, t, -1
+	if t != nil {
+		t.charges.Add(i.d, call, dec)
 	}
-	t.charges = append(t.charges, charge{i: i, call: call, dec: dec})
-	return ctx, t, len(t.charges) - 1
+	return ctx, t
 }
 
-// refundEarlier gives back the units the interceptors before this one
-// charged the call, which one of them refused, and drops their fields.
-func refundEarlier(ctx context.Context) {
+// stopEarlier settles the charges of the interceptors before this one,
+// which refused the call with err (core.Charges.Stop), and drops their
+// fields.
+func stopEarlier(ctx context.Context, err error) {
 	t, _ := ctx.Value(trailKey{}).(*trail)
 	if t == nil {
 		return
@@ -321,32 +319,20 @@ func refundEarlier(ctx context.Context) {
 	t.mu.Lock()
 	t.header = nil
 	t.mu.Unlock()
-	for k := range t.charges {
-		if c := &t.charges[k]; !c.settled {
-			c.settled = true
-			c.i.d.GiveBack(c.call.Context, c.call, c.dec, "a later rule refused the call")
-		}
-	}
+	t.charges.Stop(ctx, int(status.Code(err)))
 }
 
-// settle gives back the units of charge n of the call when CountIf rejects
-// its code; a handler that panics counts as codes.Internal, and the panic
-// goes on.
-func (i *Interceptors) settle(ctx context.Context, n int, err *error) {
+// settle settles the rule's charge of the call by its code (CountIf); a
+// handler that panics counts as codes.Internal, and the panic goes on.
+func (i *Interceptors) settle(ctx context.Context, err *error) {
 	code := codes.Internal
 	if r := recover(); r != nil {
 		defer panic(r)
 	} else {
 		code = statusCode(*err)
 	}
-	t, _ := ctx.Value(trailKey{}).(*trail)
-	if n < 0 || t == nil || t.charges[n].settled {
-		return
-	}
-	c := &t.charges[n]
-	c.settled = true
-	if !i.rule.CountIf(code) {
-		i.d.GiveBack(c.call.Context, c.call, c.dec, "status "+code.String())
+	if t, _ := ctx.Value(trailKey{}).(*trail); t != nil {
+		t.charges.Settle(ctx, i.d, int(code))
 	}
 }
 
@@ -391,15 +377,15 @@ func (s *chargedStream) SendMsg(m any) error {
 }
 
 // RecvMsg receives m, then decides it with Rule.PerMessage: a refusal is
-// returned as an error, and the rules before this one give back what they
-// charged m. A message's fields are not sent: the header shows the
+// returned as an error, and the rules before this one settle what they
+// charged m (core.Charges.Stop). A message's fields are not sent: the header shows the
 // stream's.
 func (s *chargedStream) RecvMsg(m any) error {
 	if err := s.ServerStream.RecvMsg(m); err != nil {
 		return err
 	}
 	if s.first { // a new message: the first rule's stream receives it first
-		s.t.msg = s.t.msg[:0]
+		s.t.msg = core.Charges[Call]{}
 	}
 	if !s.i.rule.PerMessage {
 		return nil
@@ -408,15 +394,11 @@ func (s *chargedStream) RecvMsg(m any) error {
 	call := Call{Context: ctx, Method: s.method, Stream: true, Message: m}
 	dec := s.i.d.Decide(ctx, call)
 	if _, err := s.i.answer(ctx, dec, s.ServerStream); err != nil {
-		for _, c := range s.t.msg {
-			c.i.d.GiveBack(c.call.Context, c.call, c.dec, "a later rule refused the message")
-		}
-		s.t.msg = s.t.msg[:0]
+		s.t.msg.Stop(ctx, int(status.Code(err)))
+		s.t.msg = core.Charges[Call]{}
 		return err
 	}
-	if dec.Charged() {
-		s.t.msg = append(s.t.msg, charge{i: s.i, call: call, dec: dec})
-	}
+	s.t.msg.Add(s.i.d, call, dec)
 	return nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/prototext"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ratewindow/ratewindow/core"
@@ -402,30 +404,35 @@ func (a peerAddr) String() string  { return string(a) }
 var _ net.Addr = peerAddr("")
 
 // TestStackedRules: when an inner interceptor refuses a call, the outer
-// ones that charged it give their units back: a refused call consumes
-// nothing, as with the HTTP rules.
+// ones that charged it keep their units (the call reached them), as with
+// the HTTP rules; with RefundIfStopped they give them back.
 func TestStackedRules(t *testing.T) {
 	l := redisLimiter(t, redistest.New(t))
-	outer := mustNew(t, l, grpcmw.Rule{Name: "outer", Limits: []core.Limit{core.PerMinute(3)}})
-	inner := mustNew(t, l, grpcmw.Rule{Name: "inner", Limits: []core.Limit{core.PerMinute(1)},
-		Skip: func(c grpcmw.Call) bool { return c.Message.(*wrapperspb.StringValue).GetValue() == "free" }})
-	cc, _ := serve(t, []grpc.ServerOption{grpc.ChainUnaryInterceptor(outer.Unary(), inner.Unary())})
-	var got []codes.Code
-	for _, m := range []string{"x", "x", "x", "x", "free", "free", "free"} {
-		_, err := say(context.Background(), cc, m)
-		got = append(got, status.Code(err))
-	}
-	// outer: x, then free twice; the fourth of its units is refused
-	want := []codes.Code{0, 8, 8, 8, 0, 0, 8}
-	if !slices.Equal(got, want) {
-		t.Errorf("codes %v, want %v", got, want)
+	for _, refund := range []bool{false, true} {
+		outer := mustNew(t, l, grpcmw.Rule{Name: fmt.Sprint("outer-", refund), Limits: []core.Limit{core.PerMinute(3)}, RefundIfStopped: refund})
+		inner := mustNew(t, l, grpcmw.Rule{Name: fmt.Sprint("inner-", refund), Limits: []core.Limit{core.PerMinute(1)},
+			Skip: func(c grpcmw.Call) bool { return c.Message.(*wrapperspb.StringValue).GetValue() == "free" }})
+		cc, _ := serve(t, []grpc.ServerOption{grpc.ChainUnaryInterceptor(outer.Unary(), inner.Unary())})
+		var got []codes.Code
+		for _, m := range []string{"x", "x", "x", "x", "free", "free", "free"} {
+			_, err := say(context.Background(), cc, m)
+			got = append(got, status.Code(err))
+		}
+		// outer counts x three times, then denies
+		want := []codes.Code{0, 8, 8, 8, 8, 8, 8}
+		if refund { // outer: x, then free twice; the fourth of its units is refused
+			want = []codes.Code{0, 8, 8, 8, 0, 0, 8}
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("RefundIfStopped %v: codes %v, want %v", refund, got, want)
+		}
 	}
 }
 
 // TestStackedRefusalTrailersOnly: a call that a later rule refuses after
 // an earlier one passed it is still a trailers-only response (nothing in
 // its header, the refusing rule's fields in its trailer), unary or stream,
-// and the earlier rule keeps none of its units; a call both pass carries
+// and the earlier rule keeps its units; a call both pass carries
 // both rules' fields in its header.
 func TestStackedRefusalTrailersOnly(t *testing.T) {
 	l := core.NewMemory()
@@ -456,8 +463,8 @@ func TestStackedRefusalTrailersOnly(t *testing.T) {
 	if status.Code(err) != codes.ResourceExhausted || len(h) != 0 {
 		t.Fatalf("stream, refused by the second rule: %v, header %v; want RESOURCE_EXHAUSTED and no header", err, h)
 	}
-	if r, err := l.Peek(context.Background(), "peer:ip:127.0.0.1", peerLimit); err != nil || r.Remaining != 99 {
-		t.Fatalf("the first rule keeps %d of 100 (%v), want 99: the refused calls' units came back", r.Remaining, err)
+	if r, err := l.Peek(context.Background(), "peer:ip:127.0.0.1", peerLimit); err != nil || r.Remaining != 97 {
+		t.Fatalf("the first rule keeps %d of 100 (%v), want 97: every call reached it", r.Remaining, err)
 	}
 }
 
@@ -481,7 +488,7 @@ func chat(t *testing.T, cc *grpc.ClientConn, n int) (grpc.ClientStream, error) {
 }
 
 // TestPerMessageStacked: with Rule.PerMessage on two chained rules, a
-// message the second refuses keeps no unit under the first, and a stream's
+// message the second refuses stays counted by the first, and a stream's
 // header carries its start's fields once, not a set a message.
 func TestPerMessageStacked(t *testing.T) {
 	l := core.NewMemory()
@@ -497,9 +504,9 @@ func TestPerMessageStacked(t *testing.T) {
 	if got := h.Get("x-ratelimit-remaining"); !slices.Equal(got, []string{"99", "2"}) {
 		t.Fatalf("header x-ratelimit-remaining %v, want the start's of each rule [99 2]", got)
 	}
-	// b admitted the start and two messages; a the same three, not the refused one
-	if r, err := l.Peek(context.Background(), "a:method:"+chatMethod, limA); err != nil || r.Remaining != 97 {
-		t.Fatalf("rule a keeps %d of 100 (%v), want 97", r.Remaining, err)
+	// b admitted the start and two messages; a the same three and the refused one
+	if r, err := l.Peek(context.Background(), "a:method:"+chatMethod, limA); err != nil || r.Remaining != 96 {
+		t.Fatalf("rule a keeps %d of 100 (%v), want 96", r.Remaining, err)
 	}
 }
 
@@ -667,5 +674,65 @@ func TestClientRetryWaitsWhenBlockFails(t *testing.T) {
 	}
 	if gap := e.arrivals[1].Sub(e.arrivals[0]); gap < 500*time.Millisecond {
 		t.Fatalf("the retry went %s after the refusal, inside its 500ms block", gap)
+	}
+}
+
+// TestClientTinyRetryInfo: an upstream's RetryInfo below 1µs (1ns) counts
+// as none: the key is blocked for DefaultBlock and the call goes again
+// after it (Block refused 1ns, and the call ended at once).
+func TestClientTinyRetryInfo(t *testing.T) {
+	var refusals []time.Duration
+	l := core.NewMemory(core.WithObserver(func(ev core.Event) {
+		if ev.Op == core.OpRefused {
+			refusals = append(refusals, ev.Result.RetryAfter)
+		}
+	}))
+	var calls atomic.Int64
+	tiny := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if calls.Add(1) == 1 {
+			st, _ := status.New(codes.ResourceExhausted, "slow down").WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Nanosecond)})
+			return nil, st.Err()
+		}
+		return handler(ctx, req)
+	}
+	ci, err := grpcmw.NewClient(l, grpcmw.ClientRule{Name: "out", Limits: []core.Limit{core.PerSecond(100)},
+		MaxRetries: 1, DefaultBlock: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, _ := serve(t, []grpc.ServerOption{grpc.UnaryInterceptor(tiny)}, grpc.WithUnaryInterceptor(ci.Unary()))
+	began := time.Now()
+	if _, err := say(context.Background(), cc, "x"); err != nil {
+		t.Fatalf("%v, want the retry to pass", err)
+	}
+	if calls.Load() != 2 || len(refusals) != 1 || refusals[0] != 200*time.Millisecond {
+		t.Fatalf("%d calls, blocks %v; want 2 calls and one block of DefaultBlock (200ms)", calls.Load(), refusals)
+	}
+	if took := time.Since(began); took < 200*time.Millisecond {
+		t.Fatalf("the retry went after %s, inside the 200ms block", took)
+	}
+}
+
+// TestFailedLogins: a rule counting codes.Unauthenticated (3 a minute)
+// admits exactly 3 failed logins of 20 from a grpc-go client; the calls
+// that succeed are not counted.
+func TestFailedLogins(t *testing.T) {
+	l := redisLimiter(t, redistest.New(t))
+	cc, e := serveRule(t, l, grpcmw.Rule{Name: "login", Limits: []core.Limit{core.PerMinute(3)},
+		CountIf: func(c codes.Code) bool { return c == codes.Unauthenticated }})
+	for i := range 5 {
+		if _, err := say(context.Background(), cc, "right"); err != nil {
+			t.Fatalf("call %d: %v", i+1, err)
+		}
+	}
+	got := map[codes.Code]int{}
+	for range 20 {
+		_, err := say(context.Background(), cc, "code:16")
+		got[status.Code(err)]++
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.arrivals) != 5+3 || got[codes.Unauthenticated] != 3 || got[codes.ResourceExhausted] != 17 {
+		t.Fatalf("20 failed logins reached the handler %d times (codes %v), want 3", len(e.arrivals)-5, got)
 	}
 }

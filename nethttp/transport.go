@@ -106,15 +106,15 @@ type Transport struct {
 	Margin time.Duration
 
 	once sync.Once
-	enf  *core.Enforcer
+	d    *core.Decider[*http.Request]
 	err  error
 }
 
-// Defaults of the Transport's fields.
+// Defaults of the Transport's fields: core.Outbound's.
 const (
-	DefaultMaxRetries   = 3
-	DefaultMaxBlock     = time.Minute
-	DefaultRefusalBlock = time.Second
+	DefaultMaxRetries   = core.DefaultMaxRetries
+	DefaultMaxBlock     = core.DefaultMaxBlock
+	DefaultRefusalBlock = core.DefaultRefusalBlock
 )
 
 // NewTransport returns a Transport that sends requests with base (nil:
@@ -129,101 +129,75 @@ func NewTransport(base http.RoundTripper, l *core.Limiter, rule core.Rule) (*Tra
 }
 
 // prepare checks the rule once and keeps what every request shares.
-func (t *Transport) prepare() (*core.Enforcer, error) {
+func (t *Transport) prepare() (*core.Decider[*http.Request], error) {
 	t.once.Do(func() {
 		rule := t.Rule
 		if rule.Key == nil {
 			rule.Key = hostKey
 		}
-		rule.Limits = margin.Widen(rule.Limits, t.Margin)
-		t.enf, t.err = core.NewEnforcer(t.Limiter, rule)
+		p := core.Policy[*http.Request]{Name: rule.Name, Limits: margin.Widen(rule.Limits, t.Margin), Key: rule.Key, Cost: rule.Cost}
+		if err := rule.Validate(); err != nil {
+			t.err = fmt.Errorf("%w (nethttp.Transport)", err)
+			return
+		}
+		t.d, t.err = core.NewDecider(t.Limiter, p)
 		if t.err != nil {
 			t.err = fmt.Errorf("%w (nethttp.Transport)", t.err)
 		}
 	})
-	return t.enf, t.err
+	return t.d, t.err
 }
 
 // RoundTrip waits until the rule admits req, then sends it with Base; a
 // refused request blocks the key and goes again (see Transport).
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	enf, err := t.prepare()
+	d, err := t.prepare()
 	if err != nil {
 		return nil, closeBody(req, err)
 	}
 	if t.Rule.Skip != nil && t.Rule.Skip(req) {
 		return t.base().RoundTrip(req)
 	}
-	key, err := enf.Key(req)
+	key, err := d.Key(req)
 	if err != nil {
-		return nil, closeBody(req, fmt.Errorf("ratewindow: transport rule %q: key: %w", enf.Name(), err))
+		return nil, closeBody(req, fmt.Errorf("ratewindow: transport rule %q: key: %w", t.Rule.Name, err))
 	}
-	n, err := enf.Cost(req)
+	n, err := d.Cost(req)
 	if err != nil {
-		return nil, closeBody(req, fmt.Errorf("ratewindow: transport rule %q: %w", enf.Name(), err))
+		return nil, closeBody(req, fmt.Errorf("ratewindow: transport rule %q: %w", t.Rule.Name, err))
 	}
-	retries := t.MaxRetries
-	if retries == 0 {
-		retries = DefaultMaxRetries
-	}
-	ctx := req.Context()
-	var last *http.Response // the refusal the next attempt would replace
-	for attempt := 0; ; attempt++ {
-		start := time.Now()
-		if err := enf.Wait(ctx, key, n); err != nil {
-			if last != nil && errors.Is(err, core.ErrWaitExceedsDeadline) {
-				return last, nil // the upstream's answer, body intact
-			}
-			if last != nil {
-				drainClose(last.Body)
-			}
-			return nil, closeBody(req, fmt.Errorf("ratewindow: transport rule %q: %w", enf.Name(), err))
-		}
+	var resp *http.Response // the last answer: a refusal the next attempt replaces
+	var failed error        // send's: the request is the base's, closed
+	o := core.Outbound{MaxRetries: t.MaxRetries, MaxBlock: t.MaxBlock, DefaultBlock: t.DefaultBlock}
+	err = d.Throttle(req.Context(), key, n, o, func(attempt int, waited time.Duration) (core.Upstream, error) {
 		if t.OnWait != nil {
-			t.OnWait(req, time.Since(start))
+			t.OnWait(req, waited)
 		}
 		send := req
 		if attempt > 0 {
-			drainClose(last.Body)
+			drainClose(resp.Body)
+			resp = nil
+			var err error
 			if send, err = replay(req); err != nil {
-				return nil, fmt.Errorf("ratewindow: transport rule %q: replay: %w", enf.Name(), err)
+				failed = fmt.Errorf("ratewindow: transport rule %q: replay: %w", t.Rule.Name, err)
+				return core.Upstream{}, failed
 			}
 		}
-		resp, err := t.base().RoundTrip(send)
-		if err != nil {
-			return nil, err
+		if resp, failed = t.base().RoundTrip(send); failed != nil {
+			return core.Upstream{}, failed
 		}
-		d, refused, spent := refusal(resp, time.Now())
-		if !refused && !spent {
-			return resp, nil
-		}
-		if d <= 0 {
-			d = t.defaultBlock()
-		}
-		d = min(d, t.maxBlock())
-		retry := refused && attempt < retries && replayable(req)
-		// the refusal is the fleet's: blocking is best effort; when it
-		// fails, Refused waits d out itself before a retry, and an error
-		// says the retry cannot go (ctx ended, or d outlasts it)
-		if err := enf.Refused(ctx, key, d, retry); !retry || err != nil {
-			return resp, nil
-		}
-		last = resp
+		delay, refused, spent := refusal(resp, time.Now())
+		return core.Upstream{Refused: refused, Spent: spent, Delay: delay, Final: !replayable(req)}, nil
+	})
+	switch {
+	case err == nil:
+		return resp, nil // the upstream's answer, body intact
+	case failed != nil:
+		return nil, failed
+	case resp != nil: // a refusal whose retry cannot go
+		drainClose(resp.Body)
 	}
-}
-
-func (t *Transport) maxBlock() time.Duration {
-	if t.MaxBlock > 0 {
-		return t.MaxBlock
-	}
-	return DefaultMaxBlock
-}
-
-func (t *Transport) defaultBlock() time.Duration {
-	if t.DefaultBlock > 0 {
-		return t.DefaultBlock
-	}
-	return DefaultRefusalBlock
+	return nil, closeBody(req, fmt.Errorf("ratewindow: transport rule %q: %w", t.Rule.Name, err))
 }
 
 // replayable reports whether req can be sent again: no body, or GetBody.

@@ -100,12 +100,12 @@ func (r *Recorder) Observe(e core.Event) {
 	if e.Op == core.OpPeek {
 		return
 	}
-	switch {
-	case e.Shed:
+	switch e.Outcome() {
+	case OutcomeShed:
 		r.decisions.Add(ctx, 1, a.shed)
-	case e.Failed, e.Op != core.OpWait && e.Err != nil:
+	case OutcomeError:
 		r.decisions.Add(ctx, 1, a.failed)
-	case e.Result.Allowed:
+	case OutcomeAllowed:
 		r.decisions.Add(ctx, 1, a.allowed)
 	default:
 		r.decisions.Add(ctx, 1, a.denied)

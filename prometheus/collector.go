@@ -132,12 +132,12 @@ func (c *Collector) Observe(e core.Event) {
 	if e.Op == core.OpPeek {
 		return
 	}
-	switch {
-	case e.Shed:
+	switch e.Outcome() {
+	case OutcomeShed:
 		m.shed.Inc()
-	case e.Failed, e.Op != core.OpWait && e.Err != nil: // no decision of Redis's
+	case OutcomeError:
 		m.failed.Inc()
-	case e.Result.Allowed:
+	case OutcomeAllowed:
 		m.allowed.Inc()
 	default:
 		m.denied.Inc()

@@ -771,9 +771,29 @@ func scenarios() []scenario {
 		stacked("stacked rules show the most restrictive (loose outside)", false),
 		stacked("stacked rules show the most restrictive (strict outside)", true),
 		{
-			name: "stacked rules: a request an inner rule denies gives the outer rule its unit back",
+			name: "stacked rules: an outer rule counts the requests an inner rule denies, then denies them and bans",
 			app: app{
-				global: []core.Rule{perMinute("outer", 3)},
+				global: []core.Rule{with(perMinute("ip", 10), func(r *core.Rule) {
+					r.Penalty = &core.Penalty{Denials: 3, Within: time.Minute, Ban: time.Hour}
+				})},
+				routes: []route{{path: "/users/{id}", rules: []core.Rule{with(perMinute("account", 1), func(r *core.Rule) {
+					r.Key = keyfuncs.Header("X-Account")
+				})}}},
+			},
+			steps: steps(
+				ok(xrl(1, 0, 60)).with("X-Account", "a"),
+				repeat(9, tooMany(60, xrl(1, 0, 60)).with("X-Account", "a")),  // the inner rule's: the outer one counts them
+				repeat(2, tooMany(60, xrl(10, 0, 60)).with("X-Account", "a")), // the outer rule's
+				tooMany(3600, xrl(10, 0, 3600)).with("X-Account", "a"),        // its third denial bans
+				banned(3600, xrl(10, 0, 3600)).with("X-Account", "a", "Accept", "application/problem+json"),
+			),
+			wantAllowed: slices.Concat([]bool{true, true}, slices.Repeat([]bool{true, false}, 9), slices.Repeat([]bool{false}, 4)),
+			wantBanned:  slices.Concat(slices.Repeat([]bool{false}, 22), []bool{true, false}),
+		},
+		{
+			name: "stacked rules: a request an inner rule denies gives an outer rule with RefundIfStopped its unit back",
+			app: app{
+				global: []core.Rule{with(perMinute("outer", 3), func(r *core.Rule) { r.RefundIfStopped = true })},
 				routes: []route{{path: "/users/{id}", rules: []core.Rule{perMinute("inner", 1)}}, {path: "/b"}},
 			},
 			steps: steps(
@@ -789,9 +809,9 @@ func scenarios() []scenario {
 			wantAllowed: []bool{true, true, true, false, true, false, true, false, true, true, false},
 		},
 		{
-			name: "stacked rules: a request an inner rule's OnError answers gives the outer rule its unit back, and shows no fields",
+			name: "stacked rules: a request an inner rule's OnError answers gives an outer rule with RefundIfStopped its unit back, and shows no fields",
 			app: app{
-				global: []core.Rule{perMinute("outer", 3)},
+				global: []core.Rule{with(perMinute("outer", 3), func(r *core.Rule) { r.RefundIfStopped = true })},
 				routes: []route{{path: "/users/{id}", rules: []core.Rule{with(perMinute("inner", 1), func(r *core.Rule) {
 					r.Key = keyfuncs.Header("X-Api-Key")
 					r.OnError = func(w http.ResponseWriter, _ *http.Request, _ error) {
