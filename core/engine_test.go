@@ -303,6 +303,7 @@ func TestGuardOutcomes(t *testing.T) {
 		{"timeout, the PING answered an error", context.Background(), []error{timeout, nil}, &store.Error{Replied: true, Err: serverErr}, succeeded, 2, false},
 		{"timeouts, the PING answered each time", context.Background(), []error{timeout}, nil, shed, callTries, false},
 		{"timeouts, the PING could not tell", context.Background(), []error{timeout}, context.DeadlineExceeded, shed, callTries, false},
+		{"no connection free in the pool, the PING answered", context.Background(), []error{redis.ErrPoolTimeout}, nil, shed, callTries, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := &fakeRemote{ping: c.ping}

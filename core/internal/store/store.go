@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Store is a backend of a Limiter, safe for concurrent use. An error means
@@ -176,8 +178,10 @@ var (
 	ErrNoWrites = errors.New("ratewindow: redis refuses the limiter's writes")
 )
 
-// IsTimeout reports whether err is a context's or a network deadline's.
+// IsTimeout reports whether err is a context's or a network deadline's, or
+// a wait for one of the client's connections that ran out of time (all of
+// them busy: no evidence against Redis).
 func IsTimeout(err error) bool {
 	var te interface{ Timeout() bool }
-	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &te) && te.Timeout()
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &te) && te.Timeout() || errors.Is(err, redis.ErrPoolTimeout)
 }
