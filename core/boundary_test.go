@@ -22,6 +22,7 @@ var policyFiles = []string{
 	"outbound.go",  // Decider.Throttle and Refused
 	"policy.go",    // Policy, Decider, Decision, Verdict
 	"rule.go",      // Rule, Enforcer, HeaderStyle
+	"published.go", // RuleInfo, Publish, TopDenied
 	"status.go",    // the status of a response (CountIf)
 }
 

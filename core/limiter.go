@@ -254,7 +254,8 @@ func (l *Limiter) decide(ctx context.Context, op Op, rule, key string, n int64, 
 		l.cache.settle(ck, n, limits, probing, l.now().UnixNano(), err == nil && !cacheHit && r.BackendErr == nil, r)
 	}
 	if l.observer != nil {
-		l.observe(Event{Op: op, Rule: rule, Key: key, Result: r, Err: err, Banned: d.Banned, CacheHit: cacheHit, Shed: o == shed && !cacheHit}, start)
+		l.observe(Event{Op: op, Rule: rule, Key: key, Result: r, Err: err, Banned: d.Banned, CacheHit: cacheHit, Shed: o == shed && !cacheHit,
+			Retried: !deadline.IsZero() && req.Deadline.After(deadline)}, start) // the guard moved the deadline: it went again
 	}
 	return r, d.At, err
 }

@@ -28,7 +28,10 @@ type Event struct {
 	Result   Result
 	Latency  time.Duration // the time the decision took (for OpWait, the wait included)
 	CacheHit bool          // the deny cache answered without a round trip
-	Retried  bool          // for OpRefused: the request goes again after the block
+	// Retried: for OpRefused, the request goes again after the block; for
+	// OpAllow, the call to Redis went again after running out of time while
+	// Redis answered its health check (Redis may have counted it twice).
+	Retried bool
 	// Banned reports that this denial reached the Rule's Penalty: the key
 	// is banned from now on, on every replica, for Result.RetryAfter.
 	Banned bool

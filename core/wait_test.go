@@ -351,11 +351,11 @@ type logRecorder struct {
 	rdb    *redis.Client
 	key    string
 	window time.Duration
-	mu   sync.Mutex
-	seen map[int64]int
-	err  error
-	stop chan struct{}
-	done chan struct{}
+	mu     sync.Mutex
+	seen   map[int64]int
+	err    error
+	stop   chan struct{}
+	done   chan struct{}
 }
 
 func recordLog(t *testing.T, srv *redistest.Server, key string, window time.Duration) *logRecorder {
