@@ -124,42 +124,43 @@ func scanAll(ctx context.Context, rdb redis.UniversalClient, match string, re *r
 
 // countWithoutTTL returns how many of keys have no TTL.
 func countWithoutTTL(ctx context.Context, rdb redis.UniversalClient, keys []string) (int, error) {
+	ttls, err := pipelined(ctx, rdb, keys, func(p redis.Pipeliner, k string) *redis.DurationCmd { return p.PTTL(ctx, k) })
+	if err != nil {
+		return 0, fmt.Errorf("read TTLs: %w", err)
+	}
 	n := 0
-	for chunk := range slices.Chunk(keys, batch) {
-		pipe := rdb.Pipeline()
-		ttls := make([]*redis.DurationCmd, len(chunk))
-		for i, k := range chunk {
-			ttls[i] = pipe.PTTL(ctx, k)
-		}
-		if _, err := pipe.Exec(ctx); err != nil {
-			return n, fmt.Errorf("read TTLs: %w", err)
-		}
-		for _, t := range ttls {
-			if t.Val() == -1 { // the key exists and has no TTL (-2: it is gone)
-				n++
-			}
+	for _, t := range ttls {
+		if t.Val() == -1 { // the key exists and has no TTL (-2: it is gone)
+			n++
 		}
 	}
 	return n, nil
 }
 
-// deleteKeys deletes keys, a pipeline of single-key DELs at a time (the
-// keys of a Cluster lie in many slots), and returns how many it deleted.
+// deleteKeys deletes keys and returns how many it deleted.
 func deleteKeys(ctx context.Context, rdb redis.UniversalClient, keys []string) (int, error) {
+	dels, err := pipelined(ctx, rdb, keys, func(p redis.Pipeliner, k string) *redis.IntCmd { return p.Del(ctx, k) })
 	n := 0
+	for _, d := range dels {
+		n += int(d.Val())
+	}
+	return n, err
+}
+
+// pipelined queues one command a key with queue, batch keys a pipeline
+// (single-key commands: the keys of a Cluster lie in many slots), and
+// returns the commands sent, in keys' order, up to the first pipeline that
+// failed.
+func pipelined[C redis.Cmder](ctx context.Context, rdb redis.UniversalClient, keys []string, queue func(redis.Pipeliner, string) C) ([]C, error) {
+	cmds := make([]C, 0, len(keys))
 	for chunk := range slices.Chunk(keys, batch) {
 		pipe := rdb.Pipeline()
-		dels := make([]*redis.IntCmd, len(chunk))
-		for i, k := range chunk {
-			dels[i] = pipe.Del(ctx, k)
+		for _, k := range chunk {
+			cmds = append(cmds, queue(pipe, k))
 		}
-		_, err := pipe.Exec(ctx)
-		for _, d := range dels {
-			n += int(d.Val())
-		}
-		if err != nil {
-			return n, err
+		if _, err := pipe.Exec(ctx); err != nil {
+			return cmds, err
 		}
 	}
-	return n, nil
+	return cmds, nil
 }
