@@ -19,6 +19,7 @@ require (
 )
 
 require (
+	connectrpc.com/connect v1.21.1
 	github.com/bytedance/gopkg v0.1.3 // indirect
 	github.com/bytedance/sonic v1.15.0 // indirect
 	github.com/bytedance/sonic/loader v0.5.0 // indirect
@@ -42,6 +43,7 @@ require (
 	github.com/pelletier/go-toml/v2 v2.2.4 // indirect
 	github.com/quic-go/qpack v0.6.0 // indirect
 	github.com/quic-go/quic-go v0.59.0 // indirect
+	github.com/ratewindow/ratewindow/connectmw v0.0.0
 	github.com/twitchyliquid64/golang-asm v0.15.1 // indirect
 	github.com/ugorji/go/codec v1.3.1 // indirect
 	github.com/valyala/bytebufferpool v1.0.0 // indirect
@@ -63,3 +65,5 @@ replace (
 	github.com/ratewindow/ratewindow/ginmw => ../ginmw
 	github.com/ratewindow/ratewindow/grpcmw => ../grpcmw
 )
+
+replace github.com/ratewindow/ratewindow/connectmw => ../connectmw

@@ -173,7 +173,7 @@ for ((j = 0; j < start_timeout * 10; j++)); do
 	sleep 0.1
 done
 [ -S "$tmp/redis.sock" ] || fail "redis-server made no socket within ${start_timeout}s"
-for name in quickstart nethttp chi gin echo; do
+for name in quickstart nethttp chi gin echo grpc connect; do
 	build "$name"
 	out="$tmp/$name.wrongpass"
 	: >"$out"

@@ -1,6 +1,7 @@
 // Command ratewindow operates the rate limits of a running service from a
 // shell: the rules it published, a key's usage, resets, blocks, overrides
-// and the keys denied most, on the Redis that REDIS_URL names.
+// and the keys denied most, on the Redis that REDIS_URL names; and it
+// removes the limit keys an older release left (cleanup).
 //
 // Usage:
 //
@@ -69,6 +70,9 @@ Commands:
   override get RULE KEY                  a key's override
   override rm RULE KEY...                remove a key's override
   top [-n 10] [-since 5m] RULE           the keys denied most under a rule
+  cleanup                                delete the limit keys of the former key format (before
+                                         v2) under the prefix, some of which never expire; run
+                                         it once no replica of a release before v2 is running
 
 Flags (before or after the command's arguments; "--" ends them):
   -json              print JSON instead of tables
@@ -110,6 +114,7 @@ func commands() []command {
 		{name: "override get", min: 2, max: 2, run: (*cli).overrideGet},
 		{name: "override rm", min: 2, max: -1, many: true, run: (*cli).overrideRm},
 		{name: "top", min: 1, max: 1, flags: []string{"n", "since"}, run: (*cli).top},
+		{name: "cleanup", run: (*cli).cleanup}, // confirms by itself: the keys are known after a scan
 	}
 }
 
@@ -118,6 +123,8 @@ type cli struct {
 	ctx    context.Context
 	opt    options
 	ops    *admin.Ops
+	rdb    redis.UniversalClient
+	stdin  io.Reader
 	stdout io.Writer
 	stderr io.Writer
 }
@@ -136,7 +143,8 @@ func run(args []string, getenv func(string) string, stdin io.Reader, stdout, std
 		return exitUsage
 	}
 	if cmd.many && len(rest) > 2 && !opt.yes {
-		if err := confirm(cmd.name, rest[0], rest[1:], stdin, stderr); err != nil {
+		what := fmt.Sprintf("%s %d keys under rule %q: %s", cmd.name, len(rest)-1, rest[0], strings.Join(rest[1:], ", "))
+		if err := confirm(cmd.name, what, stdin, stderr); err != nil {
 			report(stderr, err)
 			return exitFail
 		}
@@ -159,7 +167,7 @@ func run(args []string, getenv func(string) string, stdin io.Reader, stdout, std
 		report(stderr, err)
 		return exitFail
 	}
-	c := &cli{ctx: ctx, opt: opt, ops: ops, stdout: stdout, stderr: stderr}
+	c := &cli{ctx: ctx, opt: opt, ops: ops, rdb: rdb, stdin: stdin, stdout: stdout, stderr: stderr}
 	if err := cmd.run(c, rest); err != nil {
 		report(stderr, err)
 		return exitFail
@@ -242,10 +250,10 @@ func find(words []string) (command, []string, error) {
 	return command{}, nil, fmt.Errorf("unknown command %q", words[0])
 }
 
-// confirm asks on stderr whether to run the command on keys, and reads the
-// answer from stdin: only y or yes goes on.
-func confirm(name, rule string, keys []string, stdin io.Reader, stderr io.Writer) error {
-	fmt.Fprintf(stderr, "%s %d keys under rule %q: %s\nGo on? [y/N] ", name, len(keys), rule, strings.Join(keys, ", "))
+// confirm asks on stderr whether to go on with the command name, which
+// will do what, and reads the answer from stdin: only y or yes goes on.
+func confirm(name, what string, stdin io.Reader, stderr io.Writer) error {
+	fmt.Fprintf(stderr, "%s\nGo on? [y/N] ", what)
 	line, err := bufio.NewReader(stdin).ReadString('\n')
 	if err != nil && line == "" {
 		fmt.Fprintln(stderr)

@@ -68,14 +68,10 @@ func within(r store.Request, d time.Duration) store.Request {
 	return r
 }
 
-// hookClones adds h to the client clone that s's transport sends direct
+// hookClones adds h to the client clone that s's transport sends unbatched
 // calls through, which runs none of the client's hooks: a test's hook on
 // the client then sees every call of s.
-func hookClones(s *Store, h redis.Hook) {
-	if c, ok := s.t.direct.(*redis.Client); ok && s.t.direct != s.t.rdb {
-		c.AddHook(h)
-	}
-}
+func hookClones(s *Store, h redis.Hook) { s.t.hookDeadlineClient(h) }
 
 // outcome is what a Store's Allow returned.
 type outcome struct {
@@ -88,34 +84,20 @@ type outcome struct {
 // sendQueued, until release gives the slots back. A test builds a batch
 // with queueAllow, in the order it chooses, and sends it as a flusher
 // would.
-func holdSends(s *Store) (release func()) {
-	s.t.mu.Lock()
-	s.t.one.inflight += maxInFlight
-	s.t.mu.Unlock()
-	return func() {
-		s.t.mu.Lock()
-		s.t.one.inflight -= maxInFlight
-		s.t.mu.Unlock()
-	}
-}
+func holdSends(s *Store) (release func()) { return s.t.holdSlots() }
 
 // queueAllow starts s.Allow(ctx, r) on a goroutine of its own, and returns
 // once its call is queued (s held by holdSends) with the channel its
 // outcome arrives on.
 func queueAllow(ctx context.Context, s *Store, r store.Request) <-chan outcome {
-	s.t.mu.Lock()
-	n := len(s.t.one.queue)
-	s.t.mu.Unlock()
+	n := s.t.queued()
 	out := make(chan outcome, 1)
 	go func() {
 		d, err := s.Allow(ctx, r)
 		out <- outcome{d, err}
 	}()
 	for { // set-up: wait until the call is queued
-		s.t.mu.Lock()
-		queued := len(s.t.one.queue) > n
-		s.t.mu.Unlock()
-		if queued {
+		if s.t.queued() > n {
 			return out
 		}
 		runtime.Gosched()
@@ -124,11 +106,7 @@ func queueAllow(ctx context.Context, s *Store, r store.Request) <-chan outcome {
 
 // sendQueued sends the calls queued in s as one batch, as a flusher would.
 func sendQueued(s *Store) {
-	s.t.mu.Lock()
-	batch := s.t.one.queue
-	s.t.one.queue = nil
-	s.t.mu.Unlock()
-	s.t.send(batch)
+	s.t.send(s.t.takeQueued())
 }
 
 // allowEach makes the decisions rs one after another.

@@ -113,7 +113,7 @@ func (t *transport) nodeOptions(tag string) (*redis.Options, error) {
 	case *redis.Client:
 		return c.Options(), nil
 	case *redis.ClusterClient:
-		m, err := c.MasterForKey(t.known, tag)
+		m, err := c.MasterForKey(t.cancelled, tag)
 		if err == nil {
 			return m.Options(), nil
 		}

@@ -113,7 +113,7 @@ func (s *Store) Allow(ctx context.Context, r store.Request) (store.Decision, err
 	if r.Now != 0 {
 		c.args = append(c.args, r.Now)
 	}
-	reply, err := s.run(ctx, c, r.Deadline)
+	reply, err := s.runScript(ctx, c, r.Deadline)
 	if err != nil {
 		return store.Decision{}, err
 	}
@@ -146,7 +146,7 @@ func (s *Store) Reserve(ctx context.Context, r store.Request, longest int64) (st
 	for _, l := range r.Limits {
 		c.args = append(c.args, l.Count, micros(l.Window))
 	}
-	reply, err := s.run(ctx, c, r.Deadline)
+	reply, err := s.runScript(ctx, c, r.Deadline)
 	if err != nil {
 		return store.Reservation{}, err
 	}
@@ -171,13 +171,13 @@ func (s *Store) Release(ctx context.Context, r store.Request, res store.Reservat
 	for _, l := range r.Limits {
 		c.args = append(c.args, micros(l.Window))
 	}
-	_, err := s.run(ctx, c, r.Deadline)
+	_, err := s.runScript(ctx, c, r.Deadline)
 	return err
 }
 
 // Reset forgets r.Key under r.Limits, its block and penalty (reset.lua).
 func (s *Store) Reset(ctx context.Context, r store.Request) error {
-	_, err := s.run(ctx, s.newCall(s.resetS, r, withBlock|withPenalty), r.Deadline)
+	_, err := s.runScript(ctx, s.newCall(s.resetS, r, withBlock|withPenalty), r.Deadline)
 	return err
 }
 
@@ -185,7 +185,7 @@ func (s *Store) Reset(ctx context.Context, r store.Request) error {
 func (s *Store) Block(ctx context.Context, r store.Request, d time.Duration) error {
 	c := s.newCall(s.blockS, store.Request{Key: r.Key}, withBlock)
 	c.args = append(c.args, r.Now, micros(d))
-	_, err := s.run(ctx, c, r.Deadline)
+	_, err := s.runScript(ctx, c, r.Deadline)
 	return err
 }
 
@@ -196,7 +196,7 @@ func (s *Store) Refund(ctx context.Context, r store.Request) error {
 	for _, l := range r.Limits {
 		c.args = append(c.args, s.limitArgs.entry(l).args[:]...) // algorithm, count, window, precision
 	}
-	reply, err := s.run(ctx, c, r.Deadline)
+	reply, err := s.runScript(ctx, c, r.Deadline)
 	if err != nil {
 		return err
 	}
@@ -208,12 +208,13 @@ func (s *Store) Refund(ctx context.Context, r store.Request) error {
 
 func micros(d time.Duration) int64 { return int64(d / time.Microsecond) }
 
-// run runs c, by deadline at the latest, and returns its script's reply. It
-// fails with the caller's context's end as it is, else a *store.Error, one
-// without a reply explained (see checkDial).
-func (s *Store) run(ctx context.Context, c *call, deadline time.Time) (any, error) {
-	op := c.script.name // read now: c goes back to the pool in t.run
-	reply, err := s.t.run(ctx, c, deadline)
+// runScript has the transport send c (see transport.route), by deadline at
+// the latest, and returns its script's reply. It fails with the caller's
+// context's end as it is, else a *store.Error, one without a reply
+// explained (see checkDial).
+func (s *Store) runScript(ctx context.Context, c *call, deadline time.Time) (any, error) {
+	op := c.script.name // read now: c goes back to the pool in t.route
+	reply, err := s.t.route(ctx, c, deadline)
 	switch {
 	case err == nil || ctx.Err() != nil && errors.Is(err, ctx.Err()):
 		return reply, err

@@ -16,13 +16,13 @@ import (
 	"github.com/ratewindow/ratewindow/core/internal/store"
 )
 
-// transport sends a Limiter's script calls by one rule: a call that finds
-// nothing in flight on its lane (a single server, or the node serving its
-// key, see laneOf) goes out on its caller's goroutine through direct; else it
-// queues, and a flusher sends the queue, at most depth round trips in flight
-// a lane, decisions merged into allow_batch calls, replies read to the end
-// after their callers left. On a Cluster or Ring a call that is no decision
-// goes alone. It adds no hook to the client.
+// transport sends a Limiter's script calls by one rule (route): a call that
+// finds nothing in flight on its lane (a single server, or the node serving
+// its key, see laneOf) goes out at once, unbatched (sendUnbatched); else it
+// queues, and a flusher sends the queue, at most inflightLimit round trips in
+// flight a lane, decisions merged into allow_batch calls, replies read to the
+// end after their callers left. On a Cluster or Ring a call that is no
+// decision always goes unbatched. It adds no hook to the client.
 type transport struct {
 	rdb redis.Scripter
 	// pipe returns a pipeline to the node serving a hash tag: the client's,
@@ -36,13 +36,16 @@ type transport struct {
 	// "": unknown, the tag names the lane): a pipeline to one node holds no
 	// other node's replies. nil: one server.
 	laneOf func(tag string) string
-	known  context.Context // ended: a lookup with it sends nothing (see master)
-	// direct ends a call at its context's deadline: rdb with
-	// ContextTimeoutEnabled, or a *redis.Client's clone with it and no
-	// retries (the same connections, none of its hooks); nil: a Cluster or
-	// Ring without it.
-	direct redis.Scripter
-	lib    *library // runs the scripts as FCALL once loaded; nil: EVALSHA
+	// cancelled is a context already cancelled: a slot lookup with it reads
+	// what the client knows and never sends a command (see master).
+	cancelled context.Context
+	// deadlineClient is a client that ends a call at its context's
+	// deadline: rdb with ContextTimeoutEnabled, or a *redis.Client's clone
+	// with it and no retries (the same connections, none of its hooks); nil:
+	// a Cluster or Ring without it, whose unbatched calls then run on a
+	// goroutine of their own (see sendUnbatched).
+	deadlineClient redis.Scripter
+	lib            *library // runs the scripts as FCALL once loaded; nil: EVALSHA
 
 	// health checks the server after a failure (see checkDial), as a call's
 	// error does not say why (to a closed port, go-redis retries its dial
@@ -51,11 +54,11 @@ type transport struct {
 	checking atomic.Bool
 	dialErr  atomic.Pointer[dialError] // the last check's failure; nil: none
 
-	mu    sync.Mutex
-	depth int              // a lane's round trips in flight at most (see maxInFlight)
-	one   lane             // a single server's
-	lanes map[string]*lane // a Cluster's or Ring's, by laneOf, while in use
-	calls sync.Pool
+	mu            sync.Mutex
+	inflightLimit int              // a lane's round trips in flight at most (see maxInFlight)
+	one           lane             // a single server's
+	lanes         map[string]*lane // a Cluster's or Ring's, by laneOf, while in use
+	calls         sync.Pool
 }
 
 // lane is the round trips in flight to one node, and the calls queued behind.
@@ -65,15 +68,13 @@ type lane struct {
 	spare    []*call // the last batch sent, reused as the next queue
 }
 
-// maxInFlight bounds a single server's round trips in flight (see
-// docs/performance.md): one leaves Redis idle while a reply travels, more
-// split the queue into smaller merged calls, each a round trip's cost to
-// both sides (medians of 12–18 rounds against 2's: 8 gave the log 0.90×
-// the rueidis log at 64 goroutines on 100,000 keys against 0.96×, and one
-// hot key at 256 goroutines 2.6× ulule against 3.0×; 1.15× rueidis at 256
-// on 100,000 keys against 1.07×). A Cluster's or Ring's node takes one at
-// a time: its nodes already work in parallel, and 8 a node measured slower
-// (100,000 keys on 3 masters, 64 goroutines: 0.87× ulule against 1.07×).
+// maxInFlight is a single server's in-flight limit: one round trip in
+// flight leaves Redis idle while a reply travels, and more than two split
+// the queue into smaller merged calls, each a round trip's cost to both
+// sides, which measured slower at all but the highest concurrency
+// (docs/performance.md has the sweep and its command). A Cluster's or
+// Ring's node takes one at a time: its nodes already work in parallel, and
+// more a node measured slower too.
 const maxInFlight = 2
 
 // call is one script run on behalf of one caller.
@@ -101,15 +102,15 @@ type script struct {
 }
 
 func newTransport(rdb redis.Scripter) *transport {
-	t := &transport{rdb: rdb, depth: maxInFlight, lanes: map[string]*lane{}}
-	known, cancel := context.WithCancel(context.Background())
+	t := &transport{rdb: rdb, inflightLimit: maxInFlight, lanes: map[string]*lane{}}
+	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
-	t.known = known
+	t.cancelled = cancelled
 	switch c := rdb.(type) {
 	case *redis.Client: // a failover client too
 		opt := c.Options()
 		t.health = dialHealth(opt.Dialer, opt.DialTimeout, opt.Network, opt.Addr)
-		t.pipe, t.direct = pipeOf(c), c
+		t.pipe, t.deadlineClient = pipeOf(c), c
 		if !opt.ContextTimeoutEnabled {
 			clone := c.WithTimeout(opt.ReadTimeout)
 			clone.Options().ContextTimeoutEnabled = true // the clone's own options
@@ -118,12 +119,12 @@ func newTransport(rdb redis.Scripter) *transport {
 			// the reply, lost at the deadline, became a timeout (its pool drops
 			// a connection the server closed before it lends it)
 			clone.Options().MaxRetries = 0
-			t.direct = clone
+			t.deadlineClient = clone
 		}
 	case *redis.Ring: // its shards' addresses: a down shard takes no command
 		opt := c.Options()
 		t.health = dialHealth(opt.Dialer, opt.DialTimeout, "tcp", slices.Collect(maps.Values(opt.Addrs))...)
-		t.depth = 1
+		t.inflightLimit = 1
 		t.pipe = func(tag string) (redis.Pipeliner, error) {
 			shard, err := c.GetShardClientForKey(tag)
 			if err != nil {
@@ -138,7 +139,7 @@ func newTransport(rdb redis.Scripter) *transport {
 			return ""
 		}
 		if opt.ContextTimeoutEnabled {
-			t.direct = c
+			t.deadlineClient = c
 		}
 	case *redis.ClusterClient: // a PING goes to a node, and says why it cannot
 		t.health = func(ctx context.Context) error {
@@ -150,9 +151,9 @@ func newTransport(rdb redis.Scripter) *transport {
 			return err
 		}
 		if c.Options().ContextTimeoutEnabled {
-			t.direct = c
+			t.deadlineClient = c
 		}
-		t.pipe, t.depth, t.laneOf = pipeOf(c), 1, t.master
+		t.pipe, t.inflightLimit, t.laneOf = pipeOf(c), 1, t.master
 	}
 	t.calls.New = func() any { return &call{done: make(chan struct{}, 1)} }
 	return t
@@ -170,7 +171,7 @@ func (t *transport) master(tag string) string {
 	if !ok {
 		return ""
 	}
-	m, err := c.MasterForKey(t.known, tag)
+	m, err := c.MasterForKey(t.cancelled, tag)
 	if err != nil {
 		return ""
 	}
@@ -252,10 +253,11 @@ func (t *transport) recycle(c *call) {
 	t.calls.Put(c)
 }
 
-// run sends c and returns the script's reply, by deadline at the latest
-// (zero: ctx's alone); c goes back to the pool. A queued caller waits on its
-// pooled call's timer (see await), not a context.WithTimeout.
-func (t *transport) run(ctx context.Context, c *call, deadline time.Time) (any, error) {
+// route sends c by the transport's rule (unbatched when its lane is idle,
+// else queued for a flusher) and returns the script's reply, by deadline at
+// the latest (zero: ctx's alone); c goes back to the pool. A queued caller
+// waits on its pooled call's timer (see await), not a context.WithTimeout.
+func (t *transport) route(ctx context.Context, c *call, deadline time.Time) (any, error) {
 	if err := ended(ctx, deadline, time.Now()); err != nil {
 		t.recycle(c)
 		return nil, err
@@ -264,7 +266,7 @@ func (t *transport) run(ctx context.Context, c *call, deadline time.Time) (any, 
 	name := ""
 	if t.laneOf != nil {
 		if c.merged == nil {
-			return t.runAlone(c)
+			return t.sendUnbatched(c)
 		}
 		if name = t.laneOf(tag(c)); name == "" {
 			name = tag(c)
@@ -282,10 +284,10 @@ func (t *transport) run(ctx context.Context, c *call, deadline time.Time) (any, 
 		l.inflight++
 		t.mu.Unlock()
 		defer t.handOff(name, l)
-		return t.runAlone(c)
+		return t.sendUnbatched(c)
 	}
 	l.queue = append(l.queue, c)
-	free := l.inflight < t.depth
+	free := l.inflight < t.inflightLimit
 	if free {
 		l.inflight++
 	}
@@ -309,10 +311,11 @@ func ended(ctx context.Context, deadline, now time.Time) error {
 // block key "rw:{k}:block".
 func tag(c *call) string { return c.keys[0][:len(c.keys[0])-len(blockName)] }
 
-// runAlone sends c through direct on the caller's goroutine, else on a
+// sendUnbatched sends c alone, never merged: on the caller's goroutine
+// through deadlineClient, else (a Cluster or Ring without one) on a
 // goroutine of its own that the caller leaves at the deadline.
-func (t *transport) runAlone(c *call) (any, error) {
-	if t.direct == nil {
+func (t *transport) sendUnbatched(c *call) (any, error) {
+	if t.deadlineClient == nil {
 		go func() {
 			reply, err := t.runOne(context.WithoutCancel(c.ctx), t.rdb, c)
 			t.finish(c, reply, err)
@@ -325,7 +328,7 @@ func (t *transport) runAlone(c *call) (any, error) {
 		ctx, cancel = context.WithDeadline(ctx, c.limit)
 		defer cancel()
 	}
-	reply, err := t.runOne(ctx, t.direct, c)
+	reply, err := t.runOne(ctx, t.deadlineClient, c)
 	if dl, ok := ctx.Deadline(); err != nil && ok && store.IsTimeout(err) && !time.Now().Before(dl) {
 		err = context.DeadlineExceeded // a read cut at the deadline, as go-redis says after a retry's wait
 	}
