@@ -71,6 +71,9 @@ type Config struct {
 	// ContextTimeout sets go-redis's ContextTimeoutEnabled on every
 	// contender's client.
 	ContextTimeout bool
+	// Client is how every go-redis client of the contenders is built: the
+	// throughput processes' and the program's own (PoolClient when empty).
+	Client Client
 	// CPUProfile, when set, is where each throughput process writes a CPU
 	// profile of its slice: CPUProfile followed by the contender, setting
 	// and round.
@@ -237,8 +240,11 @@ func (c *Config) logf(format string, args ...any) {
 
 // Run measures every contender on the Redis at srv.
 func Run(ctx context.Context, srv *Server, cfg Config) (*Report, error) {
+	if err := cfg.Client.check(cfg.ContextTimeout); err != nil {
+		return nil, err
+	}
 	maxG := slices.Max(append(slices.Clone(cfg.Goroutines), cfg.AdmitGoroutines, 1))
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: maxG, ContextTimeoutEnabled: cfg.ContextTimeout})
+	rdb := redis.NewClient(cfg.Client.options(srv.Addr, maxG, cfg.ContextTimeout))
 	defer rdb.Close()
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		return nil, fmt.Errorf("bench: redis at %s: %w", srv.Addr, err)
@@ -373,7 +379,7 @@ func (gr grid) run(ctx context.Context, cfg *Config, rep *Report) error {
 					spec := SliceSpec{
 						Addr: gr.addr, Cluster: gr.cluster, Contender: c.Name, Goroutines: g, Keys: nk,
 						PoolSize: maxInt(gr.goroutines), Count: cfg.Count, Window: cfg.Window,
-						Warm: cfg.Warm, For: cfg.Slice, ResetStat: gr.resetStat, ContextTimeout: cfg.ContextTimeout,
+						Warm: cfg.Warm, For: cfg.Slice, ResetStat: gr.resetStat, ContextTimeout: cfg.ContextTimeout, Client: cfg.Client,
 					}
 					if cfg.CPUProfile != "" {
 						spec.CPUProfile = fmt.Sprintf("%s.%s.g%d.k%d%s.r%d", cfg.CPUProfile, slug(c.Name), g, nk, strings.TrimSpace(where), r+1)
