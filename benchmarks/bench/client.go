@@ -3,6 +3,8 @@ package bench
 import (
 	"errors"
 	"fmt"
+	"os"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -67,4 +69,47 @@ func (c Client) clusterOptions(addrs []string, pool int, ctxTimeout bool) *redis
 		return &redis.ClusterOptions{Addrs: addrs}
 	}
 	return &redis.ClusterOptions{Addrs: addrs, PoolSize: pool, ContextTimeoutEnabled: ctxTimeout}
+}
+
+// Build is another build of rwbench, made against another version of
+// ratewindow (a replace in a copy of go.mod, -modfile), whose ratewindow
+// contenders run beside this build's in the same rounds (-with).
+type Build struct {
+	// Label names the build in the tables: "ratewindow sliding-log @Label".
+	Label string
+	// Binary is the build's rwbench program; it measures its slices
+	// (-slice-child) as this one does.
+	Binary string
+}
+
+// ParseBuild reads -with LABEL=BINARY: the binary must be an executable
+// file.
+func ParseBuild(s string) (Build, error) {
+	label, bin, ok := strings.Cut(s, "=")
+	label, bin = strings.TrimSpace(label), strings.TrimSpace(bin)
+	if !ok || label == "" || bin == "" {
+		return Build{}, fmt.Errorf("bench: build %q: want LABEL=BINARY", s)
+	}
+	fi, err := os.Stat(bin)
+	if err != nil {
+		return Build{}, fmt.Errorf("bench: build %s: %w", label, err)
+	}
+	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+		return Build{}, fmt.Errorf("bench: build %s: %s is not an executable file", label, bin)
+	}
+	return Build{Label: label, Binary: bin}, nil
+}
+
+// contenders returns a contender for each of ours (the ratewindow
+// contenders among cs) measured by b's binary.
+func (b Build) contenders(cs []Contender) []Contender {
+	var out []Contender
+	for _, c := range cs {
+		if c.Peer || !strings.HasPrefix(c.Name, "ratewindow ") || c.Binary != "" {
+			continue
+		}
+		out = append(out, Contender{Name: c.Name + " @" + b.Label, Method: c.Method + ", the build " + b.Label,
+			NoCluster: c.NoCluster, Binary: b.Binary, Runs: c.Name})
+	}
+	return out
 }

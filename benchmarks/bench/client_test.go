@@ -3,9 +3,14 @@ package bench
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"reflect"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -107,5 +112,97 @@ func TestMarkdownDefaultClient(t *testing.T) {
 	}
 	if md, want := b.String(), "`redis.NewClient(&redis.Options{Addr: addr})`, on the Cluster `redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})`, so go-redis's default pool (20 connections) and no ContextTimeoutEnabled"; !strings.Contains(md, want) {
 		t.Errorf("Markdown lacks %q:\n%s", want, md)
+	}
+}
+
+func TestParseBuild(t *testing.T) {
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "rwbench")
+	plain := filepath.Join(dir, "notes")
+	if err := os.WriteFile(exe, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(plain, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := ParseBuild("old=" + exe); err != nil || b != (Build{Label: "old", Binary: exe}) {
+		t.Errorf("ParseBuild: %+v, %v", b, err)
+	}
+	for s, want := range map[string]string{
+		"old":                "want LABEL=BINARY",
+		"=" + exe:            "want LABEL=BINARY",
+		"old=":               "want LABEL=BINARY",
+		"old=" + dir + "/no": "no such file",
+		"old=" + plain:       "not an executable file",
+		"old=" + dir:         "not an executable file",
+	} {
+		if _, err := ParseBuild(s); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseBuild(%q): %v, want %q", s, err, want)
+		}
+	}
+}
+
+// TestBuildRunsBeside: another build's contenders are ratewindow's alone,
+// run by that build's binary under the name it knows them by, in the same
+// rounds; a binary that reports no pool (a build from before -client) is
+// refused; and a run with another build measures the throughput only.
+func TestBuildRunsBeside(t *testing.T) {
+	dir := t.TempDir()
+	args := filepath.Join(dir, "args")
+	exe := filepath.Join(dir, "rwbench")
+	script := "#!/bin/sh\necho \"$2\" >> " + args + "\necho '{\"Decisions\":10,\"Admitted\":10,\"Elapsed\":1000000000,\"Pool\":%d}'\n"
+	if err := os.WriteFile(exe, []byte(fmt.Sprintf(script, 20)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b := Build{Label: "old", Binary: exe}
+	cs := b.contenders(Contenders())
+	var names []string
+	for _, c := range cs {
+		names = append(names, c.Name)
+	}
+	want := []string{"ratewindow sliding-log @old", "ratewindow sliding-buckets @old", "ratewindow sliding-counter @old"}
+	if !slices.Equal(names, want) {
+		t.Fatalf("the build's contenders %v, want %v", names, want)
+	}
+
+	cfg := QuickConfig()
+	cfg.Goroutines, cfg.Keys, cfg.Rounds, cfg.Client = []int{1}, []int{1}, 1, DefaultClient
+	rep := &Report{Contenders: cs}
+	if err := (grid{addr: "127.0.0.1:1", goroutines: cfg.Goroutines}).run(context.Background(), &cfg, rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Throughput) != 3 || rep.Throughput[0].Contender != want[0] || rep.Throughput[0].Rounds[0].Decisions != 10 {
+		t.Errorf("throughput %+v", rep.Throughput)
+	}
+	got, err := os.ReadFile(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var asked []string
+	for _, line := range strings.Split(strings.TrimSpace(string(got)), "\n") {
+		var spec SliceSpec
+		if err := json.Unmarshal([]byte(line), &spec); err != nil {
+			t.Fatalf("the child's -slice-child %q: %v", line, err)
+		}
+		if spec.Client != DefaultClient {
+			t.Errorf("the build was asked for client %q", spec.Client)
+		}
+		asked = append(asked, spec.Contender)
+	}
+	if want := []string{"ratewindow sliding-log", "ratewindow sliding-buckets", "ratewindow sliding-counter"}; !slices.Equal(asked, want) {
+		t.Errorf("the build was asked for %v, want %v", asked, want)
+	}
+
+	if err := os.WriteFile(exe, []byte(fmt.Sprintf(script, 0)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runChild(context.Background(), exe, SliceSpec{Contender: "ratewindow sliding-log"}); err == nil || !strings.Contains(err.Error(), "no pool size") {
+		t.Errorf("a child without a pool: %v, want it refused", err)
+	}
+
+	cfg = QuickConfig()
+	cfg.Builds = []Build{b}
+	if _, err := Run(context.Background(), testServer(t), cfg); err == nil || !strings.Contains(err.Error(), "throughput grid only") {
+		t.Errorf("Run with another build, every measurement: %v, want it refused", err)
 	}
 }

@@ -393,18 +393,21 @@ func MeasureSlice(ctx context.Context, spec SliceSpec) (Slice, error) {
 	return s, nil
 }
 
-// runChild runs spec in a child process of this program and returns its
-// Slice.
-func runChild(ctx context.Context, spec SliceSpec) (Slice, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return Slice{}, err
+// runChild runs spec in a child process of binary (empty: this program)
+// and returns its Slice.
+func runChild(ctx context.Context, binary string, spec SliceSpec) (Slice, error) {
+	if binary == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return Slice{}, err
+		}
+		binary = self
 	}
 	arg, err := json.Marshal(spec)
 	if err != nil {
 		return Slice{}, err
 	}
-	cmd := exec.CommandContext(ctx, self, "-slice-child", string(arg))
+	cmd := exec.CommandContext(ctx, binary, "-slice-child", string(arg))
 	var out, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &stderr
 	if err := cmd.Run(); err != nil {
@@ -416,6 +419,11 @@ func runChild(ctx context.Context, spec SliceSpec) (Slice, error) {
 	}
 	if s.Decisions == 0 {
 		return s, errors.New("bench: the slice's child made no decision")
+	}
+	// a build of rwbench from before -client reads no Client from the spec
+	// and reports no pool: its client may not be the one asked for
+	if s.Pool == 0 {
+		return s, fmt.Errorf("bench: %s reported no pool size: a build from before -client, whose client may not be the one asked for", binary)
 	}
 	return s, nil
 }
