@@ -45,8 +45,12 @@ type Contender struct {
 	NoCluster string
 	// New returns a factory of per-goroutine Decide functions for a limit of
 	// count units per window, on rdb: a *redis.Client, or a
-	// *redis.ClusterClient in the Cluster settings.
+	// *redis.ClusterClient in the Cluster settings. Nil for a contender of
+	// another build (Binary).
 	New func(rdb redis.UniversalClient, count int, window time.Duration) (func() Decide, error)
+	// Binary, when set, is another build of rwbench (Build) that measures
+	// this contender's slices, as the contender named Runs there.
+	Binary, Runs string
 }
 
 // Contenders returns every contender: ratewindow's three algorithms, the

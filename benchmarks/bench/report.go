@@ -235,7 +235,11 @@ func (r *Report) throughputIntro(p func(string, ...any)) {
 		p("the server is not the program's own and was not flushed. ")
 	}
 	pool := fmt.Sprintf("a pool of %d connections in every setting", maxInt(cfg.Goroutines))
-	if len(cfg.Goroutines) == 0 {
+	switch {
+	case cfg.Client == DefaultClient:
+		pool = fmt.Sprintf("at go-redis's defaults: `redis.NewClient(&redis.Options{Addr: addr})`, on the Cluster `redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})`, so go-redis's default pool (%s connections) and no ContextTimeoutEnabled",
+			r.pools())
+	case len(cfg.Goroutines) == 0:
 		pool = fmt.Sprintf("a pool of %d connections a master in every setting", maxInt(cfg.ClusterGoroutines))
 	}
 	p("A process opens its go-redis client (%s), warms up for %s (connections open, scripts loaded), then decides for %s. ",
@@ -248,7 +252,11 @@ func (r *Report) throughputIntro(p func(string, ...any)) {
 	p("The hot denied key, the worst window and the memory are measured in the program itself, with one client, one contender after another.\n\n")
 	if len(cfg.ClusterGoroutines) > 0 {
 		p("The Cluster settings run on a Redis Cluster of %d masters without replicas that the program starts on loopback, every contender through a cluster client (go-redis's ClusterClient, rueidis's own), ", clusterMasters)
-		p("the masters flushed and their statistics reset before each process (a pool of %d connections a master); Redis CPU and the commands' figures are summed over the masters.", maxInt(cfg.ClusterGoroutines))
+		clusterPool := fmt.Sprintf("a pool of %d connections a master", maxInt(cfg.ClusterGoroutines))
+		if cfg.Client == DefaultClient {
+			clusterPool = "go-redis's default pool a master"
+		}
+		p("the masters flushed and their statistics reset before each process (%s); Redis CPU and the commands' figures are summed over the masters.", clusterPool)
 		for _, c := range r.Contenders {
 			if c.NoCluster != "" {
 				p(" %s is not among them: %s.", c.Name, c.NoCluster)
@@ -342,6 +350,41 @@ func (r *Report) throughputTables(p func(string, ...any), settings []setting) {
 			p("\n")
 		}
 	}
+}
+
+// pools lists the pool sizes the throughput processes' go-redis clients
+// had (Slice.Pool), the server's first: "20", or "20; on the Cluster, 10 a
+// master".
+func (r *Report) pools() string {
+	var server, cluster []int
+	for _, t := range r.Throughput {
+		for _, s := range t.Rounds {
+			dst := &server
+			if t.Cluster {
+				dst = &cluster
+			}
+			if s.Pool > 0 && !slices.Contains(*dst, s.Pool) {
+				*dst = append(*dst, s.Pool)
+			}
+		}
+	}
+	list := func(v []int) string {
+		slices.Sort(v)
+		parts := make([]string, len(v))
+		for i, n := range v {
+			parts[i] = fmt.Sprint(n)
+		}
+		return strings.Join(parts, ", ")
+	}
+	switch {
+	case len(server) == 0 && len(cluster) == 0:
+		return "unknown"
+	case len(cluster) == 0:
+		return list(server)
+	case len(server) == 0:
+		return list(cluster) + " a master"
+	}
+	return list(server) + "; on the Cluster, " + list(cluster) + " a master"
 }
 
 func (r *Report) method(name string) string {

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -71,6 +72,12 @@ type Config struct {
 	// ContextTimeout sets go-redis's ContextTimeoutEnabled on every
 	// contender's client.
 	ContextTimeout bool
+	// Client is how every go-redis client of the contenders is built: the
+	// throughput processes' and the program's own (PoolClient when empty).
+	Client Client
+	// Builds are other builds of rwbench whose ratewindow contenders run
+	// beside this build's, in the throughput grid only (ThroughputOnly).
+	Builds []Build
 	// CPUProfile, when set, is where each throughput process writes a CPU
 	// profile of its slice: CPUProfile followed by the contender, setting
 	// and round.
@@ -237,8 +244,11 @@ func (c *Config) logf(format string, args ...any) {
 
 // Run measures every contender on the Redis at srv.
 func Run(ctx context.Context, srv *Server, cfg Config) (*Report, error) {
+	if err := cfg.Client.check(cfg.ContextTimeout); err != nil {
+		return nil, err
+	}
 	maxG := slices.Max(append(slices.Clone(cfg.Goroutines), cfg.AdmitGoroutines, 1))
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: maxG, ContextTimeoutEnabled: cfg.ContextTimeout})
+	rdb := redis.NewClient(cfg.Client.options(srv.Addr, maxG, cfg.ContextTimeout))
 	defer rdb.Close()
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		return nil, fmt.Errorf("bench: redis at %s: %w", srv.Addr, err)
@@ -252,6 +262,13 @@ func Run(ctx context.Context, srv *Server, cfg Config) (*Report, error) {
 	}
 	if len(rep.Contenders) == 0 {
 		return nil, errors.New("bench: no contender matches -only")
+	}
+	if len(cfg.Builds) > 0 && !cfg.ThroughputOnly {
+		return nil, errors.New("bench: another build (-with) runs in the throughput grid only: give -speed or -cluster-only")
+	}
+	ours := rep.Contenders
+	for _, b := range cfg.Builds {
+		rep.Contenders = append(rep.Contenders, b.contenders(ours)...)
 	}
 	if cfg.MemKeys > 0 && cfg.MemKeys < MinMemKeys {
 		return nil, fmt.Errorf("bench: %d keys for memory: at least %d, or none", cfg.MemKeys, MinMemKeys)
@@ -371,14 +388,14 @@ func (gr grid) run(ctx context.Context, cfg *Config, rep *Report) error {
 						return err
 					}
 					spec := SliceSpec{
-						Addr: gr.addr, Cluster: gr.cluster, Contender: c.Name, Goroutines: g, Keys: nk,
+						Addr: gr.addr, Cluster: gr.cluster, Contender: cmp.Or(c.Runs, c.Name), Goroutines: g, Keys: nk,
 						PoolSize: maxInt(gr.goroutines), Count: cfg.Count, Window: cfg.Window,
-						Warm: cfg.Warm, For: cfg.Slice, ResetStat: gr.resetStat, ContextTimeout: cfg.ContextTimeout,
+						Warm: cfg.Warm, For: cfg.Slice, ResetStat: gr.resetStat, ContextTimeout: cfg.ContextTimeout, Client: cfg.Client,
 					}
 					if cfg.CPUProfile != "" {
 						spec.CPUProfile = fmt.Sprintf("%s.%s.g%d.k%d%s.r%d", cfg.CPUProfile, slug(c.Name), g, nk, strings.TrimSpace(where), r+1)
 					}
-					s, err := runChild(ctx, spec)
+					s, err := runChild(ctx, c.Binary, spec)
 					if err != nil {
 						return fmt.Errorf("bench: %s, %d goroutine(s), %d key(s)%s: %w", c.Name, g, nk, where, err)
 					}

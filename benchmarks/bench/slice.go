@@ -31,6 +31,9 @@ type Slice struct {
 	ClientCPU time.Duration
 	// RedisCPU is the server's INFO cpu, user + system.
 	RedisCPU time.Duration
+	// Pool is the go-redis client's pool size as go-redis set it (its
+	// default when SliceSpec.Client is DefaultClient).
+	Pool int
 	// Call is the decision's call to Redis as INFO commandstats counted it;
 	// Inside, the commands it ran inside (a script's redis.call, a
 	// transaction's commands), most time first.
@@ -284,6 +287,10 @@ type SliceSpec struct {
 	ResetStat bool
 	// ContextTimeout sets go-redis's ContextTimeoutEnabled.
 	ContextTimeout bool
+	// Client is how the go-redis client is built: PoolClient (or empty)
+	// with PoolSize and ContextTimeout, DefaultClient with the address
+	// alone.
+	Client Client
 	// CPUProfile, when set, receives a CPU profile of the slice.
 	CPUProfile string
 }
@@ -320,13 +327,19 @@ func MeasureSlice(ctx context.Context, spec SliceSpec) (Slice, error) {
 	if len(spec.Cluster) > 0 && c.NoCluster != "" {
 		return Slice{}, fmt.Errorf("bench: %s on a Cluster: %s", c.Name, c.NoCluster)
 	}
+	if err := spec.Client.check(spec.ContextTimeout); err != nil {
+		return Slice{}, err
+	}
 	var rdb redis.UniversalClient
+	var pool int
 	addrs := []string{spec.Addr}
 	if len(spec.Cluster) > 0 {
 		addrs = spec.Cluster
-		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: spec.Cluster, PoolSize: max(spec.PoolSize, spec.Goroutines), ContextTimeoutEnabled: spec.ContextTimeout})
+		cc := redis.NewClusterClient(spec.Client.clusterOptions(spec.Cluster, max(spec.PoolSize, spec.Goroutines), spec.ContextTimeout))
+		rdb, pool = cc, cc.Options().PoolSize
 	} else {
-		rdb = redis.NewClient(&redis.Options{Addr: spec.Addr, PoolSize: max(spec.PoolSize, spec.Goroutines), ContextTimeoutEnabled: spec.ContextTimeout})
+		rc := redis.NewClient(spec.Client.options(spec.Addr, max(spec.PoolSize, spec.Goroutines), spec.ContextTimeout))
+		rdb, pool = rc, rc.Options().PoolSize
 	}
 	defer rdb.Close()
 	stats := dialNodes(addrs)
@@ -375,23 +388,26 @@ func MeasureSlice(ctx context.Context, spec SliceSpec) (Slice, error) {
 	if err != nil {
 		return Slice{}, err
 	}
-	s.P50, s.P99 = h.quantile(0.50), h.quantile(0.99)
+	s.P50, s.P99, s.Pool = h.quantile(0.50), h.quantile(0.99), pool
 	s.Call, s.Inside = splitCall(commandDelta(before, after), c.Call, c.CallName)
 	return s, nil
 }
 
-// runChild runs spec in a child process of this program and returns its
-// Slice.
-func runChild(ctx context.Context, spec SliceSpec) (Slice, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return Slice{}, err
+// runChild runs spec in a child process of binary (empty: this program)
+// and returns its Slice.
+func runChild(ctx context.Context, binary string, spec SliceSpec) (Slice, error) {
+	if binary == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return Slice{}, err
+		}
+		binary = self
 	}
 	arg, err := json.Marshal(spec)
 	if err != nil {
 		return Slice{}, err
 	}
-	cmd := exec.CommandContext(ctx, self, "-slice-child", string(arg))
+	cmd := exec.CommandContext(ctx, binary, "-slice-child", string(arg))
 	var out, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &stderr
 	if err := cmd.Run(); err != nil {
@@ -403,6 +419,11 @@ func runChild(ctx context.Context, spec SliceSpec) (Slice, error) {
 	}
 	if s.Decisions == 0 {
 		return s, errors.New("bench: the slice's child made no decision")
+	}
+	// a build of rwbench from before -client reads no Client from the spec
+	// and reports no pool: its client may not be the one asked for
+	if s.Pool == 0 {
+		return s, fmt.Errorf("bench: %s reported no pool size: a build from before -client, whose client may not be the one asked for", binary)
 	}
 	return s, nil
 }

@@ -51,7 +51,14 @@ func run() error {
 	flush := flag.Bool("flush", false, "allow FLUSHALL on REDIS_ADDR (memory measurement); the program's own server is always flushed")
 	only := flag.String("only", "", "regexp: run only the contenders whose name matches")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the program to this file, and one of each throughput process to FILE.<contender>.g<G>.k<K>.r<round>")
-	ctxTimeout := flag.Bool("ctxtimeout", false, "set go-redis's ContextTimeoutEnabled on every contender's client")
+	ctxTimeout := flag.Bool("ctxtimeout", false, "set go-redis's ContextTimeoutEnabled on every contender's client (with -client pool)")
+	client := flag.String("client", string(bench.PoolClient), "every contender's go-redis client: pool (a pool as large as the most goroutines of the run) or default (redis.NewClient with only the address: go-redis's default pool, no ContextTimeoutEnabled)")
+	var builds []bench.Build
+	flag.Func("with", "LABEL=BINARY: another build of rwbench (against another ratewindow) whose ratewindow contenders run beside these in the same rounds, named \"... @LABEL\"; repeatable; with -speed or -cluster-only", func(s string) error {
+		b, err := bench.ParseBuild(s)
+		builds = append(builds, b)
+		return err
+	})
 	speedOnly := flag.Bool("speed", false, "measure decisions per second only (no deny cache, worst window or memory)")
 	goroutines := flag.String("g", "", "comma-separated goroutine counts (default 1,16,64,256)")
 	keys := flag.String("keys", "", "comma-separated key counts (default 1,100000), on the server and on the Cluster")
@@ -98,6 +105,11 @@ func run() error {
 	}
 	cfg.Baseline, cfg.Flush, cfg.Log = *baseline, *flush, os.Stderr
 	cfg.ThroughputOnly, cfg.ContextTimeout, cfg.CPUProfile = *speedOnly, *ctxTimeout, *cpuProfile
+	cfg.Builds = builds
+	var err error
+	if cfg.Client, err = bench.ParseClient(*client); err != nil {
+		return fmt.Errorf("-client: %w", err)
+	}
 	if *slice > 0 {
 		cfg.Slice = *slice
 	}
