@@ -84,7 +84,7 @@ type routed struct {
 }
 
 func (h routed) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r, ok := h.e.Handle(w, r, h.routes.route(r)); ok {
+	if r, ok := h.e.HandleFrom(w, r, h.routes.route(r), nil); ok {
 		h.e.ServeNext(w, r, h.next) // captures the status for Rule.CountIf
 	}
 }

@@ -33,6 +33,19 @@ func (r *obsRecorder) observe(e Event) {
 	r.mu.Unlock()
 }
 
+// count returns how many events it holds; after, those after the first n.
+func (r *obsRecorder) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.events)
+}
+
+func (r *obsRecorder) after(n int) []Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.events[min(n, len(r.events)):])
+}
+
 // take returns the events so far and forgets them.
 func (r *obsRecorder) take() []Event {
 	r.mu.Lock()
@@ -586,9 +599,9 @@ func exactAfter(t *testing.T, l *Limiter, rec *obsRecorder, prefix string) (shed
 	for attempt := 1; ; attempt++ {
 		key, shed := fmt.Sprint(prefix, "-", attempt), false
 		for i := int64(1); i <= 4 && !shed; i++ {
-			rec.take()
+			from := rec.count()
 			r, err := l.Allow(ctx, key, PerMinute(3))
-			retried := slices.ContainsFunc(rec.take(), func(e Event) bool { return e.Retried && e.Key == key })
+			retried := slices.ContainsFunc(rec.after(from), func(e Event) bool { return e.Retried && e.Key == key })
 			switch {
 			case errors.Is(r.BackendErr, ErrShed), retried: // a call that went again may count twice
 				shed = true

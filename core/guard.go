@@ -114,44 +114,66 @@ func (g *guard) call(ctx context.Context, r *store.Request, tries int, f func() 
 	if g.remote == nil {
 		return succeeded, f() // the memory store returns no error
 	}
-	n := g.node(r.Key)
-	span := g.budget
-	if !r.Deadline.IsZero() {
-		span = max(time.Until(r.Deadline), time.Millisecond)
-	}
+	n, span := g.node(r.Key), g.span(r)
 	for try := 1; ; try++ {
-		if o := n.down.Load(); o != nil {
-			g.recheck(n, r.Key, o)
-			return failed, fmt.Errorf("%w (%w)", ErrCircuitOpen, o.err)
-		}
-		err := f()
-		switch {
-		case err == nil:
-			return succeeded, nil
-		case callerGone(ctx):
-			if ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
-				err = fmt.Errorf("%w (%w)", context.DeadlineExceeded, err) // the caller's deadline
-			}
-			return abandoned, err
-		case store.Replied(err):
-			return rejected, err
-		case !store.IsTimeout(err):
-			n.fail(err)
+		if err := g.skip(n, r.Key); err != nil {
 			return failed, err
 		}
-		if down := g.verify(ctx, n, r.Key); down != nil {
-			return failed, fmt.Errorf("%w (%w)", err, down) // down: the health check's finding
-		}
-		if err := ctx.Err(); err != nil {
-			return abandoned, err
-		}
-		if try >= tries {
-			return shed, err
-		}
-		if !r.Deadline.IsZero() {
-			r.Deadline = time.Now().Add(span)
+		if o, err, again := g.judge(ctx, n, r, span, f(), try, tries); !again {
+			return o, err
 		}
 	}
+}
+
+// span is how far a call's deadline lies: r's, else the budget.
+func (g *guard) span(r *store.Request) time.Duration {
+	if r.Deadline.IsZero() {
+		return g.budget
+	}
+	return max(time.Until(r.Deadline), time.Millisecond)
+}
+
+// skip returns ErrCircuitOpen, with the evidence, while n is down (and
+// checks it again when due).
+func (g *guard) skip(n *node, key string) error {
+	o := n.down.Load()
+	if o == nil {
+		return nil
+	}
+	g.recheck(n, key, o)
+	return fmt.Errorf("%w (%w)", ErrCircuitOpen, o.err)
+}
+
+// judge classifies err, the try-th call of tries about r on n, by the
+// health rule; again: the call goes again, r's deadline moved span ahead.
+func (g *guard) judge(ctx context.Context, n *node, r *store.Request, span time.Duration, err error, try, tries int) (o outcome, _ error, again bool) {
+	switch {
+	case err == nil:
+		return succeeded, nil, false
+	case callerGone(ctx):
+		if ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("%w (%w)", context.DeadlineExceeded, err) // the caller's deadline
+		}
+		return abandoned, err, false
+	case store.Replied(err):
+		return rejected, err, false
+	case !store.IsTimeout(err):
+		n.fail(err)
+		return failed, err, false
+	}
+	if down := g.verify(ctx, n, r.Key); down != nil {
+		return failed, fmt.Errorf("%w (%w)", err, down), false // down: the health check's finding
+	}
+	if err := ctx.Err(); err != nil {
+		return abandoned, err, false
+	}
+	if try >= tries {
+		return shed, err, false
+	}
+	if !r.Deadline.IsZero() {
+		r.Deadline = time.Now().Add(span)
+	}
+	return 0, nil, true
 }
 
 // verify waits for n's health check (started if none is under way), and
@@ -232,13 +254,28 @@ func callerGone(ctx context.Context) bool {
 	return ok && !time.Now().Before(d)
 }
 
-// allow decides *r without the failure mode (see fail).
+// allow decides *r without the failure mode (see fail): call's loop with
+// the store's Allow in it, not in a closure (two frames fewer on every
+// decision's way to Redis).
 func (g *guard) allow(ctx context.Context, r *store.Request) (d store.Decision, o outcome, err error) {
-	o, err = g.call(ctx, r, callTries, func() (err error) {
+	if err = ctx.Err(); err != nil {
+		return d, abandoned, err
+	}
+	if g.remote == nil {
 		d, err = g.next.Allow(ctx, *r)
-		return err
-	})
-	return d, o, err
+		return d, succeeded, err
+	}
+	n, span := g.node(r.Key), g.span(r)
+	for try := 1; ; try++ {
+		if err = g.skip(n, r.Key); err != nil {
+			return d, failed, err
+		}
+		d, err = g.next.Allow(ctx, *r)
+		var again bool
+		if o, err, again = g.judge(ctx, n, r, span, err, try, callTries); !again {
+			return d, o, err
+		}
+	}
 }
 
 // fail answers r by the failure mode after Redis failed with err, returning

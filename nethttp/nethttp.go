@@ -122,7 +122,7 @@ type plain struct {
 }
 
 func (h plain) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r, ok := h.e.Handle(w, r, httpx.StripMethod(r.Pattern)); ok {
+	if r, ok := h.e.HandleFrom(w, r, httpx.StripMethod(r.Pattern), nil); ok { // HandleFrom: a frame fewer than Handle
 		h.e.ServeNext(w, r, h.next) // captures the status for Rule.CountIf
 	}
 }
@@ -140,7 +140,7 @@ func (h routed) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Pattern == "" {
 		route = h.route(r)
 	}
-	if r, ok := h.e.Handle(w, r, route); ok {
+	if r, ok := h.e.HandleFrom(w, r, route, nil); ok {
 		h.e.ServeNext(w, r, h.next)
 	}
 }

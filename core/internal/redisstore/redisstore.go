@@ -113,9 +113,9 @@ func (s *Store) Allow(ctx context.Context, r store.Request) (store.Decision, err
 	if r.Now != 0 {
 		c.args = append(c.args, r.Now)
 	}
-	reply, err := s.runScript(ctx, c, r.Deadline)
+	reply, err := s.t.route(ctx, c, r.Deadline) // not runScript: a frame fewer on every decision's way
 	if err != nil {
-		return store.Decision{}, err
+		return store.Decision{}, s.scriptError(ctx, "allow", err)
 	}
 	return parseAllow(reply, r.Room())
 }
@@ -215,14 +215,20 @@ func micros(d time.Duration) int64 { return int64(d / time.Microsecond) }
 func (s *Store) runScript(ctx context.Context, c *call, deadline time.Time) (any, error) {
 	op := c.script.name // read now: c goes back to the pool in t.route
 	reply, err := s.t.route(ctx, c, deadline)
+	return reply, s.scriptError(ctx, op, err)
+}
+
+// scriptError returns err, the failure of the script op, as a store.Error
+// (nil for none; the caller's own context's end as it is).
+func (s *Store) scriptError(ctx context.Context, op string, err error) error {
 	switch {
 	case err == nil || ctx.Err() != nil && errors.Is(err, ctx.Err()):
-		return reply, err
+		return err
 	case replied(err):
-		return nil, &store.Error{Replied: true, Err: fmt.Errorf("ratewindow: %s script: %w", op, explainRefusal(err))}
+		return &store.Error{Replied: true, Err: fmt.Errorf("ratewindow: %s script: %w", op, explainRefusal(err))}
 	}
 	s.t.checkDial(err)
-	return nil, &store.Error{Err: s.t.explain(fmt.Errorf("ratewindow: %s script: %w", op, err))}
+	return &store.Error{Err: s.t.explain(fmt.Errorf("ratewindow: %s script: %w", op, err))}
 }
 
 // explainRefusal wraps err with what to do when it is an error reply that
