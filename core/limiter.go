@@ -28,7 +28,6 @@ type Limiter struct {
 	observer Observer  // nil: none
 	scratch  sync.Pool // of *scratch: one on the stack escapes via the Store interface
 	denied   denied    // the denials of the rules that track them (operate.go)
-	skew     skew      // Redis's clock against this process's, for Wait's lateness
 }
 
 // New returns a Limiter that keeps its counts in Redis. rdb may be a
@@ -498,12 +497,9 @@ func (l *Limiter) reserveAndSleep(ctx context.Context, key string, n int64, limi
 		case !res.OK:
 			return slept + wait, res.failed, exceedsDeadline(wait)
 		default: // ErrWaitExceedsDeadline if the reply took the slack; again if late, or if a Block covers the slot
-			var slot int64 // the slot's time on this process's clock, at the latest (µs)
-			if res.failed == nil && !res.local {
-				slot = res.At - l.skew.note(res.At-res.Wait, l.micros())
-			}
+			due := l.now().Add(wait) // the Limiter's clock: an injected one may stand still
 			_, err = sleep(ctx, wait, wait)
-			again = err == nil && slot != 0 && l.micros()-slot > lateness(limits).Microseconds()
+			again = err == nil && wait > 0 && res.failed == nil && !res.local && l.now().Sub(due) > lateness(limits)
 			again = again || err == nil && wait > 0 && l.blockedAt(ctx, key, n, limits, res.At)
 		}
 		if err != nil || again {
@@ -517,39 +513,11 @@ func (l *Limiter) reserveAndSleep(ctx context.Context, key string, n int64, limi
 	}
 }
 
-// skew estimates Redis's clock against this process's: the most that
-// Redis's time at a reservation exceeded this process's when it read the
-// reply, over the last skewFor. A reply read late (the process short of
-// CPU, the call queued) lowers the difference, so the most is the truest,
-// and a slot's time on this process's clock, At minus the skew, is its
-// latest: a waiter that finds itself later than that by more than
-// lateness is late for sure, however late its reply was read.
-type skew struct {
-	mu       sync.Mutex
-	est, set int64 // µs: the estimate, and when it was set (this process's clock)
-}
-
-// skewFor is how long an estimate stands before a lower one replaces it
-// (the clocks drift, or one was stepped).
-const skewFor = 10 * time.Second
-
-// note takes a reservation's Redis time and this process's when its reply
-// was read (µs) and returns the estimate.
-func (s *skew) note(redis, local int64) int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if d := redis - local; s.set == 0 || d > s.est || local-s.set > skewFor.Microseconds() {
-		s.est, s.set = d, local
-	}
-	return s.est
-}
-
 // lateness is how long after its slot a waiter may still go: 1% of the
 // shortest window, at least 1ms (nethttp.Transport's default Margin). A
 // waiter that wakes later (this process was short of CPU) gives its slot
 // back and takes the next: going then would put more than Count arrivals
-// in a window at the upstream, though Redis's log holds the limit. The
-// slot is placed by skew: a reply read late counts as lateness too.
+// in a window at the upstream, though Redis's log holds the limit.
 func lateness(limits []Limit) time.Duration {
 	w := limits[0].Window
 	for _, l := range limits[1:] {
