@@ -496,7 +496,7 @@ func paused(addr string) error {
 	fmt.Printf("paused: after the first 500ms, %d of %d decisions (%.1f%%) answered by the failure mode; the slowest took %s\n",
 		failed, total, 100*float64(failed)/float64(max(total, 1)), slowest.Round(time.Millisecond))
 	bad := failed*10 < total*9 // the slowest is reported, not judged: a loaded machine moves it
-	time.Sleep(time.Second) // the pause ends
+	time.Sleep(time.Second)    // the pause ends
 	if _, err := l.Peek(ctx, "warm", core.PerSecond(1)); err != nil {
 		return err
 	}
