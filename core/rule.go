@@ -322,7 +322,7 @@ func (e *Enforcer) Settles() bool { return e.rule.CountIf != nil }
 func (e *Enforcer) SettleAfter(r *http.Request, serve func() (status int)) {
 	status := http.StatusInternalServerError // unless serve returns
 	defer func() {
-		if st, _ := r.Context().Value(shownKey{}).(*shown); st != nil && e.rule.CountIf != nil {
+		if st, _ := r.Context().Value(stackKey{}).(*stack); st != nil && e.rule.CountIf != nil {
 			st.charges.Settle(r.Context(), e.d, status)
 		}
 	}()
@@ -346,12 +346,12 @@ func (e *Enforcer) ServeNext(w http.ResponseWriter, r *http.Request, next http.H
 
 // show sets the rate-limit fields of a passed decision when it is the most
 // restrictive on the request's way; a CountIf rule shows none.
-func (e *Enforcer) show(w http.ResponseWriter, st *shown, dec Decision) {
+func (e *Enforcer) show(w http.ResponseWriter, st *stack, dec Decision) {
 	style := st.style(e.rule.Headers)
 	if style == None || e.rule.CountIf != nil || st.e != nil && !moreRestrictive(e, dec.Result, st.e, st.res) {
 		return
 	}
-	st.e, st.res = e, dec.Result // its fields overwrite the shown's: one style, the same fields
+	st.e, st.res = e, dec.Result // its fields overwrite the stack's: one style, the same fields
 	e.d.SetFields(w.Header(), style, dec)
 }
 
@@ -362,16 +362,16 @@ func (discard) Header() http.Header         { return http.Header{} }
 func (discard) Write(b []byte) (int, error) { return len(b), nil }
 func (discard) WriteHeader(int)             {}
 
-// The context keys of a request's *shown and of FrameworkContext.
+// The context keys of a request's *stack and of FrameworkContext.
 type (
-	shownKey     struct{}
+	stackKey     struct{}
 	frameworkKey struct{}
 )
 
-// shown is the request's context, shared by the rules on its way: the
-// decision whose fields the response carries, the framework's context and
-// the charges, in one allocation.
-type shown struct {
+// stack is the request's context, shared by the stacked rules on its way:
+// the decision whose fields the response carries, the framework's context
+// and the charges, in one allocation.
+type stack struct {
 	context.Context
 	e         *Enforcer
 	res       Result
@@ -381,10 +381,10 @@ type shown struct {
 	charges   Charges[exchange] // what the rules took, to settle
 }
 
-// Value answers shownKey and frameworkKey, else asks the parent.
-func (s *shown) Value(key any) any {
+// Value answers stackKey and frameworkKey, else asks the parent.
+func (s *stack) Value(key any) any {
 	switch key {
-	case shownKey{}:
+	case stackKey{}:
 		return s
 	case frameworkKey{}:
 		return s.framework
@@ -398,7 +398,7 @@ func FrameworkContext(r *http.Request) any { return r.Context().Value(frameworkK
 
 // style returns the style a rule of style own writes in: None for None,
 // else that of the first rule that shows fields.
-func (s *shown) style(own HeaderStyle) HeaderStyle {
+func (s *stack) style(own HeaderStyle) HeaderStyle {
 	switch {
 	case own == None:
 		return own
@@ -426,11 +426,11 @@ func moreRestrictive(e *Enforcer, r Result, e0 *Enforcer, r0 Result) bool {
 	return e.rule.Name < e0.rule.Name
 }
 
-// prepare returns r with the route and a shown in its context (reusing an
-// earlier rule's), and the shown.
-func prepare(r *http.Request, route string) (*http.Request, *shown) {
+// prepare returns r with the route and a stack in its context (reusing an
+// earlier rule's), and the stack.
+func prepare(r *http.Request, route string) (*http.Request, *stack) {
 	ctx := r.Context()
-	st, _ := ctx.Value(shownKey{}).(*shown)
+	st, _ := ctx.Value(stackKey{}).(*stack)
 	changed := st == nil
 	if route != "" {
 		if p, _ := keyfuncs.RouteFrom(ctx); p != route {
@@ -441,7 +441,7 @@ func prepare(r *http.Request, route string) (*http.Request, *shown) {
 		return r, st
 	}
 	if st == nil {
-		st = &shown{Context: ctx}
+		st = &stack{Context: ctx}
 		ctx = st
 	}
 	return r.WithContext(ctx), st
