@@ -214,12 +214,12 @@ func (g *guard) ping(key string) error {
 	return g.remote.Ping(ctx, key, g.silence())
 }
 
-// health checks n by a PING: evidence that n cannot answer is no reply, no
-// connection, or the connection's failure; a timeout that tells nothing
-// (see store.Remote.Ping) is none.
+// health checks n by a PING: evidence that n cannot answer is no reply
+// (ErrSilent, no timeout) or the connection's failure (refused, reset,
+// closed); a timeout tells nothing (see store.Remote.Ping).
 func (g *guard) health(n *node, key string, v *healthCheck) {
 	err := g.ping(key)
-	if err != nil && !store.Replied(err) && (!store.IsTimeout(err) || errors.Is(err, store.ErrSilent)) {
+	if err != nil && !store.Replied(err) && !store.IsTimeout(err) {
 		v.err = err
 		n.fail(err)
 	}

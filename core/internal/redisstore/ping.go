@@ -45,11 +45,10 @@ func (s *Store) Ping(ctx context.Context, key string, silence time.Duration) err
 	}
 	var b [1]byte
 	_, err = conn.Read(b[:])
-	var ne net.Error
 	switch {
 	case err == nil:
 		return nil
-	case !errors.As(err, &ne) || !ne.Timeout():
+	case !store.IsTimeout(err):
 		return &store.Error{Err: fmt.Errorf("health check: %w", err)}
 	}
 	// The wait ended at its deadline; a reply may wait in the socket all
