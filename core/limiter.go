@@ -440,8 +440,8 @@ func Throttle[T any](ctx context.Context, l *Limiter, key string, limits []Limit
 // sleeps until then: callers are served in order. A caller that wakes more
 // than 1% of the shortest window (at least 1ms) after its slot, as in a
 // process short of CPU, gives the slot back and reserves the next, so that
-// the starts, not only Redis's log, keep within the limits. Other
-// algorithms poll.
+// late wake-ups do not bunch with on-time starts; a reply read late is not
+// seen so (see docs/throttling.md). Other algorithms poll.
 //
 // If the units cannot start before ctx's deadline, WaitN records nothing
 // and returns ErrWaitExceedsDeadline at once; if they never fit,
