@@ -28,6 +28,8 @@ type Limiter struct {
 	observer Observer  // nil: none
 	scratch  sync.Pool // of *scratch: one on the stack escapes via the Store interface
 	denied   denied    // the denials of the rules that track them (operate.go)
+	born     time.Time // New's time: elapsed's origin
+	skew     skew      // Redis's clock against elapsed, for Wait's slots
 }
 
 // New returns a Limiter that keeps its counts in Redis. rdb may be a
@@ -64,7 +66,7 @@ func NewMemory(opts ...Option) *Limiter {
 }
 
 func newLimiter(c config) *Limiter {
-	l := &Limiter{clock: c.clock, observer: c.observer, waitTime: c.waitTime}
+	l := &Limiter{clock: c.clock, observer: c.observer, waitTime: c.waitTime, born: time.Now()}
 	if c.cacheSize > 0 {
 		l.cache = newDenyCache(c.cacheSize)
 	}
@@ -437,11 +439,12 @@ func Throttle[T any](ctx context.Context, l *Limiter, key string, limits []Limit
 
 // WaitN blocks until n units fit under every limit, and records them. When
 // every limit is SlidingLog, it reserves the earliest time they fit and
-// sleeps until then: callers are served in order. A caller that wakes more
-// than 1% of the shortest window (at least 1ms) after its slot, as in a
-// process short of CPU, gives the slot back and reserves the next, so that
-// late wake-ups do not bunch with on-time starts; a reply read late is not
-// seen so (see docs/throttling.md). Other algorithms poll.
+// sleeps until then: callers are served in order. A caller that cannot
+// start within 1% of the shortest window (at least 1ms) after its slot, as
+// in a process short of CPU (its reply read late, or its sleep overrun),
+// gives the slot back and reserves again, far enough ahead to make it, so
+// that late starts do not bunch with on-time ones (see docs/throttling.md).
+// Other algorithms poll.
 //
 // If the units cannot start before ctx's deadline, WaitN records nothing
 // and returns ErrWaitExceedsDeadline at once; if they never fit,
@@ -472,23 +475,32 @@ func (l *Limiter) waitN(ctx context.Context, rule, key string, n int64, limits [
 }
 
 // reserveAndSleep makes one reservation and sleeps until its time, giving
-// it back if ctx ends first (see WaitN).
+// it back if ctx ends first, or moving it if it would start late or a Block
+// covers it (see WaitN).
 func (l *Limiter) reserveAndSleep(ctx context.Context, key string, n int64, limits []Limit) (time.Duration, error, error) {
 	dl, hasDL := ctx.Deadline()
-	var slept time.Duration // after sheddings, and to slots a Block then covered
+	tol := lateness(limits).Microseconds()
+	var (
+		slept time.Duration // after sheddings, and to slots missed or a Block then covered
+		moved store.Request // the reservation to move (From): given back by the next one, in its call
+	)
 	for {
 		r := l.request(key, n, limits, nil, l.waitTime)
+		r.Lead, r.From = moved.Lead, moved.From
 		longest := int64(-1) // the wait ctx allows in µs; -1: no bound
 		if hasDL {
 			longest = max(time.Until(dl).Microseconds(), 0)
 		}
+		sent := l.elapsed()
 		res, err := l.guard.reserve(ctx, r, longest, l.waitTime)
+		read := l.elapsed()
 		wait := usec(res.Wait)
 		again := false
 		switch {
 		case err != nil:
+			l.unmove(ctx, r, moved)
 			return slept, res.failed, err
-		case errors.Is(res.failed, ErrShed): // no slot: asked again a second later
+		case errors.Is(res.failed, ErrShed): // no slot: asked again a second later (to move it still)
 			wait = time.Second
 			_, err = sleep(ctx, wait, wait)
 			again = err == nil
@@ -497,13 +509,34 @@ func (l *Limiter) reserveAndSleep(ctx context.Context, key string, n int64, limi
 		case !res.OK:
 			return slept + wait, res.failed, exceedsDeadline(wait)
 		default: // ErrWaitExceedsDeadline if the reply took the slack; again if late, or if a Block covers the slot
-			due := l.now().Add(wait) // the Limiter's clock: an injected one may stand still
+			moved = store.Request{}
+			// The slot on this process's clock: Redis's time less the
+			// skew between the clocks, and never before the call was
+			// sent plus the wait; a reply read late leaves less to sleep.
+			slot := read + res.Wait
+			redis := res.failed == nil && !res.local
+			if redis {
+				slot = max(res.At-l.skew.note(res.At-res.Wait, read), sent+res.Wait)
+			}
+			wait = usec(max(slot-read, 0))
 			_, err = sleep(ctx, wait, wait)
-			again = err == nil && wait > 0 && res.failed == nil && !res.local && l.now().Sub(due) > lateness(limits)
-			again = again || err == nil && wait > 0 && l.blockedAt(ctx, key, n, limits, res.At)
+			blocked := err == nil && res.Wait > 0 && l.blockedAt(ctx, key, n, limits, res.At)
+			missed := l.elapsed() - slot // after the peek: the caller starts now
+			switch {
+			case err != nil:
+			case redis && missed > tol: // moved twice as far ahead as it was late
+				again, moved = true, store.Request{From: res.At, Lead: min(2*missed, shortest(limits).Microseconds())}
+			case redis && blocked:
+				again, moved = true, store.Request{From: res.At}
+			default:
+				again = blocked
+			}
 		}
-		if err != nil || again {
+		if err != nil || again && moved.From == 0 {
 			_ = l.guard.release(ctx, r, res, l.waitTime)
+		}
+		if err != nil {
+			l.unmove(ctx, r, moved)
 		}
 		if again {
 			slept += wait
@@ -513,17 +546,72 @@ func (l *Limiter) reserveAndSleep(ctx context.Context, key string, n int64, limi
 	}
 }
 
+// unmove gives back the reservation that moved was to move (From), if any,
+// when its move may not have reached Redis; a release of nothing is none.
+func (l *Limiter) unmove(ctx context.Context, r store.Request, moved store.Request) {
+	if moved.From != 0 {
+		_ = l.guard.release(ctx, r, reservation{Reservation: store.Reservation{OK: true, At: moved.From}}, l.waitTime)
+	}
+}
+
 // lateness is how long after its slot a waiter may still go: 1% of the
 // shortest window, at least 1ms (nethttp.Transport's default Margin). A
-// waiter that wakes later (this process was short of CPU) gives its slot
-// back and takes the next: going then would put more than Count arrivals
-// in a window at the upstream, though Redis's log holds the limit.
+// waiter that would start later (this process was short of CPU) gives its
+// slot back and takes another: going then would put more than Count
+// arrivals in a window at the upstream, though Redis's log holds the limit.
 func lateness(limits []Limit) time.Duration {
+	return max(shortest(limits)/100, time.Millisecond)
+}
+
+// shortest is the shortest Window of limits.
+func shortest(limits []Limit) time.Duration {
 	w := limits[0].Window
 	for _, l := range limits[1:] {
 		w = min(w, l.Window)
 	}
-	return max(w/100, time.Millisecond)
+	return w
+}
+
+// elapsed is the Limiter's clock in µs for measuring waits: the monotonic
+// time since New, or the injected clock's time.
+func (l *Limiter) elapsed() int64 {
+	if l.clock != nil {
+		return l.micros()
+	}
+	return time.Since(l.born).Microseconds()
+}
+
+// skew estimates Redis's clock against elapsed's, for Wait's slots: the
+// most that Redis's time at a reservation exceeded elapsed when its reply
+// was read, over the last 5 to 10 seconds. A reply read late (the process
+// short of CPU) shows less, so the most is the truest, and a slot placed
+// by it is never earlier than the real one; a clock that drifts or steps
+// is followed within 10 seconds (and a slot is never placed before its
+// call was sent plus its wait).
+type skew struct {
+	mu        sync.Mutex
+	cur, prev int64 // the most in this period and in the one before
+	period    int64 // this period's number: elapsed / skewPeriod; 0: none yet
+}
+
+// skewPeriod is how long one period of the estimate lasts.
+const skewPeriod = 5 * time.Second
+
+// note takes a reservation's Redis time and elapsed when its reply was
+// read (µs) and returns the estimate.
+func (s *skew) note(redis, read int64) int64 {
+	d, p := redis-read, read/skewPeriod.Microseconds()+1
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case p == s.period:
+		s.cur = max(s.cur, d)
+	case p == s.period+1:
+		s.prev, s.cur, s.period = s.cur, d, p
+	default: // the first, or none for a whole period
+		s.prev, s.cur, s.period = d, d, p
+	}
+	return max(s.cur, s.prev)
 }
 
 // blockedAt reports whether key is blocked now, by a peek, and now is at or

@@ -76,7 +76,7 @@ func runSeedTable(t *testing.T, rows []throttleRun) {
 // seedTable formats runs as a Markdown table.
 func seedTable(runs []throttleRun) string {
 	var b strings.Builder
-	b.WriteString("| window | limit | replicas | callers each | successes | failures | script calls per Wait | slots given back late | mean wait | max per window (Redis log) | max per window − 50ms (caller starts) | lateness p50 / max | worst stall | wall | ideal wall |\n")
+	b.WriteString("| window | limit | replicas | callers each | successes | failures | script calls per Wait | slots given back or moved | mean wait | max per window (Redis log) | max per window − 50ms (caller starts) | lateness p50 / max | worst stall | wall | ideal wall |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range runs {
 		total := r.replicas * r.callers

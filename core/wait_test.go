@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -313,10 +314,20 @@ type scriptCounter struct{ n, releases atomic.Int64 }
 func (h *scriptCounter) count(cmd redis.Cmder, err error) {
 	if err == nil && isScriptCall(cmd) {
 		h.n.Add(1)
-		if strings.Contains(fmt.Sprint(cmd.Args()...), "release") {
-			h.releases.Add(1) // a late waiter's slot given back
+		if args := cmd.Args(); strings.Contains(fmt.Sprint(args...), "release") || movedFrom(args) {
+			h.releases.Add(1) // a late waiter's slot given back, or moved
 		}
 	}
+}
+
+// movedFrom reports whether args are a reservation's call that moves
+// another (reserve.lua's ARGV[5], From, not 0).
+func movedFrom(args []any) bool {
+	if len(args) < 3 || !strings.Contains(fmt.Sprint(args[1]), "reserve") {
+		return false
+	}
+	keys, err := strconv.Atoi(fmt.Sprint(args[2]))
+	return err == nil && len(args) > 3+keys+4 && fmt.Sprint(args[3+keys+4]) != "0"
 }
 
 func (h *scriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -453,8 +464,13 @@ type throttleRun struct {
 // i-th earliest start against the i-th earliest reserved time, sorted. If
 // every caller starts at or after its own reserved time, every value is
 // >= 0: the i earliest starts each follow a reserved time of their own.
+//
+// A slot moved after its window had passed stays in the log (it counted
+// there a whole window): the log then holds more units than starts, and
+// the i-th start is paired with the i-th unit still, which only lowers
+// the units a start is compared with.
 func (r *throttleRun) lateness() []time.Duration {
-	if len(r.starts) != len(r.reserved) {
+	if len(r.starts) > len(r.reserved) {
 		return nil
 	}
 	late := make([]time.Duration, len(r.starts))
@@ -576,8 +592,8 @@ func (r *throttleRun) check(t *testing.T) {
 	if most := int64(2*total) - r.limit; r.scriptCalls < int64(total) || r.scriptCalls > most+3*r.releases {
 		t.Errorf("%d script calls for %d Waits; want %d to %d and 3 a late wake: a reservation each, a peek after each sleep, no polling", r.scriptCalls, total, total, most)
 	}
-	if len(r.reserved) != total {
-		t.Errorf("the log recorded %d units, want %d", len(r.reserved), total)
+	if len(r.reserved) < total || len(r.reserved) > total+int(r.releases) {
+		t.Errorf("the log recorded %d units, want %d, and at most one more a slot given back or moved (%d)", len(r.reserved), total, r.releases)
 	}
 	if got := maxInWindow(r.reserved, micros(r.window)); got > int(r.limit) {
 		t.Errorf("a window of %s holds %d reserved units, limit %d", r.window, got, r.limit)
@@ -848,7 +864,9 @@ func TestWaitPolls(t *testing.T) {
 
 // A burst of Waits against a tiny limit and a short deadline: those that
 // cannot start in time fail at once with ErrWaitExceedsDeadline and leave
-// no unit behind; the others all get through.
+// no unit behind; the others all get through, but for a caller that would
+// have started late (a loaded machine): it gives its slot back, and the
+// slot is lost (going later would bunch with the next group).
 func TestWaitDeadlineUnderLoad(t *testing.T) {
 	srv := redistest.New(t)
 	prefix := uniquePrefix(t)
@@ -858,10 +876,16 @@ func TestWaitDeadlineUnderLoad(t *testing.T) {
 	var (
 		ok, late atomic.Int64
 		wg       sync.WaitGroup
+		counter  scriptCounter
 	)
 	stalls := stall.Start(t)
 	for range 3 {
-		l, err := New(srv.Client(t), WithPrefix(prefix), WithFailureMode(FailClosed), WithTimeout(5*time.Second))
+		// ContextTimeoutEnabled: the store sends through this client itself,
+		// so the counter sees the slots given back
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { c.Close() })
+		c.AddHook(&counter)
+		l, err := New(c, WithPrefix(prefix), WithFailureMode(FailClosed), WithTimeout(5*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -879,7 +903,9 @@ func TestWaitDeadlineUnderLoad(t *testing.T) {
 					ok.Add(1)
 				case errors.Is(err, ErrWaitExceedsDeadline):
 					late.Add(1)
-					beyond(t, stalls, time.Since(start), time.Second, "a call that could not start in time")
+					if time.Since(start) > time.Second && counter.releases.Load() == 0 {
+						beyond(t, stalls, time.Since(start), time.Second, "a call that could not start in time")
+					}
 				default:
 					t.Error(err)
 				}
@@ -887,8 +913,11 @@ func TestWaitDeadlineUnderLoad(t *testing.T) {
 		}
 	}
 	wg.Wait()
-	if ok.Load() != 10 || late.Load() != 50 {
-		t.Fatalf("%d went through, %d gave up; want 10 and 50", ok.Load(), late.Load())
+	// every slot given back may be one success fewer, never one more
+	if given := counter.releases.Load(); ok.Load() > 10 || ok.Load() < 10-given || ok.Load()+late.Load() != 60 {
+		t.Fatalf("%d went through, %d gave up, %d slots given back; want 10 (less one a slot given back) and the rest", ok.Load(), late.Load(), given)
+	} else if given > 0 {
+		t.Logf("%d went through, %d slots given back by callers that would have started late", ok.Load(), given)
 	}
 	// a waiter that woke late (a loaded machine) gave its slot back, and the
 	// release trimmed the units that had left the window: the log holds the

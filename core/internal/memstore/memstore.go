@@ -362,6 +362,12 @@ func (s *Store) Refund(_ context.Context, r store.Request) error {
 func (s *Store) refund(r store.Request, at int64, reserved bool) error {
 	sh, key, now := s.lock(r.Key, r.Now)
 	defer sh.unlock(key, now)
+	sh.refund(key, r, at, now, reserved)
+	return nil
+}
+
+// refund is Store.refund, the key locked.
+func (sh *memShard) refund(key string, r store.Request, at, now int64, reserved bool) {
 	for _, l := range r.Limits {
 		st, n := sh.keys[key].find(l), r.N
 		if st == nil {
@@ -380,16 +386,18 @@ func (s *Store) refund(r store.Request, at int64, reserved bool) error {
 			}
 		}
 	}
-	return nil
 }
 
 // Reserve mirrors reserve.lua: the units wait for any block of the key too.
 func (s *Store) Reserve(_ context.Context, r store.Request, longest int64) (store.Reservation, error) {
 	sh, key, now := s.lock(r.Key, r.Now)
 	defer sh.unlock(key, now)
+	if r.From > 0 {
+		sh.refund(key, r, r.From, now, true)
+	}
 	var buf [4]*memState
 	states, blocked := sh.states(key, r.Limits, now, buf[:0])
-	at, mk := now+blocked, sh.keys[key]
+	at, mk := now+max(blocked, r.Lead), sh.keys[key]
 	for i, st := range states {
 		count, _ := mk.override.count(r.Limits[i], now)
 		_, retry, _ := st.check(count, r.N, now)

@@ -142,7 +142,7 @@ func parseAllow(reply any, states []store.State) (store.Decision, error) {
 // Reserve makes a reservation (reserve.lua).
 func (s *Store) Reserve(ctx context.Context, r store.Request, longest int64) (store.Reservation, error) {
 	c := s.newCall(s.reserveS, r, withBlock|withOverride)
-	c.args = append(c.args, r.N, r.Now, longest)
+	c.args = append(c.args, r.N, r.Now, longest, max(r.Lead, 0), max(r.From, 0))
 	for _, l := range r.Limits {
 		c.args = append(c.args, l.Count, micros(l.Window))
 	}

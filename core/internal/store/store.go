@@ -18,8 +18,10 @@ type Store interface {
 	// Penalty, a committed denial counts towards a ban.
 	Allow(ctx context.Context, r Request) (Decision, error)
 	// Reserve records r.N units at the earliest time they fit under every
-	// limit (all SlidingLog), counting reservations already made, unless
-	// that is more than longest µs from now (longest < 0: no bound).
+	// limit (all SlidingLog), counting reservations already made, and at
+	// least r.Lead µs from now, unless that is more than longest µs from
+	// now (longest < 0: no bound). With r.From it first gives back the
+	// reservation of that time, in the same step, whatever it answers.
 	Reserve(ctx context.Context, r Request, longest int64) (Reservation, error)
 	// Release gives back a reservation Reserve made for r.
 	Release(ctx context.Context, r Request, res Reservation) error
@@ -123,6 +125,8 @@ type Request struct {
 	Now     int64   // µs since the epoch; 0: the store's clock (Redis's TIME)
 	Penalty Penalty
 	At      int64 // Refund: the µs of the units to give back (a Decision's At); 0: the newest
+	Lead    int64 // Reserve: the units' time is at least this many µs after now
+	From    int64 // Reserve: a reservation of r's to give back first, by its time (a move); 0: none
 	// Deadline ends the call beside ctx's: the decision's budget (see
 	// core.WithTimeout); zero: ctx alone.
 	Deadline time.Time

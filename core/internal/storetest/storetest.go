@@ -523,6 +523,27 @@ func reserve(k *kit) {
 	k.do("Block", k.s.Block(ctx, store.Request{Key: k.key("blocked"), Now: t0}, 30*time.Second))
 	k.reserve("blocked", k.req("blocked", 1, t0, lim), -1, store.Reservation{OK: true, Wait: 30 * sec, At: t0 + 30*sec})
 	k.reserve("an empty key", k.req("empty", 1, t0, lim), 0, store.Reservation{OK: true, Wait: 0, At: t0})
+
+	// a lead: no earlier than now plus it, later if the units fit later
+	lead := k.req("lead", 1, t0, lim)
+	lead.Lead = 3 * sec
+	k.reserve("a lead", lead, -1, store.Reservation{OK: true, Wait: 3 * sec, At: t0 + 3*sec})
+	k.reserve("a lead beyond the bound", lead, 3*sec-us, store.Reservation{Wait: 3 * sec})
+	k.reserve("a lead again", lead, -1, store.Reservation{OK: true, Wait: 3 * sec, At: t0 + 3*sec})
+	k.reserve("a lead, full", lead, -1, store.Reservation{OK: true, Wait: 13 * sec, At: t0 + 13*sec})
+	lead.Lead = 0
+	k.reserve("no lead, full", lead, -1, store.Reservation{OK: true, Wait: 13 * sec, At: t0 + 13*sec})
+	// a move: the reservation of From given back in the same step
+	move := k.req("lead", 1, t0, lim)
+	move.From = t0 + 3*sec
+	k.reserve("a move", move, -1, store.Reservation{OK: true, Wait: 23 * sec, At: t0 + 23*sec}) // after the two of t0+13s
+	move.From, move.Lead = t0+13*sec, 20*sec
+	k.reserve("a move beyond the bound", move, 15*sec, store.Reservation{Wait: 23 * sec})
+	// left: t0+3s, t0+13s, t0+23s (either move gave one back)
+	k.peek("the moves gave back", k.req("lead", 1, t0+4*sec, lim), decision(false, t0+4*sec, state(0, 19*sec, 29*sec)))
+	lead = k.req("blocked", 1, t0, lim)
+	lead.Lead = 40 * sec
+	k.reserve("a lead past a block", lead, -1, store.Reservation{OK: true, Wait: 40 * sec, At: t0 + 40*sec})
 }
 
 // penalty: the committed denial that reaches Denials within Within bans the

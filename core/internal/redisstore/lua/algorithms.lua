@@ -869,12 +869,13 @@ local function allow_batch(keys, args)
 end
 
 local function reserve(keys, args)
-  local n, now, longest = tonumber(args[1]), now_us(args[2]), tonumber(args[3])
+  local n, now, longest, from = tonumber(args[1]), now_us(args[2]), tonumber(args[3]), tonumber(args[5])
+  for i = 3, from > 0 and #keys or 0 do log_remove(keys[i], tonumber(args[2 * i + 1]), n, from - 1, from, now) end
   local vals = call('MGET', unpack(keys))
-  local at, st = now + blocked_for(vals[1], now), {}
+  local at, st = now + max(blocked_for(vals[1], now), tonumber(args[4])), {}
   for i = 3, #keys do -- limit i - 2 (after the block and override keys)
-    local window = tonumber(args[2 * i - 1])
-    local count = vals[2] and override_count(vals[2], '0', window) or tonumber(args[2 * i - 2])
+    local window = tonumber(args[2 * i + 1])
+    local count = vals[2] and override_count(vals[2], '0', window) or tonumber(args[2 * i])
     local v = log_value(keys[i], vals[i])
     local _, retry, _, used, lo, newest = log_check(keys[i], v, count, window, n, now)
     if retry < 0 then return {0, -1} end
@@ -884,7 +885,7 @@ local function reserve(keys, args)
   if longest >= 0 and at - now > longest then return {0, at - now} end
   for i = 3, #keys do
     local j = 4 * (i - 3)
-    log_add(keys[i], st[j + 1], st[j + 2], st[j + 3], st[j + 4], tonumber(args[2 * i - 1]), n, at, now)
+    log_add(keys[i], st[j + 1], st[j + 2], st[j + 3], st[j + 4], tonumber(args[2 * i + 1]), n, at, now)
   end
   return {1, at - now, at}
 end
