@@ -66,18 +66,22 @@ func TestDenyCacheRoundTrips(t *testing.T) {
 			}
 			rec.take()
 			before := evalCalls(t, rdb)
-			for i := range 1000 {
+			// up to 1,000 repeats, those made well within RetryAfter (a
+			// loaded machine makes fewer)
+			within := deniedAt.Add(denied.RetryAfter - 100*time.Millisecond)
+			repeats := 0
+			for ; repeats < 1000 && time.Now().Before(within); repeats++ {
 				r, err := l.Allow(ctx, "k", lim)
 				if err != nil || r.Allowed || r.RetryAfter <= 0 || r.RetryAfter > denied.RetryAfter {
-					t.Fatalf("repeat %d: %+v %v", i, r, err)
+					t.Fatalf("repeat %d: %+v %v", repeats, r, err)
 				}
 			}
 			calls := evalCalls(t, rdb) - before
 			hits := tallyEvents(rec.take()).cacheHits
-			if calls != int64(1000-hits) || calls > 5 {
-				t.Fatalf("1000 repeats within RetryAfter: %d script calls, %d cache hits", calls, hits)
+			if calls != int64(repeats-hits) || calls > 5 || repeats < 10 {
+				t.Fatalf("%d repeats within RetryAfter: %d script calls, %d cache hits", repeats, calls, hits)
 			}
-			t.Logf("%s: 1000 repeats of a denied key: %d script calls, %d cache hits", a, calls, hits)
+			t.Logf("%s: %d repeats of a denied key: %d script calls, %d cache hits", a, repeats, calls, hits)
 
 			time.Sleep(time.Until(deniedAt.Add(denied.RetryAfter)))
 			if r, err := l.Allow(ctx, "k", lim); err != nil || !r.Allowed {
@@ -87,14 +91,16 @@ func TestDenyCacheRoundTrips(t *testing.T) {
 			// the cache off: every request goes to Redis
 			off, _ := faultLimiter(t, rdb, FailOpen, 1, WithDenyCache(0), WithTimeout(patient))
 			off.AllowN(ctx, "k", 2, lim)
+			within = time.Now().Add(lim.Window - 100*time.Millisecond)
 			before = evalCalls(t, rdb)
-			for range 10 {
+			repeats = 0
+			for ; repeats < 10 && time.Now().Before(within); repeats++ {
 				if r, err := off.Allow(ctx, "k", lim); err != nil || r.Allowed {
 					t.Fatalf("cache off: %+v %v", r, err)
 				}
 			}
-			if calls := evalCalls(t, rdb) - before; calls != 10 {
-				t.Fatalf("cache off: %d script calls for 10 requests", calls)
+			if calls := evalCalls(t, rdb) - before; calls != int64(repeats) || repeats == 0 {
+				t.Fatalf("cache off: %d script calls for %d requests", calls, repeats)
 			}
 		})
 	}
