@@ -1,0 +1,416 @@
+package main
+
+// The upstream scenario measures the throttler's promise where it matters:
+// at the upstream. Run from the repository root, against a loopback Redis:
+//
+//	go run ./internal/cmd/promises -redis 127.0.0.1:6379 -rounds 5 -busy 8 upstream              # load ~10
+//	go run ./internal/cmd/promises -redis 127.0.0.1:6379 -rounds 5 upstream                       # no busy processes
+//	go run ./internal/cmd/promises -redis 127.0.0.1:6379 -rounds 5 -busy 8 -margin 50ms upstream  # Transport.Margin 50ms
+//
+// A round starts a strict upstream HTTP server on 127.0.0.1 that admits at
+// most 5 requests in any 1s window by its own arrival times (a log of them:
+// a request that would be the 6th within 1s is refused, 429 with
+// Retry-After), and two client processes (this binary again), each with
+// its own core.Limiter on the shared Redis with the library's defaults and
+// a nethttp.Transport with only Limiter and Rule set (PerSecond(5), the
+// default key: the upstream's host), and -goroutines goroutines sending
+// requests in a loop for -seconds, so that the throttler is saturated.
+// -busy N starts N CPU-bound processes first and waits (at most 2 minutes)
+// until the 1-minute load average reaches N; -margin sets the Transport's
+// Margin (0: its default, 1% of the window).
+//
+// Each round prints the requests the clients sent (and the mean time one
+// took: its Wait and its trip), the upstream's arrivals (retries of
+// refused requests included), its refusals, the most arrivals in any 1s
+// window, the Redis log's worst 1s window by Redis's clock (its units read
+// every 100ms, a reservation given back not counted), the reservations
+// seen given back, and the load average (1 minute) at the start and the
+// end. It exits 1 when the upstream refused any request.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratewindow/ratewindow/core"
+	"github.com/ratewindow/ratewindow/nethttp"
+)
+
+// upstreamLimit is what the strict upstream admits in any 1s window, and
+// the clients' rule.
+const upstreamLimit = 5
+
+// upConfig is the upstream scenario's setting.
+type upConfig struct {
+	rounds, busy, procs, goroutines int
+	seconds                         time.Duration
+	margin                          time.Duration
+}
+
+// strict is an upstream that admits at most limit requests in any 1s
+// window by its own arrival times, and refuses the others with 429.
+type strict struct {
+	mu       sync.Mutex
+	limit    int
+	arrivals []time.Time // every request, refused or not
+	admitted []time.Time
+	refused  int
+}
+
+// arrive records a request arriving at now and reports whether it is
+// admitted; when it is not, retry is the time until it would have been.
+func (s *strict) arrive(now time.Time) (ok bool, retry time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.arrivals = append(s.arrivals, now)
+	if n := len(s.admitted); n >= s.limit {
+		if oldest := s.admitted[n-s.limit]; now.Sub(oldest) < time.Second {
+			s.refused++
+			return false, oldest.Add(time.Second).Sub(now)
+		}
+	}
+	s.admitted = append(s.admitted, now)
+	return true, 0
+}
+
+func (s *strict) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	ok, retry := s.arrive(time.Now())
+	if !ok {
+		// whole seconds, rounded up, as HTTP says; never 0
+		w.Header().Set("Retry-After", strconv.FormatInt(int64(max((retry+time.Second-1)/time.Second, 1)), 10))
+		http.Error(w, "too many requests", http.StatusTooManyRequests)
+		return
+	}
+	io.WriteString(w, "ok\n")
+}
+
+// upStats is what a client process reports on its stdout.
+type upStats struct {
+	Sent, OK, Refused, Failed int64            // requests; Refused: a 429 reached the caller
+	Took                      time.Duration    // all requests' time, Wait and trip
+	Errors                    map[string]int64 `json:",omitempty"`
+}
+
+func upstream(addr string, cfg upConfig) error {
+	if cfg.busy < 0 || cfg.procs < 1 || cfg.goroutines < 1 || cfg.seconds <= 0 {
+		return errors.New("upstream needs -busy >= 0, -procs >= 1, -goroutines >= 1 and -seconds > 0")
+	}
+	stopBusy, err := busy(cfg.busy)
+	if err != nil {
+		return err
+	}
+	defer stopBusy()
+	bad := false
+	for round := range cfg.rounds {
+		loadBefore := loadavg()
+		s := &strict{limit: upstreamLimit}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		srv := &http.Server{Handler: s}
+		go srv.Serve(ln)
+		rule := fmt.Sprintf("promises-upstream-%d", time.Now().UnixNano())
+		start := time.Now().Add(time.Second) // the clients start together
+		log := pollSettled(addr, core.DefaultPrefix+"{"+rule+":*")
+		var children []*exec.Cmd
+		var outs []io.Reader
+		for range cfg.procs {
+			c := self("-redis", addr, "-margin", cfg.margin.String(), "upclient",
+				"http://"+ln.Addr().String()+"/", rule, strconv.FormatInt(start.UnixNano(), 10),
+				strconv.Itoa(cfg.goroutines), cfg.seconds.String())
+			out, _ := c.StdoutPipe()
+			if err := c.Start(); err != nil {
+				srv.Close()
+				return err
+			}
+			children = append(children, c)
+			outs = append(outs, out)
+		}
+		var total upStats
+		var childErr error
+		for i, c := range children {
+			var st upStats
+			if err := json.NewDecoder(outs[i]).Decode(&st); err != nil {
+				childErr = errors.Join(childErr, fmt.Errorf("a client's stats: %w", err))
+			}
+			if err := c.Wait(); err != nil {
+				childErr = errors.Join(childErr, fmt.Errorf("a client: %w", err))
+			}
+			total.Sent += st.Sent
+			total.OK += st.OK
+			total.Refused += st.Refused
+			total.Failed += st.Failed
+			total.Took += st.Took
+			for k, v := range st.Errors {
+				if total.Errors == nil {
+					total.Errors = map[string]int64{}
+				}
+				total.Errors[k] += v
+			}
+		}
+		units, released, logErr := log()
+		srv.Close()
+		if childErr != nil {
+			return childErr
+		}
+		s.mu.Lock()
+		arrivals, refused := len(s.arrivals), s.refused
+		worstArrivals := worstWindow(s.arrivals)
+		s.mu.Unlock()
+		redisWorst := "unread"
+		if logErr == nil {
+			redisWorst = fmt.Sprintf("%d (%d units)", worstWindow(units), len(units))
+		} else {
+			fmt.Fprintln(os.Stderr, "promises: the Redis log:", logErr)
+		}
+		mean := time.Duration(0)
+		if total.Sent > 0 {
+			mean = total.Took / time.Duration(total.Sent)
+		}
+		fmt.Printf("upstream round %d: %d processes × %d goroutines, margin %s, busy %d, load %.1f→%.1f: sent %d (ok %d, 429 to the caller %d, errors %d %v), mean request time %s; upstream arrivals %d, refused %d, worst 1s window %d arrivals (limit %d); Redis log's worst 1s window %s; reservations seen given back %d\n",
+			round+1, cfg.procs, cfg.goroutines, marginName(cfg.margin), cfg.busy, loadBefore, loadavg(),
+			total.Sent, total.OK, total.Refused, total.Failed, total.Errors, mean.Round(time.Millisecond),
+			arrivals, refused, worstArrivals, upstreamLimit, redisWorst, released)
+		if refused > 0 {
+			bad = true
+		}
+	}
+	if bad {
+		return errors.New("the upstream refused requests")
+	}
+	return nil
+}
+
+func marginName(m time.Duration) string {
+	if m == 0 {
+		return "default"
+	}
+	return m.String()
+}
+
+// upclient is a client process of the upstream scenario: from start on,
+// goroutines send GET url through a nethttp.Transport with the defaults,
+// each in a loop for d, then it prints its upStats as JSON.
+func upclient(addr string, margin time.Duration, url, rule, start, goroutines, d string) error {
+	startNS, err := strconv.ParseInt(start, 10, 64)
+	if err != nil {
+		return fmt.Errorf("start: %w", err)
+	}
+	n, err := strconv.Atoi(goroutines)
+	if err != nil {
+		return fmt.Errorf("goroutines: %w", err)
+	}
+	dur, err := time.ParseDuration(d)
+	if err != nil {
+		return err
+	}
+	l, err := core.New(redis.NewClient(&redis.Options{Addr: addr}))
+	if err != nil {
+		return err
+	}
+	client := &http.Client{Transport: &nethttp.Transport{Limiter: l, Margin: margin,
+		Rule: core.Rule{Name: rule, Limits: []core.Limit{core.PerSecond(upstreamLimit)}}}}
+	var sent, ok, refused, failed, took atomic.Int64
+	var errs sync.Map
+	time.Sleep(time.Until(time.Unix(0, startNS)))
+	end := time.Now().Add(dur)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			for time.Now().Before(end) {
+				t0 := time.Now()
+				resp, err := client.Get(url)
+				took.Add(int64(time.Since(t0)))
+				sent.Add(1)
+				switch {
+				case err != nil:
+					failed.Add(1)
+					c, _ := errs.LoadOrStore(err.Error(), new(atomic.Int64))
+					c.(*atomic.Int64).Add(1)
+					time.Sleep(10 * time.Millisecond)
+					continue
+				case resp.StatusCode == http.StatusTooManyRequests:
+					refused.Add(1)
+				case resp.StatusCode == http.StatusOK:
+					ok.Add(1)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		})
+	}
+	wg.Wait()
+	st := upStats{Sent: sent.Load(), OK: ok.Load(), Refused: refused.Load(), Failed: failed.Load(), Took: time.Duration(took.Load())}
+	errs.Range(func(k, v any) bool {
+		if st.Errors == nil {
+			st.Errors = map[string]int64{}
+		}
+		st.Errors[k.(string)] = v.(*atomic.Int64).Load()
+		return true
+	})
+	return json.NewEncoder(os.Stdout).Encode(st)
+}
+
+// busy starts n CPU-bound processes and waits, at most 2 minutes, until
+// the 1-minute load average reaches n; stop ends them.
+func busy(n int) (stop func(), err error) {
+	var spin []*exec.Cmd
+	stop = func() {
+		for _, c := range spin {
+			_ = c.Process.Kill()
+			_ = c.Wait()
+		}
+	}
+	for range n {
+		c := self("spin")
+		if err := c.Start(); err != nil {
+			stop()
+			return nil, err
+		}
+		spin = append(spin, c)
+	}
+	if n == 0 {
+		return stop, nil
+	}
+	for deadline := time.Now().Add(2 * time.Minute); loadavg() < float64(n) && time.Now().Before(deadline); {
+		time.Sleep(time.Second)
+	}
+	return stop, nil
+}
+
+// loadavg is the 1-minute load average (/proc/loadavg), or -1.
+func loadavg() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return -1
+	}
+	f, err := strconv.ParseFloat(strings.Fields(string(b) + " -1")[0], 64)
+	if err != nil {
+		return -1
+	}
+	return f
+}
+
+// snapshot is a sliding log's units (µs on Redis's clock → how many) read
+// at at (Redis's TIME, after the read).
+type snapshot struct {
+	at    int64
+	units map[int64]int
+}
+
+// pollSettled finds the sliding log matching pattern and reads it every
+// 100ms until the function it returns is called, which reads it once more
+// and returns the units that stayed (see settle) and the reservations
+// seen given back.
+func pollSettled(addr, pattern string) func() ([]time.Time, int, error) {
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	ctx := context.Background()
+	var snaps []snapshot
+	var key string
+	var lastErr error
+	read := func() {
+		if key == "" {
+			keys, err := rdb.Keys(ctx, pattern).Result()
+			if err != nil || len(keys) == 0 {
+				lastErr = errors.Join(err, fmt.Errorf("no key matches %q", pattern))
+				return
+			}
+			key = keys[0]
+		}
+		var get *redis.StringCmd
+		var now *redis.TimeCmd
+		_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			get, now = p.Get(ctx, key), p.Time(ctx)
+			return nil
+		})
+		if err != nil && !errors.Is(err, redis.Nil) {
+			lastErr = err
+			return
+		}
+		units := map[int64]int{}
+		if v, err := get.Bytes(); err == nil {
+			if units = logUnits(v); units == nil {
+				lastErr = fmt.Errorf("%s is not a compact sliding log", key)
+				return
+			}
+		}
+		lastErr = nil
+		snaps = append(snaps, snapshot{at: now.Val().UnixMicro(), units: units})
+	}
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			read()
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	return func() ([]time.Time, int, error) {
+		close(stop)
+		<-done
+		read()
+		rdb.Close()
+		if key == "" || len(snaps) == 0 {
+			return nil, 0, lastErr
+		}
+		final, released := settle(snaps, time.Second.Microseconds())
+		var ts []time.Time
+		for t, n := range final {
+			for range n {
+				ts = append(ts, time.UnixMicro(t))
+			}
+		}
+		return ts, released, lastErr
+	}
+}
+
+// settle returns the units that stayed in a sliding log read as snaps
+// (in order): a unit at t counts as often as the last snapshot still
+// within window of t holds it (the log cannot have dropped it yet, so a
+// unit missing there was given back), and released is how many units a
+// snapshot held beyond that. A reservation given back more than a window
+// after its time, or before any snapshot saw it, escapes both counts.
+func settle(snaps []snapshot, window int64) (final map[int64]int, released int) {
+	final = map[int64]int{}
+	seen := map[int64]int{}
+	for _, s := range snaps {
+		for t, n := range s.units {
+			seen[t] = max(seen[t], n)
+		}
+	}
+	for t, n := range seen {
+		last := -1
+		for i, s := range snaps {
+			if s.at-t < window {
+				last = i
+			}
+		}
+		kept := 0
+		if last >= 0 {
+			kept = snaps[last].units[t]
+		}
+		if kept > 0 {
+			final[t] = kept
+		}
+		released += n - kept
+	}
+	return final, released
+}
