@@ -66,6 +66,8 @@ func main() {
 		err = paused(*addr)
 	case "upstream":
 		err = upstream(*addr, upConfig{rounds: *rounds, busy: *busyN, procs: *procs, goroutines: *goroutines, seconds: *seconds, margin: *margin})
+	case "upserve": // the upstream scenario's strict upstream
+		err = upserve()
 	case "upclient": // a client process of the upstream scenario
 		err = upclient(*addr, *margin, flag.Arg(1), flag.Arg(2), flag.Arg(3), flag.Arg(4), flag.Arg(5))
 	case "serve": // the flood's server

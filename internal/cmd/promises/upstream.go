@@ -28,6 +28,7 @@ package main
 // end. It exits 1 when the upstream refused any request.
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -41,6 +42,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -97,6 +99,111 @@ func (s *strict) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	io.WriteString(w, "ok\n")
 }
 
+// upSeen is what the upstream process reports on its stdout: every
+// arrival (Unix ns), the refusals, and the longest time its ticker (every
+// 5ms) ran late, which would bunch arrivals that the clients spaced.
+type upSeen struct {
+	Arrivals []int64
+	Refused  int
+	Stall    time.Duration
+}
+
+// upstreamProc is a running strict upstream process.
+type upstreamProc struct {
+	cmd  *exec.Cmd
+	out  *bufio.Reader
+	addr string
+	note string // why it runs at the default priority, if it does
+}
+
+// startUpstream starts the strict upstream in a process of its own, in
+// its own process group, at nice -10 when this process may raise
+// priorities: it stands for a server on another machine, whose arrival
+// times the busy processes here must not move.
+func startUpstream() (*upstreamProc, error) {
+	c := self("upserve")
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	out, err := c.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Start(); err != nil {
+		return nil, err
+	}
+	up := &upstreamProc{cmd: c, out: bufio.NewReader(out)}
+	// PRIO_PGRP sets every thread of the group; threads made later inherit it
+	if err := syscall.Setpriority(syscall.PRIO_PGRP, c.Process.Pid, -10); err != nil {
+		up.note = fmt.Sprintf(" (at the default priority: %v)", err)
+	}
+	line, err := up.out.ReadString('\n')
+	if err != nil {
+		_ = c.Process.Kill()
+		_ = c.Wait()
+		return nil, fmt.Errorf("the upstream's address: %w", err)
+	}
+	up.addr = strings.TrimSpace(line)
+	return up, nil
+}
+
+// stop ends the upstream and returns what it saw.
+func (up *upstreamProc) stop() (upSeen, error) {
+	var seen upSeen
+	_ = up.cmd.Process.Signal(syscall.SIGTERM)
+	err := json.NewDecoder(up.out).Decode(&seen)
+	if err != nil {
+		err = fmt.Errorf("the upstream's report: %w", err)
+	}
+	return seen, errors.Join(err, up.cmd.Wait())
+}
+
+// upserve is the upstream process: a strict upstream on a free port of
+// 127.0.0.1, whose address it prints; on SIGTERM it prints its upSeen.
+func upserve() error {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	s := &strict{limit: upstreamLimit}
+	srv := &http.Server{Handler: s}
+	var stall atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		last := time.Now()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				now := time.Now()
+				if late := now.Sub(last) - 5*time.Millisecond; late > time.Duration(stall.Load()) {
+					stall.Store(int64(late))
+				}
+				last = now
+			}
+		}
+	}()
+	sig := make(chan os.Signal, 1)
+	signalNotify(sig)
+	go func() {
+		<-sig
+		close(done)
+		srv.Close()
+	}()
+	fmt.Println(ln.Addr())
+	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seen := upSeen{Refused: s.refused, Stall: time.Duration(stall.Load())}
+	for _, t := range s.arrivals {
+		seen.Arrivals = append(seen.Arrivals, t.UnixNano())
+	}
+	return json.NewEncoder(os.Stdout).Encode(seen)
+}
+
 // upStats is what a client process reports on its stdout.
 type upStats struct {
 	Sent, OK, Refused, Failed int64            // requests; Refused: a 429 reached the caller
@@ -116,13 +223,10 @@ func upstream(addr string, cfg upConfig) error {
 	bad := false
 	for round := range cfg.rounds {
 		loadBefore := loadavg()
-		s := &strict{limit: upstreamLimit}
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		up, err := startUpstream()
 		if err != nil {
 			return err
 		}
-		srv := &http.Server{Handler: s}
-		go srv.Serve(ln)
 		rule := fmt.Sprintf("promises-upstream-%d", time.Now().UnixNano())
 		start := time.Now().Add(time.Second) // the clients start together
 		log := pollSettled(addr, core.DefaultPrefix+"{"+rule+":*")
@@ -130,11 +234,11 @@ func upstream(addr string, cfg upConfig) error {
 		var outs []io.Reader
 		for range cfg.procs {
 			c := self("-redis", addr, "-margin", cfg.margin.String(), "upclient",
-				"http://"+ln.Addr().String()+"/", rule, strconv.FormatInt(start.UnixNano(), 10),
+				"http://"+up.addr+"/", rule, strconv.FormatInt(start.UnixNano(), 10),
 				strconv.Itoa(cfg.goroutines), cfg.seconds.String())
 			out, _ := c.StdoutPipe()
 			if err := c.Start(); err != nil {
-				srv.Close()
+				_, _ = up.stop()
 				return err
 			}
 			children = append(children, c)
@@ -163,14 +267,14 @@ func upstream(addr string, cfg upConfig) error {
 			}
 		}
 		units, released, logErr := log()
-		srv.Close()
-		if childErr != nil {
-			return childErr
+		seen, upErr := up.stop()
+		if err := errors.Join(childErr, upErr); err != nil {
+			return err
 		}
-		s.mu.Lock()
-		arrivals, refused := len(s.arrivals), s.refused
-		worstArrivals := worstWindow(s.arrivals)
-		s.mu.Unlock()
+		arrivals := make([]time.Time, len(seen.Arrivals))
+		for i, ns := range seen.Arrivals {
+			arrivals[i] = time.Unix(0, ns)
+		}
 		redisWorst := "unread"
 		if logErr == nil {
 			redisWorst = fmt.Sprintf("%d (%d units)", worstWindow(units), len(units))
@@ -181,11 +285,11 @@ func upstream(addr string, cfg upConfig) error {
 		if total.Sent > 0 {
 			mean = total.Took / time.Duration(total.Sent)
 		}
-		fmt.Printf("upstream round %d: %d processes × %d goroutines, margin %s, busy %d, load %.1f→%.1f: sent %d (ok %d, 429 to the caller %d, errors %d %v), mean request time %s; upstream arrivals %d, refused %d, worst 1s window %d arrivals (limit %d); Redis log's worst 1s window %s; reservations seen given back %d\n",
+		fmt.Printf("upstream round %d: %d processes × %d goroutines, margin %s, busy %d, load %.1f→%.1f: sent %d (ok %d, 429 to the caller %d, errors %d %v), mean request time %s; upstream arrivals %d, refused %d, worst 1s window %d arrivals (limit %d), its longest stall %s%s; Redis log's worst 1s window %s; reservations seen given back %d\n",
 			round+1, cfg.procs, cfg.goroutines, marginName(cfg.margin), cfg.busy, loadBefore, loadavg(),
 			total.Sent, total.OK, total.Refused, total.Failed, total.Errors, mean.Round(time.Millisecond),
-			arrivals, refused, worstArrivals, upstreamLimit, redisWorst, released)
-		if refused > 0 {
+			len(arrivals), seen.Refused, worstWindow(arrivals), upstreamLimit, seen.Stall.Round(time.Millisecond), up.note, redisWorst, released)
+		if seen.Refused > 0 {
 			bad = true
 		}
 	}
