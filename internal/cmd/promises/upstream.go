@@ -117,12 +117,14 @@ type upstreamProc struct {
 }
 
 // startUpstream starts the strict upstream in a process of its own, in
-// its own process group, at nice -10 when this process may raise
-// priorities: it stands for a server on another machine, whose arrival
-// times the busy processes here must not move.
+// its own session, at nice -10 when this process may raise priorities
+// (its threads', and its session's autogroup's, where the kernel groups
+// sessions: otherwise a nice value weighs only within the session): it
+// stands for a server on another machine, whose arrival times the busy
+// processes here must not move. Its longest stall is reported all the same.
 func startUpstream() (*upstreamProc, error) {
 	c := self("upserve")
-	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	out, err := c.StdoutPipe()
 	if err != nil {
 		return nil, err
@@ -134,6 +136,12 @@ func startUpstream() (*upstreamProc, error) {
 	// PRIO_PGRP sets every thread of the group; threads made later inherit it
 	if err := syscall.Setpriority(syscall.PRIO_PGRP, c.Process.Pid, -10); err != nil {
 		up.note = fmt.Sprintf(" (at the default priority: %v)", err)
+	}
+	autogroup := fmt.Sprintf("/proc/%d/autogroup", c.Process.Pid)
+	if _, err := os.Stat(autogroup); err == nil {
+		if err := os.WriteFile(autogroup, []byte("-10"), 0); err != nil {
+			up.note += fmt.Sprintf(" (its autogroup at the default priority: %v)", err)
+		}
 	}
 	line, err := up.out.ReadString('\n')
 	if err != nil {
