@@ -8,24 +8,28 @@ package main
 //	go run ./internal/cmd/promises -redis 127.0.0.1:6379 -rounds 5 -busy 8 -margin 50ms upstream  # Transport.Margin 50ms
 //
 // A round starts a strict upstream HTTP server on 127.0.0.1 that admits at
-// most 5 requests in any 1s window by its own arrival times (a log of them:
-// a request that would be the 6th within 1s is refused, 429 with
-// Retry-After), and two client processes (this binary again), each with
+// most 5 requests in any 1s window by its own arrival times (a log of
+// them: a request that would be the 6th within 1s is refused, 429 with
+// Retry-After). It runs in a session of its own at nice -10 where allowed,
+// standing for a server on another machine, and reports its longest stall.
+// Then -procs client processes (default 2; this binary again), each with
 // its own core.Limiter on the shared Redis with the library's defaults and
 // a nethttp.Transport with only Limiter and Rule set (PerSecond(5), the
-// default key: the upstream's host), and -goroutines goroutines sending
-// requests in a loop for -seconds, so that the throttler is saturated.
-// -busy N starts N CPU-bound processes first and waits (at most 2 minutes)
-// until the 1-minute load average reaches N; -margin sets the Transport's
-// Margin (0: its default, 1% of the window).
+// default key: the upstream's host), and -goroutines goroutines (default
+// 8) sending requests in a loop for -seconds (default 10s), so that the
+// throttler is saturated. -busy N starts N CPU-bound processes first and
+// waits (at most a minute) until the 1-minute load average reaches N;
+// -margin sets the Transport's Margin (0: its default, 1% of the window).
 //
 // Each round prints the requests the clients sent (and the mean time one
 // took: its Wait and its trip), the upstream's arrivals (retries of
 // refused requests included), its refusals, the most arrivals in any 1s
 // window, the Redis log's worst 1s window by Redis's clock (its units read
 // every 100ms, a reservation given back not counted), the reservations
-// seen given back, and the load average (1 minute) at the start and the
-// end. It exits 1 when the upstream refused any request.
+// seen given back, the load average (1 minute) at the start and the end,
+// and the mean of the tasks runnable now (/proc/loadavg's fourth field,
+// sampled every 100ms: the load during the round). It exits 1 when the
+// upstream refused any request.
 
 import (
 	"bufio"
@@ -231,6 +235,7 @@ func upstream(addr string, cfg upConfig) error {
 	bad := false
 	for round := range cfg.rounds {
 		loadBefore := loadavg()
+		runnable := sampleRunnable()
 		up, err := startUpstream()
 		if err != nil {
 			return err
@@ -275,6 +280,7 @@ func upstream(addr string, cfg upConfig) error {
 			}
 		}
 		units, released, logErr := log()
+		runnableMean := runnable()
 		seen, upErr := up.stop()
 		if err := errors.Join(childErr, upErr); err != nil {
 			return err
@@ -293,8 +299,8 @@ func upstream(addr string, cfg upConfig) error {
 		if total.Sent > 0 {
 			mean = total.Took / time.Duration(total.Sent)
 		}
-		fmt.Printf("upstream round %d: %d processes × %d goroutines, margin %s, busy %d, load %.1f→%.1f: sent %d (ok %d, 429 to the caller %d, errors %d %v), mean request time %s; upstream arrivals %d, refused %d, worst 1s window %d arrivals (limit %d), its longest stall %s%s; Redis log's worst 1s window %s; reservations seen given back %d\n",
-			round+1, cfg.procs, cfg.goroutines, marginName(cfg.margin), cfg.busy, loadBefore, loadavg(),
+		fmt.Printf("upstream round %d: %d processes × %d goroutines, margin %s, busy %d, load %.1f→%.1f (runnable tasks %.1f): sent %d (ok %d, 429 to the caller %d, errors %d %v), mean request time %s; upstream arrivals %d, refused %d, worst 1s window %d arrivals (limit %d), its longest stall %s%s; Redis log's worst 1s window %s; reservations seen given back %d\n",
+			round+1, cfg.procs, cfg.goroutines, marginName(cfg.margin), cfg.busy, loadBefore, loadavg(), runnableMean,
 			total.Sent, total.OK, total.Refused, total.Failed, total.Errors, mean.Round(time.Millisecond),
 			len(arrivals), seen.Refused, worstWindow(arrivals), upstreamLimit, seen.Stall.Round(time.Millisecond), up.note, redisWorst, released)
 		if seen.Refused > 0 {
@@ -377,8 +383,9 @@ func upclient(addr string, margin time.Duration, url, rule, start, goroutines, d
 	return json.NewEncoder(os.Stdout).Encode(st)
 }
 
-// busy starts n CPU-bound processes and waits, at most 2 minutes, until
-// the 1-minute load average reaches n; stop ends them.
+// busy starts n CPU-bound processes and waits, at most a minute, until
+// the 1-minute load average reaches n (it creeps towards its level: the
+// rounds' own samples say what the load was); stop ends them.
 func busy(n int) (stop func(), err error) {
 	var spin []*exec.Cmd
 	stop = func() {
@@ -398,7 +405,7 @@ func busy(n int) (stop func(), err error) {
 	if n == 0 {
 		return stop, nil
 	}
-	for deadline := time.Now().Add(2 * time.Minute); loadavg() < float64(n) && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(time.Minute); loadavg() < float64(n) && time.Now().Before(deadline); {
 		time.Sleep(time.Second)
 	}
 	return stop, nil
@@ -406,15 +413,61 @@ func busy(n int) (stop func(), err error) {
 
 // loadavg is the 1-minute load average (/proc/loadavg), or -1.
 func loadavg() float64 {
+	avg, _ := readLoad()
+	return avg
+}
+
+// readLoad reads /proc/loadavg: the 1-minute load average and the tasks
+// runnable now, or -1 for what it cannot read.
+func readLoad() (avg float64, runnable int) {
+	avg, runnable = -1, -1
 	b, err := os.ReadFile("/proc/loadavg")
 	if err != nil {
-		return -1
+		return avg, runnable
 	}
-	f, err := strconv.ParseFloat(strings.Fields(string(b) + " -1")[0], 64)
-	if err != nil {
-		return -1
+	f := strings.Fields(string(b))
+	if len(f) < 4 {
+		return avg, runnable
 	}
-	return f
+	if v, err := strconv.ParseFloat(f[0], 64); err == nil {
+		avg = v
+	}
+	if r, _, ok := strings.Cut(f[3], "/"); ok {
+		if v, err := strconv.Atoi(r); err == nil {
+			runnable = v
+		}
+	}
+	return avg, runnable
+}
+
+// sampleRunnable samples the tasks runnable now every 100ms, the reader
+// itself excluded, until the function it returns is called, which returns
+// their mean (-1 without samples): the load during a round, which the
+// 1-minute average reaches only after minutes.
+func sampleRunnable() func() float64 {
+	var sum, n int
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			if _, r := readLoad(); r > 0 {
+				sum, n = sum+r-1, n+1
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	return func() float64 {
+		close(stop)
+		<-done
+		if n == 0 {
+			return -1
+		}
+		return float64(sum) / float64(n)
+	}
 }
 
 // snapshot is a sliding log's units (µs on Redis's clock → how many) read
