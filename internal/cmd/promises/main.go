@@ -50,6 +50,7 @@ func main() {
 	procs := flag.Int("procs", 2, "upstream: client processes")
 	goroutines := flag.Int("goroutines", 8, "upstream: goroutines sending in each client process")
 	seconds := flag.Duration("seconds", 10*time.Second, "upstream: how long each goroutine starts requests")
+	grpcBin := flag.String("grpc", "", "upstream: the gRPC half's binary (grpcmw/internal/cmd/grpcupstream): gRPC clients and upstream instead of HTTP")
 	flag.Parse()
 	if host, _, err := net.SplitHostPort(*addr); err != nil || !net.ParseIP(host).IsLoopback() {
 		fail("-redis must be a loopback address")
@@ -65,7 +66,7 @@ func main() {
 	case "paused":
 		err = paused(*addr)
 	case "upstream":
-		err = upstream(*addr, upConfig{rounds: *rounds, busy: *busyN, procs: *procs, goroutines: *goroutines, seconds: *seconds, margin: *margin})
+		err = upstream(*addr, upConfig{rounds: *rounds, busy: *busyN, procs: *procs, goroutines: *goroutines, seconds: *seconds, margin: *margin, grpc: *grpcBin})
 	case "upserve": // the upstream scenario's strict upstream
 		err = upserve()
 	case "upclient": // a client process of the upstream scenario

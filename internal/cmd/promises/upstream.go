@@ -38,20 +38,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratewindow/ratewindow/core"
+	"github.com/ratewindow/ratewindow/internal/strictup"
 	"github.com/ratewindow/ratewindow/nethttp"
 )
 
@@ -64,52 +62,20 @@ type upConfig struct {
 	rounds, busy, procs, goroutines int
 	seconds                         time.Duration
 	margin                          time.Duration
+	grpc                            string // the gRPC half's binary, if set
 }
 
-// strict is an upstream that admits at most limit requests in any 1s
-// window by its own arrival times, and refuses the others with 429.
-type strict struct {
-	mu       sync.Mutex
-	limit    int
-	arrivals []time.Time // every request, refused or not
-	admitted []time.Time
-	refused  int
-}
+// strictHandler answers as a strict upstream: 429 with Retry-After when
+// its log refuses.
+type strictHandler struct{ log *strictup.Log }
 
-// arrive records a request arriving at now and reports whether it is
-// admitted; when it is not, retry is the time until it would have been.
-func (s *strict) arrive(now time.Time) (ok bool, retry time.Duration) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.arrivals = append(s.arrivals, now)
-	if n := len(s.admitted); n >= s.limit {
-		if oldest := s.admitted[n-s.limit]; now.Sub(oldest) < time.Second {
-			s.refused++
-			return false, oldest.Add(time.Second).Sub(now)
-		}
-	}
-	s.admitted = append(s.admitted, now)
-	return true, 0
-}
-
-func (s *strict) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	ok, retry := s.arrive(time.Now())
-	if !ok {
-		// whole seconds, rounded up, as HTTP says; never 0
-		w.Header().Set("Retry-After", strconv.FormatInt(int64(max((retry+time.Second-1)/time.Second, 1)), 10))
+func (h strictHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if ok, retry := h.log.Arrive(time.Now()); !ok {
+		w.Header().Set("Retry-After", strictup.RetryAfter(retry))
 		http.Error(w, "too many requests", http.StatusTooManyRequests)
 		return
 	}
 	io.WriteString(w, "ok\n")
-}
-
-// upSeen is what the upstream process reports on its stdout: every
-// arrival (Unix ns), the refusals, and the longest time its ticker (every
-// 5ms) ran late, which would bunch arrivals that the clients spaced.
-type upSeen struct {
-	Arrivals []int64
-	Refused  int
-	Stall    time.Duration
 }
 
 // upstreamProc is a running strict upstream process.
@@ -126,8 +92,7 @@ type upstreamProc struct {
 // sessions: otherwise a nice value weighs only within the session): it
 // stands for a server on another machine, whose arrival times the busy
 // processes here must not move. Its longest stall is reported all the same.
-func startUpstream() (*upstreamProc, error) {
-	c := self("upserve")
+func startUpstream(c *exec.Cmd) (*upstreamProc, error) {
 	c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	out, err := c.StdoutPipe()
 	if err != nil {
@@ -158,8 +123,8 @@ func startUpstream() (*upstreamProc, error) {
 }
 
 // stop ends the upstream and returns what it saw.
-func (up *upstreamProc) stop() (upSeen, error) {
-	var seen upSeen
+func (up *upstreamProc) stop() (strictup.Seen, error) {
+	var seen strictup.Seen
 	_ = up.cmd.Process.Signal(syscall.SIGTERM)
 	err := json.NewDecoder(up.out).Decode(&seen)
 	if err != nil {
@@ -168,59 +133,11 @@ func (up *upstreamProc) stop() (upSeen, error) {
 	return seen, errors.Join(err, up.cmd.Wait())
 }
 
-// upserve is the upstream process: a strict upstream on a free port of
-// 127.0.0.1, whose address it prints; on SIGTERM it prints its upSeen.
+// upserve is the upstream process: a strict upstream HTTP server.
 func upserve() error {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	s := &strict{limit: upstreamLimit}
-	srv := &http.Server{Handler: s}
-	var stall atomic.Int64
-	done := make(chan struct{})
-	go func() {
-		tick := time.NewTicker(5 * time.Millisecond)
-		defer tick.Stop()
-		last := time.Now()
-		for {
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-				now := time.Now()
-				if late := now.Sub(last) - 5*time.Millisecond; late > time.Duration(stall.Load()) {
-					stall.Store(int64(late))
-				}
-				last = now
-			}
-		}
-	}()
-	sig := make(chan os.Signal, 1)
-	signalNotify(sig)
-	go func() {
-		<-sig
-		close(done)
-		srv.Close()
-	}()
-	fmt.Println(ln.Addr())
-	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	seen := upSeen{Refused: s.refused, Stall: time.Duration(stall.Load())}
-	for _, t := range s.arrivals {
-		seen.Arrivals = append(seen.Arrivals, t.UnixNano())
-	}
-	return json.NewEncoder(os.Stdout).Encode(seen)
-}
-
-// upStats is what a client process reports on its stdout.
-type upStats struct {
-	Sent, OK, Refused, Failed int64            // requests; Refused: a 429 reached the caller
-	Took                      time.Duration    // all requests' time, Wait and trip
-	Errors                    map[string]int64 `json:",omitempty"`
+	log := strictup.New(upstreamLimit)
+	srv := &http.Server{Handler: strictHandler{log}}
+	return strictup.Serve(log, srv.Serve, func() { srv.Close() }, func(err error) bool { return errors.Is(err, http.ErrServerClosed) })
 }
 
 func upstream(addr string, cfg upConfig) error {
@@ -232,11 +149,15 @@ func upstream(addr string, cfg upConfig) error {
 		return err
 	}
 	defer stopBusy()
+	client := "nethttp.Transport"
+	if cfg.grpc != "" {
+		client = "grpcmw client"
+	}
 	bad := false
 	for round := range cfg.rounds {
 		loadBefore := loadavg()
 		runnable := sampleRunnable()
-		up, err := startUpstream()
+		up, err := startUpstream(upCmd(cfg.grpc, "serve"))
 		if err != nil {
 			return err
 		}
@@ -246,9 +167,12 @@ func upstream(addr string, cfg upConfig) error {
 		var children []*exec.Cmd
 		var outs []io.Reader
 		for range cfg.procs {
-			c := self("-redis", addr, "-margin", cfg.margin.String(), "upclient",
-				"http://"+up.addr+"/", rule, strconv.FormatInt(start.UnixNano(), 10),
-				strconv.Itoa(cfg.goroutines), cfg.seconds.String())
+			target := "http://" + up.addr + "/"
+			if cfg.grpc != "" {
+				target = up.addr
+			}
+			c := upCmd(cfg.grpc, "client", "-redis", addr, "-margin", cfg.margin.String())
+			c.Args = append(c.Args, target, rule, strconv.FormatInt(start.UnixNano(), 10), strconv.Itoa(cfg.goroutines), cfg.seconds.String())
 			out, _ := c.StdoutPipe()
 			if err := c.Start(); err != nil {
 				_, _ = up.stop()
@@ -257,27 +181,17 @@ func upstream(addr string, cfg upConfig) error {
 			children = append(children, c)
 			outs = append(outs, out)
 		}
-		var total upStats
+		var total strictup.Stats
 		var childErr error
 		for i, c := range children {
-			var st upStats
+			var st strictup.Stats
 			if err := json.NewDecoder(outs[i]).Decode(&st); err != nil {
 				childErr = errors.Join(childErr, fmt.Errorf("a client's stats: %w", err))
 			}
 			if err := c.Wait(); err != nil {
 				childErr = errors.Join(childErr, fmt.Errorf("a client: %w", err))
 			}
-			total.Sent += st.Sent
-			total.OK += st.OK
-			total.Refused += st.Refused
-			total.Failed += st.Failed
-			total.Took += st.Took
-			for k, v := range st.Errors {
-				if total.Errors == nil {
-					total.Errors = map[string]int64{}
-				}
-				total.Errors[k] += v
-			}
+			total.Add(st)
 		}
 		units, released, logErr := log()
 		runnableMean := runnable()
@@ -299,8 +213,8 @@ func upstream(addr string, cfg upConfig) error {
 		if total.Sent > 0 {
 			mean = total.Took / time.Duration(total.Sent)
 		}
-		fmt.Printf("upstream round %d: %d processes × %d goroutines, margin %s, busy %d, load %.1f→%.1f (runnable tasks %.1f): sent %d (ok %d, 429 to the caller %d, errors %d %v), mean request time %s; upstream arrivals %d, refused %d, worst 1s window %d arrivals (limit %d), its longest stall %s%s; Redis log's worst 1s window %s; reservations seen given back %d\n",
-			round+1, cfg.procs, cfg.goroutines, marginName(cfg.margin), cfg.busy, loadBefore, loadavg(), runnableMean,
+		fmt.Printf("upstream round %d: %s, %d processes × %d goroutines, margin %s, busy %d, load %.1f→%.1f (runnable tasks %.1f): sent %d (ok %d, refusals to the caller %d, errors %d %v), mean request time %s; upstream arrivals %d, refused %d, worst 1s window %d arrivals (limit %d), its longest stall %s%s; Redis log's worst 1s window %s; reservations seen given back %d\n",
+			round+1, client, cfg.procs, cfg.goroutines, marginName(cfg.margin), cfg.busy, loadBefore, loadavg(), runnableMean,
 			total.Sent, total.OK, total.Refused, total.Failed, total.Errors, mean.Round(time.Millisecond),
 			len(arrivals), seen.Refused, worstWindow(arrivals), upstreamLimit, seen.Stall.Round(time.Millisecond), up.note, redisWorst, released)
 		if seen.Refused > 0 {
@@ -322,65 +236,40 @@ func marginName(m time.Duration) string {
 
 // upclient is a client process of the upstream scenario: from start on,
 // goroutines send GET url through a nethttp.Transport with the defaults,
-// each in a loop for d, then it prints its upStats as JSON.
+// each in a loop for d, then it prints its strictup.Stats as JSON.
 func upclient(addr string, margin time.Duration, url, rule, start, goroutines, d string) error {
-	startNS, err := strconv.ParseInt(start, 10, 64)
-	if err != nil {
-		return fmt.Errorf("start: %w", err)
-	}
-	n, err := strconv.Atoi(goroutines)
-	if err != nil {
-		return fmt.Errorf("goroutines: %w", err)
-	}
-	dur, err := time.ParseDuration(d)
-	if err != nil {
-		return err
-	}
 	l, err := core.New(redis.NewClient(&redis.Options{Addr: addr}))
 	if err != nil {
 		return err
 	}
 	client := &http.Client{Transport: &nethttp.Transport{Limiter: l, Margin: margin,
 		Rule: core.Rule{Name: rule, Limits: []core.Limit{core.PerSecond(upstreamLimit)}}}}
-	var sent, ok, refused, failed, took atomic.Int64
-	var errs sync.Map
-	time.Sleep(time.Until(time.Unix(0, startNS)))
-	end := time.Now().Add(dur)
-	var wg sync.WaitGroup
-	for range n {
-		wg.Go(func() {
-			for time.Now().Before(end) {
-				t0 := time.Now()
-				resp, err := client.Get(url)
-				took.Add(int64(time.Since(t0)))
-				sent.Add(1)
-				switch {
-				case err != nil:
-					failed.Add(1)
-					c, _ := errs.LoadOrStore(err.Error(), new(atomic.Int64))
-					c.(*atomic.Int64).Add(1)
-					time.Sleep(10 * time.Millisecond)
-					continue
-				case resp.StatusCode == http.StatusTooManyRequests:
-					refused.Add(1)
-				case resp.StatusCode == http.StatusOK:
-					ok.Add(1)
-				}
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-			}
-		})
-	}
-	wg.Wait()
-	st := upStats{Sent: sent.Load(), OK: ok.Load(), Refused: refused.Load(), Failed: failed.Load(), Took: time.Duration(took.Load())}
-	errs.Range(func(k, v any) bool {
-		if st.Errors == nil {
-			st.Errors = map[string]int64{}
+	return strictup.Clients(start, goroutines, d, func() (bool, error) {
+		resp, err := client.Get(url)
+		if err != nil {
+			return false, err
 		}
-		st.Errors[k.(string)] = v.(*atomic.Int64).Load()
-		return true
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		switch resp.StatusCode {
+		case http.StatusOK:
+			return false, nil
+		case http.StatusTooManyRequests:
+			return true, nil
+		}
+		return false, fmt.Errorf("status %d", resp.StatusCode)
 	})
-	return json.NewEncoder(os.Stdout).Encode(st)
+}
+
+// upCmd is a process of the upstream scenario: this binary's subcommand
+// ("upserve", "upclient"), or with a gRPC binary, its ("serve", "client").
+func upCmd(grpcBin, sub string, args ...string) *exec.Cmd {
+	if grpcBin == "" {
+		return self(append(args, "up"+sub)...)
+	}
+	c := exec.Command(grpcBin, append(args, sub)...)
+	c.Stderr = os.Stderr
+	return c
 }
 
 // busy starts n CPU-bound processes and waits, at most a minute, until

@@ -4,37 +4,16 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
-	"time"
+
+	"github.com/ratewindow/ratewindow/internal/strictup"
 )
 
-// The strict upstream admits at most 5 in any 1s window of its own
-// arrival times, refused requests not counted, and says when to retry.
-func TestStrictUpstream(t *testing.T) {
-	s := &strict{limit: 5}
-	t0 := time.Unix(1000, 0)
-	for i := range 5 {
-		if ok, _ := s.arrive(t0.Add(time.Duration(i) * 100 * time.Millisecond)); !ok {
-			t.Fatalf("request %d refused", i+1)
-		}
-	}
-	ok, retry := s.arrive(t0.Add(999 * time.Millisecond))
-	if ok || retry != time.Millisecond {
-		t.Fatalf("the 6th within 1s: admitted %v, retry %s; want refused, 1ms", ok, retry)
-	}
-	if ok, _ := s.arrive(t0.Add(time.Second)); !ok {
-		t.Fatal("the 6th a second after the 1st was refused")
-	}
-	if ok, _ := s.arrive(t0.Add(1050 * time.Millisecond)); ok {
-		t.Fatal("the 6th within 1s of the 2nd was admitted")
-	}
-	if len(s.arrivals) != 8 || s.refused != 2 || worstWindow(s.arrivals) != 7 {
-		t.Fatalf("arrivals %d, refused %d, worst window %d; want 8, 2, 7", len(s.arrivals), s.refused, worstWindow(s.arrivals))
-	}
-
-	one := &strict{limit: 1}
-	one.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
+// The strict upstream refuses with 429 and a Retry-After in whole seconds.
+func TestStrictHandler(t *testing.T) {
+	h := strictHandler{strictup.New(1)}
+	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
 	rec := httptest.NewRecorder()
-	one.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
 	if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") != "1" {
 		t.Fatalf("a refusal: %d, Retry-After %q; want 429, 1", rec.Code, rec.Header().Get("Retry-After"))
 	}
