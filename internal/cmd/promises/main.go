@@ -6,13 +6,14 @@
 //	go run ./internal/cmd/promises -redis 127.0.0.1:6379 burst    # fresh Limiters beside 6 CPU-bound processes
 //	go run ./internal/cmd/promises -redis 127.0.0.1:6379 stopped  # a process stopped 120ms of every 220ms (SIGSTOP/SIGCONT)
 //	go run ./internal/cmd/promises -redis 127.0.0.1:6379 paused   # Redis paused (CLIENT PAUSE), then killed (give it a server it may kill)
+//	go run ./internal/cmd/promises -redis 127.0.0.1:6379 -busy 8 upstream  # two processes' Transports against a strict upstream (see upstream.go)
 //
 // Each prints one line a round, and exits 1 when a promise broke: the
 // failure mode admitted anything while Redis answered, a strict 1s window
 // by Redis's clock (its sliding log, read every 100ms) held more than the
-// limit, the innocent client got anything but 200, or fewer than 90% of the
-// decisions made during the outage were the failure mode's. .ci/steps/45-promises.sh
-// runs each once.
+// limit, the innocent client got anything but 200, fewer than 90% of the
+// decisions made during the outage were the failure mode's, or the strict
+// upstream refused a request. .ci/steps/45-promises.sh runs each once.
 package main
 
 import (
@@ -44,6 +45,12 @@ import (
 func main() {
 	addr := flag.String("redis", "127.0.0.1:6379", "the Redis server (loopback only)")
 	rounds := flag.Int("rounds", 3, "rounds of each scenario")
+	busyN := flag.Int("busy", 0, "upstream: CPU-bound processes beside the clients")
+	margin := flag.Duration("margin", 0, "upstream: the Transport's Margin (0: its default)")
+	procs := flag.Int("procs", 2, "upstream: client processes")
+	goroutines := flag.Int("goroutines", 8, "upstream: goroutines sending in each client process")
+	seconds := flag.Duration("seconds", 10*time.Second, "upstream: how long each goroutine starts requests")
+	grpcBin := flag.String("grpc", "", "upstream: the gRPC half's binary (grpcmw/internal/cmd/grpcupstream): gRPC clients and upstream instead of HTTP")
 	flag.Parse()
 	if host, _, err := net.SplitHostPort(*addr); err != nil || !net.ParseIP(host).IsLoopback() {
 		fail("-redis must be a loopback address")
@@ -58,6 +65,12 @@ func main() {
 		err = stopped(*addr, *rounds)
 	case "paused":
 		err = paused(*addr)
+	case "upstream":
+		err = upstream(*addr, upConfig{rounds: *rounds, busy: *busyN, procs: *procs, goroutines: *goroutines, seconds: *seconds, margin: *margin, grpc: *grpcBin})
+	case "upserve": // the upstream scenario's strict upstream
+		err = upserve()
+	case "upclient": // a client process of the upstream scenario
+		err = upclient(*addr, *margin, flag.Arg(1), flag.Arg(2), flag.Arg(3), flag.Arg(4), flag.Arg(5))
 	case "serve": // the flood's server
 		err = serve(*addr, flag.Arg(1), flag.Arg(2))
 	case "spin": // a CPU-bound process
@@ -66,7 +79,7 @@ func main() {
 	case "decide": // the stopped scenario's process
 		err = decide(*addr, flag.Arg(1))
 	default:
-		fail("usage: promises [-redis addr] flood|burst|stopped|paused")
+		fail("usage: promises [-redis addr] [-rounds n] flood|burst|stopped|paused|upstream")
 	}
 	if err != nil {
 		fail(err.Error())
@@ -510,10 +523,9 @@ func paused(addr string) error {
 	return nil
 }
 
-// pollLog reads the sliding log at key (its compact layout: the width w,
-// a 7-byte base, then each unit's offset from it in w bytes, big-endian,
-// all in µs on Redis's clock) every 100ms, until the function it returns
-// is called, which returns every unit seen: the admissions by Redis's clock.
+// pollLog reads the sliding log at key (see logUnits) every 100ms, until
+// the function it returns is called, which returns every unit seen: the
+// admissions by Redis's clock.
 func pollLog(addr, key string) func() []time.Time {
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	seen := map[int64]int{}
@@ -521,21 +533,8 @@ func pollLog(addr, key string) func() []time.Time {
 	go func() {
 		defer close(done)
 		for {
-			if v, err := rdb.Get(context.Background(), key).Bytes(); err == nil && len(v) >= 8 && v[0] >= 1 && v[0] <= 7 {
-				w := int(v[0])
-				base := int64(0)
-				for _, b := range v[1:8] {
-					base = base<<8 | int64(b)
-				}
-				counts := map[int64]int{}
-				for i := 8; i+w <= len(v); i += w {
-					off := int64(0)
-					for _, b := range v[i : i+w] {
-						off = off<<8 | int64(b)
-					}
-					counts[base+off]++
-				}
-				for t, n := range counts {
+			if v, err := rdb.Get(context.Background(), key).Bytes(); err == nil {
+				for t, n := range logUnits(v) {
 					seen[t] = max(seen[t], n)
 				}
 			}
@@ -558,4 +557,28 @@ func pollLog(addr, key string) func() []time.Time {
 		}
 		return ts
 	}
+}
+
+// logUnits reads a sliding log in its compact layout (the width w, a
+// 7-byte base, then each unit's offset from it in w bytes, big-endian, all
+// in µs on Redis's clock): how many units each time holds; nil when v is
+// not in that layout.
+func logUnits(v []byte) map[int64]int {
+	if len(v) < 8 || v[0] < 1 || v[0] > 7 {
+		return nil
+	}
+	w := int(v[0])
+	base := int64(0)
+	for _, b := range v[1:8] {
+		base = base<<8 | int64(b)
+	}
+	counts := map[int64]int{}
+	for i := 8; i+w <= len(v); i += w {
+		off := int64(0)
+		for _, b := range v[i : i+w] {
+			off = off<<8 | int64(b)
+		}
+		counts[base+off]++
+	}
+	return counts
 }
