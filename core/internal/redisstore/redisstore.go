@@ -34,6 +34,8 @@ var (
 	blockLua string
 	//go:embed lua/refund.lua
 	refundLua string
+	//go:embed lua/own.lua
+	ownLua string
 )
 
 // Store runs the algorithms as Lua scripts (FCALL once the library is
@@ -44,7 +46,7 @@ type Store struct {
 	limitArgs limitArgs
 	scripts   []*script // every script below, in the library's order
 
-	allowS, allowBatchS, reserveS, releaseS, resetS, blockS, refundS *script
+	allowS, allowBatchS, reserveS, releaseS, resetS, blockS, refundS, ownS *script
 }
 
 var _ store.Remote = (*Store)(nil)
@@ -66,11 +68,12 @@ func New(rdb redis.Scripter, prefix string) *Store {
 	s.allowS.ints = true
 	s.reserveS = add("reserve", reserveLua, true)
 	s.releaseS = add("release", releaseLua, true)
-	s.resetS = add("reset", resetLua, false)
+	s.resetS = add("reset", resetLua, true)
 	s.blockS = add("block", blockLua, true)
 	s.refundS = add("refund", refundLua, true)
 	s.allowBatchS = add("allow_batch", allowBatchLua, true)
 	s.allowBatchS.ints = true
+	s.ownS = add("own", ownLua, true)
 	s.t.lib = newLibrary(rdb, algorithmsLua, s.scripts)
 	return s
 }
@@ -90,8 +93,8 @@ func (s *Store) Node(key string) string {
 // appendKeys) and room for its arguments.
 func (s *Store) newCall(sc *script, r store.Request, own int) *call {
 	c, n := s.t.calls.Get().(*call), len(r.Limits)
-	if cap(c.keys) < 3+n {
-		c.keys = make([]string, 0, 3+n)
+	if cap(c.keys) < 2+n {
+		c.keys = make([]string, 0, 2+n)
 	}
 	if cap(c.args) < 3+2*n {
 		c.args = make([]any, 0, 3+2*n)
@@ -103,7 +106,7 @@ func (s *Store) newCall(sc *script, r store.Request, own int) *call {
 
 // Allow decides r (allow.lua, or merged with others in allow_batch.lua).
 func (s *Store) Allow(ctx context.Context, r store.Request) (store.Decision, error) {
-	own := withBlock | withOverride
+	own := withBlock
 	if r.Penalty.Denials > 0 {
 		own |= withPenalty
 	}
@@ -141,7 +144,7 @@ func parseAllow(reply any, states []store.State) (store.Decision, error) {
 
 // Reserve makes a reservation (reserve.lua).
 func (s *Store) Reserve(ctx context.Context, r store.Request, longest int64) (store.Reservation, error) {
-	c := s.newCall(s.reserveS, r, withBlock|withOverride)
+	c := s.newCall(s.reserveS, r, withBlock)
 	c.args = append(c.args, r.N, r.Now, longest)
 	for _, l := range r.Limits {
 		c.args = append(c.args, l.Count, micros(l.Window))
@@ -175,9 +178,12 @@ func (s *Store) Release(ctx context.Context, r store.Request, res store.Reservat
 	return err
 }
 
-// Reset forgets r.Key under r.Limits, its block and penalty (reset.lua).
+// Reset forgets r.Key under r.Limits, its block and penalty, not its
+// override (reset.lua).
 func (s *Store) Reset(ctx context.Context, r store.Request) error {
-	_, err := s.runScript(ctx, s.newCall(s.resetS, r, withBlock|withPenalty), r.Deadline)
+	c := s.newCall(s.resetS, r, withBlock|withPenalty)
+	c.args = append(c.args, r.Now)
+	_, err := s.runScript(ctx, c, r.Deadline)
 	return err
 }
 

@@ -2,7 +2,7 @@
 -- when they do and the spec commits, records them: all or none (see decide
 -- in algorithms.lua).
 --
--- KEYS     the key's block and override keys, its penalty key when the
+-- KEYS     the key's block key (which holds its override), its penalty key when the
 --          spec has a penalty, then each limit's storage key (one hash tag)
 -- ARGV[1]  the spec, one string of values separated by spaces: commit (1
 --          records the units, 0 only looks: Peek), the penalty's denials
