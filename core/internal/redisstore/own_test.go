@@ -72,3 +72,37 @@ func TestOwnKey(t *testing.T) {
 }
 
 func itoa(x int64) string { return strconv.FormatInt(x, 10) }
+
+// TestMergedWithOverrides: one merged call (allow_batch) of decisions with
+// and without an override, of one and two limits and a hot key's run:
+// each gets its own answer, the override's Counts only under one.
+func TestMergedWithOverrides(t *testing.T) {
+	rdb := redistest.New(t).Client(t)
+	s := New(rdb, uniquePrefix(t))
+	ctx := context.Background()
+	minute, hour := perMinute(3), perHour(10)
+	for key, l := range map[string]store.Limit{"o1": perMinute(5), "o2": perHour(20)} {
+		if err := s.SetOverride(ctx, store.Request{Key: key, Limits: []store.Limit{l}}, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rs := []store.Request{decision("a", minute), decision("o1", minute), decision("o1", minute), decision("o1", minute),
+		decision("b", minute, hour), decision("o2", minute, hour), decision("c", minute)}
+	want := [][]store.State{
+		{{Remaining: 2}},
+		{{Remaining: 4, Count: 5}}, {{Remaining: 3, Count: 5}}, {{Remaining: 2, Count: 5}},
+		{{Remaining: 2}, {Remaining: 9}},
+		{{Remaining: 2}, {Remaining: 19, Count: 20}},
+		{{Remaining: 2}},
+	}
+	for i, o := range allowBatch(s, rs) {
+		if o.err != nil || !o.d.Allowed || len(o.d.States) != len(want[i]) {
+			t.Fatalf("decision %d: %+v %v", i, o.d, o.err)
+		}
+		for j, st := range o.d.States {
+			if st.Remaining != want[i][j].Remaining || st.Count != want[i][j].Count {
+				t.Fatalf("decision %d, limit %d: %+v, want remaining %d, Count %d", i, j, st, want[i][j].Remaining, want[i][j].Count)
+			}
+		}
+	}
+}

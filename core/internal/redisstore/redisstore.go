@@ -111,7 +111,7 @@ func (s *Store) Allow(ctx context.Context, r store.Request) (store.Decision, err
 		own |= withPenalty
 	}
 	c := s.newCall(s.allowS, r, own)
-	c.merged, c.answers = s.allowBatchS, 3+4*len(r.Limits)
+	c.merged, c.answers = s.allowBatchS, 3+3*len(r.Limits)
 	c.args = append(c.args, s.spec(r), r.N)
 	if r.Now != 0 {
 		c.args = append(c.args, r.Now)
@@ -123,8 +123,22 @@ func (s *Store) Allow(ctx context.Context, r store.Request) (store.Decision, err
 	return parseAllow(reply, r.Room())
 }
 
+// overridden is the bit of allow.lua's blocked value that says its reply
+// carries the override's Counts.
+const overridden = 4
+
+// allowSize returns the length of allow.lua's reply for n limits whose
+// blocked value is blocked.
+func allowSize(n int, blocked int64) int {
+	if blocked&overridden != 0 {
+		return 3 + 4*n
+	}
+	return 3 + 3*n
+}
+
 // parseAllow reads allow.lua's reply {allowed, blocked, now, then per
-// limit remaining, retry, reset, override's count} into a Decision with states.
+// limit remaining, retry, reset, then under an override per limit its
+// Count} into a Decision with states.
 func parseAllow(reply any, states []store.State) (store.Decision, error) {
 	n := len(states)
 	var buf [3 + 4*4]int64
@@ -132,12 +146,16 @@ func parseAllow(reply any, states []store.State) (store.Decision, error) {
 	if err != nil {
 		return store.Decision{}, err
 	}
-	if len(ints) != 3+4*n {
+	if len(ints) < 3 || len(ints) != allowSize(n, ints[1]) {
 		return store.Decision{}, fmt.Errorf("%w: allow returned %d values for %d limits", store.ErrUnexpectedReply, len(ints), n)
 	}
-	d := store.Decision{Allowed: ints[0] == 1, Blocked: ints[1] > 0, Banned: ints[1] == 2, At: ints[2], States: states}
+	blocked := ints[1] &^ overridden
+	d := store.Decision{Allowed: ints[0] == 1, Blocked: blocked > 0, Banned: blocked == 2, At: ints[2], States: states}
 	for i := range n {
-		d.States[i] = store.State{Remaining: ints[3+4*i], Retry: ints[4+4*i], Reset: ints[5+4*i], Count: ints[6+4*i]}
+		d.States[i] = store.State{Remaining: ints[3+3*i], Retry: ints[4+3*i], Reset: ints[5+3*i]}
+		if ints[1]&overridden != 0 {
+			d.States[i].Count = ints[3+3*n+i]
+		}
 	}
 	return d, nil
 }

@@ -691,7 +691,8 @@ end
 
 -- override_count returns the Count of the key's override v (SetOverride's
 -- "<alg> <window µs> <count> ...", see operate.go) for a limit of alg and
--- window, or nil; overridden returns spec with those Counts (over), kept.
+-- window, or nil; overridden returns spec with those Counts (over), kept,
+-- and marked (over: the decision's answer carries the Counts).
 local function override_count(v, alg, window)
   for a, w, c in string.gmatch(v, '(%d) (%d+) (%d+)') do
     if a == alg and tonumber(w) == window then return tonumber(c) end
@@ -700,7 +701,8 @@ end
 local function overridden(spec, v)
   local raw = spec.raw .. '\n' .. v -- no spec holds a newline
   if specs[raw] then return specs[raw] end
-  local o = {raw = raw, commit = spec.commit, denials = spec.denials, within = spec.within, ban = spec.ban, limits = {}, reads = spec.reads}
+  local o = {raw = raw, commit = spec.commit, denials = spec.denials, within = spec.within, ban = spec.ban, limits = {},
+    reads = spec.reads, over = true}
   for i, l in ipairs(spec.limits) do
     local c = override_count(v, l.alg, l.window)
     o.limits[i] = {alg = l.alg, count = c or l.count, window = l.window, prec = l.prec, ring = l.ring, over = c}
@@ -797,8 +799,9 @@ local function decide_at(i, keys, lk, vals, vo, spec, n, now, out, at, runs, blo
     if retry >= 0 and retry < ban then retry = ban end
     if reset < ban then reset = ban end
   end
-  local o = at + 4 * i - 1
-  out[o + 1], out[o + 2], out[o + 3], out[o + 4] = free, retry, reset, l.over or 0
+  local o = at + 3 * i
+  out[o + 1], out[o + 2], out[o + 3] = free, retry, reset
+  if spec.over then out[at + 3 + 3 * #limits + i] = l.over or 0 end
   return true, allowed, status, ban, k
 end
 
@@ -811,9 +814,10 @@ end
 -- denied, retry and reset at least the block's time left. A committed
 -- denial counts towards the penalty; the one that reaches it bans the key,
 -- and its retry and reset are the ban's. The answer goes in out after
--- out[at]: allowed (1, 0), blocked (0, 1, 2: banned now), now, then per
--- limit remaining (after the units), retry (-1: never), reset, the
--- override's Count in force (0: none).
+-- out[at]: allowed (1, 0), blocked (0, 1, 2: banned now; plus 4 under an
+-- override), now, then per limit remaining (after the units), retry (-1:
+-- never), reset, and under an override per limit the override's Count in
+-- force (0: none). A key without one pays for overrides nothing more.
 --
 -- runs is how many such decisions come one after another (a hot key's in a
 -- merged call: the same keys, spec, n and now; no penalty): decide answers
@@ -838,18 +842,20 @@ local function decide(keys, first, n, now, spec, out, at, runs)
     (l.alg == '2' or 8 + runs * n <= LOG_WHOLE) then -- the common case (found: careful, below)
     local v, ttl = fresh_value(l, k * n, now)
     ok = call('SET', keys[lk + 1], v, 'PX', px_arg(ttl), 'NX')
-    out[at + 4], out[at + 5], out[at + 6], out[at + 7] = l.count - n, 0, ttl, l.over or 0 -- decide_at's answer
+    out[at + 4], out[at + 5], out[at + 6] = l.count - n, 0, ttl -- decide_at's answer
+    if spec.over then out[at + 7] = l.over or 0 end
   else
     ok, allowed, status, _, k = decide_at(1, keys, lk, vals, vo, spec, n, now, out, at, runs, blocked, runs, false)
   end
   if not ok then
     ok, allowed, status, _, k = decide_at(1, keys, lk, vals, vo, spec, n, now, out, at, runs, blocked, runs, true)
   end
-  out[at + 1], out[at + 2], out[at + 3] = allowed and 1 or 0, status, now
-  local size, last = 3 + 4 * nlim, at + 3 + 4 * nlim
+  out[at + 1], out[at + 2], out[at + 3] = allowed and 1 or 0, spec.over and status + 4 or status, now
+  local size = spec.over and 3 + 4 * nlim or 3 + 3 * nlim
+  local last = at + size
   for _ = 2, k do -- the others of the run: the same answer, less remaining
     for i = 1, size do out[last + i] = out[last + i - size] end
-    for i = 1, (allowed and spec.commit) and nlim or 0 do out[last + 4 * i] = out[last + 4 * i] - n end
+    for i = 1, (allowed and spec.commit) and nlim or 0 do out[last + 3 * i + 1] = out[last + 3 * i + 1] - n end
     last = last + size
   end
   return last, k
@@ -859,7 +865,7 @@ end
 -- each script's file describes them.
 
 local function allow(keys, args)
-  local out = {0, 0, 0, 0, 0, 0, 0}
+  local out = {0, 0, 0, 0, 0, 0}
   decide(keys, 1, nums[args[2]] or tonumber(args[2]), now_us(args[3]), spec_of(args[1]), out, 0, 1)
   return out
 end
@@ -885,7 +891,7 @@ local function allow_batch(keys, args)
       if not same then break end
       runs = runs + 1
     end
-    local size, left = 3 + 4 * #spec.limits, runs
+    local size, left = 3 + 3 * #spec.limits, runs
     while left > 0 do
       local ok, last, answered = pcall(decide, keys, key, n, now, spec, out, o, left)
       if ok then

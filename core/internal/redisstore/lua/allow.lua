@@ -12,7 +12,8 @@
 -- ARGV[3]  now in µs; absent or 0: the server's TIME
 --
 -- Returns {allowed (1 or 0), blocked (0 no, 1 blocked, 2 banned by this
--- denial), now µs, then per limit: remaining, retry µs, reset µs, the
+-- denial; plus 4 under an override), now µs, then per limit: remaining,
+-- retry µs, reset µs; then, under an override only, per limit the
 -- override's Count in force (0: none)}.
 
 return allow(KEYS, ARGV)
