@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -68,6 +69,16 @@ func TestOwnKey(t *testing.T) {
 	expect("a longer block", itoa(until(time.Minute))+" "+itoa(until(time.Second))+" 0 60000000 2", time.Minute)
 	do(s.Reset(ctx, store.Request{Key: "k", Now: now, Limits: []store.Limit{perMinute(5)}}))
 	expect("reset", "0 "+itoa(until(time.Second))+" 0 60000000 2", time.Second)
+	block(time.Minute)
+	for _, bad := range []string{"", "x 1 2", "0 60000000 2\n"} {
+		if _, err := s.own(ctx, r, "set", bad, 0); err == nil || !strings.Contains(err.Error(), "not an override") {
+			t.Fatalf("an override %q: %v, want an error", bad, err)
+		}
+	}
+	if _, err := s.own(ctx, r, "drop"); err == nil || !strings.Contains(err.Error(), "no operation") {
+		t.Fatalf("an unknown operation: %v, want an error", err)
+	}
+	expect("after bad input, nothing changed", itoa(until(time.Minute))+" "+itoa(until(time.Second))+" 0 60000000 2", time.Minute)
 
 }
 

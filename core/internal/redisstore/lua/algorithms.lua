@@ -964,6 +964,9 @@ local own_ops = {
   unblock = function(_, o, e) return 0, o, e end,
   set = function(b, _, _, args, now) -- the override ARGV[3], for ARGV[4] µs (0: no end)
     local d = tonumber(args[4])
+    if not string.match(args[3] or '', '^%d[%d ]*$') or not d then -- own_of could not read it back
+      error({err = 'ERR ratewindow: not an override: ' .. tostring(args[3])})
+    end
     return b, args[3], d > 0 and now + d or 0
   end,
   rm = function(b) return b end,
