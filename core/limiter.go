@@ -498,9 +498,12 @@ func (l *Limiter) reserveAndSleep(ctx context.Context, key string, n int64, limi
 		again := false
 		switch {
 		case err != nil:
-			l.unmove(ctx, r, moved)
 			return slept, res.failed, err
-		case errors.Is(res.failed, ErrShed): // no slot: asked again a second later (to move it still)
+		case errors.Is(res.failed, ErrShed): // no slot: asked again a second later
+			// A move shed may have been made: asked again, it could give
+			// back another caller's unit of the same time; the slot to
+			// move is left to expire instead.
+			moved = store.Request{}
 			wait = time.Second
 			_, err = sleep(ctx, wait, wait)
 			again = err == nil
@@ -535,22 +538,11 @@ func (l *Limiter) reserveAndSleep(ctx context.Context, key string, n int64, limi
 		if err != nil || again && moved.From == 0 {
 			_ = l.guard.release(ctx, r, res, l.waitTime)
 		}
-		if err != nil {
-			l.unmove(ctx, r, moved)
-		}
 		if again {
 			slept += wait
 			continue
 		}
 		return slept + wait, res.failed, err
-	}
-}
-
-// unmove gives back the reservation that moved was to move (From), if any,
-// when its move may not have reached Redis; a release of nothing is none.
-func (l *Limiter) unmove(ctx context.Context, r store.Request, moved store.Request) {
-	if moved.From != 0 {
-		_ = l.guard.release(ctx, r, reservation{Reservation: store.Reservation{OK: true, At: moved.From}}, l.waitTime)
 	}
 }
 

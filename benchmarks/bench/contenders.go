@@ -71,6 +71,45 @@ func Contenders() []Contender {
 	}
 }
 
+// Optional returns the contenders that run only when -only names them:
+// ratewindow's sliding log decided through a rule (core.Decider), with
+// and without TrackDenied, so that the two differ by that feature alone.
+// The limit admits every request: the rows say what tracking costs an
+// allowed decision.
+func Optional() []Contender {
+	return []Contender{ruled("ratewindow sliding-log, rule", false), ruled("ratewindow sliding-log, rule TrackDenied", true)}
+}
+
+// ruled returns a contender deciding through a rule's Decider, which
+// records its denied keys when track is set.
+func ruled(name string, track bool) Contender {
+	return Contender{
+		Name:   name,
+		Method: "sliding log, one FCALL, through a rule",
+		New: func(rdb redis.UniversalClient, count int, window time.Duration) (func() Decide, error) {
+			l, err := core.New(rdb)
+			if err != nil {
+				return nil, err
+			}
+			d, err := core.NewDecider(l, core.Policy[string]{
+				Name:        "bench",
+				Limits:      []core.Limit{core.Per(int64(count), window)},
+				Key:         func(k string) (string, error) { return k, nil },
+				TrackDenied: track,
+			})
+			if err != nil {
+				return nil, err
+			}
+			return func() Decide {
+				return func(ctx context.Context, key string) (bool, error) {
+					dec := d.Decide(ctx, key)
+					return dec.Verdict == core.Pass, dec.Result.BackendErr
+				}
+			}, nil
+		},
+	}
+}
+
 // ratewindow returns a contender for one algorithm of ratewindow, built
 // with opts (the deny-cache row turns the cache off with them).
 func ratewindow(name string, alg core.Algorithm, opts ...core.Option) Contender {

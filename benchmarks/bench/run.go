@@ -260,6 +260,11 @@ func Run(ctx context.Context, srv *Server, cfg Config) (*Report, error) {
 			rep.Contenders = append(rep.Contenders, c)
 		}
 	}
+	for _, c := range Optional() {
+		if cfg.Only != nil && cfg.Only.MatchString(c.Name) {
+			rep.Contenders = append(rep.Contenders, c)
+		}
+	}
 	if len(rep.Contenders) == 0 {
 		return nil, errors.New("bench: no contender matches -only")
 	}

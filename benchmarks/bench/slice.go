@@ -312,7 +312,7 @@ func SliceChild(ctx context.Context, spec SliceSpec) error {
 // and reads them again.
 func MeasureSlice(ctx context.Context, spec SliceSpec) (Slice, error) {
 	var c *Contender
-	for _, x := range Contenders() {
+	for _, x := range append(Contenders(), Optional()...) {
 		if x.Name == spec.Contender {
 			c = &x
 			break

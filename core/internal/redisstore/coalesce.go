@@ -104,15 +104,19 @@ func (t *transport) answer(s *sent, reply any, err error) (failed []*call) {
 		t.finish(s.calls[0], reply, err)
 		return nil
 	}
-	total := 0
-	for _, c := range s.calls {
-		total += c.answers
-	}
 	var ints []int64 // the calls' answers, in turn
 	if err == nil {
 		ints, err = replyInts("a merged call", reply, nil)
 	}
-	if err == nil && len(ints) != total {
+	at := 0 // where the next call's answer starts: one under an override is longer (allowSize)
+	for _, c := range s.calls {
+		if at+3 > len(ints) {
+			at = -1 // too short
+			break
+		}
+		at += allowSize((c.answers-3)/3, ints[at+1])
+	}
+	if err == nil && at != len(ints) {
 		err = fmt.Errorf("%w: a merged call returned %T of %d values for %d calls", store.ErrUnexpectedReply, reply, len(ints), len(s.calls))
 	}
 	switch {
@@ -126,7 +130,8 @@ func (t *transport) answer(s *sent, reply any, err error) (failed []*call) {
 	}
 	parts := make([][]int64, len(s.calls)) // a call's reply is &parts[i]: a pointer boxes without allocating
 	for i, c := range s.calls {
-		parts[i], ints = ints[:c.answers:c.answers], ints[c.answers:]
+		n := allowSize((c.answers-3)/3, ints[1])
+		parts[i], ints = ints[:n:n], ints[n:]
 		if parts[i][0] == -1 { // it failed
 			failed = append(failed, c)
 		} else {

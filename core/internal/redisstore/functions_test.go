@@ -110,8 +110,8 @@ func TestLibrary(t *testing.T) {
 			t.Fatalf("the library's state is %d after its load, want loaded", st)
 		}
 		libs, err := rdb.FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: lib.name}).Result()
-		if err != nil || len(libs) != 1 || len(libs[0].Functions) != 7 {
-			t.Fatalf("FUNCTION LIST %s: %+v %v, want one library of 7 functions", lib.name, libs, err)
+		if err != nil || len(libs) != 1 || len(libs[0].Functions) != 8 {
+			t.Fatalf("FUNCTION LIST %s: %+v %v, want one library of 8 functions", lib.name, libs, err)
 		}
 		ints := names.ints.Load()
 		allow("loaded", 5)

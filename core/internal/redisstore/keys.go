@@ -7,7 +7,8 @@ import (
 )
 
 // The names of a key's block key ("rw:{ip:203.0.113.9}:block", see
-// Limiter.Block) and penalty key; no limit's name is a word.
+// Limiter.Block; it holds the key's override too) and penalty key; no
+// limit's name is a word.
 const (
 	blockName   = "block"
 	penaltyName = "penalty"
@@ -20,21 +21,20 @@ const keyFormat = "v2:"
 
 // Which of a key's own keys appendKeys puts before its limits' keys.
 const (
-	withBlock    = 1 << iota // the block key
-	withOverride             // the override key (operate.go), after the block key
-	withPenalty              // the penalty key, after those
+	withBlock   = 1 << iota // the block key
+	withPenalty             // the penalty key, after it
 )
 
-// appendKeys appends to dst key's block, override and penalty keys as own says, then
+// appendKeys appends to dst key's block and penalty keys as own says, then
 // the storage key of every limit, such as "rw:{ip:203.0.113.9}:v2:r1m".
 // The keys share one string: one allocation in all.
 func appendKeys(dst []string, prefix, key string, limits []store.Limit, own int) []string {
 	var tagBuf, buf [256]byte
 	tag := appendTag(tagBuf[:0], prefix, key)
 	b := buf[:0]
-	var endsBuf [3 + store.MaxLimits]int // where each key ends in b
+	var endsBuf [2 + store.MaxLimits]int // where each key ends in b
 	ends := endsBuf[:0]
-	for i, name := range [...]string{blockName, overrideName, penaltyName} { // own's bit i: withBlock, withOverride, withPenalty
+	for i, name := range [...]string{blockName, penaltyName} { // own's bit i: withBlock, withPenalty
 		if own&(1<<i) != 0 {
 			b = append(append(b, tag...), name...)
 			ends = append(ends, len(b))

@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -13,14 +12,11 @@ import (
 	"github.com/ratewindow/ratewindow/core/internal/store"
 )
 
-// The operating methods (store.Operator) run plain commands: an override,
-// a block, the denied keys' sorted sets and the registry are each one key.
-// A key's override lives under its hash tag ("rw:{k}:v2:o"), where the
-// decision's script reads it with the key's other keys (see decide in
-// algorithms.lua), as "<algorithm> <window µs> <count>" for each limit.
-
-// overrideName is the name of a key's override key, after its tag.
-const overrideName = keyFormat + "o"
+// The operating methods (store.Operator) run plain commands but for a key's
+// block and override: both live in its block key ("rw:{k}:block", see
+// own_of in algorithms.lua), where the decision's script reads them in the
+// MGET it makes anyway, so own.lua reads and changes them, keeping the other
+// half. The override is "<algorithm> <window µs> <count>" for each limit.
 
 // cmdable returns the client as a redis.Cmdable: every client New takes is one.
 func (s *Store) cmdable() (redis.Cmdable, error) {
@@ -31,15 +27,36 @@ func (s *Store) cmdable() (redis.Cmdable, error) {
 	return c, nil
 }
 
-// ownKey returns key's block key (blockName) or override key (overrideName).
-func (s *Store) ownKey(key, name string) string { return Tag(s.prefix, key) + name }
+// ownState is a key's block and override as own.lua answers.
+type ownState struct {
+	blocked  time.Duration // 0: none
+	override string        // "": none
+	left     time.Duration // the override's time left; 0: no end
+}
 
-// SetOverride stores r.Limits as r.Key's override, for ttl (0: no TTL).
-func (s *Store) SetOverride(ctx context.Context, r store.Request, ttl time.Duration) error {
-	c, err := s.cmdable()
+// own runs own.lua's op on r.Key's block key, with its arguments after op.
+func (s *Store) own(ctx context.Context, r store.Request, op string, args ...any) (ownState, error) {
+	c := s.newCall(s.ownS, store.Request{Key: r.Key}, withBlock)
+	c.args = append(append(c.args, r.Now, op), args...)
+	reply, err := s.runScript(ctx, c, r.Deadline)
 	if err != nil {
-		return err
+		return ownState{}, err
 	}
+	vals, ok := reply.([]any)
+	if !ok || len(vals) != 3 {
+		return ownState{}, fmt.Errorf("%w: own returned %v", store.ErrUnexpectedReply, reply)
+	}
+	b, okb := vals[0].(int64)
+	left, okl := vals[1].(int64)
+	o, oko := vals[2].(string)
+	if !okb || !okl || !oko {
+		return ownState{}, fmt.Errorf("%w: own returned %v", store.ErrUnexpectedReply, reply)
+	}
+	return ownState{blocked: time.Duration(b) * time.Microsecond, override: o, left: time.Duration(max(left, 0)) * time.Microsecond}, nil
+}
+
+// SetOverride stores r.Limits as r.Key's override, for ttl (0: no end).
+func (s *Store) SetOverride(ctx context.Context, r store.Request, ttl time.Duration) error {
 	b := make([]byte, 0, 24*len(r.Limits))
 	for i, l := range r.Limits {
 		if i > 0 {
@@ -47,39 +64,28 @@ func (s *Store) SetOverride(ctx context.Context, r store.Request, ttl time.Durat
 		}
 		b = appendSpaced(strconv.AppendInt(b, int64(l.Algorithm), 10), micros(l.Window), l.Count)
 	}
-	px := time.Duration(0)
+	end := int64(0) // no end
 	if ttl > 0 {
-		px = max((ttl+time.Millisecond-1)/time.Millisecond*time.Millisecond, time.Millisecond) // whole ms, up
+		end = max(micros(ttl), 1)
 	}
-	return s.opError("set override", c.Set(ctx, s.ownKey(r.Key, overrideName), string(b), px).Err())
+	_, err := s.own(ctx, r, "set", string(b), end)
+	return err
 }
 
-// Override reads r.Key's override and its TTL.
+// Override reads r.Key's override and its time left.
 func (s *Store) Override(ctx context.Context, r store.Request) ([]store.Limit, time.Duration, error) {
-	c, err := s.cmdable()
+	st, err := s.own(ctx, r, "read")
+	if err != nil || st.override == "" {
+		return nil, 0, err
+	}
+	limits, err := parseOverride(st.override)
 	if err != nil {
 		return nil, 0, err
 	}
-	key := s.ownKey(r.Key, overrideName)
-	var get *redis.StringCmd
-	var ttl *redis.DurationCmd
-	_, err = c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		get, ttl = p.Get(ctx, key), p.PTTL(ctx, key)
-		return nil
-	})
-	if errors.Is(err, redis.Nil) {
-		return nil, 0, nil
-	} else if err != nil {
-		return nil, 0, s.opError("read override", err)
-	}
-	limits, err := parseOverride(get.Val())
-	if err != nil {
-		return nil, 0, err
-	}
-	return limits, max(ttl.Val(), 0), nil
+	return limits, st.left, nil
 }
 
-// parseOverride reads an override key's value.
+// parseOverride reads an override as own.lua keeps it.
 func parseOverride(v string) ([]store.Limit, error) {
 	f := strings.Fields(v)
 	if len(f) == 0 || len(f)%3 != 0 {
@@ -100,46 +106,22 @@ func parseOverride(v string) ([]store.Limit, error) {
 	return limits, nil
 }
 
-// RemoveOverride deletes r.Key's override key.
+// RemoveOverride drops r.Key's override; its block stays.
 func (s *Store) RemoveOverride(ctx context.Context, r store.Request) error {
-	return s.del(ctx, "remove override", s.ownKey(r.Key, overrideName))
+	_, err := s.own(ctx, r, "rm")
+	return err
 }
 
-// Unblock deletes r.Key's block key.
+// Unblock lifts r.Key's block; its override stays.
 func (s *Store) Unblock(ctx context.Context, r store.Request) error {
-	return s.del(ctx, "unblock", s.ownKey(r.Key, blockName))
+	_, err := s.own(ctx, r, "unblock")
+	return err
 }
 
-func (s *Store) del(ctx context.Context, op, key string) error {
-	c, err := s.cmdable()
-	if err != nil {
-		return err
-	}
-	return s.opError(op, c.Del(ctx, key).Err())
-}
-
-// Blocked reads r.Key's block key: the µs its block ends.
+// Blocked reads how long r.Key's block lasts from r.Now.
 func (s *Store) Blocked(ctx context.Context, r store.Request) (time.Duration, error) {
-	c, err := s.cmdable()
-	if err != nil {
-		return 0, err
-	}
-	v, err := c.Get(ctx, s.ownKey(r.Key, blockName)).Int64()
-	switch {
-	case errors.Is(err, redis.Nil):
-		return 0, nil
-	case err != nil:
-		return 0, s.opError("read block", err)
-	}
-	now := r.Now
-	if now == 0 {
-		t, err := c.Time(ctx).Result()
-		if err != nil {
-			return 0, s.opError("read time", err)
-		}
-		now = t.UnixMicro()
-	}
-	return time.Duration(max(v-now, 0)) * time.Microsecond, nil
+	st, err := s.own(ctx, r, "read")
+	return st.blocked, err
 }
 
 // deniedKey returns the sorted set of rule's denials in minute m: every

@@ -34,6 +34,8 @@ var (
 	blockLua string
 	//go:embed lua/refund.lua
 	refundLua string
+	//go:embed lua/own.lua
+	ownLua string
 )
 
 // Store runs the algorithms as Lua scripts (FCALL once the library is
@@ -44,7 +46,7 @@ type Store struct {
 	limitArgs limitArgs
 	scripts   []*script // every script below, in the library's order
 
-	allowS, allowBatchS, reserveS, releaseS, resetS, blockS, refundS *script
+	allowS, allowBatchS, reserveS, releaseS, resetS, blockS, refundS, ownS *script
 }
 
 var _ store.Remote = (*Store)(nil)
@@ -66,11 +68,12 @@ func New(rdb redis.Scripter, prefix string) *Store {
 	s.allowS.ints = true
 	s.reserveS = add("reserve", reserveLua, true)
 	s.releaseS = add("release", releaseLua, true)
-	s.resetS = add("reset", resetLua, false)
+	s.resetS = add("reset", resetLua, true)
 	s.blockS = add("block", blockLua, true)
 	s.refundS = add("refund", refundLua, true)
 	s.allowBatchS = add("allow_batch", allowBatchLua, true)
 	s.allowBatchS.ints = true
+	s.ownS = add("own", ownLua, true)
 	s.t.lib = newLibrary(rdb, algorithmsLua, s.scripts)
 	return s
 }
@@ -90,8 +93,8 @@ func (s *Store) Node(key string) string {
 // appendKeys) and room for its arguments.
 func (s *Store) newCall(sc *script, r store.Request, own int) *call {
 	c, n := s.t.calls.Get().(*call), len(r.Limits)
-	if cap(c.keys) < 3+n {
-		c.keys = make([]string, 0, 3+n)
+	if cap(c.keys) < 2+n {
+		c.keys = make([]string, 0, 2+n)
 	}
 	if cap(c.args) < 3+2*n {
 		c.args = make([]any, 0, 3+2*n)
@@ -103,12 +106,12 @@ func (s *Store) newCall(sc *script, r store.Request, own int) *call {
 
 // Allow decides r (allow.lua, or merged with others in allow_batch.lua).
 func (s *Store) Allow(ctx context.Context, r store.Request) (store.Decision, error) {
-	own := withBlock | withOverride
+	own := withBlock
 	if r.Penalty.Denials > 0 {
 		own |= withPenalty
 	}
 	c := s.newCall(s.allowS, r, own)
-	c.merged, c.answers = s.allowBatchS, 3+4*len(r.Limits)
+	c.merged, c.answers = s.allowBatchS, 3+3*len(r.Limits)
 	c.args = append(c.args, s.spec(r), r.N)
 	if r.Now != 0 {
 		c.args = append(c.args, r.Now)
@@ -120,8 +123,22 @@ func (s *Store) Allow(ctx context.Context, r store.Request) (store.Decision, err
 	return parseAllow(reply, r.Room())
 }
 
+// overridden is the bit of allow.lua's blocked value that says its reply
+// carries the override's Counts.
+const overridden = 4
+
+// allowSize returns the length of allow.lua's reply for n limits whose
+// blocked value is blocked.
+func allowSize(n int, blocked int64) int {
+	if blocked&overridden != 0 {
+		return 3 + 4*n
+	}
+	return 3 + 3*n
+}
+
 // parseAllow reads allow.lua's reply {allowed, blocked, now, then per
-// limit remaining, retry, reset, override's count} into a Decision with states.
+// limit remaining, retry, reset, then under an override per limit its
+// Count} into a Decision with states.
 func parseAllow(reply any, states []store.State) (store.Decision, error) {
 	n := len(states)
 	var buf [3 + 4*4]int64
@@ -129,19 +146,23 @@ func parseAllow(reply any, states []store.State) (store.Decision, error) {
 	if err != nil {
 		return store.Decision{}, err
 	}
-	if len(ints) != 3+4*n {
+	if len(ints) < 3 || len(ints) != allowSize(n, ints[1]) {
 		return store.Decision{}, fmt.Errorf("%w: allow returned %d values for %d limits", store.ErrUnexpectedReply, len(ints), n)
 	}
-	d := store.Decision{Allowed: ints[0] == 1, Blocked: ints[1] > 0, Banned: ints[1] == 2, At: ints[2], States: states}
+	blocked := ints[1] &^ overridden
+	d := store.Decision{Allowed: ints[0] == 1, Blocked: blocked > 0, Banned: blocked == 2, At: ints[2], States: states}
 	for i := range n {
-		d.States[i] = store.State{Remaining: ints[3+4*i], Retry: ints[4+4*i], Reset: ints[5+4*i], Count: ints[6+4*i]}
+		d.States[i] = store.State{Remaining: ints[3+3*i], Retry: ints[4+3*i], Reset: ints[5+3*i]}
+		if ints[1]&overridden != 0 {
+			d.States[i].Count = ints[3+3*n+i]
+		}
 	}
 	return d, nil
 }
 
 // Reserve makes a reservation (reserve.lua).
 func (s *Store) Reserve(ctx context.Context, r store.Request, longest int64) (store.Reservation, error) {
-	c := s.newCall(s.reserveS, r, withBlock|withOverride)
+	c := s.newCall(s.reserveS, r, withBlock)
 	c.args = append(c.args, r.N, r.Now, longest, max(r.Lead, 0), max(r.From, 0))
 	for _, l := range r.Limits {
 		c.args = append(c.args, l.Count, micros(l.Window))
@@ -175,9 +196,12 @@ func (s *Store) Release(ctx context.Context, r store.Request, res store.Reservat
 	return err
 }
 
-// Reset forgets r.Key under r.Limits, its block and penalty (reset.lua).
+// Reset forgets r.Key under r.Limits, its block and penalty, not its
+// override (reset.lua).
 func (s *Store) Reset(ctx context.Context, r store.Request) error {
-	_, err := s.runScript(ctx, s.newCall(s.resetS, r, withBlock|withPenalty), r.Deadline)
+	c := s.newCall(s.resetS, r, withBlock|withPenalty)
+	c.args = append(c.args, r.Now)
+	_, err := s.runScript(ctx, c, r.Deadline)
 	return err
 }
 

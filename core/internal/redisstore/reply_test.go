@@ -15,7 +15,8 @@ import (
 
 // TestParseAllow reads allow.lua's reply as each path delivers it: the
 // IntSliceCmd of a lone FCALL (fcallInts), a merged FCALL's share as
-// *[]int64, []any from EVALSHA; and refuses what is not such a reply with
+// *[]int64, []any from EVALSHA, with the override's Counts (blocked's bit
+// 4) and without; and refuses what is not such a reply with
 // ErrUnexpectedReply.
 func TestParseAllow(t *testing.T) {
 	const limits = 2
@@ -23,7 +24,12 @@ func TestParseAllow(t *testing.T) {
 		{Remaining: 7, Retry: 0, Reset: 60000000},
 		{Remaining: 1, Retry: 0, Reset: 1000000, Count: 9},
 	}}
-	ints := []int64{1, 1, 1700000000000000, 7, 0, 60000000, 0, 1, 0, 1000000, 9}
+	ints := []int64{1, 1 | overridden, 1700000000000000, 7, 0, 60000000, 1, 0, 1000000, 0, 9}
+	plain := []int64{1, 1, 1700000000000000, 7, 0, 60000000, 1, 0, 1000000}
+	wantPlain := store.Decision{Allowed: true, Blocked: true, At: 1700000000000000, States: []store.State{
+		{Remaining: 7, Retry: 0, Reset: 60000000},
+		{Remaining: 1, Retry: 0, Reset: 1000000},
+	}}
 	boxed := make([]any, len(ints))
 	for i, v := range ints {
 		boxed[i] = v
@@ -38,6 +44,8 @@ func TestParseAllow(t *testing.T) {
 		reply any
 		ok    bool
 	}{
+		{"without an override", &plain, true},
+		{"without an override, too long", &[]int64{1, 1, 1700000000000000, 7, 0, 60000000, 1, 0, 1000000, 0}, false},
 		{"lone FCALL", intsCmd, true},
 		{"merged FCALL", &ints, true},
 		{"EVALSHA", boxed, true},
@@ -62,8 +70,12 @@ func TestParseAllow(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !storetest.Same(got, want, limits) {
-				t.Fatalf("parsed %+v, want %+v", got, want)
+			w := want
+			if tc.reply == &plain {
+				w = wantPlain
+			}
+			if !storetest.Same(got, w, limits) {
+				t.Fatalf("parsed %+v, want %+v", got, w)
 			}
 		})
 	}

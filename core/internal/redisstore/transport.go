@@ -82,7 +82,7 @@ type call struct {
 	ctx     context.Context
 	script  *script
 	merged  *script // the script that runs many such calls in one; nil: none
-	answers int     // how many values the merged script answers for this call
+	answers int     // how many values the merged script answers for this call, without an override (see allowSize)
 	keys    []string
 	args    []any
 	reply   any

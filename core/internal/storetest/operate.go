@@ -64,6 +64,62 @@ func overrides(k *kit) {
 	k.reserve("Reserve", k.req("k", 1, t0, log5), -1, store.Reservation{OK: true, Wait: 60 * sec, At: t0 + 60*sec})
 }
 
+// blockAndOverride: a key's block and override are kept apart: Block, a
+// ban, Unblock, Reset and RemoveOverride each change one and keep the
+// other, and each ends at its own time (the Redis store keeps both in one
+// key).
+func blockAndOverride(k *kit) {
+	ctx := context.Background()
+	log5, log2 := limit(store.SlidingLog, 5, time.Minute), limit(store.SlidingLog, 2, time.Minute)
+	at := func(now int64) store.Request { return store.Request{Key: k.key("k"), Now: now} }
+	want := func(step string, now int64, blocked time.Duration, override bool, left time.Duration) {
+		k.t.Helper()
+		b, err := k.s.Blocked(ctx, at(now))
+		limits, ttl, err2 := k.s.Override(ctx, at(now))
+		if err != nil || err2 != nil || b != blocked || (limits != nil) != override || ttl != left ||
+			override && limits[0] != log2 {
+			k.t.Fatalf("%s: blocked %v, override %v for %v (%v %v), want blocked %v, override %v for %v",
+				step, b, limits, ttl, err, err2, blocked, override, left)
+		}
+	}
+	setOverride := func(now int64, ttl time.Duration) {
+		k.t.Helper()
+		r := at(now)
+		r.Limits = []store.Limit{log2}
+		k.do("SetOverride", k.s.SetOverride(ctx, r, ttl))
+	}
+	setOverride(t0, 10*time.Second)
+	k.do("Block", k.s.Block(ctx, at(t0), 30*time.Second))
+	want("both", t0+sec, 29*time.Second, true, 9*time.Second)
+	k.allow("blocked, under the override", k.req("k", 1, t0+sec, log5), blocked(false, t0+sec, counted(0, 29*sec, 29*sec, 2)))
+	k.do("Unblock", k.s.Unblock(ctx, at(t0+sec)))
+	want("unblocked", t0+sec, 0, true, 9*time.Second)
+	k.allow("under the override", k.req("k", 2, t0+sec, log5), decision(true, t0+sec, counted(0, 0, 60*sec, 2)))
+	k.do("Block again", k.s.Block(ctx, at(t0+sec), 30*time.Second))
+	k.do("RemoveOverride", k.s.RemoveOverride(ctx, at(t0+sec)))
+	want("override removed", t0+sec, 30*time.Second, false, 0)
+	setOverride(t0+sec, 0)
+	want("an override without an end", t0+2*sec, 29*time.Second, true, 0)
+	k.do("Reset", k.s.Reset(ctx, k.req("k", 1, t0+2*sec, log5)))
+	want("reset", t0+2*sec, 0, true, 0)
+	// a ban under a penalty keeps the override
+	k.allow("at the override's Count", k.req("k", 2, t0+2*sec, log5), decision(true, t0+2*sec, counted(0, 0, 60*sec, 2)))
+	pr := k.req("k", 1, t0+2*sec, log5)
+	pr.Penalty = store.Penalty{Denials: 1, Within: time.Minute, Ban: 20 * time.Second}
+	k.allow("banned", pr, blocked(true, t0+2*sec, counted(0, 60*sec, 60*sec, 2)))
+	want("banned", t0+2*sec, 20*time.Second, true, 0)
+	// an override ends at its time while a longer block stays, and the
+	// other way round
+	setOverride(t0+2*sec, 5*time.Second)
+	want("a temporary override", t0+3*sec, 19*time.Second, true, 4*time.Second)
+	want("the override ended", t0+8*sec, 14*time.Second, false, 0)
+	k.allow("blocked, the override ended", k.req("k", 1, t0+8*sec, log5), blocked(false, t0+8*sec, state(0, 14*sec, 54*sec)))
+	setOverride(t0+8*sec, 30*time.Second)
+	want("the block ended", t0+30*sec, 0, true, 8*time.Second)
+	k.allow("the block ended, under the override", k.req("k", 1, t0+33*sec, log5), decision(false, t0+33*sec, counted(0, 29*sec, 29*sec, 2)))
+	want("both ended", t0+40*sec, 0, false, 0)
+}
+
 // unblock: Unblock lifts a block and keeps the units; Blocked reads it.
 func unblock(k *kit) {
 	ctx := context.Background()

@@ -192,6 +192,7 @@ var cases = []struct {
 	{"concurrency", concurrency},
 	{"overrides", overrides},
 	{"Unblock", unblock},
+	{"block and override", blockAndOverride},
 	{"denied keys", deniedKeys},
 	{"published rules", published},
 }

@@ -599,19 +599,48 @@ local function counter_refund(key, window, n, now, at)
 end
 
 -- A block (Limiter.Block) makes a key exhausted under any limits until a
--- time: its block key holds that time in µs, and expires with it; a later
--- block never shortens an earlier one. The block and penalty keys keep
--- their names and format in every version, so that a ban holds for all.
+-- time; a later block never shortens an earlier one. An override (see
+-- operate.go) gives the key its own Counts. Both live in the key's block
+-- key, which a decision's MGET reads anyway: a key with neither costs
+-- nothing more than before overrides. Its value is "<until µs>" for a block
+-- alone (the format of every version: a ban holds for all), else "<until
+-- µs> <end µs> <override>": until 0 for no block, end 0 for an override
+-- without one, the override "<alg> <window µs> <count> ..." per limit. The
+-- key expires with the later of the two (never, for an override without an
+-- end); each half is read against its own time, and every write keeps the
+-- other half (own_write). The penalty key keeps its name and format too.
 
--- blocked_for returns the µs a key whose block key holds v stays blocked.
-local function blocked_for(v, now)
-  return max((v and tonumber(v) or 0) - now, 0)
+-- own_of returns the µs a key whose block key holds v stays blocked, and
+-- its override in force (nil: none) and that override's end (0: none).
+local function own_of(v, now)
+  local b = tonumber(v)
+  if b or not v then return max((b or 0) - now, 0) end
+  local u, e, o = string.match(v, '^(%d+) (%d+) (%d.*)$')
+  if not u then return 0 end -- not ours: written over, as an expired block
+  e = tonumber(e)
+  if e > 0 and e <= now then o = nil end
+  return max(tonumber(u) - now, 0), o, e
+end
+
+-- own_write writes key's block until untl (µs, passed: none) and override o
+-- ending at e (nil: none; e 0: no end) at now, or deletes it for neither.
+local function own_write(key, untl, o, e, now)
+  if untl <= now then untl = 0 end
+  if o and e > 0 and e <= now then o = nil end
+  if not o then
+    if untl == 0 then call('DEL', key) else call('SET', key, format('%d', untl), 'PX', px_arg(untl - now)) end
+  elseif e == 0 then
+    call('SET', key, format('%d 0 %s', untl, o))
+  else
+    call('SET', key, format('%d %d %s', untl, e, o), 'PX', px_arg(max(untl, e) - now))
+  end
 end
 
 -- block_key blocks the key for d µs and returns the µs it stays blocked.
 local function block_key(key, d, now)
-  local untl = max(now + d, tonumber(call('GET', key) or 0) or 0)
-  call('SET', key, untl, 'PX', px_arg(untl - now))
+  local b, o, e = own_of(call('GET', key), now)
+  local untl = now + max(d, b)
+  own_write(key, untl, o, e, now)
   return untl - now
 end
 
@@ -662,7 +691,8 @@ end
 
 -- override_count returns the Count of the key's override v (SetOverride's
 -- "<alg> <window µs> <count> ...", see operate.go) for a limit of alg and
--- window, or nil; overridden returns spec with those Counts (over), kept.
+-- window, or nil; overridden returns spec with those Counts (over), kept,
+-- and marked (over: the decision's answer carries the Counts).
 local function override_count(v, alg, window)
   for a, w, c in string.gmatch(v, '(%d) (%d+) (%d+)') do
     if a == alg and tonumber(w) == window then return tonumber(c) end
@@ -671,7 +701,8 @@ end
 local function overridden(spec, v)
   local raw = spec.raw .. '\n' .. v -- no spec holds a newline
   if specs[raw] then return specs[raw] end
-  local o = {raw = raw, commit = spec.commit, denials = spec.denials, within = spec.within, ban = spec.ban, limits = {}, reads = spec.reads}
+  local o = {raw = raw, commit = spec.commit, denials = spec.denials, within = spec.within, ban = spec.ban, limits = {},
+    reads = spec.reads, over = true}
   for i, l in ipairs(spec.limits) do
     local c = override_count(v, l.alg, l.window)
     o.limits[i] = {alg = l.alg, count = c or l.count, window = l.window, prec = l.prec, ring = l.ring, over = c}
@@ -768,23 +799,25 @@ local function decide_at(i, keys, lk, vals, vo, spec, n, now, out, at, runs, blo
     if retry >= 0 and retry < ban then retry = ban end
     if reset < ban then reset = ban end
   end
-  local o = at + 4 * i - 1
-  out[o + 1], out[o + 2], out[o + 3], out[o + 4] = free, retry, reset, l.over or 0
+  local o = at + 3 * i
+  out[o + 1], out[o + 2], out[o + 3] = free, retry, reset
+  if spec.over then out[at + 3 + 3 * #limits + i] = l.over or 0 end
   return true, allowed, status, ban, k
 end
 
 -- decide decides whether n units fit under every limit of spec for one key
 -- at now and, if they do and the spec commits, records them under every
 -- limit: all or none. Its keys start at keys[first]: the block key, the
--- override key, the penalty key if the spec has a penalty, then the limits'
--- keys, all read by one MGET (a hash or sorted set reads as missing: see
--- decide_at); an override replaces Counts (overridden). A blocked key is
+-- penalty key if the spec has a penalty, then the limits' keys, all read
+-- by one MGET (a hash or sorted set reads as missing: see decide_at); an
+-- override in the block key replaces Counts (overridden). A blocked key is
 -- denied, retry and reset at least the block's time left. A committed
 -- denial counts towards the penalty; the one that reaches it bans the key,
 -- and its retry and reset are the ban's. The answer goes in out after
--- out[at]: allowed (1, 0), blocked (0, 1, 2: banned now), now, then per
--- limit remaining (after the units), retry (-1: never), reset, the
--- override's Count in force (0: none).
+-- out[at]: allowed (1, 0), blocked (0, 1, 2: banned now; plus 4 under an
+-- override), now, then per limit remaining (after the units), retry (-1:
+-- never), reset, and under an override per limit the override's Count in
+-- force (0: none). A key without one pays for overrides nothing more.
 --
 -- runs is how many such decisions come one after another (a hot key's in a
 -- merged call: the same keys, spec, n and now; no penalty): decide answers
@@ -797,27 +830,32 @@ end
 -- limit (log or counter) read as missing, unblocked, runs * n fitting and
 -- committed, goes in short: decide_at's SET NX (in its verdict) and answer.
 local function decide(keys, first, n, now, spec, out, at, runs)
-  local lk, nlim = spec.denials > 0 and first + 2 or first + 1, #spec.limits -- limit i's key: keys[lk + i]
+  local lk, nlim = spec.denials > 0 and first + 1 or first, #spec.limits -- limit i's key: keys[lk + i]
   local vals = call('MGET', unpack(keys, first, lk + spec.reads))
-  if vals[2] then spec = overridden(spec, vals[2]) end
-  local blocked, vo = vals[1] and blocked_for(vals[1], now) or 0, lk - first + 1
+  local blocked, vo, over = 0, lk - first + 1, nil
+  if vals[1] then
+    blocked, over = own_of(vals[1], now)
+    if over then spec = overridden(spec, over) end
+  end
   local l, ok, allowed, status, _, k = spec.limits[1], false, true, 0, nil, runs
   if nlim == 1 and blocked == 0 and spec.commit and l.alg ~= '1' and not vals[vo + 1] and runs * n <= l.count and
     (l.alg == '2' or 8 + runs * n <= LOG_WHOLE) then -- the common case (found: careful, below)
     local v, ttl = fresh_value(l, k * n, now)
     ok = call('SET', keys[lk + 1], v, 'PX', px_arg(ttl), 'NX')
-    out[at + 4], out[at + 5], out[at + 6], out[at + 7] = l.count - n, 0, ttl, l.over or 0 -- decide_at's answer
+    out[at + 4], out[at + 5], out[at + 6] = l.count - n, 0, ttl -- decide_at's answer
+    if spec.over then out[at + 7] = l.over or 0 end
   else
     ok, allowed, status, _, k = decide_at(1, keys, lk, vals, vo, spec, n, now, out, at, runs, blocked, runs, false)
   end
   if not ok then
     ok, allowed, status, _, k = decide_at(1, keys, lk, vals, vo, spec, n, now, out, at, runs, blocked, runs, true)
   end
-  out[at + 1], out[at + 2], out[at + 3] = allowed and 1 or 0, status, now
-  local size, last = 3 + 4 * nlim, at + 3 + 4 * nlim
+  out[at + 1], out[at + 2], out[at + 3] = allowed and 1 or 0, spec.over and status + 4 or status, now
+  local size = spec.over and 3 + 4 * nlim or 3 + 3 * nlim
+  local last = at + size
   for _ = 2, k do -- the others of the run: the same answer, less remaining
     for i = 1, size do out[last + i] = out[last + i - size] end
-    for i = 1, (allowed and spec.commit) and nlim or 0 do out[last + 4 * i] = out[last + 4 * i] - n end
+    for i = 1, (allowed and spec.commit) and nlim or 0 do out[last + 3 * i + 1] = out[last + 3 * i + 1] - n end
     last = last + size
   end
   return last, k
@@ -827,7 +865,7 @@ end
 -- each script's file describes them.
 
 local function allow(keys, args)
-  local out = {0, 0, 0, 0, 0, 0, 0}
+  local out = {0, 0, 0, 0, 0, 0}
   decide(keys, 1, nums[args[2]] or tonumber(args[2]), now_us(args[3]), spec_of(args[1]), out, 0, 1)
   return out
 end
@@ -842,7 +880,7 @@ local function allow_batch(keys, args)
     local si, sn, snow = args[at], args[at + 1], args[at + 2]
     local spec, n, now = specs_[nums[si] or tonumber(si)], nums[sn] or tonumber(sn), nums[snow] or tonumber(snow)
     if not now or now <= 0 then server_now = server_now or now_us(0); now = server_now end
-    local nkeys = spec.denials > 0 and #spec.limits + 3 or #spec.limits + 2 -- block, override, penalty, limits
+    local nkeys = spec.denials > 0 and #spec.limits + 2 or #spec.limits + 1 -- block, penalty, limits
     -- the run: the decisions right after this one that ask the same of the
     -- same keys (a hot key's), which decide answers together
     local runs = 1
@@ -853,7 +891,7 @@ local function allow_batch(keys, args)
       if not same then break end
       runs = runs + 1
     end
-    local size, left = 3 + 4 * #spec.limits, runs
+    local size, left = 3 + 3 * #spec.limits, runs
     while left > 0 do
       local ok, last, answered = pcall(decide, keys, key, n, now, spec, out, o, left)
       if ok then
@@ -870,12 +908,13 @@ end
 
 local function reserve(keys, args)
   local n, now, longest, from = tonumber(args[1]), now_us(args[2]), tonumber(args[3]), tonumber(args[5])
-  for i = 3, from > 0 and #keys or 0 do log_remove(keys[i], tonumber(args[2 * i + 1]), n, from - 1, from, now) end
+  for i = 2, from > 0 and #keys or 0 do log_remove(keys[i], tonumber(args[2 * i + 3]), n, from - 1, from, now) end
   local vals = call('MGET', unpack(keys))
-  local at, st = now + max(blocked_for(vals[1], now), tonumber(args[4])), {}
-  for i = 3, #keys do -- limit i - 2 (after the block and override keys)
-    local window = tonumber(args[2 * i + 1])
-    local count = vals[2] and override_count(vals[2], '0', window) or tonumber(args[2 * i])
+  local blocked, over = own_of(vals[1], now)
+  local at, st = now + max(blocked, tonumber(args[4])), {}
+  for i = 2, #keys do -- limit i - 1 (after the block key)
+    local window = tonumber(args[2 * i + 3])
+    local count = over and override_count(over, '0', window) or tonumber(args[2 * i + 2])
     local v = log_value(keys[i], vals[i])
     local _, retry, _, used, lo, newest = log_check(keys[i], v, count, window, n, now)
     if retry < 0 then return {0, -1} end
@@ -883,9 +922,9 @@ local function reserve(keys, args)
     st[#st + 1], st[#st + 2], st[#st + 3], st[#st + 4] = v, used, lo, newest
   end
   if longest >= 0 and at - now > longest then return {0, at - now} end
-  for i = 3, #keys do
-    local j = 4 * (i - 3)
-    log_add(keys[i], st[j + 1], st[j + 2], st[j + 3], st[j + 4], tonumber(args[2 * i + 1]), n, at, now)
+  for i = 2, #keys do
+    local j = 4 * (i - 2)
+    log_add(keys[i], st[j + 1], st[j + 2], st[j + 3], st[j + 4], tonumber(args[2 * i + 3]), n, at, now)
   end
   return {1, at - now, at}
 end
@@ -919,4 +958,40 @@ end
 
 local function block(keys, args)
   return block_key(keys[1], tonumber(args[2]), now_us(args[1]))
+end
+
+-- own's operations on a block key (operate.go): each keeps the other half.
+local own_ops = {
+  unblock = function(_, o, e) return 0, o, e end,
+  set = function(b, _, _, args, now) -- the override ARGV[3], for ARGV[4] µs (0: no end)
+    local d = tonumber(args[4])
+    if not string.match(args[3] or '', '^%d[%d ]*$') or not d then -- own_of could not read it back
+      error({err = 'ERR ratewindow: not an override: ' .. tostring(args[3])})
+    end
+    return b, args[3], d > 0 and now + d or 0
+  end,
+  rm = function(b) return b end,
+}
+
+local function own(keys, args)
+  local now, op = now_us(args[1]), args[2]
+  local b, o, e = own_of(call('GET', keys[1]), now)
+  if op ~= 'read' then
+    local f = own_ops[op]
+    if not f then error({err = 'ERR ratewindow: no operation ' .. op}) end
+    b, o, e = f(b, o, e, args, now)
+    own_write(keys[1], b > 0 and now + b or 0, o, e, now)
+  end
+  return {b, o and (e > 0 and e - now or 0) or -1, o or ''}
+end
+
+local function reset(keys, args)
+  local now = now_us(args[1])
+  local _, o, e = own_of(call('GET', keys[1]), now)
+  own_write(keys[1], 0, o, e, now)
+  local deleted = 0
+  for i = 2, #keys, 1000 do -- in chunks: unpack takes a few thousand values at most
+    deleted = deleted + call('DEL', unpack(keys, i, min(i + 999, #keys)))
+  end
+  return deleted
 end

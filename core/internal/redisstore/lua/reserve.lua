@@ -3,7 +3,7 @@
 -- (reservations made and a block counted) and records them at that time,
 -- unless it is further away than the caller can wait.
 --
--- KEYS     the key's block and override keys, then each limit's log key
+-- KEYS     the key's block key, then each limit's log key
 -- ARGV[1]  n, > 0; ARGV[2] now in µs, or 0 for the server's TIME
 -- ARGV[3]  longest acceptable wait in µs, or -1 for no bound
 -- ARGV[4]  the lead in µs, >= 0: the units' time is at least now plus it

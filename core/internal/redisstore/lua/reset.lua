@@ -1,12 +1,9 @@
 -- reset.lua: forgets the units of one key under the given limits, lifts its
--- block and forgets its penalty's denials.
+-- block and forgets its penalty's denials; its override stays.
 --
--- KEYS  the key's block and penalty keys and its limits' keys (one hash tag)
+-- KEYS     the key's block and penalty keys and its limits' keys (one hash tag)
+-- ARGV[1]  now in µs, or 0 for the server's TIME
 --
--- Returns the number of keys deleted.
+-- Returns the number of keys deleted, the block key not counted.
 
-local deleted = 0
-for i = 1, #KEYS, 1000 do -- in chunks: unpack takes a few thousand values at most
-  deleted = deleted + redis.call('DEL', unpack(KEYS, i, math.min(i + 999, #KEYS)))
-end
-return deleted
+return reset(KEYS, ARGV)
