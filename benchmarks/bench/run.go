@@ -474,17 +474,19 @@ func runSlice(ctx context.Context, stats nodes, decide []Decide, keys []string, 
 				}
 				t0 := time.Now()
 				ok, err := w.decide(ctx, k)
-				w.h.record(time.Since(t0))
+				took := time.Since(t0)
 				w.n++
 				switch {
-				case err != nil:
+				case err != nil: // no decision: neither its rate nor its latency
 					w.errors++
 					if w.err == nil {
 						w.err = err
 					}
+					continue
 				case ok:
 					w.admitted++
 				}
+				w.h.record(took)
 			}
 		})
 	}

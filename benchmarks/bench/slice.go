@@ -41,12 +41,13 @@ type Slice struct {
 	Inside []CommandStat
 }
 
-// PerSecond is decisions per second.
+// PerSecond is the decisions answered per second: a call that failed (for
+// ratewindow, one its failure mode answered: Result.BackendErr) is none.
 func (s Slice) PerSecond() float64 {
 	if s.Elapsed <= 0 {
 		return 0
 	}
-	return float64(s.Decisions) / s.Elapsed.Seconds()
+	return float64(s.Decisions-s.Errors) / s.Elapsed.Seconds()
 }
 
 // AllocsPerDecision is runtime.MemStats.Mallocs per decision.
