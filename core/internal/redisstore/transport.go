@@ -323,19 +323,17 @@ func (t *transport) sendUnbatched(c *call) (any, error) {
 		}()
 		return t.await(c)
 	}
-	ctx := c.ctx
+	ctx, bound := c.ctx, false
 	if dl, ok := ctx.Deadline(); !c.limit.IsZero() && (!ok || c.limit.Before(dl)) {
 		if c.bound == nil {
 			c.bound = newBounded()
 		}
-		ctx = c.bound.start(c.ctx, c.limit)
-		defer func() {
-			if !c.bound.stop() {
-				c.bound = nil // it ended, or may be ending: the next call takes a new one
-			}
-		}()
+		ctx, bound = c.bound.start(c.ctx, c.limit), true
 	}
 	reply, err := t.runOne(ctx, t.deadlineClient, c)
+	if bound && !c.bound.stop() { // before c goes back to the pool, to another caller
+		c.bound = nil // it ended, or may be ending: the next call takes a new one
+	}
 	if dl, ok := ctx.Deadline(); err != nil && ok && store.IsTimeout(err) && !time.Now().Before(dl) {
 		err = context.DeadlineExceeded // a read cut at the deadline, as go-redis says after a retry's wait
 	}

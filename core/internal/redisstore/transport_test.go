@@ -1038,3 +1038,27 @@ func TestBounded(t *testing.T) {
 		t.Fatalf("at the parent's end: %v", ctx.Err())
 	}
 }
+
+// TestTransportBoundedReuse: decisions with deadlines from many goroutines,
+// some alone and some queued, each with a context of its own: every one
+// answered, and (under the race detector) no call's context is touched by
+// the caller that used its pooled call before.
+func TestTransportBoundedReuse(t *testing.T) {
+	s := New(redistest.Start(t).Client(t), uniquePrefix(t))
+	lim := with(perMinute(1<<30), store.SlidingCounter)
+	var wg sync.WaitGroup
+	for g := range 32 {
+		wg.Go(func() {
+			for i := range 200 {
+				ctx, cancel := context.WithCancel(context.Background())
+				d, err := s.Allow(ctx, within(decision(fmt.Sprint("k", g, "-", i%7), lim), patient))
+				cancel()
+				if err != nil || !d.Allowed {
+					t.Errorf("goroutine %d decision %d: %+v %v", g, i, d, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
