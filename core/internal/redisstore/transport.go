@@ -344,9 +344,10 @@ func (t *transport) sendUnbatched(c *call) (any, error) {
 // bounded is a call's context ended at its limit too, as
 // context.WithDeadline's is, but kept with its pooled call: its channel and
 // timer serve call after call while none ends (context.WithDeadline made 5
-// allocations and a timer a decision, a tenth of the client's own CPU time
-// of a lone decision). Its caller's values and end are the parent's, its
-// deadline the limit; Done closes at the limit or the parent's end.
+// allocations and a new timer a decision: 0.9-2µs on a 2-core machine, the
+// largest part of the Limiter's own CPU time in a lone decision). Its
+// values and end are its parent's, its deadline the limit; Done closes at
+// the limit or at the parent's end.
 type bounded struct {
 	parent   context.Context
 	limit    time.Time
