@@ -23,9 +23,12 @@ import (
 // about Config.Slice.
 type Slice struct {
 	Decisions, Admitted, Errors int64
-	Elapsed                     time.Duration
-	P50, P99                    time.Duration
-	Mallocs                     uint64
+	// FirstError is the text of an error of the slice: the first of the
+	// first goroutine that failed; "": none.
+	FirstError string `json:",omitempty"`
+	Elapsed    time.Duration
+	P50, P99   time.Duration
+	Mallocs    uint64
 	// ClientCPU is the process's CPU time, user + system: the process ran
 	// this contender alone.
 	ClientCPU time.Duration

@@ -106,8 +106,8 @@ func TestErrorsAreNoDecisions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Errors == 0 || s.Admitted+s.Errors != s.Decisions {
-		t.Fatalf("%d decisions, %d admitted, %d failed", s.Decisions, s.Admitted, s.Errors)
+	if s.Errors == 0 || s.Admitted+s.Errors != s.Decisions || s.FirstError != failing.Error() {
+		t.Fatalf("%d decisions, %d admitted, %d failed, the first with %q", s.Decisions, s.Admitted, s.Errors, s.FirstError)
 	}
 	if want := float64(s.Admitted) / s.Elapsed.Seconds(); s.PerSecond() != want {
 		t.Errorf("%v decisions/s, want %v (the failed ones left out)", s.PerSecond(), want)
