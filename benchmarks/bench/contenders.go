@@ -125,6 +125,9 @@ func ratewindow(name string, alg core.Algorithm, opts ...core.Option) Contender 
 			return func() Decide {
 				return func(ctx context.Context, key string) (bool, error) {
 					r, err := l.Allow(ctx, key, lim)
+					if err == nil && r.BackendErr != nil {
+						err = r.BackendErr // the failure mode answered: not a decision of Redis
+					}
 					return r.Allowed, err
 				}
 			}, nil

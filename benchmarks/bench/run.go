@@ -407,6 +407,9 @@ func (gr grid) run(ctx context.Context, cfg *Config, rep *Report) error {
 					cfg.logf("round %d/%d %-28s g=%-3d keys=%-6d%s %10.0f/s p50=%-9v p99=%-9v Redis %s %.1f µs/call, %.1f decisions/call, %.1f µs CPU/decision, denied=%d errors=%d",
 						r+1, cfg.Rounds, c.Name, g, nk, where, s.PerSecond(), s.P50, s.P99, s.Call.Name, s.CallMicros(), s.DecisionsPerCall(),
 						s.RedisMicros(), s.Decisions-s.Admitted-s.Errors, s.Errors)
+					if s.Errors > 0 {
+						cfg.logf("  an error: %s", s.FirstError)
+					}
 					ts[i].Rounds = append(ts[i].Rounds, s)
 				}
 			}
@@ -479,17 +482,19 @@ func runSlice(ctx context.Context, stats nodes, decide []Decide, keys []string, 
 				}
 				t0 := time.Now()
 				ok, err := w.decide(ctx, k)
-				w.h.record(time.Since(t0))
+				took := time.Since(t0)
 				w.n++
 				switch {
-				case err != nil:
+				case err != nil: // no decision: neither its rate nor its latency
 					w.errors++
 					if w.err == nil {
 						w.err = err
 					}
+					continue
 				case ok:
 					w.admitted++
 				}
+				w.h.record(took)
 			}
 		})
 	}
@@ -510,6 +515,9 @@ func runSlice(ctx context.Context, stats nodes, decide []Decide, keys []string, 
 		s.Decisions += w.n
 		s.Admitted += w.admitted
 		s.Errors += w.errors
+		if w.err != nil && s.FirstError == "" {
+			s.FirstError = w.err.Error()
+		}
 		h.merge(&w.h)
 		if w.err != nil && w.errors == w.n {
 			return s, h, fmt.Errorf("every decision failed: %w", w.err)

@@ -23,9 +23,12 @@ import (
 // about Config.Slice.
 type Slice struct {
 	Decisions, Admitted, Errors int64
-	Elapsed                     time.Duration
-	P50, P99                    time.Duration
-	Mallocs                     uint64
+	// FirstError is the text of an error of the slice: the first of the
+	// first goroutine that failed; "": none.
+	FirstError string `json:",omitempty"`
+	Elapsed    time.Duration
+	P50, P99   time.Duration
+	Mallocs    uint64
 	// ClientCPU is the process's CPU time, user + system: the process ran
 	// this contender alone.
 	ClientCPU time.Duration
@@ -41,12 +44,13 @@ type Slice struct {
 	Inside []CommandStat
 }
 
-// PerSecond is decisions per second.
+// PerSecond is the decisions answered per second: a call that failed (for
+// ratewindow, one its failure mode answered: Result.BackendErr) is none.
 func (s Slice) PerSecond() float64 {
 	if s.Elapsed <= 0 {
 		return 0
 	}
-	return float64(s.Decisions) / s.Elapsed.Seconds()
+	return float64(s.Decisions-s.Errors) / s.Elapsed.Seconds()
 }
 
 // AllocsPerDecision is runtime.MemStats.Mallocs per decision.

@@ -2,11 +2,16 @@ package bench
 
 import (
 	"context"
+	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // requireRedis skips t when there is no redis-server on PATH (fails it
@@ -81,5 +86,55 @@ func TestMeasureSlice(t *testing.T) {
 	}
 	if _, err := MeasureSlice(context.Background(), SliceSpec{Addr: srv.Addr, Contender: "nobody", Goroutines: 1, Keys: 1, For: time.Millisecond}); err == nil {
 		t.Error("an unknown contender: no error")
+	}
+}
+
+// TestErrorsAreNoDecisions: a call that fails (for ratewindow, an answer
+// of its failure mode) counts neither in the decisions per second nor in
+// the latencies.
+func TestErrorsAreNoDecisions(t *testing.T) {
+	var n atomic.Int64
+	failing := errors.New("failed")
+	decide := func(context.Context, string) (bool, error) {
+		if n.Add(1)%2 == 0 {
+			return false, failing // at once, as the failure mode answers
+		}
+		time.Sleep(2 * time.Millisecond)
+		return true, nil
+	}
+	s, h, err := runSlice(context.Background(), nil, []Decide{decide}, []string{"k"}, 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Errors == 0 || s.Admitted+s.Errors != s.Decisions || s.FirstError != failing.Error() {
+		t.Fatalf("%d decisions, %d admitted, %d failed, the first with %q", s.Decisions, s.Admitted, s.Errors, s.FirstError)
+	}
+	if want := float64(s.Admitted) / s.Elapsed.Seconds(); s.PerSecond() != want {
+		t.Errorf("%v decisions/s, want %v (the failed ones left out)", s.PerSecond(), want)
+	}
+	if p50 := h.quantile(0.50); p50 < 2*time.Millisecond {
+		t.Errorf("p50 %v, want at least the answered calls' 2ms", p50)
+	}
+}
+
+// TestFailureModeIsAnError: ratewindow's contender reports an answer of
+// its failure mode (no Redis at the address) as an error, not an admission.
+func TestFailureModeIsAnError(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // a port nothing listens on: refused
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	for _, c := range Contenders()[:3] {
+		f, err := c.New(rdb, 10, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := f()(context.Background(), "k"); err == nil {
+			t.Errorf("%s: admitted %v without Redis, and no error", c.Name, ok)
+		}
 	}
 }

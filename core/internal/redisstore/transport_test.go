@@ -932,3 +932,133 @@ func TestRingClosedWhileDeciding(t *testing.T) {
 		}
 	}
 }
+
+// TestTransportBoundsPoolWait: a call sent alone ends at its deadline, or
+// at its caller's end, while it waits for a connection of a full pool (the
+// one connection held by a BLPOP); once the pool frees, the next decision
+// is answered.
+func TestTransportBoundsPoolWait(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 1})
+	t.Cleanup(func() { rdb.Close() })
+	s := New(rdb, uniquePrefix(t))
+	ctx := context.Background()
+	if _, err := s.Allow(ctx, within(decision("warm", perMinute(3)), patient)); err != nil {
+		t.Fatal(err)
+	}
+	const (
+		timeout = 100 * time.Millisecond
+		margin  = 250 * time.Millisecond
+		held    = 2 * time.Second
+	)
+	blpop := make(chan error, 1)
+	go func() { blpop <- rdb.BLPop(ctx, held, uniquePrefix(t)+"none").Err() }()
+	time.Sleep(50 * time.Millisecond) // the BLPOP holds the one connection
+	stalls := stall.Start(t)
+	start := time.Now()
+	_, err := s.Allow(ctx, within(decision("k", perMinute(3)), timeout))
+	beyond(t, stalls, time.Since(start), timeout+margin, "the decision")
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("the decision at its deadline: %v, want %v", err, context.DeadlineExceeded)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	time.AfterFunc(20*time.Millisecond, cancel)
+	start = time.Now()
+	_, err = s.Allow(cctx, within(decision("k", perMinute(3)), time.Minute))
+	beyond(t, stalls, time.Since(start), 20*time.Millisecond+margin, "the cancelled decision")
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("the cancelled decision: %v, want %v", err, context.Canceled)
+	}
+	if err := <-blpop; !errors.Is(err, redis.Nil) {
+		t.Fatalf("BLPOP: %v", err)
+	}
+	for i := range 3 {
+		if d, err := s.Allow(ctx, within(decision("k", perMinute(3)), patient)); err != nil || !d.Allowed {
+			t.Fatalf("decision %d once the pool is free: %+v %v", i, d, err)
+		}
+	}
+}
+
+// TestTransportDeadlineNoAllocs: a deadline costs a decision sent alone no
+// allocation (its context is kept with the pooled call; context.WithDeadline
+// made 5). Up to 2 are let pass: under the race detector sync.Pool drops a
+// call now and then, and a new call makes its context anew.
+func TestTransportDeadlineNoAllocs(t *testing.T) {
+	s := New(redistest.Start(t).Client(t), uniquePrefix(t))
+	ctx := context.Background()
+	lim := with(perMinute(1<<30), store.SlidingCounter)
+	allocs := func(deadline bool) float64 {
+		return testing.AllocsPerRun(200, func() {
+			r := decision("k", lim)
+			if deadline {
+				r = within(r, time.Minute)
+			}
+			if _, err := s.Allow(ctx, r); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	without, with := allocs(false), allocs(true)
+	if with > without+2 {
+		t.Errorf("%v allocations a decision with a deadline, %v without", with, without)
+	}
+}
+
+// TestBounded: a bounded context ends at its limit (DeadlineExceeded) or
+// at its parent's end (the parent's error), as context.WithDeadline's
+// does, and serves call after call while it has not ended.
+func TestBounded(t *testing.T) {
+	type key struct{}
+	parent := context.WithValue(context.Background(), key{}, "v")
+	b := newBounded()
+	for i := range 3 {
+		ctx := b.start(parent, time.Now().Add(time.Minute))
+		if ctx.Err() != nil || ctx.Value(key{}) != "v" {
+			t.Fatalf("use %d: %v %v", i, ctx.Err(), ctx.Value(key{}))
+		}
+		if dl, ok := ctx.Deadline(); !ok || time.Until(dl) < 50*time.Second {
+			t.Fatalf("use %d: deadline %v %v", i, dl, ok)
+		}
+		if !b.stop() {
+			t.Fatalf("use %d: stopped as ended", i)
+		}
+	}
+	ctx := b.start(parent, time.Now().Add(10*time.Millisecond))
+	<-ctx.Done()
+	if !errors.Is(ctx.Err(), context.DeadlineExceeded) || b.stop() {
+		t.Fatalf("at the limit: %v", ctx.Err())
+	}
+	cparent, cancel := context.WithCancel(parent)
+	b = newBounded()
+	ctx = b.start(cparent, time.Now().Add(time.Minute))
+	cancel()
+	<-ctx.Done()
+	if !errors.Is(ctx.Err(), context.Canceled) || b.stop() {
+		t.Fatalf("at the parent's end: %v", ctx.Err())
+	}
+}
+
+// TestTransportBoundedReuse: decisions with deadlines from many goroutines,
+// some alone and some queued, each with a context of its own: every one
+// answered, and (under the race detector) no call's context is touched by
+// the caller that used its pooled call before.
+func TestTransportBoundedReuse(t *testing.T) {
+	s := New(redistest.Start(t).Client(t), uniquePrefix(t))
+	lim := with(perMinute(1<<30), store.SlidingCounter)
+	var wg sync.WaitGroup
+	for g := range 32 {
+		wg.Go(func() {
+			for i := range 200 {
+				ctx, cancel := context.WithCancel(context.Background())
+				d, err := s.Allow(ctx, within(decision(fmt.Sprint("k", g, "-", i%7), lim), patient))
+				cancel()
+				if err != nil || !d.Allowed {
+					t.Errorf("goroutine %d decision %d: %+v %v", g, i, d, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
