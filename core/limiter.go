@@ -30,6 +30,8 @@ type Limiter struct {
 	denied   denied    // the denials of the rules that track them (operate.go)
 	born     time.Time // New's time: elapsed's origin
 	skew     skew      // Redis's clock against elapsed, for Wait's slots
+	peekMu   sync.Mutex
+	peeks    map[slotOf]*peek // blockedAt's peeks under way
 }
 
 // New returns a Limiter that keeps its counts in Redis. rdb may be a
@@ -608,11 +610,47 @@ func (s *skew) note(redis, read int64) int64 {
 
 // blockedAt reports whether key is blocked now, by a peek, and now is at or
 // past at (µs, the store's clock: a Block covers the slot at at); false
-// when the store cannot tell.
+// when the store cannot tell. The waiters of one slot (a group a window
+// apart from the last) wake together: they share one peek, so that their
+// starts do not wait in line for as many round trips.
 func (l *Limiter) blockedAt(ctx context.Context, key string, n int64, limits []Limit, at int64) bool {
+	k := slotOf{key, at}
+	l.peekMu.Lock()
+	if f := l.peeks[k]; f != nil {
+		l.peekMu.Unlock()
+		select {
+		case <-f.done:
+			return f.blocked
+		case <-ctx.Done():
+			return false
+		}
+	}
+	f := &peek{done: make(chan struct{})}
+	if l.peeks == nil {
+		l.peeks = map[slotOf]*peek{}
+	}
+	l.peeks[k] = f
+	l.peekMu.Unlock()
 	r := l.request(key, n, limits, nil, l.waitTime)
 	d, o, err := l.guard.allow(ctx, &r)
-	return err == nil && o == succeeded && d.Blocked && d.At >= at
+	f.blocked = err == nil && o == succeeded && d.Blocked && d.At >= at
+	l.peekMu.Lock()
+	delete(l.peeks, k)
+	l.peekMu.Unlock()
+	close(f.done)
+	return f.blocked
+}
+
+// slotOf names a slot of a key: its time in µs on the store's clock.
+type slotOf struct {
+	key string
+	at  int64
+}
+
+// peek is blockedAt's peek of a slot, shared by its waiters.
+type peek struct {
+	done    chan struct{} // closed when blocked is set
+	blocked bool
 }
 
 // poll asks until n units of key fit, sleeping RetryAfter and some jitter.
