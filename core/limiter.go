@@ -525,8 +525,8 @@ func (l *Limiter) reserveAndSleep(ctx context.Context, key string, n int64, limi
 			}
 			wait = usec(max(slot-read, 0))
 			_, err = sleep(ctx, wait, wait)
+			missed := l.elapsed() - slot // at the wake: the peek after it is one round trip, shared by the slot's waiters
 			blocked := err == nil && res.Wait > 0 && l.blockedAt(ctx, key, n, limits, res.At)
-			missed := l.elapsed() - slot // after the peek: the caller starts now
 			switch {
 			case err != nil:
 			case redis && missed > tol: // moved twice as far ahead as it was late

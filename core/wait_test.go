@@ -595,8 +595,11 @@ func (r *throttleRun) check(t *testing.T) {
 	if most := int64(2*total) - r.limit; r.scriptCalls < int64(total) || r.scriptCalls > most+3*r.releases {
 		t.Errorf("%d script calls for %d Waits; want %d to %d and 3 a late wake: a reservation each, a peek after each sleep, no polling", r.scriptCalls, total, total, most)
 	}
-	if len(r.reserved) < total || len(r.reserved) > total+int(r.releases) {
-		t.Errorf("the log recorded %d units, want %d, and at most one more a slot given back or moved (%d)", len(r.reserved), total, r.releases)
+	// more when a slot was moved or given back after the recorder's last
+	// read of it, or a reservation's reply came too late and it asked
+	// again: those units held their slots in the log, counted below
+	if len(r.reserved) < total {
+		t.Errorf("the log recorded %d units, want %d at least: a caller started without its unit", len(r.reserved), total)
 	}
 	if got := maxInWindow(r.reserved, micros(r.window)); got > int(r.limit) {
 		t.Errorf("a window of %s holds %d reserved units, limit %d", r.window, got, r.limit)
