@@ -183,10 +183,12 @@ func TestTransportThrottles(t *testing.T) {
 		}
 		t.Logf("inconclusive, this process stalled for %s: %s", stall, msg)
 	}
-	// 4 groups of 5: the first goes at once, the others wait 500ms or more
+	// 4 groups of 5: the first goes at once, the others wait 500ms or more;
+	// on a loaded machine a first-group caller whose reply was read late
+	// moves to a later slot (never to an earlier one)
 	slices.Sort(delays)
-	if len(delays) != 20 || delays[4] >= 400*time.Millisecond || delays[5] < 400*time.Millisecond {
-		t.Fatalf("delays seen by the hook: %v; want 5 short and 15 of 500ms or more", delays)
+	if len(delays) != 20 || delays[0] >= 400*time.Millisecond || delays[5] < 400*time.Millisecond {
+		t.Fatalf("delays seen by the hook: %v; want up to 5 short and the rest of 500ms or more", delays)
 	}
 	t.Logf("last arrival %s after the first; delays %s..%s; worst stall %s", time.Duration(ts[19]-ts[0])*time.Microsecond, delays[0], delays[19], stall)
 }
