@@ -94,8 +94,9 @@ func TestStackedOuterCounts(t *testing.T) {
 			t.Fatalf("request %d cost %d script calls, want at most 1 (calls per request %v; %d went again)", i+1, c, calls, retried)
 		}
 	}
-	if total > int64(20+retried) {
-		t.Fatalf("%d requests cost %d script calls, want at most 20 (%d went again)", requests, total, retried)
+	// and a cached denial's recheck a second (a loaded machine's run is longer)
+	if most := int64(20 + retried + int(took/time.Second)); total > most {
+		t.Fatalf("%d requests in %s cost %d script calls, want at most %d (%d went again)", requests, took, total, most, retried)
 	}
 }
 
