@@ -909,7 +909,7 @@ func TestWaitDeadlineUnderLoad(t *testing.T) {
 					ok.Add(1)
 				case errors.Is(err, ErrWaitExceedsDeadline):
 					late.Add(1)
-					if time.Since(start) > time.Second && counter.releases.Load() == 0 {
+					if counter.releases.Load() == 0 { // a slot given back costs its caller its wait
 						beyond(t, stalls, time.Since(start), time.Second, "a call that could not start in time")
 					}
 				default:
