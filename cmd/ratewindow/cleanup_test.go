@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"regexp"
 	"slices"
 	"strings"
@@ -89,7 +90,7 @@ func TestCleanupDeletesOnlyFormerKeys(t *testing.T) {
 			}
 		}
 		if got := keysUnder(t, rdb, s.prefix); len(got) != len(current)+len(former) {
-			t.Fatalf("a refused cleanup left %q", got)
+			t.Fatalf("a refused cleanup left %q; before it: %q and %q; %s", got, current, former, missing(ctx, rdb, got, current, former))
 		}
 
 		var rep cleanupReport
@@ -118,6 +119,20 @@ func TestCleanupDeletesOnlyFormerKeys(t *testing.T) {
 			t.Errorf("cleanup of one key: exit %d\n%s\n%s", code, out, errOut)
 		}
 	})
+}
+
+// missing describes the keys of want that got lacks, with their TTLs now,
+// for a test's failure.
+func missing(ctx context.Context, rdb redis.UniversalClient, got []string, want ...[]string) string {
+	var b strings.Builder
+	for _, keys := range want {
+		for _, k := range keys {
+			if !slices.Contains(got, k) {
+				fmt.Fprintf(&b, "%s missing (PTTL %v, EXISTS %d); ", k, rdb.PTTL(ctx, k).Val(), rdb.Exists(ctx, k).Val())
+			}
+		}
+	}
+	return b.String()
 }
 
 // A prefix with the characters of a SCAN pattern finds its own keys, and

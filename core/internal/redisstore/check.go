@@ -24,8 +24,15 @@ func checkKey(prefix, tag string) string { return prefix + "{" + tag + "}:check"
 // load comes first because it takes memory: a Redis whose used memory the
 // load lifts to maxmemory refuses the check's write, as it would refuse
 // the first decision. A node's own error (unreachable, ACL, eviction) is
-// reported before the load's, which it usually explains.
+// reported before the load's, which it usually explains. A PING on every
+// node goes before the load: Redis closes a connection that has not
+// authenticated when it sends a bulk as large as the library, and the
+// next command on that connection would then report EOF where the PING
+// reports NOAUTH.
 func (s *Store) Check(ctx context.Context) error {
+	if err := s.pingNodes(ctx); err != nil {
+		return err
+	}
 	lerr := s.loadScripts(ctx)
 	err := s.checkNodes(ctx)
 	if err != nil && !errors.Is(err, store.ErrCheckIncomplete) {
@@ -55,6 +62,26 @@ func (s *Store) loadScripts(ctx context.Context) error {
 		if err := sc.Load(ctx, s.t.rdb).Err(); err != nil {
 			return fmt.Errorf("ratewindow: check: loading the scripts (SCRIPT LOAD): %w", explainRefusal(err))
 		}
+	}
+	return nil
+}
+
+// pingNodes PINGs every node of s's client that Check asks, and reports
+// the first refusal as checkNode does.
+func (s *Store) pingNodes(ctx context.Context) error {
+	ping := func(ctx context.Context, c *redis.Client) error {
+		if err := c.Ping(ctx).Err(); err != nil {
+			return fmt.Errorf("ratewindow: check: redis at %s: %w", serverAddr(ctx, c), explainRefusal(err))
+		}
+		return nil
+	}
+	switch c := s.t.rdb.(type) {
+	case *redis.Client:
+		return ping(ctx, c)
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, ping)
+	case *redis.Ring:
+		return c.ForEachShard(ctx, ping)
 	}
 	return nil
 }
