@@ -524,9 +524,29 @@ func (l *Limiter) reserveAndSleep(ctx context.Context, key string, n int64, limi
 				slot = max(res.At-l.skew.note(res.At-res.Wait, read), sent+res.Wait)
 			}
 			wait = usec(max(slot-read, 0))
-			_, err = sleep(ctx, wait, wait)
-			missed := l.elapsed() - slot // at the wake: the peek after it is one round trip, shared by the slot's waiters
-			blocked := err == nil && res.Wait > 0 && l.blockedAt(ctx, key, n, limits, res.At)
+			// The peek for a Block made while it slept goes one round
+			// trip (this call's) before the slot, so that a caller on
+			// time starts on time: a peek after the wake would make
+			// every start late by a round trip, which a loaded machine
+			// makes long (and never more than 5% of the shortest window
+			// before it: a reply read late makes it look long). A Block
+			// it sees may end before the slot: the slot is then peeked
+			// at again, at its time.
+			early := max(min(read-sent, slot-read, shortest(limits).Microseconds()/20), 0)
+			if res.Wait == 0 {
+				early = 0
+			}
+			_, err = sleep(ctx, wait-usec(early), wait-usec(early))
+			woke := l.elapsed()
+			blocked := err == nil && res.Wait > 0 && l.blockedAt(ctx, key, n, limits, res.At, true)
+			if now := l.elapsed(); err == nil { // the rest of early the peek left (an injected clock may not move)
+				rest := usec(max(min(early-(now-woke), slot-now), 0))
+				_, err = sleep(ctx, rest, rest)
+			}
+			if blocked && err == nil {
+				blocked = l.blockedAt(ctx, key, n, limits, res.At, false)
+			}
+			missed := l.elapsed() - slot // when it would start
 			switch {
 			case err != nil:
 			case redis && missed > tol: // moved twice as far ahead as it was late
@@ -549,7 +569,8 @@ func (l *Limiter) reserveAndSleep(ctx context.Context, key string, n int64, limi
 }
 
 // lateness is how long after its slot a waiter may still go: 1% of the
-// shortest window, at least 1ms (nethttp.Transport's default Margin). A
+// shortest window, at least 1ms (within nethttp.Transport's default
+// Margin, which leaves the rest to the trip). A
 // waiter that would start later (this process was short of CPU) gives its
 // slot back and takes another: going then would put more than Count
 // arrivals in a window at the upstream, though Redis's log holds the limit.
@@ -609,12 +630,13 @@ func (s *skew) note(redis, read int64) int64 {
 }
 
 // blockedAt reports whether key is blocked now, by a peek, and now is at or
-// past at (µs, the store's clock: a Block covers the slot at at); false
-// when the store cannot tell. The waiters of one slot (a group a window
-// apart from the last) wake together: they share one peek, so that their
-// starts do not wait in line for as many round trips.
-func (l *Limiter) blockedAt(ctx context.Context, key string, n int64, limits []Limit, at int64) bool {
-	k := slotOf{key, at}
+// past at (µs, the store's clock: a Block covers the slot at at), or,
+// early, whether it is blocked now at all; false when the store cannot
+// tell. The waiters of one slot (a group a window apart from the last)
+// wake together: they share one peek, so that their starts do not wait in
+// line for as many round trips.
+func (l *Limiter) blockedAt(ctx context.Context, key string, n int64, limits []Limit, at int64, early bool) bool {
+	k := slotOf{key, at, early}
 	l.peekMu.Lock()
 	if f := l.peeks[k]; f != nil {
 		l.peekMu.Unlock()
@@ -633,7 +655,7 @@ func (l *Limiter) blockedAt(ctx context.Context, key string, n int64, limits []L
 	l.peekMu.Unlock()
 	r := l.request(key, n, limits, nil, l.waitTime)
 	d, o, err := l.guard.allow(ctx, &r)
-	f.blocked = err == nil && o == succeeded && d.Blocked && d.At >= at
+	f.blocked = err == nil && o == succeeded && d.Blocked && (early || d.At >= at)
 	l.peekMu.Lock()
 	delete(l.peeks, k)
 	l.peekMu.Unlock()
@@ -641,10 +663,12 @@ func (l *Limiter) blockedAt(ctx context.Context, key string, n int64, limits []L
 	return f.blocked
 }
 
-// slotOf names a slot of a key: its time in µs on the store's clock.
+// slotOf names a slot of a key, its time in µs on the store's clock, and
+// which of its peeks (before it, or at it).
 type slotOf struct {
-	key string
-	at  int64
+	key   string
+	at    int64
+	early bool
 }
 
 // peek is blockedAt's peek of a slot, shared by its waiters.

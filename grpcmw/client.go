@@ -58,7 +58,8 @@ type ClientRule struct {
 	DefaultBlock time.Duration
 	// Margin widens each limit's Window, so that calls sent a window
 	// apart still arrive a window apart (see nethttp.Transport). Zero
-	// means 1% of each window, at least 1ms; a negative value, none.
+	// means 1% of each window, at least 50ms but at most a tenth of it;
+	// a negative value, none.
 	Margin time.Duration
 }
 

@@ -68,9 +68,11 @@ import (
 // Requests that leave exactly a window apart can still arrive closer
 // together, as each trip takes its own time, and a strict upstream then
 // refuses the later one. The Transport therefore widens each limit's
-// Window by Margin (default 1% of the window, at least 1ms): at 10 per
-// second it sends at most 10 per 1.01s, 1% below the nominal rate, and
-// absorbs 10ms of arrival jitter. Every replica must use the same Margin:
+// Window by Margin (default 1% of the window, at least 50ms but at most a
+// tenth of it): at 10 per second it sends at most 10 per 1.05s, 5% below
+// the nominal rate, and absorbs a start up to 10ms late (a later one takes
+// another slot) and 40ms of the trip's jitter, which a loaded machine's
+// scheduler alone makes 10–25ms. Every replica must use the same Margin:
 // the window is part of the Redis key.
 //
 // A Transport is safe for concurrent use. Its fields must not change after
@@ -102,7 +104,7 @@ type Transport struct {
 	DefaultBlock time.Duration
 	// Margin widens each limit's Window, so that slots survive the
 	// jitter of the trip (see above). Zero means 1% of each window, at
-	// least 1ms; a negative value, none.
+	// least 50ms but at most a tenth of it; a negative value, none.
 	Margin time.Duration
 
 	once sync.Once

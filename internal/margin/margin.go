@@ -9,8 +9,8 @@ import (
 	"github.com/ratewindow/ratewindow/core"
 )
 
-// Widen returns limits with each Window widened by m: 0 means 1% of the
-// window (at least 1ms), a negative m none (limits as they are). A window
+// Widen returns limits with each Window widened by m: 0 means Default's,
+// a negative m none (limits as they are). A window
 // stops at core.MaxWindow, and sliding buckets keep their number of
 // buckets (the Precision widens too), so that limits a Rule takes stay
 // valid.
@@ -22,7 +22,7 @@ func Widen(limits []core.Limit, m time.Duration) []core.Limit {
 	for i, l := range limits {
 		d := m
 		if d == 0 {
-			d = max(l.Window/100, time.Millisecond)
+			d = Default(l.Window)
 		}
 		w := min(l.Window+d, core.MaxWindow)
 		if l.Algorithm == core.SlidingBuckets && l.Precision != 0 {
@@ -33,4 +33,13 @@ func Widen(limits []core.Limit, m time.Duration) []core.Limit {
 		out[i] = l
 	}
 	return out
+}
+
+// Default is the margin of a window w when none is set: 1% of w, and at
+// least 50ms, but at most a tenth of w. A start may be up to 1% of the
+// window late (core's WaitN moves a later one), and a loaded machine's
+// scheduler alone delays a trip by 20ms: 1% of a second (10ms) covered
+// the first and left the trip nothing, and a strict upstream refused.
+func Default(w time.Duration) time.Duration {
+	return max(w/100, min(50*time.Millisecond, w/10))
 }

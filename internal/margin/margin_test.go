@@ -17,8 +17,10 @@ func TestWiden(t *testing.T) {
 		m      time.Duration
 		want   []core.Limit
 	}{
-		{"default: 1%", []core.Limit{core.PerSecond(10)}, 0, []core.Limit{core.Per(10, 1010*time.Millisecond)}},
-		{"default: at least 1ms", []core.Limit{core.Per(10, 50*time.Millisecond)}, 0, []core.Limit{core.Per(10, 51*time.Millisecond)}},
+		{"default: at least 50ms", []core.Limit{core.PerSecond(10)}, 0, []core.Limit{core.Per(10, 1050*time.Millisecond)}},
+		{"default: 1%", []core.Limit{core.PerMinute(10)}, 0, []core.Limit{core.Per(10, 60600*time.Millisecond)}},
+		{"default: at most a tenth", []core.Limit{core.Per(10, 50*time.Millisecond)}, 0, []core.Limit{core.Per(10, 55*time.Millisecond)}},
+		{"default: at most a tenth of a short window", []core.Limit{core.Per(10, 5*time.Millisecond)}, 0, []core.Limit{core.Per(10, 5500*time.Microsecond)}},
 		{"a margin of its own", []core.Limit{core.PerMinute(5), core.PerHour(50)}, time.Second, []core.Limit{core.Per(5, 61*time.Second), core.Per(50, time.Hour+time.Second)}},
 		{"none", []core.Limit{core.PerSecond(10)}, -1, []core.Limit{core.PerSecond(10)}},
 		{"a year's window stays valid", []core.Limit{core.Per(1, core.MaxWindow)}, 0, []core.Limit{core.Per(1, core.MaxWindow)}},

@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -123,6 +124,29 @@ type Stats struct {
 	Sent, OK, Refused, Failed int64            // requests; Refused: a refusal reached the caller
 	Took                      time.Duration    // all requests' time, Wait and trip
 	Errors                    map[string]int64 `json:",omitempty"`
+	Starts                    []int64          `json:",omitempty"` // ns since 1970 the throttler let each request go (retries too)
+}
+
+// Starts records the times the throttler lets requests go, for a
+// client's Stats: call Go where a request leaves the throttler.
+type Starts struct {
+	mu sync.Mutex
+	ns []int64
+}
+
+// Go records a start now.
+func (s *Starts) Go() {
+	now := time.Now().UnixNano()
+	s.mu.Lock()
+	s.ns = append(s.ns, now)
+	s.mu.Unlock()
+}
+
+// Times returns the starts recorded.
+func (s *Starts) Times() []int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.ns)
 }
 
 // Add adds o to s.
@@ -132,6 +156,7 @@ func (s *Stats) Add(o Stats) {
 	s.Refused += o.Refused
 	s.Failed += o.Failed
 	s.Took += o.Took
+	s.Starts = append(s.Starts, o.Starts...)
 	for k, v := range o.Errors {
 		if s.Errors == nil {
 			s.Errors = map[string]int64{}
@@ -144,7 +169,7 @@ func (s *Stats) Add(o Stats) {
 // goroutines goroutines call send in a loop for d (as text), and it prints
 // their Stats as JSON. send reports a refusal that reached the caller, or
 // the request's error.
-func Clients(start, goroutines, d string, send func() (refused bool, err error)) error {
+func Clients(start, goroutines, d string, starts *Starts, send func() (refused bool, err error)) error {
 	startNS, err := strconv.ParseInt(start, 10, 64)
 	if err != nil {
 		return fmt.Errorf("start: %w", err)
@@ -184,7 +209,7 @@ func Clients(start, goroutines, d string, send func() (refused bool, err error))
 		})
 	}
 	wg.Wait()
-	st := Stats{Sent: sent.Load(), OK: ok.Load(), Refused: refused.Load(), Failed: failed.Load(), Took: time.Duration(took.Load())}
+	st := Stats{Sent: sent.Load(), OK: ok.Load(), Refused: refused.Load(), Failed: failed.Load(), Took: time.Duration(took.Load()), Starts: starts.Times()}
 	errs.Range(func(k, v any) bool {
 		if st.Errors == nil {
 			st.Errors = map[string]int64{}

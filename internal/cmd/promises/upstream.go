@@ -19,7 +19,7 @@ package main
 // 8) sending requests in a loop for -seconds (default 10s), so that the
 // throttler is saturated. -busy N starts N CPU-bound processes first and
 // waits (at most a minute) until the 1-minute load average reaches N;
-// -margin sets the Transport's Margin (0: its default, 1% of the window).
+// -margin sets the Transport's Margin (0: its default, 50ms for 1s).
 //
 // Each round prints the requests the clients sent (and the mean time one
 // took: its Wait and its trip), the upstream's arrivals (retries of
@@ -41,6 +41,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -213,10 +214,19 @@ func upstream(addr string, cfg upConfig) error {
 		if total.Sent > 0 {
 			mean = total.Took / time.Duration(total.Sent)
 		}
-		fmt.Printf("upstream round %d: %s, %d processes × %d goroutines, margin %s, busy %d, load %.1f→%.1f (runnable tasks %.1f): sent %d (ok %d, refusals to the caller %d, errors %d %v), mean request time %s; upstream arrivals %d, refused %d, worst 1s window %d arrivals (limit %d), its longest stall %s%s; Redis log's worst 1s window %s; reservations seen given back %d\n",
+		starts := make([]time.Time, len(total.Starts))
+		for i, ns := range total.Starts {
+			starts[i] = time.Unix(0, ns)
+		}
+		lateness := "unread"
+		if logErr == nil {
+			lateness = offsets(units, starts)
+		}
+		fmt.Printf("upstream round %d: %s, %d processes × %d goroutines, margin %s, busy %d, load %.1f→%.1f (runnable tasks %.1f): sent %d (ok %d, refusals to the caller %d, errors %d %v), mean request time %s; upstream arrivals %d, refused %d, worst 1s window %d arrivals (limit %d), its longest stall %s%s; Redis log's worst 1s window %s; reservations seen given back %d; the throttler's starts: worst 1s window %d, after their units (paired in time order) %s; trips (arrivals after starts) %s\n",
 			round+1, client, cfg.procs, cfg.goroutines, marginName(cfg.margin), cfg.busy, loadBefore, loadavg(), runnableMean,
 			total.Sent, total.OK, total.Refused, total.Failed, total.Errors, mean.Round(time.Millisecond),
-			len(arrivals), seen.Refused, worstWindow(arrivals), upstreamLimit, seen.Stall.Round(time.Millisecond), up.note, redisWorst, released)
+			len(arrivals), seen.Refused, worstWindow(arrivals), upstreamLimit, seen.Stall.Round(time.Millisecond), up.note, redisWorst, released,
+			worstWindow(starts), lateness, offsets(starts, arrivals))
 		if seen.Refused > 0 {
 			bad = true
 		}
@@ -225,6 +235,26 @@ func upstream(addr string, cfg upConfig) error {
 		return errors.New("the upstream refused requests")
 	}
 	return nil
+}
+
+// offsets pairs the times of from and to in time order (the shorter's
+// length) and describes to's offsets after from: p50, p99, max.
+func offsets(from, to []time.Time) string {
+	from, to = slices.Clone(from), slices.Clone(to)
+	cmp := func(a, b time.Time) int { return a.Compare(b) }
+	slices.SortFunc(from, cmp)
+	slices.SortFunc(to, cmp)
+	n := min(len(from), len(to))
+	if n == 0 {
+		return "none"
+	}
+	d := make([]time.Duration, n)
+	for i := range n {
+		d[i] = to[i].Sub(from[i])
+	}
+	slices.Sort(d)
+	r := func(x time.Duration) time.Duration { return x.Round(100 * time.Microsecond) }
+	return fmt.Sprintf("p50 %s, p99 %s, max %s (%d of %d and %d)", r(d[n/2]), r(d[n*99/100]), r(d[n-1]), n, len(from), len(to))
 }
 
 func marginName(m time.Duration) string {
@@ -242,9 +272,14 @@ func upclient(addr string, margin time.Duration, url, rule, start, goroutines, d
 	if err != nil {
 		return err
 	}
-	client := &http.Client{Transport: &nethttp.Transport{Limiter: l, Margin: margin,
+	var starts strictup.Starts // the Transport's Base runs when the throttler lets a request go
+	base := roundTripper(func(r *http.Request) (*http.Response, error) {
+		starts.Go()
+		return http.DefaultTransport.RoundTrip(r)
+	})
+	client := &http.Client{Transport: &nethttp.Transport{Limiter: l, Margin: margin, Base: base,
 		Rule: core.Rule{Name: rule, Limits: []core.Limit{core.PerSecond(upstreamLimit)}}}}
-	return strictup.Clients(start, goroutines, d, func() (bool, error) {
+	return strictup.Clients(start, goroutines, d, &starts, func() (bool, error) {
 		resp, err := client.Get(url)
 		if err != nil {
 			return false, err
@@ -260,6 +295,12 @@ func upclient(addr string, margin time.Duration, url, rule, start, goroutines, d
 		return false, fmt.Errorf("status %d", resp.StatusCode)
 	})
 }
+
+// roundTripper is a function as an http.RoundTripper.
+type roundTripper func(*http.Request) (*http.Response, error)
+
+// RoundTrip calls f.
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // upCmd is a process of the upstream scenario: this binary's subcommand
 // ("upserve", "upclient"), or with a gRPC binary, its ("serve", "client").

@@ -103,13 +103,19 @@ func client(addr string, margin time.Duration, target, rule, start, goroutines, 
 	if err != nil {
 		return err
 	}
-	cc, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithUnaryInterceptor(ci.Unary()))
+	// the second interceptor runs when the throttler lets a call go
+	var starts strictup.Starts
+	started := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		starts.Go()
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	cc, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithChainUnaryInterceptor(ci.Unary(), started))
 	if err != nil {
 		return err
 	}
 	defer cc.Close()
 	health := healthpb.NewHealthClient(cc)
-	return strictup.Clients(start, goroutines, d, func() (bool, error) {
+	return strictup.Clients(start, goroutines, d, &starts, func() (bool, error) {
 		_, err := health.Check(context.Background(), &healthpb.HealthCheckRequest{})
 		if status.Code(err) == codes.ResourceExhausted {
 			return true, nil
