@@ -654,7 +654,10 @@ func (l *Limiter) blockedAt(ctx context.Context, key string, n int64, limits []L
 	l.peeks[k] = f
 	l.peekMu.Unlock()
 	r := l.request(key, n, limits, nil, l.waitTime)
-	d, o, err := l.guard.allow(ctx, &r)
+	// The others wait on this peek: it is not cut short when this caller's
+	// ctx ends (they would read "cannot tell" and go under a Block); the
+	// wait's budget (WithWaitTimeout) bounds it.
+	d, o, err := l.guard.allow(context.WithoutCancel(ctx), &r)
 	f.blocked = err == nil && o == succeeded && d.Blocked && (early || d.At >= at)
 	l.peekMu.Lock()
 	delete(l.peeks, k)
