@@ -230,13 +230,15 @@ func (g *guard) health(n *node, key string, v *healthCheck) {
 }
 
 // recheck checks a down node in the background once its outage o is due:
-// a reply brings it up, else it stays down for another downFor.
+// a reply brings it up, and so does a PING that ran out of time (no
+// evidence, as in health: a process short of CPU may not have run its
+// dial); else it stays down for another downFor.
 func (g *guard) recheck(n *node, key string, o *outage) {
 	if time.Now().Before(o.until) || !o.checking.CompareAndSwap(false, true) {
 		return
 	}
 	go func() {
-		if err := g.ping(key); err == nil || store.Replied(err) {
+		if err := g.ping(key); err == nil || store.Replied(err) || store.IsTimeout(err) {
 			n.down.CompareAndSwap(o, nil)
 			return
 		}
