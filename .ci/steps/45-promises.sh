@@ -6,8 +6,8 @@
 # 220ms, then Redis paused and killed. It exits non-zero when the failure
 # mode admitted anything while Redis answered, a window by Redis's clock held
 # more than the limit, or the innocent client got anything but 200. The
-# upstream scenario (a strict upstream behind two processes' Transports) only
-# prints. Run from the repository root.
+# upstream scenario (a strict upstream behind two processes' Transports)
+# prints its figures. Run from the repository root.
 set -Eeuo pipefail
 trap 'echo "FAIL: $0 line $LINENO: $BASH_COMMAND" >&2' ERR
 
@@ -55,13 +55,17 @@ for scenario in flood burst stopped; do
 	section "promises: $scenario"
 	"$tmp/promises" -redis "127.0.0.1:$port" -rounds 1 "$scenario" 2> >(grep -v 'WARN ratewindow' >&2 || true)
 done
-# Measured, not judged yet: two processes' nethttp.Transports against a
-# strict upstream (5 in any 1s window), two CPU-bound processes beside. The
-# step prints the upstream's refusals and goes on; whether a refusal fails
-# it is decided once the throttler keeps a late waiter from bunching.
-section "promises: upstream (printed, not judged yet)"
+# Measured, not judged: two processes' nethttp.Transports against a strict
+# upstream (5 in any 1s window), two CPU-bound processes beside. The step
+# prints the upstream's refusals, the throttler's starts and the trips, and
+# goes on. The throttler promises its starts (judged in core's tests, by
+# Redis's log); the arrivals also take each request's trip, which the
+# default Margin (50ms for a 1s window) covers on a loaded machine (0
+# refusals in 5 runs at load 8-15, and in 5 of the grpcmw client's at 15-18;
+# docs/performance.md) but cannot bound.
+section "promises: upstream (printed, not judged)"
 "$tmp/promises" -redis "127.0.0.1:$port" -rounds 1 -busy 2 upstream 2> >(grep -v 'WARN ratewindow' >&2 || true) ||
-	echo "promises: upstream: the strict upstream refused requests (not judged yet)"
+	echo "promises: upstream: the strict upstream refused requests (printed, not judged: see above)"
 section "promises: paused, then killed"
 port="$(free_port)"
 start_redis "$port"
