@@ -214,12 +214,18 @@ func (g *guard) ping(key string) error {
 	return g.remote.Ping(ctx, key, g.silence())
 }
 
-// health checks n by a PING: evidence that n cannot answer is no reply
-// (ErrSilent, no timeout) or the connection's failure (refused, reset,
-// closed); a timeout tells nothing (see store.Remote.Ping).
+// evidence reports whether err, a health check's PING's, is evidence that
+// its node cannot answer: no reply (ErrSilent, no timeout) or the
+// connection's failure (refused, reset, closed). A reply, even an error,
+// is not, nor is a timeout, which tells nothing (see store.Remote.Ping).
+func evidence(err error) bool {
+	return err != nil && !store.Replied(err) && !store.IsTimeout(err)
+}
+
+// health checks n by a PING, and puts it down on evidence.
 func (g *guard) health(n *node, key string, v *healthCheck) {
 	err := g.ping(key)
-	if err != nil && !store.Replied(err) && !store.IsTimeout(err) {
+	if evidence(err) {
 		v.err = err
 		n.fail(err)
 	}
@@ -230,15 +236,15 @@ func (g *guard) health(n *node, key string, v *healthCheck) {
 }
 
 // recheck checks a down node in the background once its outage o is due:
-// a reply brings it up, and so does a PING that ran out of time (no
-// evidence, as in health: a process short of CPU may not have run its
-// dial); else it stays down for another downFor.
+// a PING without evidence brings it up (one that ran out of time too, as
+// in health: a process short of CPU may not have run its dial); else it
+// stays down for another downFor.
 func (g *guard) recheck(n *node, key string, o *outage) {
 	if time.Now().Before(o.until) || !o.checking.CompareAndSwap(false, true) {
 		return
 	}
 	go func() {
-		if err := g.ping(key); err == nil || store.Replied(err) || store.IsTimeout(err) {
+		if err := g.ping(key); !evidence(err) {
 			n.down.CompareAndSwap(o, nil)
 			return
 		}
